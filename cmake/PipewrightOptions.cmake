@@ -1,0 +1,74 @@
+# Build options and dependency discovery. Each optional capability defaults to ON when its
+# dependency is found, and graph/sched/sim/tools build and test with all of them OFF.
+
+find_package(Boost 1.74 REQUIRED)            # Boost.Graph is header-only
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(Threads REQUIRED)
+
+option(PIPEWRIGHT_BUILD_BENCH "Build benchmarks in bench/ (Google Benchmark)" ON)
+
+# --- libtorch (exec) ---------------------------------------------------------------------
+find_package(Torch QUIET)
+set(_pw_exec_default OFF)
+if(Torch_FOUND)
+  set(_pw_exec_default ON)
+endif()
+option(PIPEWRIGHT_WITH_EXEC "Build exec/ (libtorch executor, Gloo backend)" ${_pw_exec_default})
+if(PIPEWRIGHT_WITH_EXEC AND NOT Torch_FOUND)
+  message(FATAL_ERROR "PIPEWRIGHT_WITH_EXEC=ON but libtorch was not found (apt-get install libtorch-dev libgloo-dev, or -DTorch_DIR=...)")
+endif()
+
+# --- MPI ---------------------------------------------------------------------------------
+set(MPI_CXX_SKIP_MPICXX ON)
+find_package(MPI QUIET COMPONENTS CXX)
+set(_pw_mpi_default OFF)
+if(MPI_CXX_FOUND AND PIPEWRIGHT_WITH_EXEC)
+  set(_pw_mpi_default ON)
+endif()
+option(PIPEWRIGHT_WITH_MPI "Build the MPI communicator backend (needs exec)" ${_pw_mpi_default})
+if(PIPEWRIGHT_WITH_MPI AND NOT PIPEWRIGHT_WITH_EXEC)
+  message(FATAL_ERROR "PIPEWRIGHT_WITH_MPI=ON needs PIPEWRIGHT_WITH_EXEC=ON")
+endif()
+if(PIPEWRIGHT_WITH_MPI AND NOT MPI_CXX_FOUND)
+  message(FATAL_ERROR "PIPEWRIGHT_WITH_MPI=ON but MPI was not found (apt-get install libopenmpi-dev)")
+endif()
+
+# --- CUDA + NCCL -------------------------------------------------------------------------
+find_package(CUDAToolkit QUIET)
+find_path(PW_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include /usr/include)
+find_library(PW_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
+set(_pw_nccl_default OFF)
+if(CUDAToolkit_FOUND AND PW_NCCL_INCLUDE_DIR AND PW_NCCL_LIBRARY AND PIPEWRIGHT_WITH_EXEC)
+  set(_pw_nccl_default ON)
+endif()
+option(PIPEWRIGHT_WITH_NCCL "Build the NCCL communicator backend (compile + link; needs exec)" ${_pw_nccl_default})
+if(PIPEWRIGHT_WITH_NCCL AND NOT (CUDAToolkit_FOUND AND PW_NCCL_INCLUDE_DIR AND PW_NCCL_LIBRARY))
+  message(FATAL_ERROR "PIPEWRIGHT_WITH_NCCL=ON but CUDA toolkit or NCCL was not found")
+endif()
+if(PIPEWRIGHT_WITH_NCCL AND NOT PIPEWRIGHT_WITH_EXEC)
+  message(FATAL_ERROR "PIPEWRIGHT_WITH_NCCL=ON needs PIPEWRIGHT_WITH_EXEC=ON")
+endif()
+
+# --- Graphviz (libgvc) -------------------------------------------------------------------
+find_package(PkgConfig QUIET)
+set(_pw_gv_default OFF)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PW_GVC QUIET IMPORTED_TARGET libgvc)
+  if(PW_GVC_FOUND)
+    set(_pw_gv_default ON)
+  endif()
+endif()
+option(PIPEWRIGHT_WITH_GRAPHVIZ "Render SVG/PNG in-process with libgvc" ${_pw_gv_default})
+if(PIPEWRIGHT_WITH_GRAPHVIZ AND NOT PW_GVC_FOUND)
+  message(FATAL_ERROR "PIPEWRIGHT_WITH_GRAPHVIZ=ON but libgvc was not found (apt-get install libgraphviz-dev)")
+endif()
+
+# --- Tests and benchmarks ----------------------------------------------------------------
+if(BUILD_TESTING OR NOT DEFINED BUILD_TESTING)
+  find_package(GTest REQUIRED)
+endif()
+if(PIPEWRIGHT_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

@@ -1,0 +1,98 @@
+// The Communicator interface: the only collective and point-to-point operations pipewright uses,
+// modelled on c10d's ProcessGroup/Work but narrow.
+//
+// Buffers are raw views (pointer, element count, dtype, device) rather than torch tensors so that
+// this header, the MPI and NCCL backends, and the plan interpreter's bookkeeping compile without
+// libtorch, and so that device (CUDA) buffers pass through unchanged. Every operation is
+// asynchronous and returns a Work handle; Work::wait(timeout) blocks until completion and rethrows
+// the error stored by the backend: TimeoutError on expiry, PeerError when a peer died,
+// BackendError otherwise. Error messages name the peer rank and the OpContext (step, stage,
+// microbatch, what) given with the operation.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pipewright::exec {
+
+enum class DType : std::uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kUInt8 };
+[[nodiscard]] std::size_t dtype_size(DType dtype) noexcept;
+[[nodiscard]] const char* to_string(DType dtype) noexcept;
+
+struct Device {
+  enum class Kind : std::uint8_t { kCpu, kCuda };
+  Kind kind = Kind::kCpu;
+  int index = 0;  // CUDA ordinal; 0 for CPU
+  [[nodiscard]] bool is_cuda() const noexcept { return kind == Kind::kCuda; }
+};
+
+struct BufferView {
+  void* data = nullptr;
+  std::size_t count = 0;  // elements
+  DType dtype = DType::kFloat32;
+  Device device{};
+  [[nodiscard]] std::size_t bytes() const noexcept { return count * dtype_size(dtype); }
+};
+
+enum class ReduceOp : std::uint8_t { kSum, kMax, kMin };
+
+// Who asked for an operation; used only in error messages ("rank 1 stage 3 microbatch 2 step 7").
+struct OpContext {
+  std::int64_t step = -1;
+  std::int32_t stage = -1;
+  std::int32_t microbatch = -1;
+  std::string what;  // "SEND_F", "allreduce bucket 2", ...
+  [[nodiscard]] std::string describe() const;
+};
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until done. Throws TimeoutError after `timeout`; rethrows a stored backend error.
+  virtual void wait(std::chrono::milliseconds timeout) = 0;
+  // Non-blocking completion test; rethrows a stored error.
+  [[nodiscard]] virtual bool is_completed() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+// A Work that is already complete (for operations that finished synchronously).
+[[nodiscard]] WorkPtr completed_work();
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  [[nodiscard]] virtual int rank() const noexcept = 0;  // rank within this communicator
+  [[nodiscard]] virtual int size() const noexcept = 0;
+  [[nodiscard]] virtual std::string backend_name() const = 0;
+  // Rank of communicator-local rank `r` in the world (for error messages).
+  [[nodiscard]] virtual int global_rank(int r) const noexcept = 0;
+
+  // Point-to-point. `tag` distinguishes concurrent messages between one pair (the interpreter
+  // derives it from stage, direction and microbatch). Ranks are communicator-local.
+  virtual WorkPtr send(const BufferView& buf, int dst, std::int64_t tag, const OpContext& ctx) = 0;
+  virtual WorkPtr recv(const BufferView& buf, int src, std::int64_t tag, const OpContext& ctx) = 0;
+
+  // Collectives over every rank of this communicator, in place.
+  virtual WorkPtr all_reduce(const BufferView& buf, ReduceOp op, const OpContext& ctx) = 0;
+  virtual WorkPtr reduce(const BufferView& buf, int root, ReduceOp op, const OpContext& ctx) = 0;
+  virtual WorkPtr broadcast(const BufferView& buf, int root, const OpContext& ctx) = 0;
+  virtual WorkPtr barrier(const OpContext& ctx) = 0;
+
+  // Groups the point-to-point operations issued between begin_p2p_batch() and end_p2p_batch()
+  // so that a rendezvous transport (NCCL) posts them together and paired send/recv cannot
+  // deadlock. Buffered backends may ignore it.
+  virtual void begin_p2p_batch() {}
+  virtual void end_p2p_batch() {}
+
+  // Creates the sub-communicator of `members` (communicator-local ranks, ascending). Collective:
+  // every rank of this communicator calls it with the same list, in the same order of calls;
+  // returns nullptr on ranks that are not members.
+  [[nodiscard]] virtual std::unique_ptr<Communicator> split(const std::vector<int>& members) = 0;
+};
+
+}  // namespace pipewright::exec

@@ -1,0 +1,66 @@
+#include "pipewright/exec/communicator.hpp"
+
+#include <sstream>
+
+namespace pipewright::exec {
+
+std::size_t dtype_size(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat64:
+      return 8;
+    case DType::kFloat16:
+      return 2;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kInt64:
+      return 8;
+    case DType::kInt32:
+      return 4;
+    case DType::kUInt8:
+      return 1;
+  }
+  return 0;
+}
+
+const char* to_string(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kInt64:
+      return "int64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kUInt8:
+      return "uint8";
+  }
+  return "?";
+}
+
+std::string OpContext::describe() const {
+  std::ostringstream os;
+  os << (what.empty() ? std::string("operation") : what);
+  if (stage >= 0) os << " stage " << stage;
+  if (microbatch >= 0) os << " microbatch " << microbatch;
+  if (step >= 0) os << " step " << step;
+  return os.str();
+}
+
+namespace {
+class CompletedWork final : public Work {
+ public:
+  void wait(std::chrono::milliseconds /*timeout*/) override {}
+  bool is_completed() override { return true; }
+};
+}  // namespace
+
+WorkPtr completed_work() { return std::make_shared<CompletedWork>(); }
+
+}  // namespace pipewright::exec

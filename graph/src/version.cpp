@@ -1,0 +1,5 @@
+#include "pipewright/graph/version.hpp"
+
+namespace pipewright {
+const char* version() noexcept { return PIPEWRIGHT_VERSION; }
+}  // namespace pipewright
