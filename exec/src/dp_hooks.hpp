@@ -1,0 +1,48 @@
+// The seam between the plan interpreter (interpreter.cpp) and a data-parallel algorithm
+// (DDP, SlowMo/LocalSGD). Private to exec/: it names torch types.
+//
+// The interpreter owns the stages and the order of actions; the algorithm owns communication
+// across data-parallel replicas. With dp == 1 the interpreter uses NoDataParallel (all no-ops).
+//
+// Call order within one training step, per local stage s (all calls on the rank's main thread):
+//   before_backward(s, mb, last)  before each B or I action of (s, mb)
+//   after_backward(s, mb, last)   after the B or W action that completes (s, mb)'s gradients
+//   reduce_grad(s)                the plan's REDUCE_GRAD action of s: returns when s's gradients
+//                                 are averaged over replicas (DDP) or immediately (LocalSGD)
+//   after_optimizer_step(step)    once per step, after every local stage's OPTIM action
+// on_start() is called once before the first step, after every stage's parameters exist.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace pipewright::exec {
+
+struct StageParams {
+  int stage = 0;
+  std::vector<torch::Tensor> params;   // registration order ("0.weight", "0.bias", "2.weight"...)
+  std::vector<torch::Tensor> buffers;  // non-trainable state, broadcast from replica 0 at start
+};
+
+class DataParallelHooks {
+ public:
+  virtual ~DataParallelHooks() = default;
+  virtual void on_start(std::vector<StageParams>& stages) = 0;
+  virtual void before_backward(int stage, int microbatch, bool last) = 0;
+  virtual void after_backward(int stage, int microbatch, bool last) = 0;
+  virtual void reduce_grad(int stage) = 0;
+  virtual void after_optimizer_step(std::int64_t step) = 0;
+};
+
+class NoDataParallel final : public DataParallelHooks {
+ public:
+  void on_start(std::vector<StageParams>& /*stages*/) override {}
+  void before_backward(int /*stage*/, int /*microbatch*/, bool /*last*/) override {}
+  void after_backward(int /*stage*/, int /*microbatch*/, bool /*last*/) override {}
+  void reduce_grad(int /*stage*/) override {}
+  void after_optimizer_step(std::int64_t /*step*/) override {}
+};
+
+}  // namespace pipewright::exec
