@@ -1,0 +1,125 @@
+// The per-stage cost table, which is also the executor's profile format.
+//
+// The executor (`pipewright run --profile F`) measures each stage and writes a CostTable with
+// to_json(); the simulator (`pipewright simulate --profile F`) reads it with load_costs(). The
+// simulator also builds CostTables from command-line what-if costs and from graph/ partitions,
+// so every cost input ends up in this one type.
+//
+// JSON form (docs/simulator.md has the full description):
+//   {"format": "pipewright-profile", "version": 1, "source": "executor",
+//    "compute_overhead_ms": 0,
+//    "stages": [{"stage": 0, "forward_ms": 1.5, "backward_ms": 3.0,
+//                "input_grad_ms": 1.5, "weight_grad_ms": 1.5,          (optional)
+//                "param_bytes": 4096, "activation_bytes": 1024, "output_bytes": 256,
+//                "param_sizes_bytes": [2048, 2048],                     (optional)
+//                "stats": {"forward": {"median_ms": 1.5, "p10_ms": 1.4,
+//                                      "p90_ms": 1.7, "samples": 32}}}], (optional)
+//    "p2p": {"latency_ms": 0.01, "bandwidth_gb_per_s": 10} or {"per_message_ms": 0.2},
+//    "peak_memory": [{"rank": 0, "peak_bytes": 123456}]}                (optional)
+// Times are milliseconds (double), sizes are bytes (integer), bandwidth is 1e9 bytes/s.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipewright::sched {
+
+inline constexpr std::string_view kProfileFormat = "pipewright-profile";
+inline constexpr int kProfileVersion = 1;
+
+// A measured distribution of one action kind's duration on one stage.
+struct KindStats {
+  double median_ms = 0;
+  double p10_ms = 0;
+  double p90_ms = 0;
+  std::int64_t samples = 0;
+  friend bool operator==(const KindStats& a, const KindStats& b) noexcept {
+    return a.median_ms == b.median_ms && a.p10_ms == b.p10_ms && a.p90_ms == b.p90_ms &&
+           a.samples == b.samples;
+  }
+};
+
+struct StageCost {
+  std::int32_t stage = 0;
+  double forward_ms = 0;   // F, per microbatch
+  double backward_ms = 0;  // B (input + weight gradients), per microbatch
+  // Split backward (zero-bubble plans). When absent, I costs backward_ms / 2 and W the rest.
+  std::optional<double> input_grad_ms;
+  std::optional<double> weight_grad_ms;
+  std::int64_t param_bytes = 0;       // all trainable parameters of the stage
+  std::int64_t activation_bytes = 0;  // kept from F until B (or W), per microbatch
+  std::int64_t output_bytes = 0;      // activation crossing each outgoing cut, per microbatch
+  // Parameter sizes in registration order (DDP bucketing). Empty: one tensor of param_bytes.
+  std::vector<std::int64_t> param_sizes_bytes;
+  // Measured distributions (executor profiles only).
+  std::optional<KindStats> forward_stats;
+  std::optional<KindStats> backward_stats;
+  std::optional<KindStats> input_grad_stats;
+  std::optional<KindStats> weight_grad_stats;
+
+  // I and W costs with the documented default split.
+  [[nodiscard]] double input_grad_or_default_ms() const noexcept {
+    return input_grad_ms ? *input_grad_ms : backward_ms / 2;
+  }
+  [[nodiscard]] double weight_grad_or_default_ms() const noexcept {
+    return weight_grad_ms ? *weight_grad_ms : backward_ms - input_grad_or_default_ms();
+  }
+  friend bool operator==(const StageCost& a, const StageCost& b) noexcept {
+    return a.stage == b.stage && a.forward_ms == b.forward_ms && a.backward_ms == b.backward_ms &&
+           a.input_grad_ms == b.input_grad_ms && a.weight_grad_ms == b.weight_grad_ms &&
+           a.param_bytes == b.param_bytes && a.activation_bytes == b.activation_bytes &&
+           a.output_bytes == b.output_bytes && a.param_sizes_bytes == b.param_sizes_bytes &&
+           a.forward_stats == b.forward_stats && a.backward_stats == b.backward_stats &&
+           a.input_grad_stats == b.input_grad_stats && a.weight_grad_stats == b.weight_grad_stats;
+  }
+};
+
+// Measured point-to-point cost: either latency + bytes / bandwidth, or a fixed time per message
+// (per_message_ms wins when both are given).
+struct P2PCost {
+  double latency_ms = 0;
+  double bandwidth_gb_per_s = 0;  // 1e9 bytes/s; 0 means "no bandwidth term"
+  std::optional<double> per_message_ms;
+  friend bool operator==(const P2PCost& a, const P2PCost& b) noexcept {
+    return a.latency_ms == b.latency_ms && a.bandwidth_gb_per_s == b.bandwidth_gb_per_s &&
+           a.per_message_ms == b.per_message_ms;
+  }
+};
+
+struct RankPeakMemory {
+  std::int32_t rank = 0;
+  std::int64_t peak_bytes = 0;
+  friend bool operator==(const RankPeakMemory& a, const RankPeakMemory& b) noexcept {
+    return a.rank == b.rank && a.peak_bytes == b.peak_bytes;
+  }
+};
+
+struct CostTable {
+  std::string source = "custom";  // "executor", "model", "cli", "custom"
+  // Fixed overhead added to every compute action (launch, Python-free dispatch...), ms.
+  double compute_overhead_ms = 0;
+  std::vector<StageCost> stages;  // stages[i].stage == i
+  std::optional<P2PCost> p2p;
+  std::vector<RankPeakMemory> peak_memory;  // measured, executor profiles only
+
+  friend bool operator==(const CostTable& a, const CostTable& b) noexcept {
+    return a.source == b.source && a.compute_overhead_ms == b.compute_overhead_ms &&
+           a.stages == b.stages && a.p2p == b.p2p && a.peak_memory == b.peak_memory;
+  }
+};
+
+// Checks the invariants (stage ids 0..n-1 in order, finite non-negative numbers). Throws
+// ParseError naming `origin` and the JSON pointer of the offending field.
+void validate(const CostTable& table, std::string_view origin = "cost table");
+
+// Parses the JSON text; `origin` (a file name) is used in error messages.
+[[nodiscard]] CostTable parse_costs(std::string_view json_text, std::string_view origin);
+// Reads a profile file. Throws ParseError (naming the file and field) or InputError.
+[[nodiscard]] CostTable load_costs(const std::string& path);
+// Deterministic JSON (sorted keys, two-space indent, trailing newline).
+[[nodiscard]] std::string to_json(const CostTable& table);
+
+}  // namespace pipewright::sched

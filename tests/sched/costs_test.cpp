@@ -1,0 +1,123 @@
+#include "pipewright/sched/costs.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <string>
+
+#include "pipewright/graph/error.hpp"
+
+namespace pipewright::sched {
+namespace {
+
+CostTable sample_table() {
+  CostTable t;
+  t.source = "executor";
+  t.compute_overhead_ms = 0.05;
+  StageCost s0;
+  s0.stage = 0;
+  s0.forward_ms = 1.25;
+  s0.backward_ms = 2.5;
+  s0.param_bytes = 4096;
+  s0.activation_bytes = 1024;
+  s0.output_bytes = 256;
+  s0.param_sizes_bytes = {1024, 3072};
+  s0.forward_stats = KindStats{1.25, 1.0, 1.5, 16};
+  StageCost s1 = s0;
+  s1.stage = 1;
+  s1.input_grad_ms = 1.0;
+  s1.weight_grad_ms = 1.5;
+  s1.param_sizes_bytes.clear();
+  s1.forward_stats.reset();
+  s1.weight_grad_stats = KindStats{1.5, 1.4, 1.6, 8};
+  t.stages = {s0, s1};
+  t.p2p = P2PCost{0.01, 12.5, std::nullopt};
+  t.peak_memory = {{0, 123456}, {1, 654321}};
+  return t;
+}
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  const auto pos = text.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  if (pos != std::string::npos) text.replace(pos, from.size(), to);
+  return text;
+}
+
+TEST(Costs, JsonRoundTripsExactly) {
+  const CostTable t = sample_table();
+  const std::string text = to_json(t);
+  const CostTable back = parse_costs(text, "mem.json");
+  EXPECT_EQ(back, t);
+  EXPECT_EQ(to_json(back), text);  // deterministic bytes
+}
+
+TEST(Costs, DefaultSplitOfBackward) {
+  StageCost s;
+  s.backward_ms = 3.0;
+  EXPECT_DOUBLE_EQ(s.input_grad_or_default_ms(), 1.5);
+  EXPECT_DOUBLE_EQ(s.weight_grad_or_default_ms(), 1.5);
+  s.input_grad_ms = 1.0;
+  EXPECT_DOUBLE_EQ(s.weight_grad_or_default_ms(), 2.0);
+}
+
+TEST(Costs, LoadFromFileAndMissingFile) {
+  const std::string path = ::testing::TempDir() + "/pw_costs_test.json";
+  {
+    std::ofstream out(path);
+    out << to_json(sample_table());
+  }
+  EXPECT_EQ(load_costs(path), sample_table());
+  std::remove(path.c_str());
+  EXPECT_THROW((void)load_costs(path), InputError);
+}
+
+void expect_parse_error(const std::string& text, const std::string& needle) {
+  try {
+    (void)parse_costs(text, "prof.json");
+    FAIL() << "expected ParseError mentioning " << needle;
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("prof.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Costs, BadValuesNameTheJsonPointer) {
+  const std::string good = to_json(sample_table());
+  expect_parse_error(replace(good, "\"forward_ms\": 1.25", "\"forward_ms\": -1.0"),
+                     "/stages/0/forward_ms");
+  expect_parse_error(replace(good, "\"backward_ms\": 2.5", "\"backward_ms\": \"x\""),
+                     "/stages/0/backward_ms");
+  expect_parse_error(replace(good, "\"weight_grad_ms\": 1.5", "\"weight_grad_ms\": -0.5"),
+                     "/stages/1/weight_grad_ms");
+  expect_parse_error(replace(good, "\"param_bytes\": 4096", "\"param_bytes\": -4"),
+                     "/stages/0/param_bytes");
+  expect_parse_error(replace(good, "\"format\": \"pipewright-profile\"", "\"format\": \"x\""),
+                     "/format");
+  expect_parse_error(replace(good, "\"version\": 1", "\"version\": 7"), "/version");
+  expect_parse_error(replace(good, "\"stage\": 1", "\"stage\": 5"), "/stages/1/stage");
+  expect_parse_error(replace(good, "\"latency_ms\": 0.01", "\"latency_ms\": -2"),
+                     "/p2p/latency_ms");
+  expect_parse_error(replace(good, "\"peak_bytes\": 123456", "\"peak_bytes\": -1"),
+                     "/peak_memory/0/peak_bytes");
+  expect_parse_error(replace(good, "\"samples\": 16", "\"samples\": 1.5"),
+                     "/stages/0/stats/forward/samples");
+  expect_parse_error(replace(good, "3072", "3071"), "/stages/0/param_sizes_bytes");
+  expect_parse_error("{\"format\": \"pipewright-profile\"", "invalid JSON");
+  expect_parse_error("{\"format\": \"pipewright-profile\", \"version\": 1}", "/stages");
+}
+
+TEST(Costs, ValidateRejectsNaN) {
+  CostTable t = sample_table();
+  t.stages[1].forward_ms = std::numeric_limits<double>::quiet_NaN();
+  try {
+    validate(t, "table");
+    FAIL();
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("/stages/1/forward_ms"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace pipewright::sched
