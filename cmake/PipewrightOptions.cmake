@@ -50,6 +50,19 @@ endif()
 if(PIPEWRIGHT_WITH_NCCL AND NOT PIPEWRIGHT_WITH_EXEC)
   message(FATAL_ERROR "PIPEWRIGHT_WITH_NCCL=ON needs PIPEWRIGHT_WITH_EXEC=ON")
 endif()
+if(PIPEWRIGHT_WITH_NCCL)
+  # NCCL as an imported target: its headers are then system headers (no -Werror on them).
+  file(STRINGS ${PW_NCCL_INCLUDE_DIR}/nccl.h _pw_nccl_ver REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
+  string(REGEX REPLACE ".*NCCL_MAJOR ([0-9]+).*NCCL_MINOR ([0-9]+).*NCCL_PATCH ([0-9]+).*" "\\1.\\2.\\3"
+         PW_NCCL_VERSION "${_pw_nccl_ver}")
+  add_library(pw_nccl_imported INTERFACE IMPORTED)
+  set_target_properties(pw_nccl_imported PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES ${PW_NCCL_INCLUDE_DIR}
+    INTERFACE_LINK_LIBRARIES "${PW_NCCL_LIBRARY};CUDA::cudart")
+  message(STATUS "pipewright: NCCL ON (NCCL ${PW_NCCL_VERSION} ${PW_NCCL_LIBRARY}, CUDA ${CUDAToolkit_VERSION})")
+else()
+  message(STATUS "pipewright: NCCL OFF")
+endif()
 
 # --- Graphviz (libgvc) -------------------------------------------------------------------
 find_package(PkgConfig QUIET)
