@@ -1,0 +1,72 @@
+// The cluster description the simulator times communication with (docs/simulator.md).
+//
+//   {"format": "pipewright-cluster", "version": 1, "name": "2x8-a100",
+//    "nodes": 2, "ranks_per_node": 8, "device_memory_bytes": 85899345920,
+//    "intra_node": {"latency_ms": 0.005, "bandwidth_gb_per_s": 150},
+//    "inter_node": {"latency_ms": 0.01, "bandwidth_gb_per_s": 25},
+//    "collective": "ring", "placement": "pipeline-major",
+//    "rank_nodes": [{"rank": 0, "node": 0}, ...]}            (optional explicit placement)
+// Point-to-point time between two ranks = latency + bytes / bandwidth of the link between their
+// nodes (intra_node when both are on the same node). bandwidth 0 means "infinitely fast".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipewright::sim {
+
+struct Link {
+  double latency_ms = 0;
+  double bandwidth_gb_per_s = 0;  // 1e9 bytes/s; 0 = no bandwidth term
+};
+
+enum class CollectiveAlgorithm { kRing, kTree };
+
+// How global ranks are laid out when dp > 1 (global rank g, pipeline rank r, replica j):
+//   kPipelineMajor  g = r * dp + j   (Megatron's order: replicas of a stage are neighbours)
+//   kReplicaMajor   g = j * pp + r   (each replica's pipeline is contiguous)
+enum class Placement { kPipelineMajor, kReplicaMajor };
+
+struct Cluster {
+  std::string name = "default";
+  std::int32_t nodes = 1;
+  std::int32_t ranks_per_node = 0;       // 0: all ranks on one node (any count)
+  std::int64_t device_memory_bytes = 0;  // 0: unlimited
+  Link intra_node;
+  Link inter_node;
+  CollectiveAlgorithm collective = CollectiveAlgorithm::kRing;
+  Placement placement = Placement::kPipelineMajor;
+  // Optional explicit node of each global rank (overrides ranks_per_node / placement).
+  std::vector<std::int32_t> rank_nodes;
+
+  // Node of global rank g (for a run with `world` ranks). Precondition: check_fits(world).
+  [[nodiscard]] std::int32_t node_of(std::int32_t global_rank) const noexcept;
+  // Global rank of (pipeline rank r, replica j) for pp pipeline ranks and dp replicas.
+  [[nodiscard]] std::int32_t global_rank(std::int32_t r, std::int32_t j, std::int32_t pp,
+                                         std::int32_t dp) const noexcept;
+  [[nodiscard]] const Link& link(std::int32_t global_a, std::int32_t global_b) const noexcept;
+  // Throws ConfigError naming the field when the cluster cannot host `world` ranks (nodes x
+  // ranks_per_node too small, rank_nodes not covering exactly the ranks 0..world-1).
+  void check_fits(std::int32_t world, std::string_view origin = "cluster") const;
+};
+
+// Time of one point-to-point message on `link`, in integer nanoseconds.
+[[nodiscard]] std::int64_t p2p_ns(const Link& link, std::int64_t bytes) noexcept;
+// Ring all-reduce over n ranks: 2(n-1)/n * bytes / bandwidth + 2(n-1) * latency.
+// Tree (double binary tree): 2 * ceil(log2 n) * latency + 2 * bytes / bandwidth. 0 when n <= 1.
+[[nodiscard]] std::int64_t allreduce_ns(CollectiveAlgorithm algo, const Link& link, std::int32_t n,
+                                        std::int64_t bytes) noexcept;
+// Ring reduce (or broadcast) alone: (n-1)/n * bytes / bandwidth + (n-1) * latency.
+[[nodiscard]] std::int64_t reduce_ns(const Link& link, std::int32_t n, std::int64_t bytes) noexcept;
+
+// Milliseconds to integer nanoseconds (rounded to nearest).
+[[nodiscard]] std::int64_t ms_to_ns(double ms) noexcept;
+
+[[nodiscard]] Cluster parse_cluster(std::string_view json_text, std::string_view origin);
+[[nodiscard]] Cluster load_cluster(const std::string& path);
+[[nodiscard]] std::string to_json(const Cluster& cluster);
+
+}  // namespace pipewright::sim

@@ -1,0 +1,135 @@
+// pipewright's discrete-event simulator: times any lowered plan with per-stage costs and a
+// cluster description, and reports step time, bubbles, memory, communication and the critical
+// path (docs/simulator.md).
+//
+// Semantics (Note [Engine] in sim/src/engine.cpp has the details):
+// - each rank executes its action list in order on a compute stream; F/B/I/W take their
+//   stage's cost (+ compute_overhead_ms); F needs the producer's activation (local F, or the
+//   RECV_F), B/I need the consumer's gradient (local B/I, or the RECV_B) and their own F, W
+//   needs I;
+// - SEND_* is non-blocking for compute: it occupies the rank's send stream for the link time;
+//   RECV_* blocks the compute stream until the message has arrived;
+// - with dp > 1, each stage's gradients are all-reduced in DDP buckets that launch during the
+//   last microbatch's backward (on a separate dp-allreduce stream) and overlap remaining compute;
+//   REDUCE_GRAD (or the end of the rank's step, when the plan has none) waits for them;
+//   LocalSGD / SlowMo replace the per-step all-reduce by periodic parameter averaging.
+// - time is integer nanoseconds; the event queue is a binary heap ordered by (time, insertion
+//   sequence), so results are bit-for-bit reproducible.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipewright/sched/action.hpp"
+#include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/plan.hpp"
+#include "pipewright/sim/cluster.hpp"
+
+namespace pipewright::sim {
+
+enum class Optimizer { kSgd, kSgdMomentum, kAdam, kAdamW };
+// "sgd", "sgd-momentum", "adam", "adamw"; throws ConfigError listing the valid names.
+[[nodiscard]] Optimizer parse_optimizer(std::string_view name);
+[[nodiscard]] std::string_view to_string(Optimizer opt) noexcept;
+// Optimizer state bytes per parameter byte (fp32 state, same dtype as the parameters):
+// sgd 0, sgd-momentum 1 (momentum buffer), adam / adamw 2 (exp_avg, exp_avg_sq).
+[[nodiscard]] double optimizer_state_factor(Optimizer opt) noexcept;
+
+enum class DpAlgorithm { kDdp, kLocalSgd, kSlowMo };
+[[nodiscard]] DpAlgorithm parse_dp_algorithm(std::string_view name);  // "ddp", "localsgd", "slowmo"
+[[nodiscard]] std::string_view to_string(DpAlgorithm algo) noexcept;
+
+struct DataParallelOptions {
+  std::int32_t replicas = 1;  // dp
+  DpAlgorithm algorithm = DpAlgorithm::kDdp;
+  double bucket_cap_mb = 25.0;  // DDP (MiB, as torch's bucket_cap_mb)
+  std::int64_t first_bucket_bytes = 1024 * 1024;
+  std::int32_t localsgd_frequency = 1;  // LocalSGD / SlowMo: average parameters every N steps
+  std::int32_t slowmo_frequency = 1;    // SlowMo: slow-momentum reduce + broadcast every N steps
+};
+
+struct SimOptions {
+  DataParallelOptions dp;
+  Optimizer optimizer = Optimizer::kAdam;
+  std::int32_t steps = 1;             // consecutive training steps simulated back to back
+  std::int64_t micro_batch_size = 0;  // samples per microbatch; 0 = unknown (no throughput)
+  bool record_actions = true;         // keep per-action timings (trace, timelines, critical path)
+  bool record_memory_timeline = false;
+  // A message of a fixed duration for every send, overriding cluster and profile (--p2p-ms).
+  std::optional<double> p2p_override_ms;
+};
+
+enum class Stream : std::uint8_t { kCompute = 0, kSend = 1, kRecv = 2, kDpAllReduce = 3 };
+
+// What a slice on the dp-allreduce stream (or a blocking collective) is.
+enum class Collective : std::uint8_t { kNone, kDdpBucket, kLocalSgd, kSlowMo };
+
+// One timed action of the plan, or one collective (then action.kind == kReduceGrad,
+// action.stage is the stage (DDP) or -1 (LocalSGD / SlowMo over all the rank's stages)).
+struct TimedAction {
+  sched::Action action;
+  std::int32_t rank = 0;
+  std::int32_t step = 0;
+  Stream stream = Stream::kCompute;
+  Collective collective = Collective::kNone;
+  std::int32_t bucket = -1;     // DDP bucket index within the stage
+  std::int32_t peer_rank = -1;  // sends: the receiving rank; receives: the sending rank
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::int64_t match = -1;  // receives: index of the matching send in SimResult::actions
+  std::int64_t pred = -1;   // the action whose end determined this one's start (or -1)
+};
+
+struct MemoryPoint {
+  std::int64_t time_ns = 0;
+  std::int64_t bytes = 0;
+};
+
+struct RankResult {
+  std::int32_t rank = 0;
+  std::int64_t finish_ns = 0;      // end of the rank's last action (incl. its DP communication)
+  std::int64_t busy_ns = 0;        // compute (F/B/I/W) time
+  std::int64_t idle_ns = 0;        // makespan - busy
+  std::int64_t send_ns = 0;        // time its send stream was busy
+  std::int64_t recv_wait_ns = 0;   // time the compute stream was blocked in RECV_*
+  std::int64_t dp_comm_ns = 0;     // DDP / LocalSGD / SlowMo communication (overlapped or not)
+  std::int64_t dp_exposed_ns = 0;  // of which the compute stream waited for
+  std::int64_t static_memory_bytes = 0;  // params + grads + optimizer state
+  std::int64_t peak_activation_bytes = 0;
+  std::int32_t peak_activation_microbatches = 0;
+  std::int64_t peak_memory_bytes = 0;
+  bool exceeds_memory = false;
+  std::vector<MemoryPoint> memory_timeline;  // only with record_memory_timeline
+};
+
+struct SimResult {
+  std::string schedule;
+  std::int32_t ranks = 0;
+  std::int32_t stages = 0;
+  std::int32_t microbatches = 0;
+  std::int32_t dp = 1;
+  std::int32_t steps = 1;
+  std::int64_t micro_batch_size = 0;
+  std::int64_t makespan_ns = 0;           // all steps
+  std::vector<std::int64_t> step_end_ns;  // per step: when its last rank finished it
+  std::int64_t simulated_actions = 0;     // plan actions executed (all ranks, all steps)
+  std::int64_t device_memory_bytes = 0;   // from the cluster (0 = unlimited)
+  std::vector<RankResult> per_rank;
+  // With record_actions: every executed action and collective, in simulation order.
+  std::vector<TimedAction> actions;
+  std::vector<std::int64_t> critical_path;  // indices into `actions`, first to last
+
+  [[nodiscard]] double bubble_fraction() const noexcept;
+  // Samples per second over all steps (needs micro_batch_size); 0 when unknown.
+  [[nodiscard]] double throughput_samples_per_s() const noexcept;
+};
+
+// Simulates `plan`. Throws ConfigError when the costs, cluster and options do not match the plan
+// (naming the field), InvalidPlanError for malformed plans (naming rank, position and action) and
+// for plans that deadlock (naming every blocked rank and what it waits for).
+[[nodiscard]] SimResult simulate(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                                 const Cluster& cluster, const SimOptions& options);
+
+}  // namespace pipewright::sim

@@ -1,0 +1,39 @@
+// Communication cost helpers of the engine: point-to-point messages between pipeline ranks and
+// the data-parallel group of a pipeline rank (which link its collectives use).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/plan.hpp"
+#include "pipewright/sim/cluster.hpp"
+#include "pipewright/sim/simulator.hpp"
+
+namespace pipewright::sim {
+
+// Time of one message on a stage edge. Precedence: --p2p-ms, then the profile's measured p2p,
+// then the cluster link between the two ranks' nodes. With dp > 1 replicas the slowest replica's
+// link is used (replicas run in lock step through their gradient all-reduce).
+[[nodiscard]] std::int64_t p2p_message_ns(const sched::PlanShape& shape,
+                                          const sched::CostTable& costs, const Cluster& cluster,
+                                          const SimOptions& options, const sched::StageEdge& edge,
+                                          std::int64_t bytes);
+
+struct DpGroup {
+  Link link;  // intra_node when all replicas of the pipeline rank share a node, else inter_node
+  bool spans_nodes = false;
+};
+[[nodiscard]] DpGroup dp_group(const Cluster& cluster, std::int32_t pipeline_rank, std::int32_t pp,
+                               std::int32_t dp);
+
+struct DdpBucketPlan {
+  std::vector<std::int64_t> bytes;             // per bucket, launch order
+  std::vector<std::int64_t> cumulative_bytes;  // bytes of buckets 0..b
+};
+// The stage's DDP buckets (sched::assign_buckets over param_sizes_bytes, or one tensor of
+// param_bytes when the sizes are unknown).
+[[nodiscard]] DdpBucketPlan ddp_buckets(const sched::StageCost& stage,
+                                        const DataParallelOptions& options);
+
+}  // namespace pipewright::sim

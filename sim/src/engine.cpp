@@ -1,0 +1,757 @@
+// The discrete-event engine behind simulate().
+//
+// Note [Engine]
+// Each rank runs its lowered action list (repeated `steps` times) in program order. The state of
+// the world is a set of "slots", one per (step, stage, microbatch) fact: F done, input gradient
+// done (B or I), activation arrived / received on an edge, gradient arrived / received on an
+// edge. A slot holds the integer nanosecond time the fact became true, or -1 while unknown.
+//
+// Events are (time_ns, insertion sequence, rank) in a binary heap. Popping an event resumes the
+// rank, which executes actions until one needs a slot that is still unknown; the rank then parks
+// on that slot and the action that fills it pushes a new event for the rank. Ranks "run ahead"
+// of the event clock while their inputs are known: every resource a rank uses (its compute,
+// send and dp-allreduce streams) is private to the rank, so an action's start time is a pure
+// function of known slot times and the rank's own stream times, and processing it early cannot
+// change any result. (A later shared-link contention model would process per action instead.)
+// The heap order makes the processing order, and with it every output, deterministic.
+//
+// Dependencies: F(s, m) needs, for every producer stage q, F(q, m) when q is on the same rank
+// and otherwise the rank's own RECV_F of that activation; B/I(s, m) need F(s, m) and, for every
+// consumer stage c, B/I(c, m) locally or the RECV_B; W(s, m) needs I(s, m). SEND_* needs the
+// local F or B/I it sends, starts when the rank's send stream is free (it never blocks compute)
+// and fills the "arrived" slot at its end; RECV_* blocks compute until the arrival. A rank parked
+// on a slot that only it could fill, or on a message nobody sends, is a deadlock: when the heap
+// runs dry with unfinished ranks, simulate() throws InvalidPlanError naming each blocked rank,
+// its action and what it waits for.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "data_parallel.hpp"
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/buckets.hpp"
+#include "pipewright/sim/simulator.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+using sched::Action;
+using sched::ActionKind;
+
+constexpr std::int64_t kUnknown = -1;
+
+// A plan action decoded once (the same list is replayed every step).
+struct Op {
+  ActionKind kind;
+  std::int32_t stage;
+  std::int32_t mb;
+  std::int32_t edge;  // comm actions: the edge index; else -1
+  bool ddp_launch;    // the last B/W of its stage on this rank: launches DDP buckets
+};
+
+struct Event {
+  std::int64_t time_ns;
+  std::int64_t seq;
+  std::int32_t rank;
+};
+// std heap functions build a max-heap; "greater" puts the earliest (time, seq) on top.
+struct EventLater {
+  bool operator()(const Event& a, const Event& b) const noexcept {
+    return a.time_ns != b.time_ns ? a.time_ns > b.time_ns : a.seq > b.seq;
+  }
+};
+
+struct RankState {
+  std::size_t pc = 0;              // index into the repeated program: step * len + position
+  std::int64_t time = 0;           // compute stream free
+  std::int64_t send_free = 0;      // send stream free
+  std::int64_t dp_free = 0;        // dp-allreduce stream free
+  std::int64_t last_compute = -1;  // record index of the action that set `time`
+  std::int64_t last_send = -1;
+  std::int64_t last_dp = -1;
+  std::int64_t parked_slot = -1;
+  std::int32_t next_waiter = -1;  // intrusive list of ranks parked on the same slot
+  std::int64_t activation_bytes = 0;
+  std::int32_t live_microbatches = 0;
+  bool finished = false;
+};
+
+class Engine {
+ public:
+  Engine(const sched::LoweredPlan& plan, const sched::CostTable& costs, const Cluster& cluster,
+         const SimOptions& options)
+      : plan_(plan), costs_(costs), cluster_(cluster), opt_(options) {}
+
+  SimResult run();
+
+ private:
+  void validate_inputs() const;
+  void decode_plan();
+  void precompute_costs();
+  std::size_t slot_base(std::int32_t step) const noexcept {
+    return static_cast<std::size_t>(step) * slots_per_step_;
+  }
+  std::size_t fdone(std::int32_t s, std::int32_t mb) const noexcept {
+    return static_cast<std::size_t>(s) * M_ + mb;
+  }
+  std::size_t bdone(std::int32_t s, std::int32_t mb) const noexcept {
+    return static_cast<std::size_t>(S_ + s) * M_ + mb;
+  }
+  // Edge slots: kind 0 act arrived, 1 act received, 2 grad arrived, 3 grad received.
+  std::size_t eslot(int kind, std::int32_t e, std::int32_t mb) const noexcept {
+    return (2 * static_cast<std::size_t>(S_) + static_cast<std::size_t>(kind) * E_ + e) * M_ + mb;
+  }
+  std::string describe_slot(std::size_t slot) const;
+
+  void set_slot(std::size_t slot, std::int64_t t, std::int64_t src);
+  void park(std::int32_t r, std::size_t slot);
+  void resume(std::int32_t r);
+  bool execute(std::int32_t r, RankState& st, const Op& op, std::int32_t step);
+  void end_of_step(std::int32_t r, RankState& st, std::int32_t step);
+  void launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                  std::int64_t start, std::int64_t end, std::int64_t src);
+  std::int64_t record(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
+                      std::int64_t start, std::int64_t end, std::int64_t pred);
+  void memory_change(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta,
+                     std::int32_t mb_delta);
+  [[noreturn]] void throw_deadlock() const;
+
+  const sched::LoweredPlan& plan_;
+  const sched::CostTable& costs_;
+  const Cluster& cluster_;
+  const SimOptions& opt_;
+
+  std::int32_t R_ = 0, S_ = 0, M_ = 0, E_ = 0, K_ = 1, dp_ = 1;
+  std::vector<sched::StageEdge> edges_;
+  std::vector<std::vector<std::int32_t>> in_edges_, out_edges_;  // per stage: edge indices
+  std::vector<std::vector<Op>> ops_;                             // per rank
+  std::vector<std::vector<std::int32_t>> explicit_reduce_;       // per rank: stage has REDUCE_GRAD
+
+  // Integer nanosecond costs.
+  std::vector<std::int64_t> f_ns_, b_ns_, i_ns_, w_ns_, act_bytes_;
+  std::vector<std::int64_t> edge_ns_;  // one message on the edge (activation or gradient)
+  std::vector<std::vector<std::int64_t>> bucket_ns_;   // per stage: all-reduce time per bucket
+  std::vector<std::vector<std::int64_t>> bucket_cum_;  // per stage: cumulative bytes per bucket
+  std::vector<std::int64_t> stage_param_bytes_;
+  std::vector<std::int64_t> rank_localsgd_ns_, rank_slowmo_ns_;
+
+  std::size_t slots_per_step_ = 0;
+  std::vector<std::int64_t> slot_time_;
+  std::vector<std::int64_t> slot_src_;     // record index that filled the slot
+  std::vector<std::int32_t> slot_waiter_;  // first parked rank or -1
+  std::vector<std::int64_t> ddp_done_;     // per (step, stage): all buckets reduced, or -1
+
+  std::vector<RankState> ranks_;
+  std::vector<Event> heap_;
+  std::int64_t seq_ = 0;
+  SimResult result_;
+  bool record_ = true;
+};
+
+void Engine::validate_inputs() const {
+  const auto& shape = plan_.shape;
+  PW_CHECK(shape.ranks >= 1 && shape.stages >= 1 && shape.microbatches >= 1, InvalidPlanError,
+           "plan: ranks, stages and microbatches must be >= 1 (got "
+               << shape.ranks << ", " << shape.stages << ", " << shape.microbatches << ")");
+  PW_CHECK(plan_.per_rank.size() == static_cast<std::size_t>(shape.ranks), InvalidPlanError,
+           "plan: has action lists for " << plan_.per_rank.size()
+                                         << " ranks but ranks = " << shape.ranks);
+  PW_CHECK(shape.stage_to_rank.size() == static_cast<std::size_t>(shape.stages), InvalidPlanError,
+           "plan: stage_to_rank has " << shape.stage_to_rank.size() << " entries for "
+                                      << shape.stages << " stages");
+  for (std::int32_t s = 0; s < shape.stages; ++s) {
+    const auto r = shape.stage_to_rank[static_cast<std::size_t>(s)];
+    PW_CHECK(r >= 0 && r < shape.ranks, InvalidPlanError,
+             "plan: stage " << s << " is placed on unknown rank " << r);
+  }
+  PW_CHECK(costs_.stages.size() == static_cast<std::size_t>(shape.stages), ConfigError,
+           "costs (" << costs_.source << "): /stages has " << costs_.stages.size()
+                     << " entries but the plan has " << shape.stages << " stages");
+  sched::validate(costs_, "costs (" + costs_.source + ")");
+  const auto& dp = opt_.dp;
+  PW_CHECK(dp.replicas >= 1, ConfigError, "--dp must be >= 1, got " << dp.replicas);
+  PW_CHECK(opt_.steps >= 1 && opt_.steps <= 100000, ConfigError,
+           "--steps must be in [1, 100000], got " << opt_.steps);
+  PW_CHECK(dp.localsgd_frequency >= 1, ConfigError,
+           "--localsgd-frequency must be >= 1, got " << dp.localsgd_frequency);
+  PW_CHECK(dp.slowmo_frequency >= 1, ConfigError,
+           "--slowmo-frequency must be >= 1, got " << dp.slowmo_frequency);
+  PW_CHECK(opt_.micro_batch_size >= 0, ConfigError,
+           "--micro-batch-size must be >= 0, got " << opt_.micro_batch_size);
+  if (opt_.p2p_override_ms) {
+    PW_CHECK(std::isfinite(*opt_.p2p_override_ms) && *opt_.p2p_override_ms >= 0, ConfigError,
+             "--p2p-ms must be a finite number >= 0, got " << *opt_.p2p_override_ms);
+  }
+  cluster_.check_fits(shape.ranks * dp.replicas, "cluster '" + cluster_.name + "'");
+}
+
+void Engine::decode_plan() {
+  const auto& shape = plan_.shape;
+  R_ = shape.ranks;
+  S_ = shape.stages;
+  M_ = shape.microbatches;
+  edges_ = shape.edges();
+  E_ = static_cast<std::int32_t>(edges_.size());
+  in_edges_.assign(static_cast<std::size_t>(S_), {});
+  out_edges_.assign(static_cast<std::size_t>(S_), {});
+  for (std::int32_t e = 0; e < E_; ++e) {
+    const auto& ed = edges_[static_cast<std::size_t>(e)];
+    PW_CHECK(ed.from >= 0 && ed.from < S_ && ed.to >= 0 && ed.to < S_ && ed.from != ed.to,
+             InvalidPlanError,
+             "plan: stage edge " << ed.from << " -> " << ed.to << " is out of range");
+    out_edges_[static_cast<std::size_t>(ed.from)].push_back(e);
+    in_edges_[static_cast<std::size_t>(ed.to)].push_back(e);
+  }
+  auto find_edge = [this](std::int32_t from, std::int32_t to) {
+    for (auto e : out_edges_[static_cast<std::size_t>(from)]) {
+      if (edges_[static_cast<std::size_t>(e)].to == to) return e;
+    }
+    return -1;
+  };
+
+  ops_.assign(static_cast<std::size_t>(R_), {});
+  explicit_reduce_.assign(static_cast<std::size_t>(R_), std::vector<std::int32_t>(S_, 0));
+  for (std::int32_t r = 0; r < R_; ++r) {
+    const auto& list = plan_.per_rank[static_cast<std::size_t>(r)];
+    auto& ops = ops_[static_cast<std::size_t>(r)];
+    ops.reserve(list.size());
+    std::vector<std::int64_t> last_grad(static_cast<std::size_t>(S_), -1);
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      auto where = [&] {
+        std::ostringstream os;
+        os << "plan: rank " << r << ", position " << i << ", action " << sched::to_string(a);
+        return os.str();
+      };
+      PW_CHECK(
+          a.stage >= 0 && a.stage < S_, InvalidPlanError,
+          where() << ": stage " << a.stage << " does not exist (the plan has " << S_ << " stages)");
+      PW_CHECK(shape.stage_to_rank[static_cast<std::size_t>(a.stage)] == r, InvalidPlanError,
+               where() << ": stage " << a.stage << " lives on rank "
+                       << shape.stage_to_rank[static_cast<std::size_t>(a.stage)]);
+      if (sched::has_microbatch(a.kind)) {
+        PW_CHECK(
+            a.microbatch >= 0 && a.microbatch < M_, InvalidPlanError,
+            where() << ": microbatch " << a.microbatch << " is out of range [0, " << M_ << ")");
+      }
+      Op op{a.kind, a.stage, a.microbatch, -1, false};
+      if (sched::is_comm(a.kind)) {
+        const bool to_consumer = a.kind == ActionKind::kSendF || a.kind == ActionKind::kRecvB;
+        op.edge = to_consumer ? find_edge(a.stage, a.peer_stage) : find_edge(a.peer_stage, a.stage);
+        PW_CHECK(op.edge >= 0, InvalidPlanError,
+                 where() << ": stage " << a.peer_stage << " is not a "
+                         << (to_consumer ? "consumer" : "producer") << " of stage " << a.stage);
+        const auto peer_rank = shape.stage_to_rank[static_cast<std::size_t>(a.peer_stage)];
+        PW_CHECK(peer_rank != r, InvalidPlanError,
+                 where() << ": stage " << a.peer_stage
+                         << " is on the same rank; local data needs no send/recv");
+      }
+      if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardWeight) {
+        last_grad[static_cast<std::size_t>(a.stage)] = static_cast<std::int64_t>(i);
+      }
+      if (a.kind == ActionKind::kReduceGrad) {
+        explicit_reduce_[static_cast<std::size_t>(r)][static_cast<std::size_t>(a.stage)] = 1;
+      }
+      ops.push_back(op);
+    }
+    for (std::int32_t s = 0; s < S_; ++s) {
+      if (last_grad[static_cast<std::size_t>(s)] >= 0)
+        ops[static_cast<std::size_t>(last_grad[static_cast<std::size_t>(s)])].ddp_launch = true;
+    }
+  }
+}
+
+void Engine::precompute_costs() {
+  const std::int64_t overhead = ms_to_ns(costs_.compute_overhead_ms);
+  f_ns_.resize(static_cast<std::size_t>(S_));
+  b_ns_.resize(static_cast<std::size_t>(S_));
+  i_ns_.resize(static_cast<std::size_t>(S_));
+  w_ns_.resize(static_cast<std::size_t>(S_));
+  act_bytes_.resize(static_cast<std::size_t>(S_));
+  stage_param_bytes_.resize(static_cast<std::size_t>(S_));
+  for (std::int32_t s = 0; s < S_; ++s) {
+    const auto& c = costs_.stages[static_cast<std::size_t>(s)];
+    const auto k = static_cast<std::size_t>(s);
+    f_ns_[k] = ms_to_ns(c.forward_ms) + overhead;
+    b_ns_[k] = ms_to_ns(c.backward_ms) + overhead;
+    i_ns_[k] = ms_to_ns(c.input_grad_or_default_ms()) + overhead;
+    w_ns_[k] = ms_to_ns(c.weight_grad_or_default_ms()) + overhead;
+    act_bytes_[k] = c.activation_bytes;
+    stage_param_bytes_[k] = c.param_bytes;
+  }
+  edge_ns_.resize(static_cast<std::size_t>(E_));
+  for (std::int32_t e = 0; e < E_; ++e) {
+    const auto& ed = edges_[static_cast<std::size_t>(e)];
+    const std::int64_t bytes = costs_.stages[static_cast<std::size_t>(ed.from)].output_bytes;
+    edge_ns_[static_cast<std::size_t>(e)] =
+        p2p_message_ns(plan_.shape, costs_, cluster_, opt_, ed, bytes);
+  }
+  // Data parallelism.
+  bucket_ns_.assign(static_cast<std::size_t>(S_), {});
+  bucket_cum_.assign(static_cast<std::size_t>(S_), {});
+  rank_localsgd_ns_.assign(static_cast<std::size_t>(R_), 0);
+  rank_slowmo_ns_.assign(static_cast<std::size_t>(R_), 0);
+  if (dp_ <= 1) return;
+  for (std::int32_t s = 0; s < S_; ++s) {
+    const auto r = plan_.shape.stage_to_rank[static_cast<std::size_t>(s)];
+    const DpGroup group = dp_group(cluster_, r, R_, dp_);
+    if (opt_.dp.algorithm == DpAlgorithm::kDdp) {
+      const auto plan = ddp_buckets(costs_.stages[static_cast<std::size_t>(s)], opt_.dp);
+      for (std::size_t b = 0; b < plan.bytes.size(); ++b) {
+        bucket_ns_[static_cast<std::size_t>(s)].push_back(
+            allreduce_ns(cluster_.collective, group.link, dp_, plan.bytes[b]));
+      }
+      bucket_cum_[static_cast<std::size_t>(s)] = plan.cumulative_bytes;
+    }
+  }
+  for (std::int32_t r = 0; r < R_; ++r) {
+    std::int64_t bytes = 0;
+    for (auto s : plan_.shape.stages_of_rank(r))
+      bytes += stage_param_bytes_[static_cast<std::size_t>(s)];
+    const DpGroup group = dp_group(cluster_, r, R_, dp_);
+    rank_localsgd_ns_[static_cast<std::size_t>(r)] =
+        allreduce_ns(cluster_.collective, group.link, dp_, bytes);
+    rank_slowmo_ns_[static_cast<std::size_t>(r)] = 2 * reduce_ns(group.link, dp_, bytes);
+  }
+}
+
+std::string Engine::describe_slot(std::size_t slot) const {
+  const auto step = static_cast<std::int32_t>(slot / slots_per_step_);
+  std::size_t rest = slot % slots_per_step_;
+  const auto mb = static_cast<std::int32_t>(rest % static_cast<std::size_t>(M_));
+  rest /= static_cast<std::size_t>(M_);
+  std::ostringstream os;
+  if (rest < static_cast<std::size_t>(S_)) {
+    os << rest << "F" << mb;
+  } else if (rest < 2 * static_cast<std::size_t>(S_)) {
+    os << "the input gradient of stage " << rest - S_ << " microbatch " << mb << " (B or I)";
+  } else {
+    rest -= 2 * static_cast<std::size_t>(S_);
+    const auto kind = static_cast<int>(rest / static_cast<std::size_t>(E_));
+    const auto& ed = edges_[rest % static_cast<std::size_t>(E_)];
+    static const char* kWhat[] = {"the activation message", "the RECV_F of the activation",
+                                  "the gradient message", "the RECV_B of the gradient"};
+    os << kWhat[kind] << " of microbatch " << mb << " on edge " << ed.from << " -> " << ed.to;
+    if (kind == 0) os << " (nobody sends it: " << ed.from << "SEND_F" << mb << " is missing?)";
+    if (kind == 2) os << " (nobody sends it: " << ed.to << "SEND_B" << mb << " is missing?)";
+  }
+  os << ", step " << step;
+  return os.str();
+}
+
+void Engine::set_slot(std::size_t slot, std::int64_t t, std::int64_t src) {
+  slot_time_[slot] = t;
+  if (record_) slot_src_[slot] = src;
+  std::int32_t w = slot_waiter_[slot];
+  slot_waiter_[slot] = -1;
+  while (w >= 0) {
+    auto& ws = ranks_[static_cast<std::size_t>(w)];
+    const std::int32_t next = ws.next_waiter;
+    ws.next_waiter = -1;
+    ws.parked_slot = -1;
+    heap_.push_back(Event{std::max(t, ws.time), seq_++, w});
+    std::push_heap(heap_.begin(), heap_.end(), EventLater{});
+    w = next;
+  }
+}
+
+void Engine::park(std::int32_t r, std::size_t slot) {
+  auto& st = ranks_[static_cast<std::size_t>(r)];
+  st.parked_slot = static_cast<std::int64_t>(slot);
+  st.next_waiter = slot_waiter_[slot];
+  slot_waiter_[slot] = r;
+}
+
+std::int64_t Engine::record(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
+                            std::int64_t start, std::int64_t end, std::int64_t pred) {
+  if (!record_) return -1;
+  TimedAction t;
+  t.action.stage = op.stage;
+  t.action.kind = op.kind;
+  t.action.microbatch = op.mb;
+  if (op.edge >= 0) {
+    const auto& ed = edges_[static_cast<std::size_t>(op.edge)];
+    t.action.peer_stage = ed.from == op.stage ? ed.to : ed.from;
+    t.peer_rank = plan_.shape.stage_to_rank[static_cast<std::size_t>(t.action.peer_stage)];
+  }
+  t.rank = r;
+  t.step = step;
+  t.stream = stream;
+  t.start_ns = start;
+  t.end_ns = end;
+  t.pred = pred;
+  result_.actions.push_back(t);
+  return static_cast<std::int64_t>(result_.actions.size()) - 1;
+}
+
+void Engine::memory_change(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta,
+                           std::int32_t mb_delta) {
+  st.activation_bytes += delta;
+  st.live_microbatches += mb_delta;
+  auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+  rr.peak_activation_bytes = std::max(rr.peak_activation_bytes, st.activation_bytes);
+  rr.peak_activation_microbatches = std::max(rr.peak_activation_microbatches, st.live_microbatches);
+  if (opt_.record_memory_timeline) {
+    const std::int64_t bytes = rr.static_memory_bytes + st.activation_bytes;
+    auto& tl = rr.memory_timeline;
+    if (!tl.empty() && tl.back().time_ns == t) {
+      tl.back().bytes = bytes;
+    } else {
+      tl.push_back(MemoryPoint{t, bytes});
+    }
+  }
+}
+
+void Engine::launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                        std::int64_t start, std::int64_t end, std::int64_t src) {
+  const auto s = static_cast<std::size_t>(op.stage);
+  const auto& ns = bucket_ns_[s];
+  const auto& cum = bucket_cum_[s];
+  const std::int64_t total = cum.empty() ? 0 : cum.back();
+  std::int64_t done = end;
+  for (std::size_t b = 0; b < ns.size(); ++b) {
+    // Gradients become ready in reverse registration order, evenly by bytes over the backward.
+    const long double frac =
+        total > 0 ? static_cast<long double>(cum[b]) / static_cast<long double>(total) : 1.0L;
+    const std::int64_t ready =
+        start +
+        static_cast<std::int64_t>(std::llround(frac * static_cast<long double>(end - start)));
+    const std::int64_t bstart = std::max(ready, st.dp_free);
+    const std::int64_t bend = bstart + ns[b];
+    const std::int64_t pred = ready >= st.dp_free ? src : st.last_dp;
+    st.dp_free = bend;
+    done = bend;
+    result_.per_rank[static_cast<std::size_t>(r)].dp_comm_ns += ns[b];
+    if (record_) {
+      Op cop{ActionKind::kReduceGrad, op.stage, -1, -1, false};
+      const auto idx = record(cop, r, step, Stream::kDpAllReduce, bstart, bend, pred);
+      result_.actions[static_cast<std::size_t>(idx)].collective = Collective::kDdpBucket;
+      result_.actions[static_cast<std::size_t>(idx)].bucket = static_cast<std::int32_t>(b);
+      st.last_dp = idx;
+    }
+  }
+  ddp_done_[static_cast<std::size_t>(step) * S_ + s] = done;
+}
+
+// Executes op if its inputs are known; returns false (after parking) otherwise.
+bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t step) {
+  const std::size_t base = slot_base(step);
+  const auto s = static_cast<std::size_t>(op.stage);
+  auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+  const auto& stage_rank = plan_.shape.stage_to_rank;
+  auto need = [&](std::size_t slot) {
+    if (slot_time_[base + slot] != kUnknown) return true;
+    park(r, base + slot);
+    return false;
+  };
+  switch (op.kind) {
+    case ActionKind::kForward: {
+      for (auto e : in_edges_[s]) {
+        const auto q = edges_[static_cast<std::size_t>(e)].from;
+        if (!need(stage_rank[static_cast<std::size_t>(q)] == r ? fdone(q, op.mb)
+                                                               : eslot(1, e, op.mb)))
+          return false;
+      }
+      const std::int64_t start = st.time;
+      const std::int64_t end = start + f_ns_[s];
+      const auto idx = record(op, r, step, Stream::kCompute, start, end, st.last_compute);
+      memory_change(r, st, start, act_bytes_[s], 1);
+      st.time = end;
+      st.last_compute = idx;
+      rr.busy_ns += f_ns_[s];
+      set_slot(base + fdone(op.stage, op.mb), end, idx);
+      return true;
+    }
+    case ActionKind::kFullBackward:
+    case ActionKind::kBackwardInput: {
+      if (!need(fdone(op.stage, op.mb))) return false;
+      for (auto e : out_edges_[s]) {
+        const auto c = edges_[static_cast<std::size_t>(e)].to;
+        if (!need(stage_rank[static_cast<std::size_t>(c)] == r ? bdone(c, op.mb)
+                                                               : eslot(3, e, op.mb)))
+          return false;
+      }
+      const bool full = op.kind == ActionKind::kFullBackward;
+      const std::int64_t dur = full ? b_ns_[s] : i_ns_[s];
+      const std::int64_t start = st.time;
+      const std::int64_t end = start + dur;
+      const auto idx = record(op, r, step, Stream::kCompute, start, end, st.last_compute);
+      st.time = end;
+      st.last_compute = idx;
+      rr.busy_ns += dur;
+      if (full) memory_change(r, st, end, -act_bytes_[s], -1);
+      set_slot(base + bdone(op.stage, op.mb), end, idx);
+      if (full && op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
+        launch_ddp(r, st, op, step, start, end, idx);
+      return true;
+    }
+    case ActionKind::kBackwardWeight: {
+      if (!need(bdone(op.stage, op.mb))) return false;
+      const std::int64_t start = st.time;
+      const std::int64_t end = start + w_ns_[s];
+      const auto idx = record(op, r, step, Stream::kCompute, start, end, st.last_compute);
+      st.time = end;
+      st.last_compute = idx;
+      rr.busy_ns += w_ns_[s];
+      memory_change(r, st, end, -act_bytes_[s], -1);
+      if (op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
+        launch_ddp(r, st, op, step, start, end, idx);
+      return true;
+    }
+    case ActionKind::kSendF:
+    case ActionKind::kSendB: {
+      const bool fwd = op.kind == ActionKind::kSendF;
+      if (!need(fwd ? fdone(op.stage, op.mb) : bdone(op.stage, op.mb))) return false;
+      const std::int64_t start = std::max(st.time, st.send_free);
+      const std::int64_t end = start + edge_ns_[static_cast<std::size_t>(op.edge)];
+      const auto pred = st.send_free > st.time ? st.last_send : st.last_compute;
+      const auto idx = record(op, r, step, Stream::kSend, start, end, pred);
+      st.send_free = end;
+      st.last_send = idx;
+      rr.send_ns += end - start;
+      set_slot(base + eslot(fwd ? 0 : 2, op.edge, op.mb), end, idx);
+      return true;
+    }
+    case ActionKind::kRecvF:
+    case ActionKind::kRecvB: {
+      const bool fwd = op.kind == ActionKind::kRecvF;
+      const std::size_t arrived = eslot(fwd ? 0 : 2, op.edge, op.mb);
+      if (!need(arrived)) return false;
+      const std::int64_t at = slot_time_[base + arrived];
+      const std::int64_t start = st.time;
+      const std::int64_t end = std::max(start, at);
+      const auto send_idx = record_ ? slot_src_[base + arrived] : -1;
+      const auto idx =
+          record(op, r, step, Stream::kRecv, start, end, at > start ? send_idx : st.last_compute);
+      if (record_) result_.actions[static_cast<std::size_t>(idx)].match = send_idx;
+      rr.recv_wait_ns += end - start;
+      st.time = end;
+      st.last_compute = idx;
+      set_slot(base + eslot(fwd ? 1 : 3, op.edge, op.mb), end, idx);
+      return true;
+    }
+    case ActionKind::kReduceGrad: {
+      std::int64_t end = st.time;
+      std::int64_t pred = st.last_compute;
+      if (dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp && !bucket_ns_[s].empty()) {
+        const std::int64_t done = ddp_done_[static_cast<std::size_t>(step) * S_ + s];
+        PW_CHECK(done != kUnknown, InvalidPlanError,
+                 "plan: rank " << r << ": " << op.stage
+                               << "REDUCE_GRAD comes before the last backward of stage "
+                               << op.stage);
+        if (done > end) {
+          rr.dp_exposed_ns += done - end;
+          end = done;
+          pred = st.last_dp;
+        }
+      }
+      const auto idx = record(op, r, step, Stream::kCompute, st.time, end, pred);
+      st.time = end;
+      st.last_compute = idx;
+      return true;
+    }
+    case ActionKind::kOptimizerStep: {
+      const auto idx = record(op, r, step, Stream::kCompute, st.time, st.time, st.last_compute);
+      st.last_compute = idx;
+      return true;
+    }
+  }
+  return true;
+}
+
+void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
+  auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+  if (dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp) {
+    // Stages whose plan has no REDUCE_GRAD: the step ends when their buckets are reduced.
+    for (std::int32_t s = 0; s < S_; ++s) {
+      if (plan_.shape.stage_to_rank[static_cast<std::size_t>(s)] != r ||
+          explicit_reduce_[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)] != 0)
+        continue;
+      const std::int64_t done = ddp_done_[static_cast<std::size_t>(step) * S_ + s];
+      if (done > st.time) {
+        rr.dp_exposed_ns += done - st.time;
+        st.time = done;
+        st.last_compute = st.last_dp;
+      }
+    }
+  }
+  if (dp_ > 1 && opt_.dp.algorithm != DpAlgorithm::kDdp) {
+    const bool average = (step + 1) % opt_.dp.localsgd_frequency == 0;
+    const bool slowmo =
+        opt_.dp.algorithm == DpAlgorithm::kSlowMo && (step + 1) % opt_.dp.slowmo_frequency == 0;
+    auto blocking = [&](std::int64_t ns, Collective kind) {
+      if (ns <= 0) return;
+      const std::int64_t start = std::max(st.time, st.dp_free);
+      const std::int64_t end = start + ns;
+      rr.dp_comm_ns += ns;
+      rr.dp_exposed_ns += end - st.time;
+      if (record_) {
+        Op cop{ActionKind::kReduceGrad, -1, -1, -1, false};
+        const auto idx = record(cop, r, step, Stream::kDpAllReduce, start, end, st.last_compute);
+        result_.actions[static_cast<std::size_t>(idx)].collective = kind;
+        st.last_dp = idx;
+        st.last_compute = idx;
+      }
+      st.time = end;
+      st.dp_free = end;
+    };
+    if (average) blocking(rank_localsgd_ns_[static_cast<std::size_t>(r)], Collective::kLocalSgd);
+    if (slowmo) blocking(rank_slowmo_ns_[static_cast<std::size_t>(r)], Collective::kSlowMo);
+  }
+  // The step is over on this rank when compute, sends and collectives are all done.
+  const std::int64_t finish = std::max({st.time, st.send_free, st.dp_free});
+  auto& end = result_.step_end_ns[static_cast<std::size_t>(step)];
+  end = std::max(end, finish);
+}
+
+void Engine::resume(std::int32_t r) {
+  auto& st = ranks_[static_cast<std::size_t>(r)];
+  const auto& ops = ops_[static_cast<std::size_t>(r)];
+  const std::size_t len = ops.size();
+  const std::size_t total = len * static_cast<std::size_t>(K_);
+  while (st.pc < total) {
+    const auto step = static_cast<std::int32_t>(st.pc / len);
+    const std::size_t pos = st.pc - static_cast<std::size_t>(step) * len;
+    if (!execute(r, st, ops[pos], step)) return;
+    ++st.pc;
+    if (pos + 1 == len) end_of_step(r, st, step);
+  }
+  if (!st.finished) {
+    st.finished = true;
+    if (len == 0) {
+      for (std::int32_t k = 0; k < K_; ++k) end_of_step(r, st, k);
+    }
+    auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+    rr.finish_ns = std::max({st.time, st.send_free, st.dp_free});
+  }
+}
+
+void Engine::throw_deadlock() const {
+  std::ostringstream os;
+  os << "plan deadlocks: ";
+  bool first = true;
+  for (std::int32_t r = 0; r < R_; ++r) {
+    const auto& st = ranks_[static_cast<std::size_t>(r)];
+    if (st.finished) continue;
+    const auto& ops = ops_[static_cast<std::size_t>(r)];
+    const std::size_t len = ops.size();
+    const std::size_t pos = st.pc % len;
+    const Action& a = plan_.per_rank[static_cast<std::size_t>(r)][pos];
+    if (!first) os << "; ";
+    first = false;
+    os << "rank " << r << " is blocked at position " << pos << " (" << sched::to_string(a)
+       << ", step " << st.pc / len << ") waiting for "
+       << (st.parked_slot >= 0 ? describe_slot(static_cast<std::size_t>(st.parked_slot))
+                               : std::string("?"));
+  }
+  throw InvalidPlanError(os.str());
+}
+
+SimResult Engine::run() {
+  validate_inputs();
+  dp_ = opt_.dp.replicas;
+  K_ = opt_.steps;
+  record_ = opt_.record_actions;
+  decode_plan();
+  precompute_costs();
+
+  slots_per_step_ = (2 * static_cast<std::size_t>(S_) + 4 * static_cast<std::size_t>(E_)) *
+                    static_cast<std::size_t>(M_);
+  const std::size_t slots = slots_per_step_ * static_cast<std::size_t>(K_);
+  PW_CHECK(slots <= (std::size_t{1} << 31), ConfigError,
+           "plan too large to simulate: " << slots
+                                          << " dependency slots (stages x microbatches x steps)");
+  slot_time_.assign(slots, kUnknown);
+  slot_waiter_.assign(slots, -1);
+  if (record_) slot_src_.assign(slots, -1);
+  ddp_done_.assign(static_cast<std::size_t>(K_) * S_, kUnknown);
+
+  result_.schedule = plan_.shape.schedule;
+  result_.ranks = R_;
+  result_.stages = S_;
+  result_.microbatches = M_;
+  result_.dp = dp_;
+  result_.steps = K_;
+  result_.micro_batch_size = opt_.micro_batch_size;
+  result_.device_memory_bytes = cluster_.device_memory_bytes;
+  result_.step_end_ns.assign(static_cast<std::size_t>(K_), 0);
+  result_.per_rank.resize(static_cast<std::size_t>(R_));
+  std::size_t total_actions = 0;
+  for (const auto& ops : ops_) total_actions += ops.size();
+  result_.simulated_actions = static_cast<std::int64_t>(total_actions) * K_;
+  if (record_) result_.actions.reserve(total_actions * static_cast<std::size_t>(K_) + 16);
+
+  const double opt_factor = optimizer_state_factor(opt_.optimizer);
+  for (std::int32_t r = 0; r < R_; ++r) {
+    auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+    rr.rank = r;
+    std::int64_t params = 0;
+    for (auto s : plan_.shape.stages_of_rank(r))
+      params += stage_param_bytes_[static_cast<std::size_t>(s)];
+    // parameters + gradients (same dtype) + optimizer state.
+    rr.static_memory_bytes =
+        2 * params +
+        static_cast<std::int64_t>(std::llround(opt_factor * static_cast<double>(params)));
+    if (opt_.record_memory_timeline) rr.memory_timeline.push_back({0, rr.static_memory_bytes});
+  }
+
+  ranks_.assign(static_cast<std::size_t>(R_), RankState{});
+  heap_.reserve(static_cast<std::size_t>(R_) * 2);
+  for (std::int32_t r = 0; r < R_; ++r) heap_.push_back(Event{0, seq_++, r});
+  std::make_heap(heap_.begin(), heap_.end(), EventLater{});
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), EventLater{});
+    const Event ev = heap_.back();
+    heap_.pop_back();
+    resume(ev.rank);
+  }
+  for (const auto& st : ranks_) {
+    if (!st.finished) throw_deadlock();
+  }
+
+  std::int64_t makespan = 0;
+  for (const auto& rr : result_.per_rank) makespan = std::max(makespan, rr.finish_ns);
+  result_.makespan_ns = makespan;
+  for (auto& rr : result_.per_rank) {
+    rr.idle_ns = makespan - rr.busy_ns;
+    rr.peak_memory_bytes = rr.static_memory_bytes + rr.peak_activation_bytes;
+    rr.exceeds_memory =
+        cluster_.device_memory_bytes > 0 && rr.peak_memory_bytes > cluster_.device_memory_bytes;
+  }
+  if (record_ && !result_.actions.empty()) {
+    std::int64_t last = 0;
+    for (std::size_t i = 1; i < result_.actions.size(); ++i) {
+      if (result_.actions[i].end_ns > result_.actions[static_cast<std::size_t>(last)].end_ns)
+        last = static_cast<std::int64_t>(i);
+    }
+    for (std::int64_t i = last; i >= 0; i = result_.actions[static_cast<std::size_t>(i)].pred)
+      result_.critical_path.push_back(i);
+    std::reverse(result_.critical_path.begin(), result_.critical_path.end());
+  }
+  return std::move(result_);
+}
+
+}  // namespace
+
+double SimResult::bubble_fraction() const noexcept {
+  if (makespan_ns <= 0 || per_rank.empty()) return 0.0;
+  long double idle = 0;
+  for (const auto& r : per_rank) idle += static_cast<long double>(r.idle_ns);
+  return static_cast<double>(
+      idle / (static_cast<long double>(per_rank.size()) * static_cast<long double>(makespan_ns)));
+}
+
+double SimResult::throughput_samples_per_s() const noexcept {
+  if (micro_batch_size <= 0 || makespan_ns <= 0) return 0.0;
+  const double samples = static_cast<double>(micro_batch_size) * microbatches * dp * steps;
+  return samples / (static_cast<double>(makespan_ns) * 1e-9);
+}
+
+SimResult simulate(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                   const Cluster& cluster, const SimOptions& options) {
+  return Engine(plan, costs, cluster, options).run();
+}
+
+}  // namespace pipewright::sim

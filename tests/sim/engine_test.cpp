@@ -1,0 +1,194 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sim/simulator.hpp"
+#include "plan_fixtures.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+using sched::Action;
+using sched::ActionKind;
+using testing::gpipe;
+using testing::one_f_one_b;
+using testing::uniform_costs;
+
+constexpr std::int64_t kMs = 1'000'000;  // ns
+
+SimResult run(const sched::LoweredPlan& plan, const sched::CostTable& costs, SimOptions opt = {}) {
+  return simulate(plan, costs, Cluster{}, opt);
+}
+
+TEST(Engine, GPipeAnd1F1BClosedFormOverAGrid) {
+  for (std::int32_t p : {1, 2, 3, 4, 8}) {
+    for (std::int32_t m : {1, 2, 3, 4, 8, 13}) {
+      for (auto [f, b] : {std::pair{1.0, 2.0}, std::pair{1.5, 1.5}, std::pair{0.25, 3.0}}) {
+        const auto costs = uniform_costs(p, f, b);
+        const std::int64_t expect = (m + p - 1) * (std::llround(f * 1e6) + std::llround(b * 1e6));
+        const auto g = run(gpipe(p, m), costs);
+        EXPECT_EQ(g.makespan_ns, expect) << "GPipe p=" << p << " m=" << m;
+        EXPECT_DOUBLE_EQ(g.bubble_fraction(), static_cast<double>(p - 1) / (m + p - 1));
+        if (m >= p) {
+          const auto o = run(one_f_one_b(p, m), costs);
+          EXPECT_EQ(o.makespan_ns, expect) << "1F1B p=" << p << " m=" << m;
+          EXPECT_DOUBLE_EQ(o.bubble_fraction(), static_cast<double>(p - 1) / (m + p - 1));
+        }
+      }
+    }
+  }
+}
+
+TEST(Engine, PeakActivationsPerRank) {
+  for (std::int32_t p : {2, 4, 6}) {
+    for (std::int32_t m : {1, 3, 4, 8}) {
+      const auto costs = uniform_costs(p, 1, 2, /*act_bytes=*/1000);
+      const auto g = run(gpipe(p, m), costs);
+      for (std::int32_t r = 0; r < p; ++r) {
+        EXPECT_EQ(g.per_rank[r].peak_activation_microbatches, m);
+        EXPECT_EQ(g.per_rank[r].peak_activation_bytes, 1000 * m);
+      }
+      const auto o = run(one_f_one_b(p, m), costs);
+      for (std::int32_t r = 0; r < p; ++r) {
+        EXPECT_EQ(o.per_rank[r].peak_activation_microbatches, std::min(p - r, m))
+            << "p=" << p << " m=" << m << " r=" << r;
+      }
+    }
+  }
+}
+
+// Hand-derived: p=2, m=2, F=1, B=2, every message 0.5 ms.
+//   rank0: F0 [0,1] F1 [1,2]; sends [1,1.5] [2,2.5]
+//   rank1: F0 [1.5,2.5] F1 [2.5,3.5] B0 [3.5,5.5] B1 [5.5,7.5]; grad sends [5.5,6] [7.5,8]
+//   rank0: B0 [6,8] B1 [8,10]
+TEST(Engine, GPipeWithP2PCostHandDerived) {
+  SimOptions opt;
+  opt.p2p_override_ms = 0.5;
+  const auto r = run(gpipe(2, 2), uniform_costs(2, 1, 2), opt);
+  EXPECT_EQ(r.makespan_ns, 10 * kMs);
+  EXPECT_EQ(r.per_rank[0].busy_ns, 6 * kMs);
+  EXPECT_EQ(r.per_rank[0].idle_ns, 4 * kMs);
+  EXPECT_EQ(r.per_rank[1].finish_ns, 8 * kMs);  // its last send ends at 8
+  EXPECT_EQ(r.per_rank[0].send_ns, 1 * kMs);
+  // Closed form for GPipe with message cost C: (m + p - 1)(F + B) + 2(p - 1)C.
+  for (std::int32_t p : {2, 3, 5}) {
+    for (std::int32_t m : {1, 4, 7}) {
+      const auto g = run(gpipe(p, m), uniform_costs(p, 1, 2), opt);
+      EXPECT_EQ(g.makespan_ns, (m + p - 1) * 3 * kMs + 2 * (p - 1) * kMs / 2) << p << " " << m;
+    }
+  }
+}
+
+// 1F1B with p=2, m=2, F=1, B=2, C=0.5 (hand-derived):
+//   rank0: F0 [0,1] F1 [1,2] (sends [1,1.5], [2,2.5])
+//   rank1: F0 [1.5,2.5] B0 [2.5,4.5] (send [4.5,5]) RECV_F1 (arrived 2.5) F1 [4.5,5.5]
+//          B1 [5.5,7.5] (send [7.5,8])
+//   rank0: RECV_B0 at 2 waits to 5 -> B0 [5,7]; RECV_B1 waits to 8 -> B1 [8,10].
+TEST(Engine, OneFOneBWithP2PCostHandDerived) {
+  SimOptions opt;
+  opt.p2p_override_ms = 0.5;
+  const auto r = run(one_f_one_b(2, 2), uniform_costs(2, 1, 2), opt);
+  EXPECT_EQ(r.makespan_ns, 10 * kMs);
+  EXPECT_EQ(r.per_rank[0].recv_wait_ns, (3 + 1) * kMs);
+  EXPECT_EQ(r.per_rank[1].recv_wait_ns, kMs * 3 / 2);  // RECV_F0 waits 0 -> 1.5
+}
+
+TEST(Engine, SplitBackwardFreesActivationsAtW) {
+  const auto costs = uniform_costs(3, 1, 2, 100);
+  const auto r = run(one_f_one_b(3, 6, /*split=*/true), costs);
+  // I and W default to half of B each. Upstream ranks only wait for I, so the drain is W shorter
+  // per stage than with B: (m + p - 1)(F + B) - (p - 1) W.
+  EXPECT_EQ(r.makespan_ns, (6 + 3 - 1) * 3 * kMs - 2 * kMs);
+  for (std::int32_t k = 0; k < 3; ++k) EXPECT_EQ(r.per_rank[k].peak_activation_microbatches, 3 - k);
+}
+
+TEST(Engine, ByteIdenticalResultsAndCriticalPath) {
+  SimOptions opt;
+  opt.p2p_override_ms = 0.3;
+  const auto a = run(one_f_one_b(4, 8), uniform_costs(4, 1, 2), opt);
+  const auto b = run(one_f_one_b(4, 8), uniform_costs(4, 1, 2), opt);
+  ASSERT_EQ(a.actions.size(), b.actions.size());
+  for (std::size_t i = 0; i < a.actions.size(); ++i) {
+    EXPECT_EQ(a.actions[i].start_ns, b.actions[i].start_ns);
+    EXPECT_EQ(a.actions[i].end_ns, b.actions[i].end_ns);
+  }
+  ASSERT_FALSE(a.critical_path.empty());
+  // The path is contiguous in time: each action starts when its predecessor ends (or later for
+  // sends queued behind compute) and the last one ends at the makespan.
+  const auto& last = a.actions[static_cast<std::size_t>(a.critical_path.back())];
+  EXPECT_EQ(last.end_ns, a.makespan_ns);
+  EXPECT_EQ(a.actions[static_cast<std::size_t>(a.critical_path.front())].start_ns, 0);
+  for (std::size_t k = 1; k < a.critical_path.size(); ++k) {
+    const auto& prev = a.actions[static_cast<std::size_t>(a.critical_path[k - 1])];
+    const auto& cur = a.actions[static_cast<std::size_t>(a.critical_path[k])];
+    EXPECT_LE(prev.end_ns, cur.end_ns);
+  }
+}
+
+TEST(Engine, DeadlockNamesTheBlockedRanks) {
+  auto plan = gpipe(2, 1);
+  // Rank 1 waits for a gradient that rank 0 never gets: drop rank 1's SEND_B.
+  auto& r1 = plan.per_rank[1];
+  r1.erase(std::remove_if(r1.begin(), r1.end(),
+                          [](const Action& a) { return a.kind == ActionKind::kSendB; }),
+           r1.end());
+  try {
+    (void)run(plan, uniform_costs(2, 1, 1));
+    FAIL();
+  } catch (const InvalidPlanError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("rank 0 is blocked at position"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("0RECV_B0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("1SEND_B0 is missing"), std::string::npos) << msg;
+  }
+}
+
+TEST(Engine, MalformedPlansAndMismatchedCosts) {
+  auto plan = gpipe(2, 2);
+  plan.per_rank[0][0] = Action::compute(1, ActionKind::kForward, 0);
+  EXPECT_THROW((void)run(plan, uniform_costs(2, 1, 1)), InvalidPlanError);
+  plan = gpipe(2, 2);
+  plan.per_rank[1].push_back(Action::compute(1, ActionKind::kForward, 9));
+  try {
+    (void)run(plan, uniform_costs(2, 1, 1));
+    FAIL();
+  } catch (const InvalidPlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1, position"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("microbatch 9"), std::string::npos);
+  }
+  try {
+    (void)run(gpipe(2, 2), uniform_costs(3, 1, 1));
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/stages"), std::string::npos);
+  }
+  auto neg = uniform_costs(2, 1, 1);
+  neg.stages[1].backward_ms = -1;
+  try {
+    (void)run(gpipe(2, 2), neg);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/stages/1/backward_ms"), std::string::npos);
+  }
+}
+
+TEST(Engine, StaticMemoryPerOptimizer) {
+  const auto costs = uniform_costs(2, 1, 1, 0, /*param_bytes=*/1000);
+  for (auto [opt, factor] : {std::pair{Optimizer::kSgd, 0}, std::pair{Optimizer::kSgdMomentum, 1},
+                             std::pair{Optimizer::kAdam, 2}, std::pair{Optimizer::kAdamW, 2}}) {
+    SimOptions o;
+    o.optimizer = opt;
+    const auto r = run(gpipe(2, 2), costs, o);
+    EXPECT_EQ(r.per_rank[0].static_memory_bytes, 1000 * (2 + factor));
+  }
+  Cluster small;
+  small.device_memory_bytes = 3500;
+  SimOptions o;
+  const auto r = simulate(gpipe(2, 2), uniform_costs(2, 1, 1, 10, 1000), small, o);
+  EXPECT_TRUE(r.per_rank[0].exceeds_memory);  // 4000 + 20 > 3500
+}
+
+}  // namespace
+}  // namespace pipewright::sim
