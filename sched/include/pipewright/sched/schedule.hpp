@@ -1,0 +1,56 @@
+// Schedule generators: torch.distributed.pipelining's schedules as pure functions from a shape to
+// a ComputePlan.
+//
+// For every name and shape torch accepts, the per-rank compute order is exactly the order torch
+// executes (its `pipeline_order` with the None bubbles dropped); shapes torch rejects are rejected
+// with ConfigError carrying torch's reason. docs/schedules.md lists the rules per schedule.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipewright/sched/plan.hpp"
+
+namespace pipewright::sched {
+
+enum class ScheduleKind : std::uint8_t {
+  kGPipe,                  // "GPipe": fill-drain, one stage per rank
+  k1F1B,                   // "1F1B": warm-up, one forward one backward, cool-down
+  kInterleaved1F1B,        // "Interleaved1F1B": v stages per rank, depth first
+  kLoopedBFS,              // "LoopedBFS": v stages per rank, breadth first
+  kInterleavedZeroBubble,  // "InterleavedZeroBubble": ZB-H1, backward split into I and W
+};
+
+// Case-insensitive, torch's spellings ("gpipe", "1f1b", "Interleaved1F1B", ...). Throws
+// ConfigError listing the valid names.
+[[nodiscard]] ScheduleKind parse_schedule_kind(std::string_view name);
+// torch's spelling, e.g. "Interleaved1F1B".
+[[nodiscard]] std::string_view to_string(ScheduleKind kind) noexcept;
+// All kinds, in declaration order (tests and help texts iterate over it).
+[[nodiscard]] const std::vector<ScheduleKind>& all_schedule_kinds();
+// "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble".
+[[nodiscard]] std::string schedule_kind_names();
+
+struct ScheduleSpec {
+  ScheduleKind kind = ScheduleKind::k1F1B;
+  int ranks = 1;
+  int microbatches = 1;
+  int stages_per_rank = 1;
+  // Stage dependency DAG over ranks * stages_per_rank stages; empty = the chain 0 -> 1 -> ...
+  // Only GPipe and 1F1B accept a non-chain DAG (torch's looped schedules assume a chain).
+  std::vector<StageEdge> stage_edges;
+};
+
+// Generates the plan. Stage s lives on rank s (GPipe, 1F1B) or rank s mod ranks (the looped
+// schedules). Throws ConfigError for shapes torch rejects (e.g. 1F1B with microbatches < ranks,
+// interleaved schedules when microbatches is not a multiple of the number of rounds), for
+// non-positive sizes, and for stage_edges that are out of range or cyclic.
+[[nodiscard]] ComputePlan generate(const ScheduleSpec& spec);
+
+// Checks a stage DAG over `stages` stages: endpoints in range, no self loops, no duplicates, no
+// cycle. Throws ConfigError naming the offending edge or the stages on the cycle.
+void check_stage_edges(const std::vector<StageEdge>& edges, std::int32_t stages);
+
+}  // namespace pipewright::sched

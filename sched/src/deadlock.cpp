@@ -1,0 +1,320 @@
+#include "pipewright/sched/deadlock.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "pipewright/graph/error.hpp"
+#include "validate_detail.hpp"
+
+namespace pipewright::sched {
+namespace {
+
+std::size_t idx(std::int32_t i) { return static_cast<std::size_t>(i); }
+
+// Follows waits_for from the lowest blocked rank until a rank repeats (a cycle) or the chain
+// reaches a rank that is not blocked (it finished without acting). `label(rank)` names the rank's
+// blocking action.
+template <typename Label>
+std::string waiting_chain(const std::vector<int>& waits_for, const std::vector<bool>& blocked,
+                          Label label) {
+  int start = -1;
+  for (std::size_t r = 0; r < blocked.size(); ++r) {
+    if (blocked[r]) {
+      start = static_cast<int>(r);
+      break;
+    }
+  }
+  if (start < 0) return {};
+  std::vector<int> order;
+  std::vector<int> seen_at(blocked.size(), -1);
+  int r = start;
+  while (r >= 0 && blocked[idx(r)] && seen_at[idx(r)] < 0) {
+    seen_at[idx(r)] = static_cast<int>(order.size());
+    order.push_back(r);
+    r = waits_for[idx(r)];
+  }
+  std::string out;
+  if (r >= 0 && blocked[idx(r)]) {  // cycle: print it from its first member, closing it
+    for (std::size_t i = idx(seen_at[idx(r)]); i < order.size(); ++i) {
+      out += label(order[i]) + " -> ";
+    }
+    return out + label(r);
+  }
+  for (int x : order) out += label(x) + " -> ";
+  return out + std::to_string(r) + ":(finished)";
+}
+
+// Rank x step grid; stuck cells are drawn as [action]. Long plans show only windows of steps
+// around the stuck cells.
+std::string stuck_grid(const std::vector<std::vector<Action>>& per_rank,
+                       const std::vector<StuckRank>& stuck) {
+  std::size_t steps = 0;
+  for (const auto& ops : per_rank) steps = std::max(steps, ops.size());
+  std::vector<int> stuck_step(per_rank.size(), -1);
+  for (const auto& s : stuck) stuck_step[idx(s.rank)] = s.step;
+  std::vector<bool> show(steps, steps <= 48);
+  for (const auto& s : stuck) {
+    const std::size_t lo = idx(std::max(0, s.step - 6));
+    const std::size_t hi = std::min(steps, idx(s.step) + 3);
+    for (std::size_t c = lo; c < hi; ++c) show[c] = true;
+  }
+  auto cell_text = [&](std::size_t r, std::size_t c) -> std::string {
+    if (c >= per_rank[r].size()) return "";
+    std::string t = to_string(per_rank[r][c]);
+    if (stuck_step[r] == static_cast<int>(c)) return "[" + t + "]";
+    return t;
+  };
+  std::size_t width = 4;
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    for (std::size_t c = 0; c < steps; ++c) {
+      if (show[c]) width = std::max(width, cell_text(r, c).size());
+    }
+  }
+  const std::string rank_label = "rank " + std::to_string(per_rank.size() - 1);
+  auto pad = [](std::string s, std::size_t w) {
+    if (s.size() < w) s.append(w - s.size(), ' ');
+    return s;
+  };
+  std::string out = pad("step", rank_label.size() + 1);
+  for (std::size_t c = 0; c < steps; ++c) {
+    if (show[c]) {
+      out += " " + pad(std::to_string(c), width);
+    } else if (c == 0 || show[c - 1]) {
+      out += " ...";
+    }
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  out += "\n";
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    std::string line = pad("rank " + std::to_string(r) + ":", rank_label.size() + 1);
+    for (std::size_t c = 0; c < steps; ++c) {
+      if (show[c]) {
+        line += " " + pad(cell_text(r, c), width);
+      } else if (c == 0 || show[c - 1]) {
+        line += " ...";
+      }
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view to_string(Transport transport) noexcept {
+  return transport == Transport::kBuffered ? "buffered" : "rendezvous";
+}
+
+Transport parse_transport(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "buffered") return Transport::kBuffered;
+  if (lower == "rendezvous") return Transport::kRendezvous;
+  throw ConfigError("unknown transport '" + std::string(name) +
+                    "'; valid transports: buffered, rendezvous");
+}
+
+std::string DeadlockReport::message() const {
+  if (ok) return {};
+  return "deadlock under " + std::string(to_string(transport)) + " sends: " + cycle +
+         "\n[x] marks where each rank is stuck:\n" + grid;
+}
+
+DeadlockReport dry_run(const LoweredPlan& plan, Transport transport) {
+  const PlanShape& sh = plan.shape;
+  const auto& per_rank = plan.per_rank;
+  PW_CHECK(per_rank.size() == idx(sh.ranks) && sh.stage_to_rank.size() == idx(sh.stages),
+           InvalidPlanError, "dry run: plan lists or placement do not match the shape");
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    for (std::size_t i = 0; i < per_rank[r].size(); ++i) {
+      const Action& a = per_rank[r][i];
+      const bool ok_stage = a.stage >= 0 && a.stage < sh.stages;
+      const bool ok_peer = !is_comm(a.kind) || (a.peer_stage >= 0 && a.peer_stage < sh.stages);
+      PW_CHECK(ok_stage && ok_peer, InvalidPlanError,
+               "dry run: rank " << r << ", step " << i << ": " << a << " names a stage outside [0, "
+                                << sh.stages << ")");
+    }
+  }
+  for (std::int32_t s = 0; s < sh.stages; ++s) {
+    PW_CHECK(sh.stage_to_rank[idx(s)] >= 0 && sh.stage_to_rank[idx(s)] < sh.ranks, InvalidPlanError,
+             "dry run: stage " << s << " is placed outside the ranks");
+  }
+
+  const std::size_t p = per_rank.size();
+  std::vector<std::size_t> pc(p, 0);
+  std::unordered_map<MessageKey, int, MessageKeyHash> mailbox;  // buffered: sent, not received
+  std::vector<std::int32_t> work;
+  std::vector<bool> queued(p, true);
+  for (std::size_t r = p; r-- > 0;) work.push_back(static_cast<std::int32_t>(r));
+  auto wake = [&](std::int32_t r) {
+    if (!queued[idx(r)]) {
+      queued[idx(r)] = true;
+      work.push_back(r);
+    }
+  };
+  auto head = [&](std::int32_t r) -> const Action* {
+    return pc[idx(r)] < per_rank[idx(r)].size() ? &per_rank[idx(r)][pc[idx(r)]] : nullptr;
+  };
+  while (!work.empty()) {
+    const std::int32_t r = work.back();
+    work.pop_back();
+    queued[idx(r)] = false;
+    while (const Action* a = head(r)) {
+      if (!is_comm(a->kind)) {
+        ++pc[idx(r)];
+        continue;
+      }
+      const MessageKey key = message_key(*a);
+      const std::int32_t peer = sh.stage_to_rank[idx(a->peer_stage)];
+      if (transport == Transport::kBuffered) {
+        if (is_send(a->kind)) {
+          ++mailbox[key];
+          ++pc[idx(r)];
+          wake(peer);
+          continue;
+        }
+        auto it = mailbox.find(key);
+        if (it == mailbox.end() || it->second == 0) break;
+        --it->second;
+        ++pc[idx(r)];
+        continue;
+      }
+      // Rendezvous: complete together with the peer when the peer's next action is the partner.
+      const Action* other = peer == r ? nullptr : head(peer);
+      if (other != nullptr && *other == matching(*a)) {
+        ++pc[idx(r)];
+        ++pc[idx(peer)];
+        wake(peer);
+        continue;
+      }
+      break;
+    }
+  }
+
+  DeadlockReport report;
+  report.transport = transport;
+  std::vector<int> waits_for(p, -1);
+  std::vector<bool> blocked(p, false);
+  for (std::size_t r = 0; r < p; ++r) {
+    if (pc[r] == per_rank[r].size()) continue;
+    const Action& a = per_rank[r][pc[r]];
+    StuckRank s;
+    s.rank = static_cast<int>(r);
+    s.step = static_cast<int>(pc[r]);
+    s.action = a;
+    s.waits_for = sh.stage_to_rank[idx(a.peer_stage)];
+    waits_for[r] = s.waits_for;
+    blocked[r] = true;
+    report.stuck.push_back(s);
+  }
+  if (report.stuck.empty()) return report;
+  report.ok = false;
+  report.cycle = waiting_chain(waits_for, blocked, [&](int r) {
+    return std::to_string(r) + ":" + to_string(per_rank[idx(r)][pc[idx(r)]]);
+  });
+  report.grid = stuck_grid(per_rank, report.stuck);
+  return report;
+}
+
+namespace detail {
+
+std::vector<Diagnostic> compute_dry_run(const PlanShape& sh,
+                                        const std::vector<std::vector<Action>>& per_rank) {
+  const std::size_t p = per_rank.size();
+  const std::size_t cells = idx(sh.stages) * idx(sh.microbatches);
+  std::vector<bool> done_f(cells, false), done_b(cells, false);
+  std::vector<std::vector<std::int32_t>> producers(idx(sh.stages)), consumers(idx(sh.stages));
+  for (const auto& e : sh.edges()) {
+    producers[idx(e.to)].push_back(e.from);
+    consumers[idx(e.from)].push_back(e.to);
+  }
+  auto cell = [&](std::int32_t s, std::int32_t k) {
+    return idx(s) * idx(sh.microbatches) + idx(k);
+  };
+  // The unmet input of `a`: (stage, is_forward), or stage -1 when it can run.
+  auto unmet = [&](const Action& a) -> std::pair<std::int32_t, bool> {
+    if (a.kind == ActionKind::kForward) {
+      for (std::int32_t q : producers[idx(a.stage)]) {
+        if (!done_f[cell(q, a.microbatch)]) return {q, true};
+      }
+    } else if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
+      for (std::int32_t c : consumers[idx(a.stage)]) {
+        if (!done_b[cell(c, a.microbatch)]) return {c, false};
+      }
+    }
+    return {-1, false};
+  };
+  std::vector<std::size_t> pc(p, 0);
+  // Waiters per (cell, direction): ranks to re-examine when that input appears.
+  std::unordered_map<std::uint64_t, std::vector<std::int32_t>> waiters;
+  auto wkey = [&](std::size_t c, bool fwd) { return (std::uint64_t{c} << 1) | (fwd ? 1U : 0U); };
+  std::vector<std::int32_t> work;
+  for (std::size_t r = p; r-- > 0;) work.push_back(static_cast<std::int32_t>(r));
+  while (!work.empty()) {
+    const std::int32_t r = work.back();
+    work.pop_back();
+    auto& ops = per_rank[idx(r)];
+    while (pc[idx(r)] < ops.size()) {
+      const Action& a = ops[pc[idx(r)]];
+      auto [stage, fwd] = unmet(a);
+      if (stage >= 0) {
+        waiters[wkey(cell(stage, a.microbatch), fwd)].push_back(r);
+        break;
+      }
+      ++pc[idx(r)];
+      std::size_t c = 0;
+      bool produced = false;
+      bool as_fwd = false;
+      if (a.kind == ActionKind::kForward) {
+        c = cell(a.stage, a.microbatch);
+        done_f[c] = produced = as_fwd = true;
+      } else if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
+        c = cell(a.stage, a.microbatch);
+        done_b[c] = produced = true;
+      }
+      if (produced) {
+        auto it = waiters.find(wkey(c, as_fwd));
+        if (it != waiters.end()) {
+          for (std::int32_t w : it->second) work.push_back(w);
+          waiters.erase(it);
+        }
+      }
+    }
+  }
+  std::vector<int> waits_for(p, -1);
+  std::vector<bool> blocked(p, false);
+  std::vector<std::string> needs(p);
+  bool any = false;
+  for (std::size_t r = 0; r < p; ++r) {
+    if (pc[r] == per_rank[r].size()) continue;
+    const Action& a = per_rank[r][pc[r]];
+    auto [stage, fwd] = unmet(a);
+    if (stage < 0) continue;  // cannot happen: a runnable head would have run
+    any = true;
+    blocked[r] = true;
+    waits_for[r] = sh.stage_to_rank[idx(stage)];
+    needs[r] = std::to_string(stage) + (fwd ? "F" : "B/I") + std::to_string(a.microbatch);
+  }
+  if (!any) return {};
+  std::string chain = waiting_chain(waits_for, blocked, [&](int r) {
+    return std::to_string(r) + ":" + to_string(per_rank[idx(r)][pc[idx(r)]]);
+  });
+  std::string detail;
+  int first = -1;
+  for (std::size_t r = 0; r < p; ++r) {
+    if (!blocked[r]) continue;
+    if (first < 0) first = static_cast<int>(r);
+    detail += "; rank " + std::to_string(r) + " waits at " + to_string(per_rank[r][pc[r]]) +
+              " for " + needs[r];
+  }
+  return {Diagnostic{"ranks wait for each other in a cycle: " + chain + detail, first,
+                     static_cast<int>(pc[idx(first)])}};
+}
+
+}  // namespace detail
+}  // namespace pipewright::sched

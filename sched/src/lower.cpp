@@ -1,0 +1,266 @@
+#include "pipewright/sched/lower.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pipewright/graph/error.hpp"
+
+namespace pipewright::sched {
+namespace {
+
+using Ops = std::vector<Action>;
+
+std::size_t idx(std::int32_t i) { return static_cast<std::size_t>(i); }
+
+// Shape checks lower() needs to index its tables safely (validate() reports everything, this
+// only refuses what cannot be lowered at all).
+void check_lowerable(const ComputePlan& plan) {
+  const PlanShape& sh = plan.shape;
+  PW_CHECK(sh.ranks >= 1 && sh.stages >= 1 && sh.microbatches >= 1, InvalidPlanError,
+           "plan shape must have ranks, stages and microbatches >= 1");
+  PW_CHECK(plan.per_rank.size() == idx(sh.ranks), InvalidPlanError,
+           "plan has " << plan.per_rank.size() << " rank lists for " << sh.ranks << " ranks");
+  PW_CHECK(sh.stage_to_rank.size() == idx(sh.stages), InvalidPlanError,
+           "plan placement has " << sh.stage_to_rank.size() << " entries for " << sh.stages
+                                 << " stages");
+  for (std::int32_t s = 0; s < sh.stages; ++s) {
+    const std::int32_t r = sh.stage_to_rank[idx(s)];
+    PW_CHECK(r >= 0 && r < sh.ranks, InvalidPlanError,
+             "stage " << s << " is placed on rank " << r << ", outside [0, " << sh.ranks << ")");
+  }
+  for (const auto& e : sh.stage_edges) {
+    PW_CHECK(e.from >= 0 && e.from < sh.stages && e.to >= 0 && e.to < sh.stages && e.from != e.to,
+             InvalidPlanError, "stage edge " << e.from << " -> " << e.to << " is out of range");
+  }
+  for (std::int32_t r = 0; r < sh.ranks; ++r) {
+    const auto& ops = plan.per_rank[idx(r)];
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Action& a = ops[i];
+      PW_CHECK(!is_comm(a.kind), InvalidPlanError,
+               "rank " << r << ", step " << i << ": " << a
+                       << " is a communication action in a compute-only plan");
+      PW_CHECK(a.stage >= 0 && a.stage < sh.stages, InvalidPlanError,
+               "rank " << r << ", step " << i << ": " << a << " has stage " << a.stage
+                       << " outside [0, " << sh.stages << ")");
+      PW_CHECK(sh.stage_to_rank[idx(a.stage)] == r, InvalidPlanError,
+               "rank " << r << ", step " << i << ": " << a << " belongs to rank "
+                       << sh.stage_to_rank[idx(a.stage)]);
+      PW_CHECK(!has_microbatch(a.kind) || (a.microbatch >= 0 && a.microbatch < sh.microbatches),
+               InvalidPlanError,
+               "rank " << r << ", step " << i << ": " << a << " has microbatch " << a.microbatch
+                       << " outside [0, " << sh.microbatches << ")");
+    }
+  }
+}
+
+// torch's _merge_bw on one rank.
+Ops merge_iw(const Ops& ops) {
+  Ops out;
+  out.reserve(ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Action& a = ops[i];
+    if (a.kind == ActionKind::kBackwardInput && i + 1 < ops.size()) {
+      const Action& n = ops[i + 1];
+      if (n.kind == ActionKind::kBackwardWeight && n.stage == a.stage &&
+          n.microbatch == a.microbatch) {
+        out.push_back(Action::compute(a.stage, ActionKind::kFullBackward, a.microbatch));
+        ++i;
+        continue;
+      }
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+// torch's _add_reduce_grad on one rank: REDUCE_GRAD(s) right after the m-th B or W of stage s.
+Ops add_reduce_grad(const Ops& ops, const PlanShape& sh) {
+  std::vector<std::int32_t> count(idx(sh.stages), 0);
+  std::vector<bool> has(idx(sh.stages), false);
+  for (const Action& a : ops) {
+    if (a.kind == ActionKind::kReduceGrad) has[idx(a.stage)] = true;
+  }
+  Ops out;
+  out.reserve(ops.size() + 4);
+  for (const Action& a : ops) {
+    out.push_back(a);
+    if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardWeight) {
+      if (++count[idx(a.stage)] == sh.microbatches && !has[idx(a.stage)]) {
+        out.push_back(Action::stage_only(a.stage, ActionKind::kReduceGrad));
+      }
+    }
+  }
+  return out;
+}
+
+// The lock-step replay of Note [Where SEND and RECV go].
+class SendRecvInserter {
+ public:
+  explicit SendRecvInserter(const PlanShape& sh)
+      : sh_(sh),
+        cells_(idx(sh.stages) * idx(sh.microbatches)),
+        producers_(idx(sh.stages)),
+        consumers_(idx(sh.stages)) {
+    for (const auto& e : sh.edges()) {
+      producers_[idx(e.to)].push_back(e.from);
+      consumers_[idx(e.from)].push_back(e.to);
+    }
+    for (auto& v : producers_) std::sort(v.begin(), v.end());
+    for (auto& v : consumers_) std::sort(v.begin(), v.end());
+  }
+
+  std::vector<Ops> run(const std::vector<Ops>& compute) {
+    const std::size_t p = compute.size();
+    std::vector<Ops> out(p);
+    for (std::size_t r = 0; r < p; ++r) out[r].reserve(compute[r].size() * 2);
+    std::vector<std::size_t> pc(p, 0);
+    std::size_t remaining = 0;
+    for (const auto& ops : compute) remaining += ops.size();
+    while (remaining > 0) {
+      bool progress = false;
+      for (std::size_t r = 0; r < p; ++r) {
+        if (pc[r] == compute[r].size()) continue;
+        const Action& a = compute[r][pc[r]];
+        if (!ready(a, static_cast<std::int32_t>(r))) continue;
+        out[r].push_back(a);
+        mark_done(a);
+        emit_comm(a, static_cast<std::int32_t>(r), out);
+        ++pc[r];
+        --remaining;
+        progress = true;
+      }
+      if (!progress) throw stuck(compute, pc);
+    }
+    return out;
+  }
+
+ private:
+  struct Cell {
+    bool forward = false;     // F done (on its rank)
+    bool backward = false;    // B or I done
+    std::int32_t recv_f = 0;  // RECV_F placed for remote producers
+    std::int32_t recv_b = 0;  // RECV_B placed for remote consumers
+  };
+
+  Cell& cell(std::int32_t stage, std::int32_t mb) {
+    return cells_[idx(stage) * idx(sh_.microbatches) + idx(mb)];
+  }
+  std::int32_t rank_of(std::int32_t stage) const { return sh_.stage_to_rank[idx(stage)]; }
+
+  bool ready(const Action& a, std::int32_t rank) {
+    if (a.kind == ActionKind::kForward) {
+      std::int32_t remote = 0;
+      for (std::int32_t q : producers_[idx(a.stage)]) {
+        if (rank_of(q) != rank) {
+          ++remote;
+        } else if (!cell(q, a.microbatch).forward) {
+          return false;
+        }
+      }
+      return cell(a.stage, a.microbatch).recv_f == remote;
+    }
+    if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
+      std::int32_t remote = 0;
+      for (std::int32_t c : consumers_[idx(a.stage)]) {
+        if (rank_of(c) != rank) {
+          ++remote;
+        } else if (!cell(c, a.microbatch).backward) {
+          return false;
+        }
+      }
+      return cell(a.stage, a.microbatch).recv_b == remote;
+    }
+    return true;  // W, REDUCE_GRAD, OPTIM need nothing from other stages
+  }
+
+  void mark_done(const Action& a) {
+    if (a.kind == ActionKind::kForward) cell(a.stage, a.microbatch).forward = true;
+    if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
+      cell(a.stage, a.microbatch).backward = true;
+    }
+  }
+
+  void emit_comm(const Action& a, std::int32_t rank, std::vector<Ops>& out) {
+    if (a.kind == ActionKind::kForward) {
+      for (std::int32_t c : consumers_[idx(a.stage)]) {
+        const std::int32_t peer = rank_of(c);
+        if (peer == rank) continue;
+        out[idx(rank)].push_back(Action::comm(a.stage, ActionKind::kSendF, a.microbatch, c));
+        out[idx(peer)].push_back(Action::comm(c, ActionKind::kRecvF, a.microbatch, a.stage));
+        ++cell(c, a.microbatch).recv_f;
+      }
+    } else if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
+      for (std::int32_t q : producers_[idx(a.stage)]) {
+        const std::int32_t peer = rank_of(q);
+        if (peer == rank) continue;
+        out[idx(rank)].push_back(Action::comm(a.stage, ActionKind::kSendB, a.microbatch, q));
+        out[idx(peer)].push_back(Action::comm(q, ActionKind::kRecvB, a.microbatch, a.stage));
+        ++cell(q, a.microbatch).recv_b;
+      }
+    }
+  }
+
+  InvalidPlanError stuck(const std::vector<Ops>& compute, const std::vector<std::size_t>& pc) {
+    std::ostringstream os;
+    os << "cannot lower the plan: every rank waits for another (a cross-rank dependency cycle "
+          "or a missing action):";
+    for (std::size_t r = 0; r < compute.size(); ++r) {
+      if (pc[r] == compute[r].size()) continue;
+      os << " rank " << r << " step " << pc[r] << " waits at " << compute[r][pc[r]] << ";";
+    }
+    return InvalidPlanError(os.str());
+  }
+
+  const PlanShape& sh_;
+  std::vector<Cell> cells_;
+  std::vector<std::vector<std::int32_t>> producers_;
+  std::vector<std::vector<std::int32_t>> consumers_;
+};
+
+}  // namespace
+
+LoweredPlan lower(const ComputePlan& plan, const LowerOptions& options) {
+  check_lowerable(plan);
+  const PlanShape& sh = plan.shape;
+  std::vector<Ops> compute = plan.per_rank;
+  for (auto& ops : compute) {
+    if (options.merge_iw) ops = merge_iw(ops);
+    if (options.reduce_grad) ops = add_reduce_grad(ops, sh);
+  }
+  LoweredPlan out;
+  out.shape = sh;
+  out.per_rank = SendRecvInserter(sh).run(compute);
+  if (options.optimizer_step) {
+    for (std::int32_t r = 0; r < sh.ranks; ++r) {
+      auto& ops = out.per_rank[idx(r)];
+      std::vector<bool> has(idx(sh.stages), false);
+      for (const Action& a : ops) {
+        if (a.kind == ActionKind::kOptimizerStep) has[idx(a.stage)] = true;
+      }
+      for (std::int32_t s : sh.stages_of_rank(r)) {
+        if (!has[idx(s)]) ops.push_back(Action::stage_only(s, ActionKind::kOptimizerStep));
+      }
+    }
+  }
+  return out;
+}
+
+ComputePlan compute_only(const LoweredPlan& plan) {
+  ComputePlan out;
+  out.shape = plan.shape;
+  out.per_rank.reserve(plan.per_rank.size());
+  for (const auto& ops : plan.per_rank) {
+    Ops kept;
+    kept.reserve(ops.size());
+    for (const Action& a : ops) {
+      if (!is_comm(a.kind)) kept.push_back(a);
+    }
+    out.per_rank.push_back(std::move(kept));
+  }
+  return out;
+}
+
+}  // namespace pipewright::sched

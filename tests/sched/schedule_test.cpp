@@ -1,0 +1,311 @@
+// Schedule generators over the grid p in {1,2,3,4,8,16}, m in 1..32, v in {1,2,4}: shapes torch
+// rejects throw ConfigError; every other plan validates, lowers, validates again and runs without
+// deadlock under both transports; the per-rank orders follow the closed rules of each schedule
+// (see docs/schedules.md).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/deadlock.hpp"
+#include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/schedule.hpp"
+#include "pipewright/sched/validate.hpp"
+
+namespace pipewright::sched {
+namespace {
+
+constexpr int kRanks[] = {1, 2, 3, 4, 8, 16};
+constexpr int kStagesPerRank[] = {1, 2, 4};
+constexpr int kMaxMicrobatches = 32;
+
+std::string shape_name(ScheduleKind kind, int p, int m, int v) {
+  return std::string(to_string(kind)) + " p=" + std::to_string(p) + " m=" + std::to_string(m) +
+         " v=" + std::to_string(v);
+}
+
+std::string joined(const std::vector<Diagnostic>& diags) {
+  std::string out;
+  for (const auto& d : diags) out += to_string(d) + "\n";
+  return out;
+}
+
+bool torch_rejects(ScheduleKind kind, int p, int m, int v) {
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+      return v != 1;
+    case ScheduleKind::k1F1B:
+      return v != 1 || m < p;
+    case ScheduleKind::kLoopedBFS:
+      return false;
+    case ScheduleKind::kInterleaved1F1B:
+    case ScheduleKind::kInterleavedZeroBubble:
+      return m % std::max(1, m / p) != 0;
+  }
+  return true;
+}
+
+bool is_backward(const Action& a) {
+  return a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput;
+}
+
+// Closed rules, per rank, independent of how generate() is written.
+void check_closed_rules(ScheduleKind kind, int p, int m, int v, const ComputePlan& plan) {
+  const std::string name = shape_name(kind, p, m, v);
+  for (int r = 0; r < p; ++r) {
+    const auto& ops = plan.per_rank[static_cast<std::size_t>(r)];
+    SCOPED_TRACE(name + " rank " + std::to_string(r));
+    std::vector<Action> fwds, bwds, weights;
+    std::size_t first_backward = ops.size();
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind == ActionKind::kForward) fwds.push_back(ops[i]);
+      if (is_backward(ops[i])) {
+        first_backward = std::min(first_backward, i);
+        bwds.push_back(ops[i]);
+      }
+      if (ops[i].kind == ActionKind::kBackwardWeight) weights.push_back(ops[i]);
+    }
+    switch (kind) {
+      case ScheduleKind::kGPipe: {
+        ASSERT_EQ(ops.size(), static_cast<std::size_t>(2 * m));
+        for (int k = 0; k < m; ++k) {
+          EXPECT_EQ(ops[static_cast<std::size_t>(k)], Action::compute(r, ActionKind::kForward, k));
+          EXPECT_EQ(ops[static_cast<std::size_t>(m + k)],
+                    Action::compute(r, ActionKind::kFullBackward, k));
+        }
+        break;
+      }
+      case ScheduleKind::k1F1B: {
+        // Warm-up p - r - 1 forwards, then (F, B) pairs, then the remaining B; microbatches in
+        // order. So p - r forwards precede the first backward.
+        ASSERT_EQ(ops.size(), static_cast<std::size_t>(2 * m));
+        const int warmup = p - r - 1;
+        EXPECT_EQ(first_backward, static_cast<std::size_t>(warmup + 1));
+        for (int k = 0; k < m; ++k) {
+          EXPECT_EQ(fwds[static_cast<std::size_t>(k)], Action::compute(r, ActionKind::kForward, k));
+          EXPECT_EQ(bwds[static_cast<std::size_t>(k)],
+                    Action::compute(r, ActionKind::kFullBackward, k));
+        }
+        // Steady state strictly alternates F, B.
+        for (int j = 0; j < m - warmup; ++j) {
+          const std::size_t at = static_cast<std::size_t>(warmup + 2 * j);
+          EXPECT_EQ(ops[at].kind, ActionKind::kForward) << at;
+          EXPECT_EQ(ops[at + 1].kind, ActionKind::kFullBackward) << at;
+        }
+        break;
+      }
+      case ScheduleKind::kLoopedBFS: {
+        ASSERT_EQ(ops.size(), static_cast<std::size_t>(2 * v * m));
+        std::size_t i = 0;
+        for (int l = 0; l < v; ++l) {
+          for (int k = 0; k < m; ++k) {
+            EXPECT_EQ(ops[i++], Action::compute(l * p + r, ActionKind::kForward, k));
+          }
+        }
+        for (int l = v - 1; l >= 0; --l) {
+          for (int k = m - 1; k >= 0; --k) {
+            EXPECT_EQ(ops[i++], Action::compute(l * p + r, ActionKind::kFullBackward, k));
+          }
+        }
+        break;
+      }
+      case ScheduleKind::kInterleaved1F1B:
+      case ScheduleKind::kInterleavedZeroBubble: {
+        const bool zb = kind == ScheduleKind::kInterleavedZeroBubble;
+        const int mpr = m / std::max(1, m / p);
+        const int total = v * m;
+        const int warmup = std::min((v - 1) * mpr + (zb ? 1 : 2) * (p - 1 - r), total);
+        ASSERT_EQ(ops.size(), static_cast<std::size_t>(total * (zb ? 3 : 2)));
+        ASSERT_EQ(fwds.size(), static_cast<std::size_t>(total));
+        ASSERT_EQ(bwds.size(), static_cast<std::size_t>(total));
+        // Forwards before the first backward: the warm-up, plus the first 1F1B forward.
+        EXPECT_EQ(static_cast<int>(std::count_if(
+                      ops.begin(), ops.begin() + static_cast<std::ptrdiff_t>(first_backward),
+                      [](const Action& a) { return a.kind == ActionKind::kForward; })),
+                  std::min(warmup + 1, total));
+        // k-th forward on local stage (k / mpr) % v, k-th backward on v - 1 - (k / mpr) % v;
+        // each stage's microbatches in order.
+        std::vector<int> next_f(static_cast<std::size_t>(v), 0),
+            next_b(static_cast<std::size_t>(v), 0);
+        for (int k = 0; k < total; ++k) {
+          const int lf = (k / mpr) % v;
+          const int lb = v - 1 - (k / mpr) % v;
+          EXPECT_EQ(fwds[static_cast<std::size_t>(k)],
+                    Action::compute(lf * p + r, ActionKind::kForward,
+                                    next_f[static_cast<std::size_t>(lf)]++));
+          EXPECT_EQ(bwds[static_cast<std::size_t>(k)],
+                    Action::compute(lb * p + r,
+                                    zb ? ActionKind::kBackwardInput : ActionKind::kFullBackward,
+                                    next_b[static_cast<std::size_t>(lb)]++));
+        }
+        if (zb) {
+          // W in the order of the I's; the j-th W comes right after the (j + r + 1)-th I, or at
+          // the end once all I ran.
+          ASSERT_EQ(weights.size(), static_cast<std::size_t>(total));
+          int inputs_seen = 0;
+          int w_seen = 0;
+          for (std::size_t i = 0; i < ops.size(); ++i) {
+            if (ops[i].kind == ActionKind::kBackwardInput) ++inputs_seen;
+            if (ops[i].kind != ActionKind::kBackwardWeight) continue;
+            const Action& in = bwds[static_cast<std::size_t>(w_seen)];
+            EXPECT_EQ(ops[i].stage, in.stage);
+            EXPECT_EQ(ops[i].microbatch, in.microbatch);
+            EXPECT_EQ(inputs_seen, std::min(w_seen + r + 1, total)) << "W #" << w_seen;
+            ++w_seen;
+          }
+        } else {
+          // Steady state alternates F, B.
+          const std::size_t steady = static_cast<std::size_t>(warmup);
+          for (int j = 0; j < total - warmup; ++j) {
+            EXPECT_EQ(ops[steady + 2 * static_cast<std::size_t>(j)].kind, ActionKind::kForward);
+            EXPECT_TRUE(is_backward(ops[steady + 2 * static_cast<std::size_t>(j) + 1]));
+          }
+        }
+        break;
+      }
+    }
+  }
+}
+
+void check_runs(const ComputePlan& plan, const std::string& name) {
+  auto diags = validate(plan);
+  ASSERT_TRUE(diags.empty()) << name << "\n" << joined(diags);
+  for (int variant = 0; variant < 2; ++variant) {
+    LowerOptions opt;
+    opt.merge_iw = opt.reduce_grad = opt.optimizer_step = variant == 1;
+    const LoweredPlan lowered = lower(plan, opt);
+    auto ldiags = validate(lowered);
+    ASSERT_TRUE(ldiags.empty()) << name << " variant " << variant << "\n" << joined(ldiags);
+    for (Transport t : {Transport::kBuffered, Transport::kRendezvous}) {
+      const DeadlockReport rep = dry_run(lowered, t);
+      ASSERT_TRUE(rep.ok) << name << " variant " << variant << "\n" << rep.message();
+    }
+  }
+}
+
+class ScheduleGrid : public ::testing::TestWithParam<ScheduleKind> {};
+
+TEST_P(ScheduleGrid, AcceptedShapesAreValidDeadlockFreeAndFollowTheRules) {
+  const ScheduleKind kind = GetParam();
+  int accepted = 0;
+  int rejected = 0;
+  for (int p : kRanks) {
+    for (int v : kStagesPerRank) {
+      for (int m = 1; m <= kMaxMicrobatches; ++m) {
+        const std::string name = shape_name(kind, p, m, v);
+        ScheduleSpec spec{kind, p, m, v, {}};
+        if (torch_rejects(kind, p, m, v)) {
+          EXPECT_THROW((void)generate(spec), ConfigError) << name;
+          ++rejected;
+          continue;
+        }
+        ComputePlan plan;
+        ASSERT_NO_THROW(plan = generate(spec)) << name;
+        EXPECT_EQ(plan.shape.ranks, p);
+        EXPECT_EQ(plan.shape.stages, p * v);
+        EXPECT_EQ(plan.shape.microbatches, m);
+        EXPECT_EQ(plan.shape.schedule, std::string(to_string(kind)));
+        check_closed_rules(kind, p, m, v, plan);
+        check_runs(plan, name);
+        if (HasFatalFailure()) return;
+        ++accepted;
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0);
+  RecordProperty("accepted", accepted);
+  RecordProperty("rejected", rejected);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKinds, ScheduleGrid, ::testing::ValuesIn(all_schedule_kinds()),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(ScheduleKind, ParsesTorchSpellingsCaseInsensitively) {
+  EXPECT_EQ(parse_schedule_kind("gpipe"), ScheduleKind::kGPipe);
+  EXPECT_EQ(parse_schedule_kind("1f1b"), ScheduleKind::k1F1B);
+  EXPECT_EQ(parse_schedule_kind("INTERLEAVED1F1B"), ScheduleKind::kInterleaved1F1B);
+  EXPECT_EQ(parse_schedule_kind("LoopedBFS"), ScheduleKind::kLoopedBFS);
+  EXPECT_EQ(parse_schedule_kind("interleavedzerobubble"), ScheduleKind::kInterleavedZeroBubble);
+  for (ScheduleKind k : all_schedule_kinds()) EXPECT_EQ(parse_schedule_kind(to_string(k)), k);
+  try {
+    (void)parse_schedule_kind("2F2B");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("Interleaved1F1B"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Generate, RejectsWithTorchsReason) {
+  try {
+    (void)generate({ScheduleKind::k1F1B, 4, 3, 1, {}});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("must be greater than or equal to the number of stages"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    (void)generate({ScheduleKind::kInterleaved1F1B, 4, 10 + 1, 2, {}});  // rounds 2, 11 % 2 != 0
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of the number of rounds (2)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW((void)generate({ScheduleKind::kInterleaved1F1B, 4, 10, 2, {}}));  // flexible
+  EXPECT_THROW((void)generate({ScheduleKind::kGPipe, 2, 4, 2, {}}), ConfigError);
+  EXPECT_THROW((void)generate({ScheduleKind::kGPipe, 0, 4, 1, {}}), ConfigError);
+  EXPECT_THROW((void)generate({ScheduleKind::kGPipe, 2, 0, 1, {}}), ConfigError);
+  EXPECT_THROW((void)generate({ScheduleKind::kLoopedBFS, 2, 4, 2, {{0, 2}, {1, 3}}}), ConfigError);
+  EXPECT_THROW((void)generate({ScheduleKind::kGPipe, 3, 4, 1, {{0, 1}, {1, 2}, {2, 0}}}),
+               ConfigError);
+  EXPECT_THROW((void)generate({ScheduleKind::kGPipe, 3, 4, 1, {{0, 3}}}), ConfigError);
+}
+
+// Known orders, written out by hand from torch's schedules.py for small shapes.
+TEST(Generate, SmallShapesMatchTorch) {
+  auto row = [](const ComputePlan& plan, int r) {
+    std::string out;
+    for (const auto& a : plan.per_rank[static_cast<std::size_t>(r)]) {
+      out += (out.empty() ? "" : ",") + to_string(a);
+    }
+    return out;
+  };
+  const auto one = generate({ScheduleKind::k1F1B, 2, 4, 1, {}});
+  EXPECT_EQ(row(one, 0), "0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3");
+  EXPECT_EQ(row(one, 1), "1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3");
+  // Interleaved p=2 v=2 m=4: rounds 2, mpr 2; rank 0 warm-up (1*2 + 2*1) = 4.
+  const auto il = generate({ScheduleKind::kInterleaved1F1B, 2, 4, 2, {}});
+  EXPECT_EQ(row(il, 0), "0F0,0F1,2F0,2F1,0F2,2B0,0F3,2B1,2F2,0B0,2F3,0B1,2B2,2B3,0B2,0B3");
+  EXPECT_EQ(row(il, 1), "1F0,1F1,3F0,3B0,3F1,3B1,1F2,1B0,1F3,1B1,3F2,3B2,3F3,3B3,1B2,1B3");
+  // Zero bubble p=2 v=2 m=4: rank 0 warm-up 2 + 1 = 3, W after I once op - warmup >= 0.
+  const auto zb = generate({ScheduleKind::kInterleavedZeroBubble, 2, 4, 2, {}});
+  EXPECT_EQ(row(zb, 0),
+            "0F0,0F1,2F0,2F1,2I0,2W0,0F2,2I1,2W1,0F3,0I0,0W0,2F2,0I1,0W1,2F3,2I2,2W2,2I3,2W3,0I2,"
+            "0W2,0I3,0W3");
+}
+
+TEST(Generate, StageDagFollowsDependencies) {
+  // Diamond: 0 -> {1, 2} -> 3. 1F1B warm-up = longest path to the sink: 2, 1, 1, 0.
+  const std::vector<StageEdge> diamond = {{0, 1}, {0, 2}, {1, 3}, {2, 3}};
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B}) {
+    for (int m = 4; m <= 9; ++m) {
+      const ComputePlan plan = generate({kind, 4, m, 1, diamond});
+      EXPECT_EQ(plan.shape.stage_edges, diamond);
+      check_runs(plan, std::string(to_string(kind)) + " diamond m=" + std::to_string(m));
+      if (kind == ScheduleKind::k1F1B) {
+        const int expected_first_b[] = {3, 2, 2, 1};
+        for (int r = 0; r < 4; ++r) {
+          const auto& ops = plan.per_rank[static_cast<std::size_t>(r)];
+          const auto it = std::find_if(ops.begin(), ops.end(), is_backward);
+          EXPECT_EQ(it - ops.begin(), expected_first_b[r]) << "rank " << r;
+        }
+      }
+    }
+  }
+  // A chain given explicitly is the chain.
+  EXPECT_TRUE(generate({ScheduleKind::k1F1B, 3, 3, 1, {{0, 1}, {1, 2}}}).shape.is_chain());
+}
+
+}  // namespace
+}  // namespace pipewright::sched
