@@ -1,0 +1,347 @@
+// The plan interpreter in one process: every rank is a thread with a FakeWorld communicator.
+// Pipelined training of a small MLP must give the same weights as full-batch training of the same
+// model in one piece, for every schedule; faults surface as pipewright errors with context.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dp_hooks.hpp"
+#include "interpreter.hpp"
+#include "pipewright/exec/fake_communicator.hpp"
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/schedule.hpp"
+
+namespace pipewright::exec {
+namespace {
+
+constexpr int kWidth = 6;
+
+// y = relu?(x W^T + b) for one layer; the last layer has no ReLU.
+class LayerBody final : public StageBody {
+ public:
+  LayerBody(const torch::Tensor& w, const torch::Tensor& b, bool relu, bool add_second_input)
+      : w_(w.clone().set_requires_grad(true)),
+        b_(b.clone().set_requires_grad(true)),
+        relu_(relu),
+        add_(add_second_input) {}
+  std::vector<torch::Tensor> forward(const std::vector<torch::Tensor>& in) override {
+    auto x = add_ ? in.at(0) + in.at(1) : in.at(0);
+    auto y = torch::addmm(b_, x, w_.t());
+    return {relu_ ? torch::relu(y) : y};
+  }
+  std::vector<torch::Tensor> parameters() override { return {w_, b_}; }
+
+ private:
+  torch::Tensor w_, b_;
+  bool relu_;
+  bool add_;
+};
+
+struct Weights {
+  std::vector<torch::Tensor> w, b;
+};
+
+Weights init_weights(int layers) {
+  torch::manual_seed(7);
+  Weights out;
+  for (int i = 0; i < layers; ++i) {
+    out.w.push_back(torch::randn({kWidth, kWidth}) * 0.4);
+    out.b.push_back(torch::randn({kWidth}) * 0.1);
+  }
+  return out;
+}
+
+torch::Tensor mse(const torch::Tensor& out, const torch::Tensor& y) {
+  return torch::mse_loss(out, y);
+}
+
+// Reference: the whole chain (with an optional skip from layer 0's output into layer `skip_to`)
+// trained on the full batch, SGD with momentum.
+Weights reference(const Weights& init, const torch::Tensor& x, const torch::Tensor& y, int steps,
+                  int skip_to) {
+  std::vector<torch::Tensor> w, b;
+  for (std::size_t i = 0; i < init.w.size(); ++i) {
+    w.push_back(init.w[i].clone().set_requires_grad(true));
+    b.push_back(init.b[i].clone().set_requires_grad(true));
+  }
+  std::vector<torch::Tensor> params;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    params.push_back(w[i]);
+    params.push_back(b[i]);
+  }
+  torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1).momentum(0.9));
+  const int n = static_cast<int>(w.size());
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    auto h = x;
+    torch::Tensor h0;
+    for (int i = 0; i < n; ++i) {
+      if (i == skip_to) h = h + h0;
+      h = torch::addmm(b[static_cast<std::size_t>(i)], h, w[static_cast<std::size_t>(i)].t());
+      if (i + 1 < n) h = torch::relu(h);
+      if (i == 0) h0 = h;
+    }
+    mse(h, y).backward();
+    opt.step();
+  }
+  Weights out;
+  for (int i = 0; i < n; ++i) {
+    out.w.push_back(w[static_cast<std::size_t>(i)].detach());
+    out.b.push_back(b[static_cast<std::size_t>(i)].detach());
+  }
+  return out;
+}
+
+struct RunResult {
+  Weights weights;
+  std::vector<double> losses;  // per step, from the loss stage's rank
+};
+
+// Runs `plan` with one thread per rank; stage s is layer s. skip_to >= 0 adds an input from
+// stage 0 to stage skip_to.
+RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, const torch::Tensor& x,
+                        const torch::Tensor& y, int steps, int skip_to) {
+  const int ranks = plan.shape.ranks;
+  const int stages = plan.shape.stages;
+  const int m = plan.shape.microbatches;
+  FakeWorld world(ranks);
+  auto comms = world.communicators();
+  RunResult result;
+  result.weights.w.resize(static_cast<std::size_t>(stages));
+  result.weights.b.resize(static_cast<std::size_t>(stages));
+  result.losses.assign(static_cast<std::size_t>(steps), 0.0);
+  std::mutex mu;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
+  auto xs = x.chunk(m);
+  auto ys = y.chunk(m);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        std::vector<StageSetup> setups;
+        for (int s : plan.shape.stages_of_rank(r)) {
+          StageSetup st;
+          st.stage = s;
+          const bool add = s == skip_to;
+          st.body =
+              std::make_shared<LayerBody>(init.w[static_cast<std::size_t>(s)],
+                                          init.b[static_cast<std::size_t>(s)], s + 1 < stages, add);
+          st.inputs = {InputSource{s - 1, 0}};
+          if (add) st.inputs.push_back(InputSource{0, 0});
+          st.num_outputs = 1;
+          st.consumers.resize(1);
+          if (s + 1 < stages) st.consumers[0].emplace_back(s + 1, 0);
+          if (s == 0 && skip_to > 0) st.consumers[0].emplace_back(skip_to, 1);
+          st.loss_output = s + 1 == stages ? 0 : -1;
+          st.optimizer = std::make_unique<torch::optim::SGD>(
+              st.body->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+          setups.push_back(std::move(st));
+        }
+        NoDataParallel hooks;
+        InterpreterOptions opts;
+        opts.timeout = std::chrono::milliseconds(20'000);
+        opts.world_rank = r;
+        Interpreter interp(plan, r, std::move(setups), comms[static_cast<std::size_t>(r)].get(),
+                           &hooks, mse, opts);
+        interp.agree_shapes(xs[0]);
+        for (int step = 0; step < steps; ++step) {
+          auto res = interp.run_step(step, xs, ys);
+          if (res.has_loss) {
+            std::lock_guard<std::mutex> lock(mu);
+            result.losses[static_cast<std::size_t>(step)] = res.loss;
+          }
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& sp : interp.stage_params()) {
+          result.weights.w[static_cast<std::size_t>(sp.stage)] = sp.params[0].detach();
+          result.weights.b[static_cast<std::size_t>(sp.stage)] = sp.params[1].detach();
+        }
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return result;
+}
+
+double max_diff(const Weights& a, const Weights& b) {
+  double d = 0;
+  for (std::size_t i = 0; i < a.w.size(); ++i) {
+    d = std::max(d, (a.w[i] - b.w[i]).abs().max().item<double>());
+    d = std::max(d, (a.b[i] - b.b[i]).abs().max().item<double>());
+  }
+  return d;
+}
+
+struct Case {
+  sched::ScheduleKind kind;
+  int ranks;
+  int v;
+  int m;
+};
+
+class InterpreterEquivalence : public ::testing::TestWithParam<Case> {};
+
+TEST_P(InterpreterEquivalence, MatchesFullBatchTraining) {
+  torch::set_num_threads(1);
+  const auto c = GetParam();
+  sched::ScheduleSpec spec;
+  spec.kind = c.kind;
+  spec.ranks = c.ranks;
+  spec.microbatches = c.m;
+  spec.stages_per_rank = c.v;
+  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  const int layers = c.ranks * c.v;
+  const auto init = init_weights(layers);
+  torch::manual_seed(11);
+  auto x = torch::randn({4 * c.m, kWidth});
+  auto y = torch::randn({4 * c.m, kWidth});
+  constexpr int kSteps = 3;
+  const auto got = run_pipelined(plan, init, x, y, kSteps, -1);
+  const auto want = reference(init, x, y, kSteps, -1);
+  EXPECT_LE(max_diff(got.weights, want), 1e-5);
+  EXPECT_GT(max_diff(init, want), 1e-3);  // training moved the weights
+  EXPECT_GT(got.losses[0], got.losses[kSteps - 1]);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(sched::to_string(info.param.kind)) + "_p" + std::to_string(info.param.ranks) +
+         "_v" + std::to_string(info.param.v) + "_m" + std::to_string(info.param.m);
+}
+
+using sched::ScheduleKind;
+INSTANTIATE_TEST_SUITE_P(Schedules, InterpreterEquivalence,
+                         ::testing::Values(Case{ScheduleKind::kGPipe, 2, 1, 4},
+                                           Case{ScheduleKind::kGPipe, 4, 1, 4},
+                                           Case{ScheduleKind::k1F1B, 2, 1, 4},
+                                           Case{ScheduleKind::k1F1B, 4, 1, 8},
+                                           Case{ScheduleKind::kInterleaved1F1B, 2, 2, 4},
+                                           Case{ScheduleKind::kInterleaved1F1B, 4, 2, 8},
+                                           Case{ScheduleKind::kLoopedBFS, 2, 2, 4},
+                                           Case{ScheduleKind::kLoopedBFS, 4, 2, 8},
+                                           Case{ScheduleKind::kInterleavedZeroBubble, 2, 2, 4},
+                                           Case{ScheduleKind::kInterleavedZeroBubble, 4, 2, 8}),
+                         case_name);
+
+TEST(Interpreter, SkipEdgeDag) {
+  torch::set_num_threads(1);
+  sched::ScheduleSpec spec;
+  spec.kind = ScheduleKind::kGPipe;
+  spec.ranks = 3;
+  spec.microbatches = 3;
+  spec.stage_edges = {{0, 1}, {1, 2}, {0, 2}};
+  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  const auto init = init_weights(3);
+  torch::manual_seed(3);
+  auto x = torch::randn({9, kWidth});
+  auto y = torch::randn({9, kWidth});
+  const auto got = run_pipelined(plan, init, x, y, 3, 2);
+  const auto want = reference(init, x, y, 3, 2);
+  EXPECT_LE(max_diff(got.weights, want), 1e-5);
+}
+
+TEST(Interpreter, MissingPeerTimesOutNamingStageMicrobatchStep) {
+  sched::ScheduleSpec spec;
+  spec.kind = ScheduleKind::kGPipe;
+  spec.ranks = 2;
+  spec.microbatches = 2;
+  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  FakeWorld world(2);
+  auto comm1 = world.communicator(1);
+  auto comm0 = world.communicator(0);  // rank 0 never runs
+  StageSetup st;
+  st.stage = 1;
+  const auto init = init_weights(2);
+  st.body = std::make_shared<LayerBody>(init.w[1], init.b[1], false, false);
+  st.inputs = {InputSource{0, 0}};
+  st.consumers.resize(1);
+  st.loss_output = 0;
+  std::vector<StageSetup> setups;
+  setups.push_back(std::move(st));
+  NoDataParallel hooks;
+  InterpreterOptions opts;
+  opts.timeout = std::chrono::milliseconds(200);
+  opts.world_rank = 1;
+  Interpreter interp(plan, 1, std::move(setups), comm1.get(), &hooks, mse, opts);
+  try {
+    interp.agree_shapes(torch::zeros({2, kWidth}), 0);
+    FAIL() << "expected a timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("stage 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Interpreter, DeadPeerRaisesPeerError) {
+  sched::ScheduleSpec spec;
+  spec.kind = ScheduleKind::k1F1B;
+  spec.ranks = 2;
+  spec.microbatches = 2;
+  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  const auto init = init_weights(2);
+  torch::manual_seed(1);
+  auto x = torch::randn({4, kWidth});
+  auto y = torch::randn({4, kWidth});
+  FakeWorld world(2);
+  auto comms = world.communicators();
+  std::exception_ptr err;
+  std::thread t([&] {
+    try {
+      StageSetup st;
+      st.stage = 1;
+      st.body = std::make_shared<LayerBody>(init.w[1], init.b[1], false, false);
+      st.inputs = {InputSource{0, 0}};
+      st.consumers.resize(1);
+      st.loss_output = 0;
+      std::vector<StageSetup> setups;
+      setups.push_back(std::move(st));
+      NoDataParallel hooks;
+      InterpreterOptions opts;
+      opts.timeout = std::chrono::milliseconds(20'000);
+      opts.world_rank = 1;
+      Interpreter interp(plan, 1, std::move(setups), comms[1].get(), &hooks, mse, opts);
+      interp.agree_shapes(x.chunk(2)[0], 0);
+      for (int step = 0; step < 100; ++step) (void)interp.run_step(step, x.chunk(2), y.chunk(2));
+    } catch (...) {
+      err = std::current_exception();
+    }
+  });
+  // Rank 0 sends its shapes, then dies before the first activation.
+  {
+    auto header = torch::zeros({64}, torch::kLong);
+    auto* h = header.data_ptr<std::int64_t>();
+    h[0] = 1;
+    h[1] = static_cast<std::int64_t>(torch::kFloat);
+    h[2] = 2;
+    h[3] = 2;
+    h[4] = kWidth;
+    BufferView v{header.data_ptr(), 64, DType::kInt64, {}};
+    // Tag of the shape message from stage 0 to stage 1 (see Interpreter::tag).
+    const std::int64_t tag = ((((0 * 2 + 1) * 3 + 2) * 2 + 0) * 16) + 0;
+    comms[0]->send(v, 1, tag, OpContext{})->wait(std::chrono::milliseconds(1000));
+  }
+  world.kill(0);
+  t.join();
+  ASSERT_TRUE(err);
+  try {
+    std::rethrow_exception(err);
+  } catch (const PeerError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("stage 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("microbatch 0"), std::string::npos) << what;
+    EXPECT_NE(what.find("step 0"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace pipewright::exec
