@@ -1,0 +1,97 @@
+// Partitioners: cut a Model into pipeline stages (docs/partitioning.md).
+//
+//   uniform   contiguous runs of a topological order with equal node counts (the first
+//             n % stages stages get one node more).
+//   balanced  contiguous runs of the topological order that minimise the slowest stage's
+//             forward_ms + backward_ms. Exact for chains; for DAGs it is exact over the chosen
+//             topological order (Model::topological_order), which keeps the stage graph acyclic.
+//   memory    balanced, subject to every stage's memory estimate fitting memory_limit_bytes.
+//
+// Note [Stage memory]
+// memory_bytes of stage s = param_bytes * (1 + gradient_bytes_per_param_byte +
+//   optimizer_bytes_per_param_byte) + in_flight(s) * activation_bytes, where in_flight(s) is
+//   the number of microbatches whose activations stage s holds at its peak. Default assumption:
+//   1F1B, so stage s of p holds p - s microbatches (stage 0 holds p, the last stage 1). With
+//   in_flight_microbatches set (e.g. GPipe with m microbatches: m), every stage holds that many.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipewright/graph/model.hpp"
+#include "pipewright/graph/stage_graph.hpp"
+
+namespace pipewright::graph {
+
+enum class PartitionMethod { kUniform, kBalanced, kMemory };
+
+// "uniform" | "balanced" | "memory".
+[[nodiscard]] std::string_view to_string(PartitionMethod method) noexcept;
+[[nodiscard]] std::optional<PartitionMethod> parse_partition_method(std::string_view text) noexcept;
+
+struct PartitionOptions {
+  int stages = 1;
+  PartitionMethod method = PartitionMethod::kBalanced;
+  // Required for kMemory; ignored by the others (their memory is still reported).
+  std::optional<std::int64_t> memory_limit_bytes;
+  double gradient_bytes_per_param_byte = 1.0;   // gradients as big as the parameters
+  double optimizer_bytes_per_param_byte = 2.0;  // Adam: two moments of the parameters' dtype
+  // Unset: 1F1B (stage s of p holds p - s microbatches). Set: every stage holds this many.
+  std::optional<int> in_flight_microbatches;
+};
+
+struct Partition {
+  std::string method;                   // to_string(PartitionMethod)
+  std::string model_name;               // Model::name
+  std::vector<std::string> node_names;  // Model node names by index (checks the model matches)
+  std::vector<int> node_stage;          // stage of each model node
+  StageGraph graph;
+  // The options the memory estimates were computed with.
+  double gradient_bytes_per_param_byte = 1.0;
+  double optimizer_bytes_per_param_byte = 2.0;
+  std::optional<int> in_flight_microbatches;
+  std::optional<std::int64_t> memory_limit_bytes;
+
+  [[nodiscard]] int num_stages() const noexcept { return static_cast<int>(graph.stages.size()); }
+  // The slowest stage's forward_ms + backward_ms.
+  [[nodiscard]] double max_stage_ms() const noexcept;
+
+  friend bool operator==(const Partition& a, const Partition& b) noexcept {
+    return a.method == b.method && a.model_name == b.model_name && a.node_names == b.node_names &&
+           a.node_stage == b.node_stage && a.graph == b.graph &&
+           a.gradient_bytes_per_param_byte == b.gradient_bytes_per_param_byte &&
+           a.optimizer_bytes_per_param_byte == b.optimizer_bytes_per_param_byte &&
+           a.in_flight_microbatches == b.in_flight_microbatches &&
+           a.memory_limit_bytes == b.memory_limit_bytes;
+  }
+};
+
+// Partitions `model`. Throws ConfigError for bad options (stages < 1, more stages than nodes,
+// kMemory without a limit) and InvalidGraphError when no partition meets the memory limit (the
+// message names a node that cannot fit).
+[[nodiscard]] Partition partition_model(const Model& model, const PartitionOptions& options);
+
+// A Partition for a given assignment node -> stage (e.g. hand-written), with memory estimates.
+[[nodiscard]] Partition make_partition(const Model& model, const std::vector<int>& node_stage,
+                                       const PartitionOptions& options, std::string method);
+
+// Memory estimate of one stage under Note [Stage memory].
+[[nodiscard]] std::int64_t stage_memory_bytes(std::int64_t param_bytes,
+                                              std::int64_t activation_bytes, int in_flight,
+                                              const PartitionOptions& options) noexcept;
+// in_flight(s) for stage s of `stages` under the options' assumption.
+[[nodiscard]] int in_flight_microbatches(int stage, int stages,
+                                         const PartitionOptions& options) noexcept;
+
+// JSON form (docs/partitioning.md); stable and pretty, load_partition reads it back equal.
+[[nodiscard]] std::string to_json(const Partition& partition);
+[[nodiscard]] Partition parse_partition(std::string_view json_text, const std::string& source_name);
+[[nodiscard]] Partition load_partition(const std::string& path);
+// Throws InvalidGraphError unless `partition` was made for `model` (same node count and names).
+void check_partition_matches(const Partition& partition, const Model& model,
+                             const std::string& source_name = "partition");
+
+}  // namespace pipewright::graph

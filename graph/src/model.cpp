@@ -1,0 +1,266 @@
+#include "pipewright/graph/model.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "pipewright/graph/error.hpp"
+#include "topology.hpp"
+
+namespace pipewright::graph {
+
+namespace {
+
+constexpr std::array<std::pair<NodeKind, std::string_view>, 10> kKindNames = {{
+    {NodeKind::kLinear, "linear"},
+    {NodeKind::kRelu, "relu"},
+    {NodeKind::kGelu, "gelu"},
+    {NodeKind::kLayerNorm, "layernorm"},
+    {NodeKind::kEmbedding, "embedding"},
+    {NodeKind::kCausalSelfAttention, "causal_self_attention"},
+    {NodeKind::kMlp, "mlp"},
+    {NodeKind::kTransformerBlock, "transformer_block"},
+    {NodeKind::kLoss, "loss"},
+    {NodeKind::kOpaque, "opaque"},
+}};
+
+bool finite_nonnegative(double v) { return std::isfinite(v) && v >= 0.0; }
+
+detail::Digraph node_digraph(const Model& model) {
+  detail::Digraph g;
+  g.vertices = static_cast<int>(model.nodes.size());
+  g.edges.reserve(model.edges.size());
+  for (const ModelEdge& e : model.edges) g.edges.emplace_back(e.from, e.to);
+  return g;
+}
+
+}  // namespace
+
+std::string_view to_string(NodeKind kind) noexcept {
+  for (const auto& [k, name] : kKindNames) {
+    if (k == kind) return name;
+  }
+  return "opaque";
+}
+
+std::optional<NodeKind> parse_node_kind(std::string_view text) noexcept {
+  for (const auto& [k, name] : kKindNames) {
+    if (name == text) return k;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> required_params(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::kLinear:
+      return {"in_features", "out_features"};
+    case NodeKind::kLayerNorm:
+      return {"normalized_shape"};
+    case NodeKind::kEmbedding:
+      return {"num_embeddings", "embedding_dim"};
+    case NodeKind::kCausalSelfAttention:
+      return {"hidden", "heads"};
+    case NodeKind::kMlp:
+      return {"hidden", "ffn_hidden"};
+    case NodeKind::kTransformerBlock:
+      return {"hidden", "heads", "ffn_hidden"};
+    case NodeKind::kRelu:
+    case NodeKind::kGelu:
+    case NodeKind::kLoss:
+    case NodeKind::kOpaque:
+      return {};
+  }
+  return {};
+}
+
+int Model::node_index(std::string_view node_name) const noexcept {
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].name == node_name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::vector<ModelEdge> Model::in_edges(int node) const {
+  std::vector<ModelEdge> out;
+  for (const ModelEdge& e : edges) {
+    if (e.to == node) out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<ModelEdge> Model::out_edges(int node) const {
+  std::vector<ModelEdge> out;
+  for (const ModelEdge& e : edges) {
+    if (e.from == node) out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<int> Model::producers(int node) const {
+  std::set<int> out;
+  for (const ModelEdge& e : edges) {
+    if (e.to == node) out.insert(e.from);
+  }
+  return {out.begin(), out.end()};
+}
+
+std::vector<int> Model::consumers(int node) const {
+  std::set<int> out;
+  for (const ModelEdge& e : edges) {
+    if (e.from == node) out.insert(e.to);
+  }
+  return {out.begin(), out.end()};
+}
+
+std::vector<int> Model::topological_order() const {
+  const detail::Digraph g = node_digraph(*this);
+  for (const auto& [from, to] : g.edges) {
+    PW_CHECK(from >= 0 && from < g.vertices && to >= 0 && to < g.vertices, InvalidGraphError,
+             "model '" << name << "': edge " << from << " -> " << to << " is out of range");
+  }
+  std::vector<int> order = detail::ordered_topological_order(g);
+  if (order.size() != nodes.size()) {
+    const std::vector<int> cycle = detail::find_cycle(g);
+    std::string names;
+    for (int v : cycle) names += nodes[static_cast<std::size_t>(v)].name + " -> ";
+    if (!cycle.empty()) names += nodes[static_cast<std::size_t>(cycle.front())].name;
+    throw InvalidGraphError("model '" + name + "' has a cycle: " + names);
+  }
+  return order;
+}
+
+std::int64_t Model::input_bytes() const {
+  std::int64_t elements = micro_batch_size;
+  for (std::int64_t d : input.shape) elements *= d;
+  const std::int64_t element_bytes = input.dtype == "int64" ? 8 : 4;
+  return elements * element_bytes;
+}
+
+void validate_model(const Model& model, const std::string& source_name) {
+  const std::string& src = source_name;
+  PW_CHECK(!model.nodes.empty(), InvalidGraphError, src << ": the model has no nodes");
+  PW_CHECK(
+      model.nodes.size() <= kMaxModelNodes, InvalidGraphError,
+      src << ": " << model.nodes.size() << " nodes, more than the limit of " << kMaxModelNodes);
+  PW_CHECK(
+      model.edges.size() <= kMaxModelEdges, InvalidGraphError,
+      src << ": " << model.edges.size() << " edges, more than the limit of " << kMaxModelEdges);
+  PW_CHECK(model.micro_batch_size > 0, InvalidGraphError,
+           src << " at /micro_batch_size: must be > 0, got " << model.micro_batch_size);
+  PW_CHECK(model.input.dtype == "float32" || model.input.dtype == "int64", InvalidGraphError,
+           src << " at /input/dtype: must be \"float32\" or \"int64\", got \"" << model.input.dtype
+               << "\"");
+  PW_CHECK(!model.input.shape.empty(), InvalidGraphError,
+           src << " at /input/shape: must have at least one dimension");
+  // The input size must fit an int64 of bytes (with margin for the micro batch).
+  double elements = static_cast<double>(model.micro_batch_size) * 8.0;
+  for (std::size_t i = 0; i < model.input.shape.size(); ++i) {
+    PW_CHECK(model.input.shape[i] > 0, InvalidGraphError,
+             src << " at /input/shape/" << i << ": must be > 0, got " << model.input.shape[i]);
+    elements *= static_cast<double>(model.input.shape[i]);
+  }
+  PW_CHECK(elements < 9.0e18, InvalidGraphError,
+           src << " at /input/shape: the input is too large to count in bytes");
+
+  std::unordered_map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < model.nodes.size(); ++i) {
+    const Node& node = model.nodes[i];
+    const std::string at = src + " at /nodes/" + std::to_string(i);
+    PW_CHECK(!node.name.empty(), InvalidGraphError, at << "/name: must not be empty");
+    const auto [it, fresh] = seen.emplace(node.name, i);
+    PW_CHECK(fresh, InvalidGraphError,
+             at << "/name: duplicate node name \"" << node.name << "\" (also /nodes/" << it->second
+                << ")");
+    for (const std::string& key : required_params(node.kind)) {
+      const auto p = node.params.find(key);
+      PW_CHECK(
+          p != node.params.end(), InvalidGraphError,
+          at << "/params: a " << to_string(node.kind) << " node needs param \"" << key << "\"");
+      PW_CHECK(p->second > 0, InvalidGraphError,
+               at << "/params/" << key << ": must be > 0, got " << p->second);
+    }
+    if (node.kind == NodeKind::kLinear) {
+      const auto bias = node.params.find("bias");
+      PW_CHECK(bias == node.params.end() || bias->second == 0 || bias->second == 1,
+               InvalidGraphError, at << "/params/bias: must be 0 or 1, got " << bias->second);
+    }
+    if (node.kind == NodeKind::kEmbedding) {
+      const auto pos = node.params.find("max_positions");
+      PW_CHECK(pos == node.params.end() || pos->second >= 0, InvalidGraphError,
+               at << "/params/max_positions: must be >= 0, got " << pos->second);
+    }
+    if (node.kind == NodeKind::kCausalSelfAttention || node.kind == NodeKind::kTransformerBlock) {
+      const std::int64_t hidden = node.params.at("hidden");
+      const std::int64_t heads = node.params.at("heads");
+      PW_CHECK(hidden % heads == 0, InvalidGraphError,
+               at << "/params/heads: hidden (" << hidden << ") must be divisible by heads ("
+                  << heads << ")");
+    }
+    if (node.kind == NodeKind::kLoss) {
+      const auto loss = node.attrs.find("loss");
+      PW_CHECK(loss != node.attrs.end(), InvalidGraphError,
+               at << "/attrs: a loss node needs attr \"loss\" (\"mse\" or \"cross_entropy\")");
+      PW_CHECK(loss->second == "mse" || loss->second == "cross_entropy", InvalidGraphError,
+               at << "/attrs/loss: must be \"mse\" or \"cross_entropy\", got \"" << loss->second
+                  << "\"");
+    }
+    const NodeCost& c = node.cost;
+    const std::string cat = at + "/cost/";
+    PW_CHECK(finite_nonnegative(c.forward_ms), InvalidGraphError,
+             cat << "forward_ms: must be a finite number >= 0, got " << c.forward_ms);
+    PW_CHECK(finite_nonnegative(c.backward_ms), InvalidGraphError,
+             cat << "backward_ms: must be a finite number >= 0, got " << c.backward_ms);
+    PW_CHECK(!c.input_grad_ms || finite_nonnegative(*c.input_grad_ms), InvalidGraphError,
+             cat << "input_grad_ms: must be a finite number >= 0, got " << *c.input_grad_ms);
+    PW_CHECK(!c.weight_grad_ms || finite_nonnegative(*c.weight_grad_ms), InvalidGraphError,
+             cat << "weight_grad_ms: must be a finite number >= 0, got " << *c.weight_grad_ms);
+    PW_CHECK(c.input_grad_ms.has_value() == c.weight_grad_ms.has_value(), InvalidGraphError,
+             cat << (c.input_grad_ms ? "weight_grad_ms" : "input_grad_ms")
+                 << ": input_grad_ms and weight_grad_ms must be given together");
+    if (c.input_grad_ms) {
+      const double sum = *c.input_grad_ms + *c.weight_grad_ms;
+      PW_CHECK(std::abs(sum - c.backward_ms) <= 1e-6 * std::max(1.0, c.backward_ms),
+               InvalidGraphError,
+               cat << "backward_ms: must equal input_grad_ms + weight_grad_ms (" << sum << "), got "
+                   << c.backward_ms);
+    }
+    PW_CHECK(c.param_bytes >= 0, InvalidGraphError,
+             cat << "param_bytes: must be >= 0, got " << c.param_bytes);
+    PW_CHECK(c.activation_bytes >= 0, InvalidGraphError,
+             cat << "activation_bytes: must be >= 0, got " << c.activation_bytes);
+    PW_CHECK(c.output_bytes >= 0, InvalidGraphError,
+             cat << "output_bytes: must be >= 0, got " << c.output_bytes);
+  }
+
+  const int n = static_cast<int>(model.nodes.size());
+  std::set<std::pair<int, int>> inputs_taken;
+  for (std::size_t i = 0; i < model.edges.size(); ++i) {
+    const ModelEdge& e = model.edges[i];
+    const std::string at = src + " at /edges/" + std::to_string(i);
+    PW_CHECK(e.from >= 0 && e.from < n, InvalidGraphError,
+             at << "/from: dangling edge: no node with index " << e.from);
+    PW_CHECK(e.to >= 0 && e.to < n, InvalidGraphError,
+             at << "/to: dangling edge: no node with index " << e.to);
+    PW_CHECK(e.from_output >= 0, InvalidGraphError,
+             at << "/from_output: must be >= 0, got " << e.from_output);
+    PW_CHECK(e.to_input >= 0, InvalidGraphError,
+             at << "/to_input: must be >= 0, got " << e.to_input);
+    PW_CHECK(e.from != e.to, InvalidGraphError,
+             at << ": node \"" << model.nodes[static_cast<std::size_t>(e.from)].name
+                << "\" feeds itself (a cycle)");
+    PW_CHECK(inputs_taken.emplace(e.to, e.to_input).second, InvalidGraphError,
+             at << ": input " << e.to_input << " of node \""
+                << model.nodes[static_cast<std::size_t>(e.to)].name << "\" already has a producer");
+  }
+  try {
+    (void)model.topological_order();
+  } catch (const InvalidGraphError& e) {
+    throw InvalidGraphError(src + " at /edges: " + e.what());
+  }
+}
+
+}  // namespace pipewright::graph

@@ -1,0 +1,214 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "graph_test_util.hpp"
+#include "pipewright/graph/error.hpp"
+#include "pipewright/graph/partition.hpp"
+
+namespace pipewright::graph {
+namespace {
+
+using testing::chain_model;
+using ::testing::HasSubstr;
+using testing::message_of;
+
+// Every way to cut n items into p non-empty contiguous runs: calls fn(starts).
+void for_each_composition(int n, int p, const std::function<void(const std::vector<int>&)>& fn) {
+  std::vector<int> starts{0};
+  std::function<void(int)> rec = [&](int from) {
+    const int placed = static_cast<int>(starts.size());
+    if (placed == p) {
+      fn(starts);
+      return;
+    }
+    for (int s = from; s <= n - (p - placed); ++s) {
+      starts.push_back(s);
+      rec(s + 1);
+      starts.pop_back();
+    }
+  };
+  rec(1);
+}
+
+// The best slowest-stage time by brute force (infinity if the memory limit cannot be met).
+double brute_force(const Model& m, int p, const PartitionOptions& options, bool use_memory) {
+  const int n = static_cast<int>(m.nodes.size());
+  double best = std::numeric_limits<double>::infinity();
+  for_each_composition(n, p, [&](const std::vector<int>& starts) {
+    double worst = 0.0;
+    for (int k = 0; k < p; ++k) {
+      const int end = k + 1 < p ? starts[static_cast<std::size_t>(k) + 1] : n;
+      double ms = 0.0;
+      std::int64_t params = 0, acts = 0;
+      for (int i = starts[static_cast<std::size_t>(k)]; i < end; ++i) {
+        const NodeCost& c = m.nodes[static_cast<std::size_t>(i)].cost;
+        ms += c.forward_ms + c.backward_ms;
+        params += c.param_bytes;
+        acts += c.activation_bytes;
+      }
+      if (use_memory && stage_memory_bytes(params, acts, in_flight_microbatches(k, p, options),
+                                           options) > *options.memory_limit_bytes) {
+        return;
+      }
+      worst = std::max(worst, ms);
+    }
+    best = std::min(best, worst);
+  });
+  return best;
+}
+
+void expect_valid(const Partition& part, const Model& m, int p) {
+  ASSERT_EQ(part.num_stages(), p);
+  std::vector<int> seen(m.nodes.size(), 0);
+  int previous_last = -1;
+  for (const StageInfo& s : part.graph.stages) {
+    ASSERT_FALSE(s.nodes.empty());
+    EXPECT_GT(s.nodes.front(), previous_last);  // contiguous runs of the chain, in order
+    previous_last = s.nodes.back();
+    for (int v : s.nodes) ++seen[static_cast<std::size_t>(v)];
+  }
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
+}
+
+TEST(Partition, BalancedIsExactOnRandomChains) {
+  std::mt19937 rng(12345);
+  std::uniform_real_distribution<double> cost(0.0, 10.0);
+  std::uniform_int_distribution<int> length(1, 9);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = length(rng);
+    std::vector<double> ms(static_cast<std::size_t>(n));
+    for (double& c : ms) c = trial % 7 == 0 ? std::floor(cost(rng)) : cost(rng);  // with ties
+    const Model m = chain_model(ms);
+    for (int p = 1; p <= n; ++p) {
+      PartitionOptions opt;
+      opt.stages = p;
+      opt.method = PartitionMethod::kBalanced;
+      const Partition part = partition_model(m, opt);
+      expect_valid(part, m, p);
+      const double want = brute_force(m, p, opt, false);
+      EXPECT_NEAR(part.max_stage_ms(), want, 1e-9 * std::max(1.0, want))
+          << "trial " << trial << " n " << n << " p " << p;
+    }
+  }
+}
+
+TEST(Partition, MemoryCappedIsExactOnRandomChains) {
+  std::mt19937 rng(static_cast<unsigned>(::testing::FLAGS_gtest_random_seed + 777));
+  std::uniform_real_distribution<double> cost(0.0, 10.0);
+  std::uniform_int_distribution<std::int64_t> bytes(0, 100);
+  std::uniform_int_distribution<int> length(1, 8);
+  int feasible = 0, infeasible = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = length(rng);
+    std::vector<double> ms;
+    std::vector<std::int64_t> params, acts;
+    for (int i = 0; i < n; ++i) {
+      ms.push_back(cost(rng));
+      params.push_back(bytes(rng));
+      acts.push_back(bytes(rng));
+    }
+    const Model m = chain_model(ms, params, acts);
+    for (int p = 1; p <= n; ++p) {
+      PartitionOptions opt;
+      opt.stages = p;
+      opt.method = PartitionMethod::kMemory;
+      opt.memory_limit_bytes = std::uniform_int_distribution<std::int64_t>(100, 2000)(rng);
+      if (trial % 2 == 1) opt.in_flight_microbatches = 3;  // GPipe-like assumption
+      const double want = brute_force(m, p, opt, true);
+      if (std::isinf(want)) {
+        ++infeasible;
+        EXPECT_THROW((void)partition_model(m, opt), InvalidGraphError);
+        continue;
+      }
+      ++feasible;
+      const Partition part = partition_model(m, opt);
+      expect_valid(part, m, p);
+      EXPECT_NEAR(part.max_stage_ms(), want, 1e-9 * std::max(1.0, want));
+      for (const StageInfo& s : part.graph.stages) {
+        EXPECT_LE(s.memory_bytes, *opt.memory_limit_bytes);
+      }
+    }
+  }
+  EXPECT_GT(feasible, 100);  // the grid really exercises both outcomes
+  EXPECT_GT(infeasible, 20);
+}
+
+TEST(Partition, UniformSplitsByNodeCount) {
+  const Model m = chain_model({1, 100, 1, 1, 1, 1, 1});
+  PartitionOptions opt;
+  opt.stages = 3;
+  opt.method = PartitionMethod::kUniform;
+  const Partition part = partition_model(m, opt);
+  EXPECT_EQ(part.method, "uniform");
+  EXPECT_EQ(part.graph.stages[0].nodes, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(part.graph.stages[1].nodes, (std::vector<int>{3, 4}));
+  EXPECT_EQ(part.graph.stages[2].nodes, (std::vector<int>{5, 6}));
+  EXPECT_EQ(part.node_stage, (std::vector<int>{0, 0, 0, 1, 1, 2, 2}));
+}
+
+TEST(Partition, StageMemoryFollowsThe1F1BAssumption) {
+  const Model m = chain_model({1, 1, 1, 1}, {10, 10, 10, 10}, {5, 5, 5, 5});
+  PartitionOptions opt;
+  opt.stages = 4;
+  opt.method = PartitionMethod::kUniform;
+  const Partition part = partition_model(m, opt);
+  for (int s = 0; s < 4; ++s) {
+    const StageInfo& st = part.graph.stages[static_cast<std::size_t>(s)];
+    EXPECT_EQ(st.in_flight_microbatches, 4 - s);
+    EXPECT_EQ(st.memory_bytes, 10 * (1 + 1 + 2) + (4 - s) * 5);
+  }
+}
+
+TEST(Partition, ZeroCostNodesStillFillEveryStage) {
+  const Model m = chain_model(std::vector<double>(50, 0.0));
+  PartitionOptions opt;
+  opt.stages = 17;
+  const Partition part = partition_model(m, opt);
+  expect_valid(part, m, 17);
+  EXPECT_EQ(part.max_stage_ms(), 0.0);
+}
+
+TEST(PartitionBadInput, MoreStagesThanNodes) {
+  const Model m = chain_model({1, 2, 3});
+  PartitionOptions opt;
+  opt.stages = 4;
+  EXPECT_THAT(message_of<ConfigError>([&] { (void)partition_model(m, opt); }),
+              HasSubstr("--stages 4 is more than the model's 3 nodes"));
+  opt.stages = 0;
+  EXPECT_THROW((void)partition_model(m, opt), ConfigError);
+  opt.stages = 2;
+  opt.method = PartitionMethod::kMemory;
+  EXPECT_THAT(message_of<ConfigError>([&] { (void)partition_model(m, opt); }),
+              HasSubstr("needs --memory-limit"));
+}
+
+TEST(PartitionBadInput, MemoryLimitNamesTheNodeThatCannotFit) {
+  const Model m = chain_model({1, 1, 1}, {10, 1000, 10}, {0, 0, 0});
+  PartitionOptions opt;
+  opt.stages = 3;
+  opt.method = PartitionMethod::kMemory;
+  opt.memory_limit_bytes = 400;  // n1 alone needs 4000
+  EXPECT_THAT(message_of<InvalidGraphError>([&] { (void)partition_model(m, opt); }),
+              HasSubstr("node \"n1\" alone needs 4000 bytes"));
+  // Every node fits alone but not all together in 2 stages.
+  const Model m2 = chain_model({1, 1, 1, 1}, {25, 25, 25, 25}, {0, 0, 0, 0});
+  opt.stages = 2;
+  opt.memory_limit_bytes = 100;  // one node per stage
+  EXPECT_THAT(message_of<InvalidGraphError>([&] { (void)partition_model(m2, opt); }),
+              HasSubstr("node \"n2\" does not fit in the last stage"));
+}
+
+TEST(PartitionMethodNames, RoundTrip) {
+  for (auto m : {PartitionMethod::kUniform, PartitionMethod::kBalanced, PartitionMethod::kMemory}) {
+    EXPECT_EQ(parse_partition_method(to_string(m)), m);
+  }
+  EXPECT_FALSE(parse_partition_method("greedy").has_value());
+}
+
+}  // namespace
+}  // namespace pipewright::graph
