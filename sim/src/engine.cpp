@@ -106,6 +106,10 @@ class Engine {
   std::string describe_slot(std::size_t slot) const;
 
   void set_slot(std::size_t slot, std::int64_t t, std::int64_t src);
+  void post_recv(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                 std::size_t arrived, std::size_t received);
+  void complete_recv(std::size_t arrived, std::size_t received, std::int64_t post, std::int64_t idx,
+                     std::int64_t prev);
   void park(std::int32_t r, std::size_t slot);
   void resume(std::int32_t r);
   bool execute(std::int32_t r, RankState& st, const Op& op, std::int32_t step);
@@ -141,6 +145,9 @@ class Engine {
   std::vector<std::int64_t> slot_time_;
   std::vector<std::int64_t> slot_src_;     // record index that filled the slot
   std::vector<std::int32_t> slot_waiter_;  // first parked rank or -1
+  std::vector<std::int64_t> recv_post_;    // arrival slots: post time of a pending receive
+  std::vector<std::int64_t> recv_prev_;    // ... its critical-path predecessor
+  std::vector<std::int64_t> recv_record_;  // ... its record index
   std::vector<std::int64_t> ddp_done_;     // per (step, stage): all buckets reduced, or -1
 
   std::vector<RankState> ranks_;
@@ -334,6 +341,11 @@ std::string Engine::describe_slot(std::size_t slot) const {
     static const char* kWhat[] = {"the activation message", "the RECV_F of the activation",
                                   "the gradient message", "the RECV_B of the gradient"};
     os << kWhat[kind] << " of microbatch " << mb << " on edge " << ed.from << " -> " << ed.to;
+    const bool pending = kind % 2 == 1 && !recv_post_.empty() &&
+                         recv_post_[slot - static_cast<std::size_t>(E_) * M_] != kUnknown;
+    if (pending) os << " (posted, but the message never arrives";
+    if (pending && kind == 1) os << ": " << ed.from << "SEND_F" << mb << " is missing?)";
+    if (pending && kind == 3) os << ": " << ed.to << "SEND_B" << mb << " is missing?)";
     if (kind == 0) os << " (nobody sends it: " << ed.from << "SEND_F" << mb << " is missing?)";
     if (kind == 2) os << " (nobody sends it: " << ed.to << "SEND_B" << mb << " is missing?)";
   }
@@ -341,9 +353,45 @@ std::string Engine::describe_slot(std::size_t slot) const {
   return os.str();
 }
 
+// A posted (non-blocking) receive: completes at max(post time, arrival), independently of other
+// receives (torch posts them as batched irecv). The compute that consumes the data waits for the
+// "received" slot; the rank itself goes on.
+void Engine::post_recv(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                       std::size_t arrived, std::size_t received) {
+  const auto idx = record(op, r, step, Stream::kRecv, st.time, st.time, st.last_compute);
+  if (slot_time_[arrived] != kUnknown) {
+    complete_recv(arrived, received, st.time, idx, st.last_compute);
+  } else {
+    recv_post_[arrived] = st.time;
+    recv_prev_[arrived] = st.last_compute;
+    recv_record_[arrived] = idx;
+  }
+}
+
+void Engine::complete_recv(std::size_t arrived, std::size_t received, std::int64_t post,
+                           std::int64_t idx, std::int64_t prev) {
+  const std::int64_t at = slot_time_[arrived];
+  const std::int64_t done = std::max(post, at);
+  if (record_) {
+    auto& a = result_.actions[static_cast<std::size_t>(idx)];
+    a.end_ns = done;
+    a.match = slot_src_[arrived];
+    a.pred = at > post ? slot_src_[arrived] : prev;
+  }
+  set_slot(received, done, idx);
+}
+
 void Engine::set_slot(std::size_t slot, std::int64_t t, std::int64_t src) {
   slot_time_[slot] = t;
   if (record_) slot_src_[slot] = src;
+  if (!recv_post_.empty() && recv_post_[slot] != kUnknown) {
+    // A receive was posted before the message arrived; the "received" slot is the next one of
+    // the same edge kind (see eslot()).
+    const std::int64_t post = recv_post_[slot];
+    recv_post_[slot] = kUnknown;
+    complete_recv(slot, slot + static_cast<std::size_t>(E_) * M_, post, recv_record_[slot],
+                  recv_prev_[slot]);
+  }
   std::int32_t w = slot_waiter_[slot];
   slot_waiter_[slot] = -1;
   while (w >= 0) {
@@ -446,17 +494,33 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
     park(r, base + slot);
     return false;
   };
+  // Like need(), and moves `start` (and its critical-path predecessor) past the slot's time.
+  auto ready = [&](std::size_t slot, std::int64_t& start, std::int64_t& pred) {
+    const std::int64_t t = slot_time_[base + slot];
+    if (t == kUnknown) {
+      park(r, base + slot);
+      return false;
+    }
+    if (t > start) {
+      start = t;
+      pred = record_ ? slot_src_[base + slot] : -1;
+    }
+    return true;
+  };
   switch (op.kind) {
     case ActionKind::kForward: {
+      std::int64_t start = st.time;
+      std::int64_t pred = st.last_compute;
       for (auto e : in_edges_[s]) {
         const auto q = edges_[static_cast<std::size_t>(e)].from;
-        if (!need(stage_rank[static_cast<std::size_t>(q)] == r ? fdone(q, op.mb)
-                                                               : eslot(1, e, op.mb)))
+        if (!ready(
+                stage_rank[static_cast<std::size_t>(q)] == r ? fdone(q, op.mb) : eslot(1, e, op.mb),
+                start, pred))
           return false;
       }
-      const std::int64_t start = st.time;
+      rr.recv_wait_ns += start - st.time;
       const std::int64_t end = start + f_ns_[s];
-      const auto idx = record(op, r, step, Stream::kCompute, start, end, st.last_compute);
+      const auto idx = record(op, r, step, Stream::kCompute, start, end, pred);
       memory_change(r, st, start, act_bytes_[s], 1);
       st.time = end;
       st.last_compute = idx;
@@ -467,17 +531,20 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
     case ActionKind::kFullBackward:
     case ActionKind::kBackwardInput: {
       if (!need(fdone(op.stage, op.mb))) return false;
+      std::int64_t start = st.time;
+      std::int64_t pred = st.last_compute;
       for (auto e : out_edges_[s]) {
         const auto c = edges_[static_cast<std::size_t>(e)].to;
-        if (!need(stage_rank[static_cast<std::size_t>(c)] == r ? bdone(c, op.mb)
-                                                               : eslot(3, e, op.mb)))
+        if (!ready(
+                stage_rank[static_cast<std::size_t>(c)] == r ? bdone(c, op.mb) : eslot(3, e, op.mb),
+                start, pred))
           return false;
       }
+      rr.recv_wait_ns += start - st.time;
       const bool full = op.kind == ActionKind::kFullBackward;
       const std::int64_t dur = full ? b_ns_[s] : i_ns_[s];
-      const std::int64_t start = st.time;
       const std::int64_t end = start + dur;
-      const auto idx = record(op, r, step, Stream::kCompute, start, end, st.last_compute);
+      const auto idx = record(op, r, step, Stream::kCompute, start, end, pred);
       st.time = end;
       st.last_compute = idx;
       rr.busy_ns += dur;
@@ -518,6 +585,10 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
     case ActionKind::kRecvB: {
       const bool fwd = op.kind == ActionKind::kRecvF;
       const std::size_t arrived = eslot(fwd ? 0 : 2, op.edge, op.mb);
+      if (!opt_.blocking_recv) {
+        post_recv(r, st, op, step, base + arrived, base + eslot(fwd ? 1 : 3, op.edge, op.mb));
+        return true;
+      }
       if (!need(arrived)) return false;
       const std::int64_t at = slot_time_[base + arrived];
       const std::int64_t start = st.time;
@@ -666,6 +737,11 @@ SimResult Engine::run() {
   slot_time_.assign(slots, kUnknown);
   slot_waiter_.assign(slots, -1);
   if (record_) slot_src_.assign(slots, -1);
+  if (!opt_.blocking_recv) {
+    recv_post_.assign(slots, kUnknown);
+    recv_prev_.assign(slots, -1);
+    recv_record_.assign(slots, -1);
+  }
   ddp_done_.assign(static_cast<std::size_t>(K_) * S_, kUnknown);
 
   result_.schedule = plan_.shape.schedule;

@@ -57,6 +57,10 @@ struct SimOptions {
   std::int64_t micro_batch_size = 0;  // samples per microbatch; 0 = unknown (no throughput)
   bool record_actions = true;         // keep per-action timings (trace, timelines, critical path)
   bool record_memory_timeline = false;
+  // false (default, torch's semantics): RECV_* posts the receive and the rank goes on; the
+  // compute that consumes the data waits for its arrival. true: RECV_* blocks the compute
+  // stream until the data has arrived (an executor with blocking receives).
+  bool blocking_recv = false;
   // A message of a fixed duration for every send, overriding cluster and profile (--p2p-ms).
   std::optional<double> p2p_override_ms;
 };
