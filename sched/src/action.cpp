@@ -117,7 +117,13 @@ bool read_int(std::string_view text, std::size_t& pos, std::int32_t& out) {
 }  // namespace
 
 std::optional<Action> try_parse_action(std::string_view text, std::string* error) {
+  return try_parse_action(text, error, nullptr);
+}
+
+std::optional<Action> try_parse_action(std::string_view text, std::string* error,
+                                       std::size_t* error_column) {
   auto fail = [&](std::size_t col, const std::string& why) -> std::optional<Action> {
+    if (error_column != nullptr) *error_column = col + 1;
     if (error != nullptr) {
       *error = "cannot parse action '" + std::string(text) + "' at column " +
                std::to_string(col + 1) + ": " + why;

@@ -4,9 +4,12 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "pipewright/graph/error.hpp"
+#include "validate_detail.hpp"
 
 namespace pipewright::sched {
 namespace {
@@ -220,6 +223,116 @@ class SendRecvInserter {
   std::vector<std::vector<std::int32_t>> consumers_;
 };
 
+// Just-in-time placement (Note [Where SEND and RECV go]): RECVs right before the compute that
+// needs them, SENDs right after the compute that produced the data.
+std::vector<Ops> insert_just_in_time(const PlanShape& sh, const std::vector<Ops>& compute) {
+  std::vector<std::vector<std::int32_t>> producers(idx(sh.stages)), consumers(idx(sh.stages));
+  for (const auto& e : sh.edges()) {
+    producers[idx(e.to)].push_back(e.from);
+    consumers[idx(e.from)].push_back(e.to);
+  }
+  for (auto& v : producers) std::sort(v.begin(), v.end());
+  for (auto& v : consumers) std::sort(v.begin(), v.end());
+  std::vector<Ops> out(compute.size());
+  for (std::size_t r = 0; r < compute.size(); ++r) {
+    const auto rank = static_cast<std::int32_t>(r);
+    out[r].reserve(compute[r].size() * 2);
+    for (const Action& a : compute[r]) {
+      const bool fwd = a.kind == ActionKind::kForward;
+      const bool bwd = a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput;
+      const auto& inputs = fwd ? producers[idx(a.stage)] : consumers[idx(a.stage)];
+      const auto& outputs = fwd ? consumers[idx(a.stage)] : producers[idx(a.stage)];
+      if (fwd || bwd) {
+        for (std::int32_t o : inputs) {
+          if (sh.stage_to_rank[idx(o)] == rank) continue;
+          out[r].push_back(Action::comm(a.stage, fwd ? ActionKind::kRecvF : ActionKind::kRecvB,
+                                        a.microbatch, o));
+        }
+      }
+      out[r].push_back(a);
+      if (fwd || bwd) {
+        for (std::int32_t o : outputs) {
+          if (sh.stage_to_rank[idx(o)] == rank) continue;
+          out[r].push_back(Action::comm(a.stage, fwd ? ActionKind::kSendF : ActionKind::kSendB,
+                                        a.microbatch, o));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Runs `lists` with rendezvous sends and blocking receives and returns the order in which each
+// rank executed its actions. Whenever every unfinished rank is stuck, the RECV matching the SEND
+// of the lowest rank stuck at a SEND is executed right away (pulled forward on its rank). The
+// input must be deadlock-free with buffered sends; then some rank is always stuck at a SEND
+// (if all waited at RECVs, buffered sends would be stuck in the same state).
+std::vector<Ops> make_rendezvous_safe(const PlanShape& sh, const std::vector<Ops>& lists) {
+  const std::size_t p = lists.size();
+  std::unordered_map<MessageKey, std::pair<std::int32_t, std::size_t>, MessageKeyHash> recv_at;
+  for (std::size_t r = 0; r < p; ++r) {
+    for (std::size_t i = 0; i < lists[r].size(); ++i) {
+      if (is_recv(lists[r][i].kind)) {
+        recv_at[message_key(lists[r][i])] = {static_cast<std::int32_t>(r), i};
+      }
+    }
+  }
+  std::vector<std::vector<bool>> pulled(p);
+  for (std::size_t r = 0; r < p; ++r) pulled[r].assign(lists[r].size(), false);
+  std::vector<std::size_t> pc(p, 0);
+  std::vector<Ops> out(p);
+  for (std::size_t r = 0; r < p; ++r) out[r].reserve(lists[r].size());
+  auto head = [&](std::size_t r) -> const Action* {
+    while (pc[r] < lists[r].size() && pulled[r][pc[r]]) ++pc[r];
+    return pc[r] < lists[r].size() ? &lists[r][pc[r]] : nullptr;
+  };
+  std::vector<std::size_t> work;
+  for (std::size_t r = p; r-- > 0;) work.push_back(r);
+  std::size_t unfinished = p;
+  while (true) {
+    while (!work.empty()) {
+      const std::size_t r = work.back();
+      work.pop_back();
+      while (const Action* a = head(r)) {
+        if (!is_comm(a->kind)) {
+          out[r].push_back(*a);
+          ++pc[r];
+          continue;
+        }
+        const auto peer = idx(sh.stage_to_rank[idx(a->peer_stage)]);
+        const Action* other = head(peer);
+        if (other == nullptr || *other != matching(*a)) break;
+        out[r].push_back(*a);
+        out[peer].push_back(*other);
+        ++pc[r];
+        ++pc[peer];
+        work.push_back(peer);
+      }
+    }
+    unfinished = 0;
+    std::size_t sender = p;
+    for (std::size_t r = 0; r < p; ++r) {
+      const Action* a = head(r);
+      if (a == nullptr) continue;
+      ++unfinished;
+      if (sender == p && is_send(a->kind)) sender = r;
+    }
+    if (unfinished == 0) break;
+    PW_ASSERT(sender < p, "rendezvous fix-up: every stuck rank waits at a RECV");
+    const Action& send = lists[sender][pc[sender]];
+    auto it = recv_at.find(message_key(send));
+    PW_ASSERT(it != recv_at.end(), "rendezvous fix-up: no RECV for " << send);
+    const auto [peer, at] = it->second;
+    out[sender].push_back(send);
+    ++pc[sender];
+    out[idx(peer)].push_back(lists[idx(peer)][at]);
+    pulled[idx(peer)][at] = true;
+    work.push_back(sender);
+    work.push_back(idx(peer));
+  }
+  return out;
+}
+
 }  // namespace
 
 LoweredPlan lower(const ComputePlan& plan, const LowerOptions& options) {
@@ -232,7 +345,15 @@ LoweredPlan lower(const ComputePlan& plan, const LowerOptions& options) {
   }
   LoweredPlan out;
   out.shape = sh;
-  out.per_rank = SendRecvInserter(sh).run(compute);
+  if (options.recv_placement == RecvPlacement::kTorchRounds) {
+    out.per_rank = SendRecvInserter(sh).run(compute);
+  } else {
+    // A compute-level cycle would leave the rendezvous fix-up without a way out; report it as
+    // the torch placement does.
+    auto stuck = detail::compute_dry_run(sh, compute);
+    PW_CHECK(stuck.empty(), InvalidPlanError, "cannot lower the plan: " << stuck.front().message);
+    out.per_rank = make_rendezvous_safe(sh, insert_just_in_time(sh, compute));
+  }
   if (options.optimizer_step) {
     for (std::int32_t r = 0; r < sh.ranks; ++r) {
       auto& ops = out.per_rank[idx(r)];

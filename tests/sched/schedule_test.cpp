@@ -171,9 +171,11 @@ void check_closed_rules(ScheduleKind kind, int p, int m, int v, const ComputePla
 void check_runs(const ComputePlan& plan, const std::string& name) {
   auto diags = validate(plan);
   ASSERT_TRUE(diags.empty()) << name << "\n" << joined(diags);
-  for (int variant = 0; variant < 2; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {
     LowerOptions opt;
-    opt.merge_iw = opt.reduce_grad = opt.optimizer_step = variant == 1;
+    opt.merge_iw = opt.reduce_grad = opt.optimizer_step = (variant & 1) != 0;
+    opt.recv_placement =
+        (variant & 2) != 0 ? RecvPlacement::kTorchRounds : RecvPlacement::kJustInTime;
     const LoweredPlan lowered = lower(plan, opt);
     auto ldiags = validate(lowered);
     ASSERT_TRUE(ldiags.empty()) << name << " variant " << variant << "\n" << joined(ldiags);

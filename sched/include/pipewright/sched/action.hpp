@@ -71,6 +71,10 @@ std::ostream& operator<<(std::ostream& os, const Action& action);
 // Same, returning nullopt and filling *error instead of throwing.
 [[nodiscard]] std::optional<Action> try_parse_action(std::string_view text,
                                                      std::string* error = nullptr);
+// Same; on failure also stores the 1-based column of `text` where parsing failed (for CSV / JSON
+// readers that report line and column).
+[[nodiscard]] std::optional<Action> try_parse_action(std::string_view text, std::string* error,
+                                                     std::size_t* error_column);
 
 }  // namespace pipewright::sched
 

@@ -1,0 +1,72 @@
+// Reading and writing plans: torch's CSV, pipewright's JSON, a text grid and Graphviz dot.
+//
+// CSV (torch.distributed.pipelining's `_dump_csv` / `_load_csv`): one line per rank, each cell an
+// action string ("0F0", "1SEND_F3", "2REDUCE_GRAD"), comma-separated, no header. Empty cells
+// (torch writes them for bubbles) are skipped; "\r\n" line ends are accepted; trailing empty lines
+// are ignored. A CSV carries no shape, so it is inferred: ranks = rows, stages = max stage + 1,
+// microbatches = max microbatch + 1, stage -> rank from the row holding the stage (a stage on two
+// rows is an error). Stage edges: the chain, unless communication actions name a non-chain peer
+// ("@peer"), then the edges those actions name. A CSV with any SEND/RECV is a lowered plan.
+//
+// JSON ("pipewright-plan" version 1; docs/plan-format.md is the full schema):
+//   {"format": "pipewright-plan", "version": 1, "kind": "compute" | "lowered",
+//    "schedule": "1F1B", "ranks": 2, "stages": 2, "microbatches": 4,
+//    "stage_to_rank": [0, 1], "stage_edges": [[0, 1]],
+//    "actions": [["0F0", "0F1", ...], ["1F0", ...]]}
+// Only "format", "version" and "actions" are required; missing fields are inferred as for CSV.
+//
+// Every reader throws ParseError whose message starts with "<source>:<line>:<column>:" (and names
+// the JSON pointer for JSON) when the text is malformed, an action does not parse, or a stage /
+// microbatch is out of the declared range. Whether the plan is *valid* is validate()'s business.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "pipewright/sched/plan.hpp"
+
+namespace pipewright::sched {
+
+using AnyPlan = std::variant<ComputePlan, LoweredPlan>;
+
+[[nodiscard]] inline bool is_lowered(const AnyPlan& plan) noexcept {
+  return std::holds_alternative<LoweredPlan>(plan);
+}
+[[nodiscard]] const PlanShape& shape_of(const AnyPlan& plan) noexcept;
+
+// Declared sizes for a CSV (which has none); -1 = infer. Stages / microbatches beyond a declared
+// size are parse errors with line and column.
+struct CsvOptions {
+  int stages = -1;
+  int microbatches = -1;
+};
+
+[[nodiscard]] std::string to_csv(const ComputePlan& plan);
+[[nodiscard]] std::string to_csv(const LoweredPlan& plan);
+[[nodiscard]] AnyPlan parse_csv(std::string_view text, std::string_view source_name,
+                                const CsvOptions& options = {});
+
+// Deterministic: fixed key order, one rank's actions per line, trailing newline.
+[[nodiscard]] std::string to_json(const ComputePlan& plan);
+[[nodiscard]] std::string to_json(const LoweredPlan& plan);
+[[nodiscard]] AnyPlan parse_json(std::string_view text, std::string_view source_name);
+
+// Reads a plan file: ".json" as JSON, anything else as CSV. Throws InputError if the file cannot
+// be read, ParseError as above.
+[[nodiscard]] AnyPlan load_plan(const std::string& path, const CsvOptions& options = {});
+
+// Rank x step grid for terminals: every action takes one step; a rank idles ('.') while its next
+// action waits for an input (compute plans: the producing forward / consuming backward of another
+// rank in an earlier step; lowered plans: the SEND of a RECV in an earlier step). A plan that
+// cannot finish ends with a line naming the stuck ranks.
+[[nodiscard]] std::string to_text_grid(const ComputePlan& plan);
+[[nodiscard]] std::string to_text_grid(const LoweredPlan& plan);
+
+// Graphviz dot of the action dependency DAG: one node per action, one cluster per rank, program
+// order edges (dotted), data edges between stages (compute plans) and p2p edges SEND -> RECV
+// (lowered plans, bold blue).
+[[nodiscard]] std::string to_dot(const ComputePlan& plan);
+[[nodiscard]] std::string to_dot(const LoweredPlan& plan);
+
+}  // namespace pipewright::sched

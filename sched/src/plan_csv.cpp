@@ -1,0 +1,201 @@
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/plan_io.hpp"
+#include "plan_infer.hpp"
+
+namespace pipewright::sched {
+namespace {
+
+std::size_t idx(std::int32_t i) { return static_cast<std::size_t>(i); }
+
+template <typename Plan>
+std::string csv_of(const Plan& plan) {
+  std::string out;
+  for (const auto& ops : plan.per_rank) {
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (i > 0) out += ',';
+      out += to_string(ops[i]);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace
+
+const PlanShape& shape_of(const AnyPlan& plan) noexcept {
+  return std::visit([](const auto& p) -> const PlanShape& { return p.shape; }, plan);
+}
+
+std::string to_csv(const ComputePlan& plan) { return csv_of(plan); }
+std::string to_csv(const LoweredPlan& plan) { return csv_of(plan); }
+
+AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptions& options) {
+  std::vector<std::vector<detail::ParsedCell>> rows;
+  std::size_t line_start = 0;
+  std::size_t line_no = 0;
+  std::size_t last_nonempty = 0;  // rows up to here are kept (trailing empty lines dropped)
+  while (line_start < text.size()) {
+    std::size_t line_end = text.find('\n', line_start);
+    if (line_end == std::string_view::npos) line_end = text.size();
+    std::string_view line = text.substr(line_start, line_end - line_start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    ++line_no;
+    std::vector<detail::ParsedCell> row;
+    std::size_t cell_start = 0;
+    while (cell_start <= line.size()) {
+      std::size_t cell_end = line.find(',', cell_start);
+      if (cell_end == std::string_view::npos) cell_end = line.size();
+      std::string_view cell = line.substr(cell_start, cell_end - cell_start);
+      std::size_t offset = cell_start;
+      // Drop surrounding blanks and one level of CSV quotes.
+      while (!cell.empty() && (cell.front() == ' ' || cell.front() == '\t')) {
+        cell.remove_prefix(1);
+        ++offset;
+      }
+      while (!cell.empty() && (cell.back() == ' ' || cell.back() == '\t')) cell.remove_suffix(1);
+      if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"') {
+        cell = cell.substr(1, cell.size() - 2);
+        ++offset;
+      }
+      if (!cell.empty()) {
+        std::string error;
+        std::size_t col = 0;
+        auto action = try_parse_action(cell, &error, &col);
+        const std::string where = std::string(source) + ":" + std::to_string(line_no) + ":";
+        if (!action) {
+          throw ParseError(where + std::to_string(offset + col) + ": " + error);
+        }
+        row.push_back({*action, where + std::to_string(offset + 1)});
+      }
+      cell_start = cell_end + 1;
+    }
+    rows.push_back(std::move(row));
+    if (!line.empty()) last_nonempty = rows.size();
+    line_start = line_end + 1;
+  }
+  rows.resize(last_nonempty);
+  PW_CHECK(!rows.empty(), ParseError, source << ":1:1: empty plan (no rows of actions)");
+  detail::Declared declared;
+  if (options.stages >= 0) declared.stages = options.stages;
+  if (options.microbatches >= 0) declared.microbatches = options.microbatches;
+  return detail::build_plan(rows, declared, source);
+}
+
+namespace detail {
+
+AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Declared& declared,
+                   std::string_view source) {
+  const auto ranks = static_cast<std::int32_t>(rows.size());
+  if (declared.ranks) {
+    PW_CHECK(*declared.ranks == ranks, ParseError,
+             source << ": \"ranks\" is " << *declared.ranks << " but there are " << ranks
+                    << " rows of actions");
+  }
+  bool any_comm = false;
+  bool non_chain_peer = false;
+  std::int32_t max_stage = -1;
+  std::int32_t max_mb = -1;
+  for (const auto& row : rows) {
+    for (const auto& c : row) {
+      const Action& a = c.action;
+      max_stage = std::max(max_stage, a.stage);
+      max_mb = std::max(max_mb, a.microbatch);
+      if (is_comm(a.kind)) {
+        any_comm = true;
+        max_stage = std::max(max_stage, a.peer_stage);
+        if (a.peer_stage != Action::default_peer(a.stage, a.kind)) non_chain_peer = true;
+        if (declared.lowered && !*declared.lowered) {
+          throw ParseError(c.where + ": " + to_string(a) +
+                           " is a communication action in a plan declared \"compute\"");
+        }
+      }
+      if (is_comm(a.kind) && a.peer_stage < 0) {
+        throw ParseError(c.where + ": " + to_string(a) + ": stage " + std::to_string(a.stage) +
+                         " has no neighbour on that side; name the peer with '@<stage>'");
+      }
+      if (declared.stages) {
+        const std::int32_t n = *declared.stages;
+        const std::int32_t bad = a.stage >= n                           ? a.stage
+                                 : is_comm(a.kind) && a.peer_stage >= n ? a.peer_stage
+                                                                        : -1;
+        if (bad >= 0) {
+          throw ParseError(c.where + ": " + to_string(a) + ": stage " + std::to_string(bad) +
+                           " is out of range [0, " + std::to_string(n) + ")");
+        }
+      }
+      if (declared.microbatches && has_microbatch(a.kind) &&
+          a.microbatch >= *declared.microbatches) {
+        throw ParseError(c.where + ": " + to_string(a) + ": microbatch " +
+                         std::to_string(a.microbatch) + " is out of range [0, " +
+                         std::to_string(*declared.microbatches) + ")");
+      }
+    }
+  }
+  PW_CHECK(max_stage >= 0, ParseError, source << ": the plan has no actions");
+  PlanShape shape;
+  shape.ranks = ranks;
+  shape.stages = declared.stages ? *declared.stages : max_stage + 1;
+  shape.microbatches = declared.microbatches ? *declared.microbatches : std::max(max_mb + 1, 1);
+  shape.schedule = declared.schedule;
+  if (declared.stage_to_rank) {
+    shape.stage_to_rank = *declared.stage_to_rank;
+  } else {
+    shape.stage_to_rank.assign(idx(shape.stages), -1);
+    for (std::int32_t r = 0; r < ranks; ++r) {
+      for (const auto& c : rows[idx(r)]) {
+        auto& owner = shape.stage_to_rank[idx(c.action.stage)];
+        if (owner >= 0 && owner != r) {
+          throw ParseError(c.where + ": stage " + std::to_string(c.action.stage) +
+                           " appears on rows " + std::to_string(owner) + " and " +
+                           std::to_string(r) + " (a stage lives on exactly one rank)");
+        }
+        owner = r;
+      }
+    }
+    for (const auto& row : rows) {
+      for (const auto& c : row) {
+        if (is_comm(c.action.kind) && shape.stage_to_rank[idx(c.action.peer_stage)] < 0) {
+          throw ParseError(c.where + ": " + to_string(c.action) + ": peer stage " +
+                           std::to_string(c.action.peer_stage) + " appears in no row");
+        }
+      }
+    }
+    for (std::int32_t s = 0; s < shape.stages; ++s) {
+      PW_CHECK(shape.stage_to_rank[idx(s)] >= 0, ParseError,
+               source << ": stage " << s << " appears in no row (stages are 0.." << shape.stages - 1
+                      << ")");
+    }
+  }
+  if (declared.stage_edges) {
+    shape.stage_edges = *declared.stage_edges;
+  } else if (non_chain_peer) {
+    std::set<std::pair<std::int32_t, std::int32_t>> edges;
+    for (const auto& row : rows) {
+      for (const auto& c : row) {
+        const Action& a = c.action;
+        if (a.kind == ActionKind::kSendF || a.kind == ActionKind::kRecvB) {
+          edges.insert({a.stage, a.peer_stage});
+        } else if (a.kind == ActionKind::kRecvF || a.kind == ActionKind::kSendB) {
+          edges.insert({a.peer_stage, a.stage});
+        }
+      }
+    }
+    for (const auto& [from, to] : edges) shape.stage_edges.push_back({from, to});
+  }
+  const bool lowered = declared.lowered ? *declared.lowered : any_comm;
+  std::vector<std::vector<Action>> per_rank(rows.size());
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    per_rank[r].reserve(rows[r].size());
+    for (const auto& c : rows[r]) per_rank[r].push_back(c.action);
+  }
+  if (lowered) return LoweredPlan{std::move(shape), std::move(per_rank)};
+  return ComputePlan{std::move(shape), std::move(per_rank)};
+}
+
+}  // namespace detail
+}  // namespace pipewright::sched
