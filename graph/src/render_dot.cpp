@@ -1,0 +1,243 @@
+// DOT text for the node and stage views (docs/rendering.md).
+#include <array>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/graph/render.hpp"
+
+namespace pipewright::graph {
+
+namespace {
+
+// Pastel fills (ColorBrewer Set3), one per rank, repeating after 12 ranks.
+constexpr std::array<const char*, 12> kRankColours = {"#8dd3c7", "#ffffb3", "#bebada", "#fb8072",
+                                                      "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
+                                                      "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f"};
+
+const char* colour_of_stage(int stage, const RenderOptions& options) {
+  int rank = stage;
+  if (!options.stage_to_rank.empty()) {
+    PW_CHECK(stage >= 0 && static_cast<std::size_t>(stage) < options.stage_to_rank.size(),
+             ConfigError, "no rank given for stage " << stage);
+    rank = options.stage_to_rank[static_cast<std::size_t>(stage)];
+  }
+  return kRankColours[static_cast<std::size_t>(rank < 0 ? 0 : rank) % kRankColours.size()];
+}
+
+int rank_of_stage(int stage, const RenderOptions& options) {
+  return options.stage_to_rank.empty() ? stage
+                                       : options.stage_to_rank[static_cast<std::size_t>(stage)];
+}
+
+std::string ms(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+// A quoted DOT string from already-escaped pieces joined by "\n" (a DOT line break).
+std::string quoted_lines(const std::vector<std::string>& lines) {
+  std::string out = "\"";
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) out += "\\n";
+    out += dot_escape(lines[i]);
+  }
+  return out + "\"";
+}
+
+std::string node_label(const Node& node) {
+  std::vector<std::string> lines{node.name, std::string(to_string(node.kind))};
+  lines.push_back("fwd " + ms(node.cost.forward_ms) + " ms, bwd " + ms(node.cost.backward_ms) +
+                  " ms");
+  return quoted_lines(lines);
+}
+
+std::string input_label(const Model& model) {
+  std::string shape = std::to_string(model.micro_batch_size);
+  for (std::int64_t d : model.input.shape) shape += " x " + std::to_string(d);
+  return quoted_lines({"input", model.input.dtype + " [" + shape + "]"});
+}
+
+void header(std::ostringstream& os, const std::string& title) {
+  os << "digraph " << quoted_lines({title}) << " {\n"
+     << "  graph [rankdir=TB, fontname=\"Helvetica\", label=" << quoted_lines({title})
+     << ", labelloc=t];\n"
+     << "  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=\"Helvetica\", "
+        "fontsize=10];\n"
+     << "  edge [fontname=\"Helvetica\", fontsize=9];\n";
+}
+
+std::string stage_summary(const StageInfo& s) {
+  return "fwd " + ms(s.forward_ms) + " ms, bwd " + ms(s.backward_ms) + " ms, mem " +
+         human_bytes(s.memory_bytes);
+}
+
+}  // namespace
+
+std::string dot_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+      case '\t':
+        out += ' ';
+        break;
+      default:
+        // Other control characters have no business in a label.
+        out += std::iscntrl(static_cast<unsigned char>(c)) != 0 ? '?' : c;
+    }
+  }
+  return out;
+}
+
+std::string human_bytes(std::int64_t bytes) {
+  constexpr std::array<const char*, 6> kUnits = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (v >= 1024.0 && unit + 1 < kUnits.size()) {
+    v /= 1024.0;
+    ++unit;
+  }
+  char buf[48];
+  if (unit == 0) {
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[unit]);
+  }
+  return buf;
+}
+
+std::string render_model_dot(const Model& model, const Partition* partition,
+                             const RenderOptions& options) {
+  std::ostringstream os;
+  header(os, model.name.empty() ? std::string("model") : model.name);
+  os << "  input [shape=ellipse, label=" << input_label(model) << "];\n";
+  auto node_line = [&](int v, const char* indent) {
+    os << indent << "n" << v << " [label=" << node_label(model.nodes[static_cast<std::size_t>(v)])
+       << "];\n";
+  };
+  if (partition == nullptr) {
+    for (std::size_t v = 0; v < model.nodes.size(); ++v) node_line(static_cast<int>(v), "  ");
+  } else {
+    for (const StageInfo& s : partition->graph.stages) {
+      os << "  subgraph cluster_stage" << s.index << " {\n"
+         << "    label="
+         << quoted_lines({"stage " + std::to_string(s.index) + " (rank " +
+                              std::to_string(rank_of_stage(s.index, options)) + ")",
+                          stage_summary(s)})
+         << ";\n"
+         << "    style=\"filled,rounded\"; color=\"#555555\"; fillcolor=\""
+         << colour_of_stage(s.index, options) << "\";\n";
+      for (int v : s.nodes) node_line(v, "    ");
+      os << "  }\n";
+    }
+  }
+  std::vector<bool> has_producer(model.nodes.size(), false);
+  for (const ModelEdge& e : model.edges) has_producer[static_cast<std::size_t>(e.to)] = true;
+  auto stage_of = [&](int v) {
+    return partition == nullptr ? 0 : partition->node_stage[static_cast<std::size_t>(v)];
+  };
+  for (std::size_t v = 0; v < model.nodes.size(); ++v) {
+    if (has_producer[v]) continue;
+    os << "  input -> n" << v;
+    if (partition != nullptr) {
+      os << " [label=" << quoted_lines({human_bytes(model.input_bytes())})
+         << ", color=\"#c0392b\", fontcolor=\"#c0392b\", penwidth=2]";
+    }
+    os << ";\n";
+  }
+  for (const ModelEdge& e : model.edges) {
+    os << "  n" << e.from << " -> n" << e.to;
+    std::vector<std::string> label;
+    if (e.from_output != 0 || e.to_input != 0) {
+      label.push_back("out " + std::to_string(e.from_output) + " -> in " +
+                      std::to_string(e.to_input));
+    }
+    const bool cut = partition != nullptr && stage_of(e.from) != stage_of(e.to);
+    if (cut) {
+      label.push_back(human_bytes(model.nodes[static_cast<std::size_t>(e.from)].cost.output_bytes));
+    }
+    if (!label.empty() || cut) {
+      os << " [";
+      if (!label.empty()) os << "label=" << quoted_lines(label);
+      if (cut)
+        os << (label.empty() ? "" : ", ") << "color=\"#c0392b\", fontcolor=\"#c0392b\", penwidth=2";
+      os << "]";
+    }
+    os << ";\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+std::string render_stages_dot(const Model& model, const Partition& partition,
+                              const RenderOptions& options) {
+  std::ostringstream os;
+  header(os, (model.name.empty() ? std::string("model") : model.name) + " (" + partition.method +
+                 ", " + std::to_string(partition.num_stages()) + " stages)");
+  os << "  input [shape=ellipse, label=" << input_label(model) << "];\n";
+  for (const StageInfo& s : partition.graph.stages) {
+    const std::string first = model.nodes[static_cast<std::size_t>(s.nodes.front())].name;
+    const std::string last = model.nodes[static_cast<std::size_t>(s.nodes.back())].name;
+    os << "  subgraph cluster_stage" << s.index << " {\n"
+       << "    label=" << quoted_lines({"rank " + std::to_string(rank_of_stage(s.index, options))})
+       << "; style=\"filled,rounded\"; color=\"#555555\"; fillcolor=\""
+       << colour_of_stage(s.index, options) << "\";\n"
+       << "    s" << s.index << " [label="
+       << quoted_lines({"stage " + std::to_string(s.index),
+                        std::to_string(s.nodes.size()) + " nodes: " + first +
+                            (s.nodes.size() > 1 ? " .. " + last : std::string()),
+                        stage_summary(s)})
+       << "];\n  }\n";
+  }
+  // One edge per (producer, consumer) stage pair, listing the values it carries.
+  std::map<std::pair<int, int>, std::vector<const CutValue*>> pairs;
+  for (const CutValue& c : partition.graph.edges) {
+    pairs[{c.producer_stage, c.consumer_stage}].push_back(&c);
+  }
+  for (const auto& [key, cuts] : pairs) {
+    std::vector<std::string> label;
+    std::int64_t total = 0;
+    for (const CutValue* c : cuts) {
+      const std::string value = c->producer_node < 0
+                                    ? std::string("input")
+                                    : model.nodes[static_cast<std::size_t>(c->producer_node)].name;
+      label.push_back(value + " (out " + std::to_string(c->producer_output) + " -> in " +
+                      std::to_string(c->consumer_input) + ")");
+      total += c->bytes;
+    }
+    label.push_back(human_bytes(total));
+    os << "  " << (key.first < 0 ? std::string("input") : "s" + std::to_string(key.first))
+       << " -> s" << key.second << " [label=" << quoted_lines(label) << "];\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+std::optional<ImageFormat> image_format_for_path(std::string_view path) noexcept {
+  const auto dot = path.rfind('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  std::string ext;
+  for (char c : path.substr(dot + 1)) {
+    ext += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (ext == "dot" || ext == "gv") return ImageFormat::kDot;
+  if (ext == "svg") return ImageFormat::kSvg;
+  if (ext == "png") return ImageFormat::kPng;
+  return std::nullopt;
+}
+
+}  // namespace pipewright::graph

@@ -1,0 +1,73 @@
+# End-to-end checks of `pipewright model|partition|render` that need more than one command or
+# must look at files (run by tests/tools/CMakeLists.txt):
+#   PW_MODE=chain      the issue-3 acceptance chain: model gpt -> partition -> render; the SVG (or,
+#                      without Graphviz, the DOT) must contain 4 stage clusters
+#   PW_MODE=no_output  every bad input exits 2 and leaves no output file (or temporary) behind
+# Inputs: PW_BIN, PW_DATA, PW_WORKDIR, PW_GRAPHVIZ (ON/OFF).
+function(pw_run expect)
+  execute_process(COMMAND ${PW_BIN} ${ARGN} WORKING_DIRECTORY ${work}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+  if(NOT "${rc}" STREQUAL "${expect}")
+    message(FATAL_ERROR "pipewright ${ARGN}: expected exit ${expect}, got ${rc}\n${out}\n${err}")
+  endif()
+  set(last_output "${out}${err}" PARENT_SCOPE)
+endfunction()
+
+set(work ${PW_WORKDIR}/graph_cli_${PW_MODE})
+file(REMOVE_RECURSE ${work})
+file(MAKE_DIRECTORY ${work})
+
+if(PW_MODE STREQUAL "chain")
+  pw_run(0 model gpt --layers 32 --hidden 4096 --heads 32 --seq 2048 --vocab 50257
+         --micro-batch-size 1 -o gpt.json)
+  pw_run(0 partition gpt.json --stages 4 --method balanced -o p.json)
+  file(READ ${work}/p.json partition)
+  string(REGEX MATCHALL "\"index\": [0-9]+" stages "${partition}")
+  list(LENGTH stages count)
+  if(NOT count EQUAL 4)
+    message(FATAL_ERROR "p.json has ${count} stages, expected 4")
+  endif()
+  if(PW_GRAPHVIZ)
+    set(image g.svg)
+    set(cluster_regex "<g id=\"clust[0-9]+\" class=\"cluster\">[^<]*<title>cluster_stage[0-9]+</title>")
+  else()
+    set(image g.dot)
+    set(cluster_regex "subgraph cluster_stage[0-9]+")
+  endif()
+  pw_run(0 render gpt.json --partition p.json -o ${image})
+  file(READ ${work}/${image} picture)
+  string(REGEX MATCHALL "${cluster_regex}" clusters "${picture}")
+  list(LENGTH clusters count)
+  if(NOT count EQUAL 4)
+    message(FATAL_ERROR "${image} has ${count} stage clusters, expected 4")
+  endif()
+  pw_run(0 render gpt.json --partition p.json --stages-only -o stages.dot)
+  file(READ ${work}/stages.dot stages_dot)
+  foreach(edge "s0 -> s1" "s1 -> s2" "s2 -> s3" "input -> s0")
+    string(FIND "${stages_dot}" "${edge}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "stages.dot lacks the edge ${edge}")
+    endif()
+  endforeach()
+  message("chain ok: ${image} has 4 stage clusters")
+elseif(PW_MODE STREQUAL "no_output")
+  foreach(bad invalid duplicate_key unknown_kind negative_cost nan_cost huge_cost dangling_edge
+              duplicate_name cycle too_deep)
+    pw_run(2 partition ${PW_DATA}/graph/${bad}.json --stages 1 -o out_${bad}.json)
+    pw_run(2 render ${PW_DATA}/graph/${bad}.json -o out_${bad}.dot)
+  endforeach()
+  pw_run(2 partition ${PW_DATA}/graph/tiny.json --stages 4 -o out_stages.json)
+  pw_run(2 partition ${PW_DATA}/graph/tiny.json --stages 3 --method memory --memory-limit 1000
+         -o out_memory.json)
+  pw_run(2 render ${PW_DATA}/graph/tiny.json --partition ${PW_DATA}/graph/partition_wrong_model.json
+         -o out_wrong.dot)
+  pw_run(2 model mlp --sizes 8,x,2 -o out_mlp.json)
+  pw_run(2 model gpt --layers 2 --hidden 100 --heads 3 --seq 8 -o out_gpt.json)
+  file(GLOB left ${work}/*)
+  if(left)
+    message(FATAL_ERROR "bad input left files behind: ${left}")
+  endif()
+  message("no_output ok")
+else()
+  message(FATAL_ERROR "unknown PW_MODE ${PW_MODE}")
+endif()

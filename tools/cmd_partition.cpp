@@ -1,0 +1,125 @@
+// `pipewright partition MODEL --stages N --method uniform|balanced|memory [--memory-limit B]`:
+// cuts a model into pipeline stages (graph/partition.hpp) and writes the partition JSON
+// (docs/partitioning.md); logs one line per stage.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "commands.hpp"
+#include "pipewright/graph/error.hpp"
+#include "pipewright/graph/partition.hpp"
+#include "pipewright/graph/render.hpp"
+
+namespace pipewright::cli {
+namespace {
+
+struct PartitionArgs {
+  std::string model;
+  int stages = 0;
+  std::string method = "balanced";
+  std::string memory_limit;
+  std::string in_flight = "1f1b";
+  graph::PartitionOptions options;
+  std::string output = "-";
+};
+
+// "80000000000", "80e9", "16GiB", "512MB" -> bytes. Throws ConfigError.
+std::int64_t parse_bytes(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0.0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 0.0;
+  if (unit.empty() || unit == "b") scale = 1.0;
+  if (unit == "kb") scale = 1e3;
+  if (unit == "mb") scale = 1e6;
+  if (unit == "gb") scale = 1e9;
+  if (unit == "tb") scale = 1e12;
+  if (unit == "kib") scale = 1024.0;
+  if (unit == "mib") scale = 1024.0 * 1024;
+  if (unit == "gib") scale = 1024.0 * 1024 * 1024;
+  if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
+  const double bytes = value * scale;
+  PW_CHECK(used > 0 && scale > 0.0 && std::isfinite(bytes) && bytes >= 1.0 && bytes < 9.0e18,
+           ConfigError,
+           "--memory-limit: cannot parse '" << text
+                                            << "'; expected a positive byte count such as "
+                                               "80000000000, 80e9, 80GB or 74.5GiB");
+  return static_cast<std::int64_t>(bytes);
+}
+
+void run_partition(const PartitionArgs& args) {
+  graph::PartitionOptions options = args.options;
+  options.stages = args.stages;
+  options.method = *graph::parse_partition_method(args.method);
+  if (!args.memory_limit.empty()) options.memory_limit_bytes = parse_bytes(args.memory_limit);
+  if (args.in_flight != "1f1b") {
+    std::size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(args.in_flight, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PW_CHECK(used == args.in_flight.size() && used > 0 && n >= 1, ConfigError,
+             "--in-flight: expected 1f1b or an integer >= 1, got '" << args.in_flight << "'");
+    options.in_flight_microbatches = n;
+  }
+  const graph::Model model = graph::load_model(args.model);
+  const graph::Partition partition = graph::partition_model(model, options);
+  write_output(args.output, graph::to_json(partition));
+  spdlog::info("{} partition of '{}' into {} stages: slowest stage {:.4g} ms (fwd+bwd)",
+               partition.method, model.name, partition.num_stages(), partition.max_stage_ms());
+  for (const graph::StageInfo& s : partition.graph.stages) {
+    spdlog::info(
+        "  stage {}: {} nodes ({} .. {}), fwd {:.4g} ms, bwd {:.4g} ms, memory {} "
+        "({} in flight), sends {}",
+        s.index, s.nodes.size(), model.nodes[static_cast<std::size_t>(s.nodes.front())].name,
+        model.nodes[static_cast<std::size_t>(s.nodes.back())].name, s.forward_ms, s.backward_ms,
+        graph::human_bytes(s.memory_bytes), s.in_flight_microbatches,
+        graph::human_bytes(s.output_bytes));
+  }
+  if (args.output != "-") spdlog::info("wrote {}", args.output);
+}
+
+void setup_partition(CLI::App& app) {
+  auto args = std::make_shared<PartitionArgs>();
+  auto* cmd = app.add_subcommand("partition", "Cut a model into pipeline stages");
+  cmd->add_option("model", args->model, "model JSON (pipewright model ... -o MODEL)")->required();
+  cmd->add_option("--stages,-s", args->stages, "number of stages")->required();
+  cmd->add_option("--method", args->method,
+                  "uniform (equal node counts) | balanced (minimise the slowest stage) | memory "
+                  "(balanced under --memory-limit)")
+      ->check(CLI::IsMember({"uniform", "balanced", "memory"}))
+      ->capture_default_str();
+  cmd->add_option("--memory-limit", args->memory_limit,
+                  "bytes per stage for --method memory (e.g. 80e9, 80GB, 74.5GiB)");
+  cmd->add_option("--in-flight", args->in_flight,
+                  "microbatches whose activations a stage holds: 1f1b (stage s of p: p - s) or "
+                  "a number for every stage (GPipe: the microbatch count)")
+      ->capture_default_str();
+  cmd->add_option("--optimizer-bytes-per-param-byte", args->options.optimizer_bytes_per_param_byte,
+                  "optimizer state per parameter byte (Adam: 2)")
+      ->capture_default_str();
+  cmd->add_option("--gradient-bytes-per-param-byte", args->options.gradient_bytes_per_param_byte,
+                  "gradient bytes per parameter byte")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", args->output, "output file (default: stdout)");
+  cmd->callback([args] { run_partition(*args); });
+}
+
+}  // namespace
+
+PW_REGISTER_COMMAND(setup_partition);
+
+}  // namespace pipewright::cli
