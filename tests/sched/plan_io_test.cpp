@@ -1,0 +1,208 @@
+// Round trips (action text, CSV, JSON), bad CSV / JSON with line and column, text grid and dot.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/plan_io.hpp"
+#include "pipewright/sched/schedule.hpp"
+
+namespace pipewright::sched {
+namespace {
+
+std::vector<ComputePlan> sample_plans() {
+  std::vector<ComputePlan> plans;
+  for (ScheduleKind kind : all_schedule_kinds()) {
+    for (int p : {1, 2, 3, 4}) {
+      for (int m : {4, 6, 8}) {
+        const bool looped = kind != ScheduleKind::kGPipe && kind != ScheduleKind::k1F1B;
+        for (int v : looped ? std::vector<int>{1, 2, 4} : std::vector<int>{1}) {
+          try {
+            plans.push_back(generate({kind, p, m, v, {}}));
+          } catch (const ConfigError&) {
+          }
+        }
+      }
+    }
+  }
+  plans.push_back(generate({ScheduleKind::k1F1B, 4, 5, 1, {{0, 1}, {0, 2}, {1, 3}, {2, 3}}}));
+  plans.push_back(generate({ScheduleKind::kGPipe, 3, 2, 1, {{0, 1}, {0, 2}, {1, 2}}}));
+  return plans;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ParseError& e) {
+    return e.what();
+  }
+  return "<no ParseError>";
+}
+
+TEST(RoundTrip, ActionTextOfEveryGeneratedAction) {
+  for (const auto& plan : sample_plans()) {
+    for (const auto& lowered : {lower(plan), lower(plan, {true, true, true})}) {
+      for (const auto& ops : lowered.per_rank) {
+        for (const Action& a : ops) ASSERT_EQ(parse_action(to_string(a)), a) << a;
+      }
+    }
+  }
+}
+
+TEST(RoundTrip, CsvKeepsActionsAndInfersTheShape) {
+  for (const auto& plan : sample_plans()) {
+    const AnyPlan back = parse_csv(to_csv(plan), "mem.csv");
+    ASSERT_FALSE(is_lowered(back));
+    const auto& c = std::get<ComputePlan>(back);
+    EXPECT_EQ(c.per_rank, plan.per_rank);
+    EXPECT_EQ(c.shape.ranks, plan.shape.ranks);
+    EXPECT_EQ(c.shape.stages, plan.shape.stages);
+    EXPECT_EQ(c.shape.microbatches, plan.shape.microbatches);
+    EXPECT_EQ(c.shape.stage_to_rank, plan.shape.stage_to_rank);
+    EXPECT_EQ(c.shape.schedule, "custom");
+    EXPECT_EQ(to_csv(c), to_csv(plan));
+
+    const LoweredPlan lowered = lower(plan, {false, true, true});
+    const AnyPlan lback = parse_csv(to_csv(lowered), "mem.csv");
+    if (plan.shape.ranks == 1) {
+      // No SEND/RECV on one rank: the CSV cannot tell it from a compute-only plan.
+      EXPECT_FALSE(is_lowered(lback));
+      EXPECT_EQ(std::get<ComputePlan>(lback).per_rank, lowered.per_rank);
+      continue;
+    }
+    ASSERT_TRUE(is_lowered(lback));
+    const auto& l = std::get<LoweredPlan>(lback);
+    EXPECT_EQ(l.per_rank, lowered.per_rank);
+    EXPECT_EQ(l.shape.stage_to_rank, lowered.shape.stage_to_rank);
+    // Edges are recovered from "@peer" when every edge crosses ranks (true for these DAGs).
+    if (!plan.shape.is_chain()) {
+      EXPECT_EQ(l.shape.edges().size(), plan.shape.edges().size());
+    }
+  }
+}
+
+TEST(RoundTrip, JsonIsExact) {
+  for (const auto& plan : sample_plans()) {
+    const AnyPlan back = parse_json(to_json(plan), "mem.json");
+    ASSERT_FALSE(is_lowered(back));
+    EXPECT_EQ(std::get<ComputePlan>(back), plan);
+    const LoweredPlan lowered = lower(plan, {true, true, true});
+    const AnyPlan lback = parse_json(to_json(lowered), "mem.json");
+    ASSERT_TRUE(is_lowered(lback));
+    EXPECT_EQ(std::get<LoweredPlan>(lback), lowered);
+  }
+}
+
+TEST(Csv, TorchFormatDetails) {
+  // Empty cells (torch's bubbles), CRLF, blanks, quotes and trailing empty lines are accepted.
+  const AnyPlan plan = parse_csv("0F0,,0F1,0B0,0B1\r\n 1F0 ,\"1B0\",1F1,1B1\r\n\r\n", "t.csv");
+  const auto& c = std::get<ComputePlan>(plan);
+  EXPECT_EQ(c.shape.ranks, 2);
+  EXPECT_EQ(c.shape.stages, 2);
+  EXPECT_EQ(c.shape.microbatches, 2);
+  EXPECT_EQ(to_csv(c), "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  // Stage 2 on rank 0 with stage 0: looping placement is inferred from the rows.
+  const auto& l = std::get<ComputePlan>(parse_csv("0F0,2F0\n1F0\n", "t.csv"));
+  EXPECT_EQ(l.shape.stage_to_rank, (std::vector<std::int32_t>{0, 1, 0}));
+}
+
+TEST(Csv, BadInputNamesLineAndColumn) {
+  EXPECT_NE(
+      message_of([] { (void)parse_csv("0F0,0F1\n1F0,1X1\n", "bad.csv"); }).find("bad.csv:2:6: "),
+      std::string::npos)
+      << message_of([] { (void)parse_csv("0F0,0F1\n1F0,1X1\n", "bad.csv"); });
+  const std::string unknown = message_of([] { (void)parse_csv("0F0,0F1\n1F0,1X1\n", "bad.csv"); });
+  EXPECT_NE(unknown.find("unknown action kind"), std::string::npos) << unknown;
+  const std::string garbage = message_of([] { (void)parse_csv("0F0\nhello world\n", "g.csv"); });
+  EXPECT_NE(garbage.find("g.csv:2:1: "), std::string::npos) << garbage;
+  const std::string two_rows = message_of([] { (void)parse_csv("0F0,1F0\n1B0\n", "t.csv"); });
+  EXPECT_NE(two_rows.find("t.csv:2:1: stage 1 appears on rows 0 and 1"), std::string::npos)
+      << two_rows;
+  const std::string range = message_of([] {
+    (void)parse_csv("0F0,0B0\n1F0,5F0\n", "r.csv", CsvOptions{2, -1});
+  });
+  EXPECT_NE(range.find("r.csv:2:5: 5F0: stage 5 is out of range [0, 2)"), std::string::npos)
+      << range;
+  const std::string mb = message_of([] {
+    (void)parse_csv("0F0,0F7\n", "m.csv", CsvOptions{-1, 4});
+  });
+  EXPECT_NE(mb.find("m.csv:1:5: 0F7: microbatch 7 is out of range [0, 4)"), std::string::npos)
+      << mb;
+  const std::string peer = message_of([] { (void)parse_csv("0F0,0SEND_F0\n", "p.csv"); });
+  EXPECT_NE(peer.find("p.csv:1:5: 0SEND_F0: peer stage 1 appears in no row"), std::string::npos)
+      << peer;
+  const std::string hole = message_of([] { (void)parse_csv("0F0\n2F0\n", "h.csv"); });
+  EXPECT_NE(hole.find("stage 1 appears in no row"), std::string::npos) << hole;
+  EXPECT_NE(message_of([] { (void)parse_csv("\n\n", "e.csv"); }).find("empty plan"),
+            std::string::npos);
+}
+
+TEST(Json, BadInputNamesLineColumnAndPointer) {
+  const std::string syntax = message_of(
+      [] { (void)parse_json("{\n  \"format\": \"pipewright-plan\",\n  oops\n}", "s.json"); });
+  EXPECT_NE(syntax.find("s.json:3:3: "), std::string::npos) << syntax;
+  const std::string doc =
+      "{\"format\": \"pipewright-plan\", \"version\": 1,\n"
+      " \"actions\": [[\"0F0\", \"0B0\"],\n"
+      "             [\"1F0\", \"1Q0\"]]}\n";
+  const std::string kind = message_of([&] { (void)parse_json(doc, "k.json"); });
+  EXPECT_NE(kind.find("k.json:3:24: /actions/1/1: "), std::string::npos) << kind;
+  EXPECT_NE(kind.find("unknown action kind"), std::string::npos) << kind;
+  const std::string ranged =
+      "{\"format\": \"pipewright-plan\", \"version\": 1, \"stages\": 2,\n"
+      " \"actions\": [[\"0F0\", \"0B0\"],\n"
+      "             [\"1F0\", \"7B0\"]]}\n";
+  const std::string range = message_of([&] { (void)parse_json(ranged, "r.json"); });
+  EXPECT_NE(range.find("r.json:3:22: /actions/1/1: 7B0: stage 7 is out of range [0, 2)"),
+            std::string::npos)
+      << range;
+  const std::string missing = message_of(
+      [] { (void)parse_json("{\"format\": \"pipewright-plan\", \"version\": 1}", "m.json"); });
+  EXPECT_NE(missing.find("m.json:1:1: /: missing required field \"actions\""), std::string::npos)
+      << missing;
+  const std::string version = message_of(
+      [] { (void)parse_json("{\"format\": \"pipewright-plan\",\n \"version\": 9}", "v.json"); });
+  EXPECT_NE(version.find("v.json:2:13: /version: unsupported version 9"), std::string::npos)
+      << version;
+  const std::string format = message_of([] { (void)parse_json("[1, 2]", "f.json"); });
+  EXPECT_NE(format.find("f.json:1:1: "), std::string::npos) << format;
+  const std::string comm = message_of([] {
+    (void)parse_json(
+        "{\"format\": \"pipewright-plan\", \"version\": 1, \"kind\": \"compute\", "
+        "\"actions\": [[\"0F0\", \"0SEND_F0\"], [\"1RECV_F0\"]]}",
+        "c.json");
+  });
+  EXPECT_NE(comm.find("c.json:1:84: /actions/0/1: 0SEND_F0 is a communication action"),
+            std::string::npos)
+      << comm;
+}
+
+TEST(TextGrid, UnitStepsWithIdleDots) {
+  const ComputePlan plan = generate({ScheduleKind::k1F1B, 2, 2, 1, {}});
+  EXPECT_EQ(to_text_grid(plan),
+            "rank 0: 0F0 0F1 .   0B0 .   0B1\n"
+            "rank 1: .   1F0 1B0 1F1 1B1\n");
+  // A plan that cannot finish says where it is stuck.
+  ComputePlan stuck = plan;
+  std::swap(stuck.per_rank[0][0], stuck.per_rank[0][2]);  // 0B0 first: waits for 1B0 forever
+  EXPECT_NE(to_text_grid(stuck).find("stuck"), std::string::npos);
+  const std::string lowered = to_text_grid(lower(plan));
+  EXPECT_NE(lowered.find("0SEND_F0"), std::string::npos);
+  EXPECT_EQ(lowered.find("stuck"), std::string::npos);
+}
+
+TEST(Dot, ClustersNodesAndEdges) {
+  const ComputePlan plan = generate({ScheduleKind::kGPipe, 2, 2, 1, {}});
+  const std::string dot = to_dot(plan);
+  EXPECT_EQ(dot.rfind("digraph plan {", 0), 0U);
+  EXPECT_NE(dot.find("subgraph cluster_rank1"), std::string::npos);
+  EXPECT_NE(dot.find("r0s0 -> r1s0;"), std::string::npos) << dot;                   // 0F0 -> 1F0
+  EXPECT_NE(dot.find("r1s2 -> r0s2 [color=firebrick]"), std::string::npos) << dot;  // 1B0 -> 0B0
+  const std::string ldot = to_dot(lower(plan));
+  EXPECT_NE(ldot.find("[color=blue, penwidth=2]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipewright::sched
