@@ -222,6 +222,12 @@ TEST(ModelJsonBadInput, NestingBeyondTheLimit) {
   EXPECT_THAT(parse_error(deep), HasSubstr("nesting deeper than the limit of 32"));
 }
 
+TEST(ModelJsonBadInput, TextBeyondTheSizeLimit) {
+  const std::string huge(kMaxModelFileBytes + 1, ' ');
+  EXPECT_THAT(parse_error(huge),
+              HasSubstr("m.json: input is 268435457 bytes, more than the limit"));
+}
+
 TEST(ModelValidate, CatchesModelsBuiltInCode) {
   Model m = testing::chain_model({1, 2});
   EXPECT_NO_THROW(validate_model(m));
