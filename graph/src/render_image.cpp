@@ -26,6 +26,7 @@ const char* format_name(ImageFormat format) {
   return "dot";
 }
 
+#if defined(PIPEWRIGHT_WITH_GRAPHVIZ)
 std::size_t count_node_lines(const std::string& dot) {
   // Each node/stage statement in our DOT ends its line with "];" and carries "label=";
   // counting " [label=" is a cheap upper bound on what the layout has to place.
@@ -37,7 +38,6 @@ std::size_t count_node_lines(const std::string& dot) {
   return count;
 }
 
-#if defined(PIPEWRIGHT_WITH_GRAPHVIZ)
 // Graphviz reports errors through a global callback; collect them instead of printing (library
 // code never prints). The mutex serialises renders, since the callback and libgvc's global state
 // are process-wide.
