@@ -1,4 +1,4 @@
-#include "device_map.hpp"
+#include "pipewright/exec/device_map.hpp"
 
 #include <cctype>
 #include <cstddef>
@@ -118,30 +118,44 @@ std::vector<int> parse_device_map(const std::string& spec, int local_world_size)
   return devices;
 }
 
+int resolve_device(const std::vector<int>& device_map, int local_rank, int local_world_size,
+                   int device_count, const std::string& count_detail) {
+  PW_CHECK(
+      local_rank >= 0 && local_rank < local_world_size, ConfigError,
+      "local rank " << local_rank << " is out of range for a local world of " << local_world_size);
+  if (!device_map.empty()) {
+    // The map's own problems (size, negative or shared devices) come first: they do not depend
+    // on the machine.
+    std::ostringstream text;
+    for (std::size_t i = 0; i < device_map.size(); ++i) text << (i ? "," : "") << device_map[i];
+    (void)parse_device_map(text.str(), local_world_size);
+  }
+  const std::string detail = count_detail.empty() ? "" : " (" + count_detail + ")";
+  // Local ranks need distinct devices, with or without a map.
+  PW_CHECK(device_count >= local_world_size, ConfigError,
+           "--backend nccl needs "
+               << local_world_size << " CUDA device" << (local_world_size == 1 ? "" : "s")
+               << " on this node for " << local_world_size << " local rank"
+               << (local_world_size == 1 ? "" : "s") << "; found " << device_count << detail);
+  if (device_map.empty()) return local_rank;
+  // Every rank checks the whole map, so that all of them fail alike on a bad one.
+  for (std::size_t r = 0; r < device_map.size(); ++r) {
+    PW_CHECK(device_map[r] < device_count, ConfigError,
+             "--device-map maps local rank " << r << " to CUDA device " << device_map[r]
+                                             << "; this node has " << device_count << " (0.."
+                                             << device_count - 1 << ")");
+  }
+  return device_map[static_cast<std::size_t>(local_rank)];
+}
+
 int resolve_device(const std::string& spec, int local_rank, int local_world_size, int device_count,
                    const std::string& count_detail) {
   PW_CHECK(
       local_rank >= 0 && local_rank < local_world_size, ConfigError,
       "local rank " << local_rank << " is out of range for a local world of " << local_world_size);
-  const std::string detail = count_detail.empty() ? "" : " (" + count_detail + ")";
-  // Local ranks need distinct devices, with or without a map.
-  PW_CHECK(device_count >= local_world_size, ConfigError,
-           "--backend nccl needs " << local_world_size << " CUDA devices on this node for "
-                                   << local_world_size << " local ranks; found " << device_count
-                                   << detail);
-  const std::vector<int> devices = parse_device_map(spec, local_world_size);
-  // Every rank checks the whole map, so that all of them fail alike on a bad one.
-  for (std::size_t r = 0; r < devices.size(); ++r) {
-    PW_CHECK(
-        devices[r] < device_count, ConfigError,
-        "--device-map '" << spec << "' maps local rank " << r << " to CUDA device " << devices[r]
-                         << "; this node has " << device_count
-                         << (device_count > 0 ? " (0.." + std::to_string(device_count - 1) + ")"
-                                              : std::string())
-                         << detail);
-  }
-  const int device = devices[static_cast<std::size_t>(local_rank)];
-  return device;
+  const bool identity = spec.find_first_not_of(" \t") == std::string::npos;
+  return resolve_device(identity ? std::vector<int>{} : parse_device_map(spec, local_world_size),
+                        local_rank, local_world_size, device_count, count_detail);
 }
 
 }  // namespace pipewright::exec

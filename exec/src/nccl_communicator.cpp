@@ -118,6 +118,72 @@ std::string rank_list(const std::vector<int>& ranks) {
   return os.str();
 }
 
+// Which way a CPU buffer is staged through the device (see NcclCommunicator::issue).
+enum class Staging { kToDevice, kToHost, kBoth };
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer(int device, std::size_t bytes, const CallSite& site) : device_(device) {
+    PW_GPU_CHECK(cudaMalloc(&data_, bytes), site);
+  }
+  ~DeviceBuffer() {
+    (void)cudaSetDevice(device_);
+    (void)cudaFree(data_);  // synchronises the device: NCCL is done with the buffer
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  [[nodiscard]] void* data() const noexcept { return data_; }
+
+ private:
+  int device_;
+  void* data_ = nullptr;
+};
+
+// The Work of an operation on a staged CPU buffer: copies the result back to the host when the
+// device operation completed (Work::wait has then ordered the compute stream after it).
+class StagedWork final : public Work {
+ public:
+  StagedWork(WorkPtr inner, std::shared_ptr<DeviceBuffer> staged, void* host, std::size_t bytes,
+             bool copy_back, int rank, OpInfo info)
+      : inner_(std::move(inner)),
+        staged_(std::move(staged)),
+        host_(host),
+        bytes_(bytes),
+        copy_back_(copy_back),
+        rank_(rank),
+        info_(std::move(info)) {}
+
+  void wait(std::chrono::milliseconds timeout) override {
+    inner_->wait(timeout);
+    finish();
+  }
+  bool is_completed() override {
+    if (!inner_->is_completed()) return false;
+    finish();
+    return true;
+  }
+
+ private:
+  void finish() {
+    if (!copy_back_ || copied_) return;
+    CallSite site;
+    site.rank = rank_;
+    site.peer = info_.peer;
+    site.ctx = &info_.ctx;
+    PW_GPU_CHECK(cudaMemcpy(host_, staged_->data(), bytes_, cudaMemcpyDeviceToHost), site);
+    copied_ = true;
+  }
+
+  WorkPtr inner_;
+  std::shared_ptr<DeviceBuffer> staged_;
+  void* host_;
+  std::size_t bytes_;
+  bool copy_back_;
+  int rank_;
+  OpInfo info_;
+  bool copied_ = false;
+};
+
 // Everything a communicator needs to create itself and its sub-communicators.
 struct Setup {
   int device = 0;
@@ -145,31 +211,34 @@ class NcclCommunicator final : public Communicator {
                const OpContext& ctx) override {
     OpInfo info{"send to rank " + std::to_string(global_rank(dst)), global_rank(dst), ctx};
     check_peer(dst, info);
-    return issue(buf, std::move(info), [&](cudaStream_t stream) {
-      return PW_GPU_CHECK(
-          ncclSend(buf.data, buf.count, nccl_type(buf.dtype), dst, control_->get(), stream),
-          tracker_.site(global_rank(dst), &ctx));
-    });
+    return issue(buf, Staging::kToDevice, std::move(info),
+                 [&](const BufferView& b, cudaStream_t stream) {
+                   return PW_GPU_CHECK(
+                       ncclSend(b.data, b.count, nccl_type(b.dtype), dst, control_->get(), stream),
+                       tracker_.site(global_rank(dst), &ctx));
+                 });
   }
 
   WorkPtr recv(const BufferView& buf, int src, std::int64_t /*tag*/,
                const OpContext& ctx) override {
     OpInfo info{"recv from rank " + std::to_string(global_rank(src)), global_rank(src), ctx};
     check_peer(src, info);
-    return issue(buf, std::move(info), [&](cudaStream_t stream) {
-      return PW_GPU_CHECK(
-          ncclRecv(buf.data, buf.count, nccl_type(buf.dtype), src, control_->get(), stream),
-          tracker_.site(global_rank(src), &ctx));
-    });
+    return issue(buf, Staging::kToHost, std::move(info),
+                 [&](const BufferView& b, cudaStream_t stream) {
+                   return PW_GPU_CHECK(
+                       ncclRecv(b.data, b.count, nccl_type(b.dtype), src, control_->get(), stream),
+                       tracker_.site(global_rank(src), &ctx));
+                 });
   }
 
   WorkPtr all_reduce(const BufferView& buf, ReduceOp op, const OpContext& ctx) override {
     OpInfo info{"all_reduce over ranks " + rank_list(global_ranks_), -1, ctx};
-    return issue(buf, std::move(info), [&](cudaStream_t stream) {
-      return PW_GPU_CHECK(ncclAllReduce(buf.data, buf.data, buf.count, nccl_type(buf.dtype),
-                                        nccl_op(op), control_->get(), stream),
-                          tracker_.site(-1, &ctx));
-    });
+    return issue(buf, Staging::kBoth, std::move(info),
+                 [&](const BufferView& b, cudaStream_t stream) {
+                   return PW_GPU_CHECK(ncclAllReduce(b.data, b.data, b.count, nccl_type(b.dtype),
+                                                     nccl_op(op), control_->get(), stream),
+                                       tracker_.site(-1, &ctx));
+                 });
   }
 
   WorkPtr reduce(const BufferView& buf, int root, ReduceOp op, const OpContext& ctx) override {
@@ -177,11 +246,12 @@ class NcclCommunicator final : public Communicator {
                     rank_list(global_ranks_),
                 -1, ctx};
     check_root(root, info);
-    return issue(buf, std::move(info), [&](cudaStream_t stream) {
-      return PW_GPU_CHECK(ncclReduce(buf.data, buf.data, buf.count, nccl_type(buf.dtype),
-                                     nccl_op(op), root, control_->get(), stream),
-                          tracker_.site(-1, &ctx));
-    });
+    return issue(buf, Staging::kBoth, std::move(info),
+                 [&](const BufferView& b, cudaStream_t stream) {
+                   return PW_GPU_CHECK(ncclReduce(b.data, b.data, b.count, nccl_type(b.dtype),
+                                                  nccl_op(op), root, control_->get(), stream),
+                                       tracker_.site(-1, &ctx));
+                 });
   }
 
   WorkPtr broadcast(const BufferView& buf, int root, const OpContext& ctx) override {
@@ -189,11 +259,12 @@ class NcclCommunicator final : public Communicator {
                     rank_list(global_ranks_),
                 -1, ctx};
     check_root(root, info);
-    return issue(buf, std::move(info), [&](cudaStream_t stream) {
-      return PW_GPU_CHECK(ncclBroadcast(buf.data, buf.data, buf.count, nccl_type(buf.dtype), root,
-                                        control_->get(), stream),
-                          tracker_.site(-1, &ctx));
-    });
+    return issue(buf, Staging::kBoth, std::move(info),
+                 [&](const BufferView& b, cudaStream_t stream) {
+                   return PW_GPU_CHECK(ncclBroadcast(b.data, b.data, b.count, nccl_type(b.dtype),
+                                                     root, control_->get(), stream),
+                                       tracker_.site(-1, &ctx));
+                 });
   }
 
   // A one-element all-reduce: completes on every rank only when all ranks reached it.
@@ -201,20 +272,31 @@ class NcclCommunicator final : public Communicator {
     const BufferView token{barrier_token_, 1, DType::kFloat32,
                            Device{Device::Kind::kCuda, device()}};
     OpInfo info{"barrier over ranks " + rank_list(global_ranks_), -1, ctx};
-    return issue(token, std::move(info), [&](cudaStream_t stream) {
-      return PW_GPU_CHECK(
-          ncclAllReduce(token.data, token.data, 1, ncclFloat32, ncclSum, control_->get(), stream),
-          tracker_.site(-1, &ctx));
-    });
+    return issue(
+        token, Staging::kBoth, std::move(info), [&](const BufferView& b, cudaStream_t stream) {
+          return PW_GPU_CHECK(
+              ncclAllReduce(b.data, b.data, 1, ncclFloat32, ncclSum, control_->get(), stream),
+              tracker_.site(-1, &ctx));
+        });
   }
 
   void begin_p2p_batch() override {
     tracker_.begin_batch();
+    streams_->use_device();
     guarded(nullptr, [&] { return PW_GPU_CHECK(ncclGroupStart(), tracker_.site(-1, nullptr)); });
+    group_open_ = true;
   }
 
   void end_p2p_batch() override {
+    if (!group_open_) return;  // ncclGroupStart failed: the batch is already closed
+    group_open_ = false;
     streams_->use_device();
+    if (!tracker_.in_batch()) {
+      // A call of the batch failed and aborted the communicator (tracker_.fail closed the
+      // batch); still close NCCL's thread-local group so other communicators stay usable.
+      (void)ncclGroupEnd();
+      return;
+    }
     bool in_progress = false;
     guarded(&in_progress, [&] { return PW_GPU_CHECK(ncclGroupEnd(), tracker_.site(-1, nullptr)); });
     tracker_.end_batch(in_progress);
@@ -359,18 +441,35 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  // Issues one operation on `buf`. A CPU buffer is staged through a temporary device buffer
+  // (copied in before, out when the Work completes): meant for small start-up control messages
+  // (shape headers); hot-path tensors live on the device and are used in place.
   template <class Enqueue>
-  WorkPtr issue(const BufferView& buf, OpInfo info, Enqueue&& enqueue) {
-    PW_CHECK(buf.device.is_cuda() && buf.device.index == device(), BackendError,
+  WorkPtr issue(const BufferView& buf, Staging staging, OpInfo info, Enqueue&& enqueue) {
+    PW_CHECK(!buf.device.is_cuda() || buf.device.index == device(), BackendError,
              "rank " << self() << ": " << info.op << " (" << info.ctx.describe()
-                     << "): the NCCL backend needs a buffer on cuda:" << device() << ", got "
-                     << (buf.device.is_cuda() ? "cuda:" + std::to_string(buf.device.index)
-                                              : std::string("a CPU buffer")));
+                     << "): the NCCL backend of this rank works on cuda:" << device()
+                     << ", got a buffer on cuda:" << buf.device.index);
     streams_->use_device();
+    std::shared_ptr<DeviceBuffer> staged;
+    BufferView view = buf;
+    if (!buf.device.is_cuda() && buf.count > 0) {
+      const CallSite site = tracker_.site(info.peer, &info.ctx);
+      staged = std::make_shared<DeviceBuffer>(device(), buf.bytes(), site);
+      view.data = staged->data();
+      view.device = Device{Device::Kind::kCuda, device()};
+      if (staging != Staging::kToHost) {
+        // Synchronous for the host and ordered on the legacy default (compute) stream.
+        PW_GPU_CHECK(cudaMemcpy(view.data, buf.data, buf.bytes(), cudaMemcpyHostToDevice), site);
+      }
+    }
     tracker_.before_enqueue();
     bool in_progress = false;
-    guarded(&in_progress, [&] { return enqueue(streams_->comm_stream()); });
-    return tracker_.after_enqueue(std::move(info), in_progress);
+    guarded(&in_progress, [&] { return enqueue(view, streams_->comm_stream()); });
+    WorkPtr work = tracker_.after_enqueue(info, in_progress);
+    if (staged == nullptr) return work;
+    return std::make_shared<StagedWork>(std::move(work), std::move(staged), buf.data, buf.bytes(),
+                                        staging != Staging::kToDevice, self(), std::move(info));
   }
 
   Setup setup_;
@@ -381,6 +480,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<CudaStreams> streams_;
   std::shared_ptr<NcclControl> control_;
   OpTracker tracker_;
+  bool group_open_ = false;  // between a successful ncclGroupStart and its ncclGroupEnd
   void* barrier_token_ = nullptr;
 };
 

@@ -3,7 +3,10 @@
 // (nccl_communicator.cpp) uses only the CUDA runtime and NCCL on BufferView pointers, never torch.
 //
 // Semantics beyond communicator.hpp:
-//   - buffers must be CUDA buffers on the communicator's device (BackendError otherwise);
+//   - buffers are CUDA buffers on the communicator's device, used in place (another device is a
+//     BackendError); a CPU buffer is staged through a temporary device buffer (synchronous
+//     copies), which is for small start-up messages such as the interpreter's shape headers,
+//     never for the hot path;
 //   - NCCL matches point-to-point messages between a pair in posting order: `tag` is not sent,
 //     so both sides must post their sends/recvs to each other in the same order (the lowered
 //     plans do); paired p2p of one step go between begin_p2p_batch()/end_p2p_batch()
@@ -26,9 +29,9 @@
 namespace pipewright::exec {
 
 struct NcclOptions {
-  int rank = 0;                               // rank in the world communicator
-  int size = 1;                               // world size
-  int device = 0;                             // CUDA ordinal (resolve_device() in device_map.hpp)
+  int rank = 0;    // rank in the world communicator
+  int size = 1;    // world size
+  int device = 0;  // CUDA ordinal (resolve_device() in pipewright/exec/device_map.hpp)
   std::chrono::milliseconds timeout{300000};  // init, enqueue and teardown deadline
   // The rendezvous store: rank 0 publishes the NCCL unique id with `store_set`, the other ranks
   // read it with `store_get` (which blocks until the key exists or throws TimeoutError).
@@ -43,6 +46,14 @@ struct NcclOptions {
 // Creates the world communicator (collective over all ranks). Throws TimeoutError when the
 // unique id or a peer does not arrive in time, BackendError when CUDA or NCCL fail.
 [[nodiscard]] std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options);
+
+// One communicator per entry of `devices` (rank i on devices[i]) in this process, like
+// ncclCommInitAll: the collective init runs on one thread per rank and the unique id goes
+// through an in-process store. For single-process multi-GPU use (bench/nccl_bench, GPU tests);
+// each returned communicator must then be driven by its own thread, since NCCL operations are
+// collective. Rethrows the first rank's failure.
+[[nodiscard]] std::vector<std::unique_ptr<Communicator>> make_local_nccl_communicators(
+    const std::vector<int>& devices, std::chrono::milliseconds timeout);
 
 // Number of CUDA devices visible to this process; 0 when there is no driver or no device, with
 // the runtime's reason in *detail ("cudaErrorNoDevice: no CUDA-capable device is detected").

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "device_map.hpp"
+#include "pipewright/exec/device_map.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec {
@@ -106,12 +106,27 @@ TEST(ResolveDevice, MappedDeviceOutOfRange) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
-                 "--device-map '0:5,1:1' maps local rank 0 to CUDA device 5; this node has 2 "
-                 "(0..1)");
+                 "--device-map maps local rank 0 to CUDA device 5; this node has 2 (0..1)");
   }
   // Rank 1's own device exists, but every rank validates the whole map and fails alike.
   EXPECT_THROW((void)resolve_device("0:5,1:1", 1, 2, 2), ConfigError);
   EXPECT_THROW((void)resolve_device("", 2, 2, 2), ConfigError);
+}
+
+TEST(ResolveDevice, ParsedMapAsInCommOptions) {
+  EXPECT_EQ(resolve_device(std::vector<int>{}, 1, 2, 2), 1);
+  EXPECT_EQ(resolve_device(std::vector<int>{3, 1}, 0, 2, 4), 3);
+  EXPECT_THROW((void)resolve_device(std::vector<int>{1, 1}, 0, 2, 4), ConfigError);  // shared
+  EXPECT_THROW((void)resolve_device(std::vector<int>{0}, 0, 2, 4), ConfigError);     // too short
+  EXPECT_THROW((void)resolve_device(std::vector<int>{0, 4}, 0, 2, 4), ConfigError);  // no device 4
+  try {
+    (void)resolve_device(std::vector<int>{}, 0, 1, 0, "cudaErrorInsufficientDriver");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "--backend nccl needs 1 CUDA device on this node for 1 local rank; found 0 "
+                 "(cudaErrorInsufficientDriver)");
+  }
 }
 
 }  // namespace
