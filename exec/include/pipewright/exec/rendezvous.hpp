@@ -1,0 +1,71 @@
+// Where this process sits in the job (WorldInfo), resolved from command-line flags and the
+// variables of the launchers pipewright interoperates with, and the rendezvous barrier that
+// every rank passes before building a communicator.
+//
+// Sources, in precedence order (a field comes from the first source that sets it):
+//   1. flags            --rank, --world-size, --local-rank, --local-world-size, --master-addr/port
+//   2. torchrun         RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+//                       (also what `pipewright launch` sets)
+//   3. Open MPI         OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+//                       OMPI_COMM_WORLD_LOCAL_SIZE
+//   4. PMI (MPICH)      PMI_RANK, PMI_SIZE
+//   5. Slurm            SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+// Two present sources that give different values for the same field are a ConfigError naming
+// both (e.g. RANK=1 under mpirun with OMPI_COMM_WORLD_RANK=0): a job whose ranks disagree on who
+// they are would deadlock or corrupt results later. Without any source the process is rank 0 of
+// a world of 1. local_rank defaults to rank and local_world_size to world_size (one node);
+// master_addr to 127.0.0.1 and master_port to 29500.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pipewright::exec {
+
+class Store;
+
+struct WorldInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // The sources that supplied any field, in precedence order ("flags, torchrun"); empty if none.
+  std::string sources;
+};
+
+// Explicit values from the command line (highest precedence); unset fields are looked up.
+struct WorldFlags {
+  std::optional<int> rank;
+  std::optional<int> world_size;
+  std::optional<int> local_rank;
+  std::optional<int> local_world_size;
+  std::optional<std::string> master_addr;
+  std::optional<int> master_port;
+};
+
+using EnvMap = std::map<std::string, std::string>;
+
+// A copy of this process's environment (environ).
+[[nodiscard]] EnvMap current_environment();
+
+// Resolves the world from `flags` and `env` (see the top of this file). Throws ConfigError for
+// disagreeing sources, non-integer values (naming the variable), rank >= world_size,
+// local_rank >= local_world_size, world_size < 1 or a port outside [1, 65535].
+[[nodiscard]] WorldInfo resolve_world(const WorldFlags& flags, const EnvMap& env);
+
+// The rendezvous barrier: each rank sets "<prefix>/joined/<rank>" in `store`, then waits until
+// every rank's key exists. On expiry throws TimeoutError listing the ranks that never joined
+// ("rendezvous timed out after 5000 ms: ranks [2] never joined (world size 4)").
+void rendezvous(Store& store, const WorldInfo& world, std::chrono::milliseconds timeout,
+                const std::string& prefix = "pipewright");
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it back, close).
+// For tests and single-host launches; BackendError if no socket can be bound.
+[[nodiscard]] int find_free_port();
+
+}  // namespace pipewright::exec

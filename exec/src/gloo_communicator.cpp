@@ -1,0 +1,454 @@
+// The Gloo backend: a Communicator over c10d::ProcessGroupGloo from Debian's libtorch. Buffers
+// are wrapped with torch::from_blob (no copies). This is the only translation unit that includes
+// ProcessGroupGloo.
+//
+// Note [Gloo p2p completion]: c10d's Gloo SendWork/RecvWork only learn of completion inside
+// wait() (isCompleted() stays false until then), and each wait() consumes one completion of the
+// underlying gloo buffer, so it must be called exactly once. GlooP2PWork therefore calls the
+// c10d wait directly from wait(), and only if someone polls is_completed() first does it start
+// a waiter thread that performs that single wait and publishes the outcome.
+//
+// Note [Leaking a failed process group]: ~ProcessGroupGloo drains its work queue and joins its
+// threads; after a peer died or an operation timed out, that can block until gloo's own
+// timeout. A communicator that has seen a failure therefore leaks its process group instead of
+// destroying it: the process is about to report the error and exit, and must not hang.
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "backends.hpp"
+#include "comm_errors.hpp"
+#include "pipewright/graph/error.hpp"
+
+namespace pipewright::exec::detail {
+
+namespace {
+
+// c10d::Store over a pipewright Store (which must outlive it), so Gloo can rendezvous through
+// any Store: the TCP store across processes, or a MemoryStore across threads in tests.
+class StoreAdapter final : public c10d::Store {
+ public:
+  StoreAdapter(exec::Store& store, std::chrono::milliseconds timeout)
+      : c10d::Store(timeout), store_(store) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    store_.set(key, value);
+  }
+  std::vector<uint8_t> get(const std::string& key) override { return store_.get(key, timeout_); }
+  int64_t add(const std::string& key, int64_t value) override { return store_.add(key, value); }
+  bool deleteKey(const std::string& key) override { return store_.erase(key); }
+  bool check(const std::vector<std::string>& keys) override { return store_.check(keys); }
+  int64_t getNumKeys() override {
+    TORCH_CHECK(false, "pipewright Store does not support getNumKeys");
+  }
+  void wait(const std::vector<std::string>& keys) override { store_.wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    store_.wait(keys, timeout);
+  }
+
+ private:
+  exec::Store& store_;
+};
+
+at::ScalarType scalar_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return at::kFloat;
+    case DType::kFloat64:
+      return at::kDouble;
+    case DType::kFloat16:
+      return at::kHalf;
+    case DType::kBFloat16:
+      return at::kBFloat16;
+    case DType::kInt64:
+      return at::kLong;
+    case DType::kInt32:
+      return at::kInt;
+    case DType::kUInt8:
+      return at::kByte;
+  }
+  return at::kFloat;
+}
+
+c10d::ReduceOp reduce_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+std::string first_line(const std::string& s) {
+  auto line = s.substr(0, s.find('\n'));
+  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
+}
+
+bool contains(const std::string& s, const char* needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+// What an operation waits for, and who to blame: "rank 3" or "ranks [0, 2, 3]".
+struct Blame {
+  std::string prefix;  // op_prefix()
+  std::string peers;
+};
+
+// Maps whatever c10d/gloo threw to the pipewright error contract.
+[[noreturn]] void rethrow_mapped(const std::exception& e, const Blame& blame,
+                                 std::chrono::milliseconds timeout) {
+  if (dynamic_cast<const Error*>(&e) != nullptr) throw;  // already ours (e.g. from the store)
+  const std::string what = e.what();
+  if (contains(what, "Operation timed out") || contains(what, "Timed out") ||
+      contains(what, "timed out") || contains(what, "Timeout") || contains(what, "timeout")) {
+    throw TimeoutError(blame.prefix + ": " + timed_out_after(timeout) + " waiting for " +
+                       blame.peers + " (gloo: " + first_line(what) + ")");
+  }
+  if (contains(what, "Connection closed by peer") || contains(what, "Connection reset") ||
+      contains(what, "Broken pipe") || contains(what, "Connection refused") ||
+      contains(what, "ECONNRESET") || contains(what, "EPIPE") || contains(what, "closed")) {
+    throw PeerError(blame.prefix + ": peer " + blame.peers +
+                    " died or closed its connection (gloo: " + first_line(what) + ")");
+  }
+  throw BackendError(blame.prefix + ": gloo failed: " + first_line(what));
+}
+
+using Flag = std::shared_ptr<std::atomic<bool>>;
+
+// A collective (c10d AsyncWork): isCompleted() and repeated wait() are supported by c10d.
+class GlooCollectiveWork final : public Work {
+ public:
+  GlooCollectiveWork(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> tensors,
+                     Blame blame, Flag failed)
+      : work_(std::move(work)),
+        tensors_(std::move(tensors)),
+        blame_(std::move(blame)),
+        failed_(std::move(failed)) {}
+
+  void wait(std::chrono::milliseconds timeout) override {
+    // c10d treats 0 as "no timeout"; our contract is "check once".
+    const auto t = std::max(timeout, std::chrono::milliseconds(1));
+    try {
+      work_->wait(t);
+    } catch (const std::exception& e) {
+      *failed_ = true;
+      rethrow_mapped(e, blame_, timeout);
+    }
+  }
+
+  bool is_completed() override {
+    if (!work_->isCompleted()) return false;
+    wait(std::chrono::milliseconds(1));  // rethrows a stored error
+    return true;
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<at::Tensor> tensors_;  // keep the views alive while gloo uses them
+  Blame blame_;
+  Flag failed_;
+};
+
+// Point-to-point: see Note [Gloo p2p completion].
+class GlooP2PWork final : public Work {
+ public:
+  GlooP2PWork(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> tensors, Blame blame,
+              Flag failed, std::chrono::milliseconds transport_timeout)
+      : shared_(std::make_shared<Shared>()),
+        blame_(std::move(blame)),
+        failed_(std::move(failed)),
+        transport_timeout_(transport_timeout) {
+    shared_->work = std::move(work);
+    shared_->tensors = std::move(tensors);
+  }
+
+  void wait(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (!shared_->waiter_started && !shared_->done) {
+      // Nobody polled: wait in this thread (the common, cheap path). The lock is held so that a
+      // concurrent is_completed() cannot start a second wait.
+      const auto t = std::max(timeout, std::chrono::milliseconds(1));
+      try {
+        shared_->work->wait(t);
+        shared_->done = true;
+        return;
+      } catch (const std::exception& e) {
+        // A c10d-level wait timeout leaves the gloo buffer pending and c10d lets us wait again
+        // only at the risk of consuming a later completion: treat every failure as final.
+        shared_->done = true;
+        shared_->error = std::current_exception();
+        *failed_ = true;
+        rethrow_mapped(e, blame_, timeout);
+      }
+    }
+    if (!shared_->cv.wait_for(lock, timeout, [&] { return shared_->done; })) {
+      throw TimeoutError(blame_.prefix + ": " + timed_out_after(timeout) + " waiting for " +
+                         blame_.peers);
+    }
+    rethrow_if_failed(timeout);
+  }
+
+  bool is_completed() override {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (!shared_->done && !shared_->waiter_started) {
+      shared_->waiter_started = true;
+      auto shared = shared_;
+      const auto t = transport_timeout_;
+      std::thread([shared, t] {
+        std::exception_ptr error;
+        try {
+          shared->work->wait(t);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        std::lock_guard<std::mutex> guard(shared->mu);
+        shared->done = true;
+        shared->error = error;
+        shared->cv.notify_all();
+      }).detach();
+    }
+    if (!shared_->done) return false;
+    rethrow_if_failed(transport_timeout_);
+    return true;
+  }
+
+ private:
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool waiter_started = false;
+    bool done = false;
+    std::exception_ptr error;
+    c10::intrusive_ptr<c10d::Work> work;
+    std::vector<at::Tensor> tensors;
+  };
+
+  // Requires shared_->mu.
+  void rethrow_if_failed(std::chrono::milliseconds timeout) {
+    if (!shared_->error) return;
+    *failed_ = true;
+    try {
+      std::rethrow_exception(shared_->error);
+    } catch (const std::exception& e) {
+      rethrow_mapped(e, blame_, timeout);
+    }
+  }
+
+  std::shared_ptr<Shared> shared_;
+  Blame blame_;
+  Flag failed_;
+  std::chrono::milliseconds transport_timeout_;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // `members` are world ranks by local rank; `name` is the deterministic store prefix.
+  GlooCommunicator(c10::intrusive_ptr<c10d::Store> root_store, std::string name,
+                   std::vector<int> members, int rank, const CommOptions& options,
+                   std::shared_ptr<::gloo::transport::Device> device)
+      : root_store_(std::move(root_store)),
+        name_(std::move(name)),
+        members_(std::move(members)),
+        rank_(rank),
+        options_(options),
+        failed_(std::make_shared<std::atomic<bool>>(false)),
+        device_(std::move(device)) {
+    auto pg_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
+    pg_options->devices.push_back(device_);
+    pg_options->threads = 2;
+    auto store = c10::make_intrusive<c10d::PrefixStore>(name_, root_store_);
+    try {
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size(), pg_options);
+    } catch (const std::exception& e) {
+      const std::string what = "rank " + std::to_string(self()) + ": connecting the Gloo group " +
+                               name_ + " of ranks " + rank_list(members_);
+      if (dynamic_cast<const TimeoutError*>(&e) != nullptr || contains(e.what(), "imeout") ||
+          contains(e.what(), "timed out")) {
+        throw TimeoutError(what + " " + timed_out_after(options_.timeout) + ": " +
+                           first_line(e.what()));
+      }
+      throw PeerError(what + " failed: " + first_line(e.what()));
+    }
+  }
+
+  ~GlooCommunicator() override {
+    if (*failed_) {
+      // Note [Leaking a failed process group]
+      (void)pg_.release();
+    }
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return static_cast<int>(members_.size()); }
+  std::string backend_name() const override { return "gloo"; }
+  int global_rank(int r) const noexcept override {
+    return r >= 0 && r < size() ? members_[static_cast<std::size_t>(r)] : -1;
+  }
+
+  WorkPtr send(const BufferView& buf, int dst, std::int64_t tag, const OpContext& ctx) override {
+    check_rank(dst, "send");
+    auto tensors = wrap(buf, "send");
+    Blame blame{op_prefix(self(), p2p_name(true, global_rank(dst)), ctx),
+                "rank " + std::to_string(global_rank(dst))};
+    auto work = guarded(blame, [&] { return pg_->send(tensors, dst, checked_tag(tag)); });
+    return std::make_shared<GlooP2PWork>(std::move(work), std::move(tensors), std::move(blame),
+                                         failed_, options_.timeout);
+  }
+
+  WorkPtr recv(const BufferView& buf, int src, std::int64_t tag, const OpContext& ctx) override {
+    check_rank(src, "recv");
+    auto tensors = wrap(buf, "recv");
+    Blame blame{op_prefix(self(), p2p_name(false, global_rank(src)), ctx),
+                "rank " + std::to_string(global_rank(src))};
+    auto work = guarded(blame, [&] { return pg_->recv(tensors, src, checked_tag(tag)); });
+    return std::make_shared<GlooP2PWork>(std::move(work), std::move(tensors), std::move(blame),
+                                         failed_, options_.timeout);
+  }
+
+  WorkPtr all_reduce(const BufferView& buf, ReduceOp op, const OpContext& ctx) override {
+    auto tensors = wrap(buf, "all_reduce");
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = reduce_op(op);
+    return collective("all_reduce", ctx, std::move(tensors),
+                      [&](std::vector<at::Tensor>& t) { return pg_->allreduce(t, opts); });
+  }
+
+  WorkPtr reduce(const BufferView& buf, int root, ReduceOp op, const OpContext& ctx) override {
+    check_rank(root, "reduce root");
+    auto tensors = wrap(buf, "reduce");
+    c10d::ReduceOptions opts;
+    opts.reduceOp = reduce_op(op);
+    opts.rootRank = root;
+    return collective("reduce", ctx, std::move(tensors),
+                      [&](std::vector<at::Tensor>& t) { return pg_->reduce(t, opts); });
+  }
+
+  WorkPtr broadcast(const BufferView& buf, int root, const OpContext& ctx) override {
+    check_rank(root, "broadcast root");
+    auto tensors = wrap(buf, "broadcast");
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    return collective("broadcast", ctx, std::move(tensors),
+                      [&](std::vector<at::Tensor>& t) { return pg_->broadcast(t, opts); });
+  }
+
+  WorkPtr barrier(const OpContext& ctx) override {
+    return collective("barrier", ctx, {}, [&](std::vector<at::Tensor>&) { return pg_->barrier(); });
+  }
+
+  std::unique_ptr<Communicator> split(const std::vector<int>& members) override {
+    PW_ASSERT(!members.empty() && std::is_sorted(members.begin(), members.end()) &&
+                  std::adjacent_find(members.begin(), members.end()) == members.end() &&
+                  members.front() >= 0 && members.back() < size(),
+              "split() members must be ascending, unique communicator-local ranks < " << size());
+    // Every rank numbers its splits identically, so the prefix is the same on all members.
+    const std::string child = name_ + "/" + std::to_string(split_seq_++);
+    auto pos = std::find(members.begin(), members.end(), rank_);
+    if (pos == members.end()) return nullptr;
+    std::vector<int> world;
+    for (int r : members) world.push_back(global_rank(r));
+    return std::make_unique<GlooCommunicator>(root_store_, child, std::move(world),
+                                              static_cast<int>(pos - members.begin()), options_,
+                                              device_);
+  }
+
+ private:
+  int self() const { return members_[static_cast<std::size_t>(rank_)]; }
+
+  void check_rank(int r, const char* what) const {
+    PW_ASSERT(r >= 0 && r < size(), what << " rank " << r << " out of range for a communicator of "
+                                         << size() << " ranks");
+  }
+
+  static int checked_tag(std::int64_t tag) {
+    PW_ASSERT(tag >= 0 && tag <= std::numeric_limits<std::int32_t>::max(),
+              "Gloo point-to-point tags must be in [0, 2^31), got " << tag);
+    return static_cast<int>(tag);
+  }
+
+  std::vector<at::Tensor> wrap(const BufferView& buf, const char* op) const {
+    if (buf.device.is_cuda()) {
+      throw BackendError("rank " + std::to_string(self()) + ": " + op +
+                         ": the Gloo backend works on CPU buffers only (use --backend nccl)");
+    }
+    auto tensor = torch::from_blob(buf.data, {static_cast<std::int64_t>(buf.count)},
+                                   torch::TensorOptions().dtype(scalar_type(buf.dtype)));
+    return {tensor};
+  }
+
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> guarded(const Blame& blame, F&& post) {
+    try {
+      return post();
+    } catch (const std::exception& e) {
+      *failed_ = true;
+      rethrow_mapped(e, blame, options_.timeout);
+    }
+  }
+
+  template <typename F>
+  WorkPtr collective(const char* name, const OpContext& ctx, std::vector<at::Tensor> tensors,
+                     F&& post) {
+    std::vector<int> others;
+    for (int r = 0; r < size(); ++r) {
+      if (r != rank_) others.push_back(global_rank(r));
+    }
+    Blame blame{op_prefix(self(), name, ctx), others.size() == 1
+                                                  ? "rank " + std::to_string(others[0])
+                                                  : "one of ranks " + rank_list(others)};
+    auto work = guarded(blame, [&] { return post(tensors); });
+    return std::make_shared<GlooCollectiveWork>(std::move(work), std::move(tensors),
+                                                std::move(blame), failed_);
+  }
+
+  c10::intrusive_ptr<c10d::Store> root_store_;
+  std::string name_;
+  std::vector<int> members_;
+  int rank_;
+  CommOptions options_;
+  Flag failed_;
+  std::shared_ptr<::gloo::transport::Device> device_;  // shared by the world and its splits
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  std::int64_t split_seq_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_gloo_communicator(const WorldInfo& world, Store& store,
+                                                     const CommOptions& options) {
+  auto adapter = c10::make_intrusive<StoreAdapter>(store, options.timeout);
+  // Bind where peers can reach us: an explicit interface, loopback for single-host jobs (the
+  // default, and what tests use), else the address this host's name resolves to.
+  std::shared_ptr<::gloo::transport::Device> device;
+  const std::string& addr = world.master_addr;
+  try {
+    if (!options.gloo_interface.empty()) {
+      device = c10d::ProcessGroupGloo::createDeviceForInterface(options.gloo_interface);
+    } else if (addr.rfind("127.", 0) == 0 || addr == "localhost" || addr == "::1") {
+      device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+    } else {
+      device = c10d::ProcessGroupGloo::createDefaultDevice();
+    }
+  } catch (const std::exception& e) {
+    throw ConfigError("rank " + std::to_string(world.rank) +
+                      ": cannot create the Gloo network device (interface '" +
+                      options.gloo_interface + "'): " + first_line(e.what()));
+  }
+  std::vector<int> members(static_cast<std::size_t>(world.world_size));
+  for (int r = 0; r < world.world_size; ++r) members[static_cast<std::size_t>(r)] = r;
+  return std::make_unique<GlooCommunicator>(adapter, "pipewright/gloo", std::move(members),
+                                            world.rank, options, std::move(device));
+}
+
+}  // namespace pipewright::exec::detail
