@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -180,6 +181,55 @@ CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
     all.resize(static_cast<std::size_t>(options.top_k));
   rep.largest = std::move(all);
   return rep;
+}
+
+sched::CostTable costs_from_trace(const sched::Trace& measured, std::int32_t stages,
+                                  const CompareOptions& options) {
+  std::vector<StepView> steps = steps_of(measured);
+  if (static_cast<std::int64_t>(steps.size()) > options.skip_steps) {
+    steps.erase(steps.begin(), steps.begin() + options.skip_steps);
+  }
+  std::set<std::int64_t> kept;
+  for (const auto& st : steps) kept.insert(st.step);
+  // samples[stage][kind F, B, I, W]
+  std::vector<std::array<std::vector<double>, 4>> samples(static_cast<std::size_t>(stages));
+  for (const auto& s : measured.slices) {
+    if (kept.count(s.step) == 0 || s.stream != TraceStream::kCompute) continue;
+    const int k = s.category == "F"   ? 0
+                  : s.category == "B" ? 1
+                  : s.category == "I" ? 2
+                  : s.category == "W" ? 3
+                                      : -1;
+    if (k < 0) continue;
+    PW_CHECK(s.stage >= 0 && s.stage < stages, ConfigError,
+             "plan/trace mismatch: the measured trace has stage "
+                 << s.stage << " (" << s.name << ") but the plan has " << stages << " stages");
+    samples[static_cast<std::size_t>(s.stage)][static_cast<std::size_t>(k)].push_back(
+        s.duration_us / 1e3);
+  }
+  sched::CostTable t;
+  t.source = "trace";
+  for (std::int32_t st = 0; st < stages; ++st) {
+    const auto& sm = samples[static_cast<std::size_t>(st)];
+    PW_CHECK(!sm[0].empty(), ConfigError,
+             "plan/trace mismatch: stage " << st << " never ran a forward in the measured trace");
+    sched::StageCost c;
+    c.stage = st;
+    c.forward_ms = median(sm[0]);
+    if (!sm[1].empty()) {
+      c.backward_ms = median(sm[1]);
+    } else {
+      c.input_grad_ms = median(sm[2]);
+      c.weight_grad_ms = median(sm[3]);
+      c.backward_ms = *c.input_grad_ms + *c.weight_grad_ms;
+    }
+    if (!sm[1].empty() && (!sm[2].empty() || !sm[3].empty())) {
+      c.input_grad_ms = median(sm[2]);
+      c.weight_grad_ms = median(sm[3]);
+    }
+    t.stages.push_back(c);
+  }
+  return t;
 }
 
 std::string to_json(const CompareReport& r) {

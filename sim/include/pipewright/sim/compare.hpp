@@ -66,6 +66,12 @@ struct CompareReport {
 [[nodiscard]] CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
                                     const sched::CostTable* costs, const CompareOptions& options);
 
+// Replay costs taken from the measured trace itself: per stage, the median F, B, I and W
+// durations over the steps kept (used by `compare` when no --profile is given). Byte sizes are
+// zero (the trace has none). Throws ConfigError when a stage of the plan never ran.
+[[nodiscard]] sched::CostTable costs_from_trace(const sched::Trace& measured, std::int32_t stages,
+                                                const CompareOptions& options);
+
 [[nodiscard]] std::string to_json(const CompareReport& report);
 [[nodiscard]] std::string to_text(const CompareReport& report);
 

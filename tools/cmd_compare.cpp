@@ -1,0 +1,84 @@
+// `pipewright compare --plan P --measured TRACE [--profile F] [--cluster C]`: simulates the plan
+// with the profile (or with replay costs taken from the trace itself) and lines the prediction
+// up with the executor's measured trace (sim/compare.hpp).
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "commands.hpp"
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/plan_io.hpp"
+#include "pipewright/sched/trace.hpp"
+#include "pipewright/sim/cluster.hpp"
+#include "pipewright/sim/compare.hpp"
+#include "pipewright/sim/simulator.hpp"
+
+namespace pipewright::cli {
+namespace {
+
+struct CompareArgs {
+  std::string plan_file;
+  std::string measured_file;
+  std::string profile_file;
+  std::string cluster_file;
+  std::string json_out;
+  std::string svg_out;
+  sim::CompareOptions options;
+};
+
+void run_compare(const CompareArgs& a) {
+  sched::AnyPlan any = sched::load_plan(a.plan_file);
+  const sched::LoweredPlan plan = sched::is_lowered(any)
+                                      ? std::get<sched::LoweredPlan>(std::move(any))
+                                      : sched::lower(std::get<sched::ComputePlan>(any));
+  const sched::Trace measured = sched::load_trace(a.measured_file);
+  const sched::CostTable costs = a.profile_file.empty()
+                                     ? sim::costs_from_trace(measured, plan.shape.stages, a.options)
+                                     : sched::load_costs(a.profile_file);
+  PW_CHECK(static_cast<std::int32_t>(costs.stages.size()) == plan.shape.stages, ConfigError,
+           "plan/profile mismatch: " << a.plan_file << " has " << plan.shape.stages
+                                     << " stages but " << a.profile_file << " has "
+                                     << costs.stages.size());
+  const sim::Cluster cluster =
+      a.cluster_file.empty() ? sim::Cluster{} : sim::load_cluster(a.cluster_file);
+  sim::SimOptions so;
+  so.record_actions = true;
+  const sim::SimResult predicted = sim::simulate(plan, costs, cluster, so);
+  const sim::CompareReport report = sim::compare(predicted, measured, &costs, a.options);
+  if (!a.svg_out.empty()) write_output(a.svg_out, sim::compare_svg(predicted, measured, report));
+  if (!a.json_out.empty()) write_output(a.json_out, sim::to_json(report));
+  if (a.json_out != "-") std::cout << sim::to_text(report);
+}
+
+void setup_compare(CLI::App& app) {
+  auto a = std::make_shared<CompareArgs>();
+  auto* cmd = app.add_subcommand(
+      "compare", "Compare a simulated plan with an executor's measured trace (step-time error)");
+  cmd->add_option("--plan", a->plan_file, "the plan that ran (CSV or JSON)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--measured", a->measured_file, "trace written by `pipewright run --trace`")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--profile", a->profile_file,
+                  "costs from `run --profile` (default: replay costs from the trace itself)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--cluster", a->cluster_file, "cluster description (e.g. from calibrate)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--skip-steps", a->options.skip_steps, "warm-up steps to ignore")
+      ->capture_default_str();
+  cmd->add_option("--top", a->options.top_k, "how many largest-error actions to list")
+      ->capture_default_str();
+  cmd->add_option("--json", a->json_out, "write the report as JSON (- for stdout)");
+  cmd->add_option("--svg", a->svg_out, "predicted and measured timelines in one SVG");
+  cmd->callback([a] { run_compare(*a); });
+}
+
+}  // namespace
+
+PW_REGISTER_COMMAND(setup_compare);
+
+}  // namespace pipewright::cli
