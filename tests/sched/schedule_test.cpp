@@ -11,6 +11,7 @@
 #include "pipewright/sched/deadlock.hpp"
 #include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/schedule.hpp"
+#include "pipewright/sched/stage_edges.hpp"
 #include "pipewright/sched/validate.hpp"
 
 namespace pipewright::sched {
@@ -307,6 +308,26 @@ TEST(Generate, StageDagFollowsDependencies) {
   }
   // A chain given explicitly is the chain.
   EXPECT_TRUE(generate({ScheduleKind::k1F1B, 3, 3, 1, {{0, 1}, {1, 2}}}).shape.is_chain());
+}
+
+TEST(StageEdges, FromGraphStageDag) {
+  graph::StageGraph g;
+  g.stages.resize(4);
+  for (int s = 0; s < 4; ++s) g.stages[static_cast<std::size_t>(s)].index = s;
+  auto cut = [](int from, int to) {
+    graph::CutValue c;
+    c.producer_stage = from;
+    c.consumer_stage = to;
+    return c;
+  };
+  // Model input into 0 and 2 (ignored), two values 0 -> 1 (one edge), a skip 0 -> 3.
+  g.edges = {cut(-1, 0), cut(0, 1), cut(0, 1), cut(-1, 2), cut(1, 2), cut(2, 3), cut(0, 3)};
+  const auto edges = stage_edges_from(g);
+  EXPECT_EQ(edges, (std::vector<StageEdge>{{0, 1}, {0, 3}, {1, 2}, {2, 3}}));
+  const ComputePlan plan = generate({ScheduleKind::k1F1B, 4, 6, 1, edges});
+  check_runs(plan, "1F1B skip-edge DAG");
+  g.edges.push_back(cut(3, 1));
+  EXPECT_THROW((void)stage_edges_from(g), ConfigError);
 }
 
 }  // namespace
