@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "pipewright/sched/trace.hpp"
 #include "pipewright/sim/report.hpp"
@@ -124,14 +125,26 @@ std::string metrics_json(const SimResult& r) {
 
 std::string trace_json(const SimResult& r, const std::string& plan) {
   sched::TraceBuilder b(sched::TraceInfo{"simulator", plan, r.schedule}, r.ranks);
+  // Posted receives complete independently and may be outstanding together; the recv track shows
+  // them one after another in plan order (a slice starts when the previous one ends), so that the
+  // track's slices never overlap. Compute timing is unaffected (docs/simulator.md).
+  std::vector<std::int64_t> recv_track_end(static_cast<std::size_t>(r.ranks), 0);
   for (const auto& a : r.actions) {
+    std::int64_t start_ns = a.start_ns;
+    std::int64_t end_ns = a.end_ns;
+    if (a.stream == Stream::kRecv) {
+      auto& track = recv_track_end[static_cast<std::size_t>(a.rank)];
+      start_ns = std::max(start_ns, track);
+      end_ns = std::max(end_ns, start_ns);
+      track = end_ns;
+    }
     sched::TraceSlice s;
     s.name = action_name(a);
     s.category = action_category(a);
     s.rank = a.rank;
     s.stream = static_cast<sched::TraceStream>(a.stream);
-    s.start_us = static_cast<double>(a.start_ns) / 1e3;
-    s.duration_us = static_cast<double>(a.end_ns - a.start_ns) / 1e3;
+    s.start_us = static_cast<double>(start_ns) / 1e3;
+    s.duration_us = static_cast<double>(end_ns - start_ns) / 1e3;
     s.stage = a.action.stage;
     s.microbatch = a.action.microbatch;
     s.step = a.step;

@@ -1,0 +1,36 @@
+// Ways to obtain the per-stage cost table (sched::CostTable) the simulator consumes:
+//   (a) what-if numbers from the command line (what_if_costs),
+//   (b) a model and its partition from graph/ (costs_from_partition),
+//   (c) an executor profile (sched::load_costs), which needs no conversion.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pipewright/graph/model.hpp"
+#include "pipewright/graph/partition.hpp"
+#include "pipewright/sched/costs.hpp"
+
+namespace pipewright::sim {
+
+// Each vector holds one value (used for every stage) or one value per stage.
+struct WhatIfCosts {
+  std::vector<double> forward_ms;
+  std::vector<double> backward_ms;  // the full backward B (= I + W)
+  std::vector<double> weight_ms;    // optional: W; then I = backward - weight
+  std::int64_t activation_bytes = 0;
+  std::int64_t param_bytes = 0;
+  std::int64_t output_bytes = 0;
+};
+
+// Throws ConfigError naming the flag (--forward-ms ...) for a wrong count, a negative or NaN
+// value, or a weight time larger than the backward time.
+[[nodiscard]] sched::CostTable what_if_costs(const WhatIfCosts& what_if, std::int32_t stages);
+
+// Stage costs of a partition: StageInfo sums, plus per-node parameter sizes (registration order
+// = node order within the stage) for DDP bucketing. Throws InvalidGraphError when the partition
+// was not made for `model`.
+[[nodiscard]] sched::CostTable costs_from_partition(const graph::Model& model,
+                                                    const graph::Partition& partition);
+
+}  // namespace pipewright::sim

@@ -1,0 +1,80 @@
+// Configuration search: enumerates pipeline ranks x data-parallel replicas x stages per rank x
+// microbatches x schedule x data-parallel algorithm for a model on a cluster, partitions with
+// graph/, simulates each, drops those that do not fit memory and ranks the rest by throughput.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipewright/graph/model.hpp"
+#include "pipewright/sched/schedule.hpp"
+#include "pipewright/sim/cluster.hpp"
+#include "pipewright/sim/simulator.hpp"
+
+namespace pipewright::sim {
+
+// One data-parallel algorithm setting.
+struct DpVariant {
+  DpAlgorithm algorithm = DpAlgorithm::kDdp;
+  double bucket_cap_mb = 25.0;
+  std::int32_t localsgd_frequency = 1;
+  std::int32_t slowmo_frequency = 1;
+};
+
+struct SearchOptions {
+  std::int32_t devices = 1;
+  // Per-device limit; unset = the cluster's device_memory_bytes (0 there = unlimited).
+  std::optional<std::int64_t> memory_limit_bytes;
+  // Samples per step. Set: m = global_batch / (dp x micro_batch_size) (configs where it does not
+  // divide are skipped). Unset: m in microbatch_factors x pp.
+  std::optional<std::int64_t> global_batch;
+  std::vector<std::int32_t> microbatch_factors = {1, 2, 4, 8, 16};
+  std::vector<sched::ScheduleKind> schedules;          // empty = all
+  std::vector<std::int32_t> stages_per_rank = {2, 4};  // for the looped schedules
+  std::vector<DpVariant> dp_variants;                  // empty = default_dp_variants()
+  Optimizer optimizer = Optimizer::kAdam;
+  std::int32_t top_k = 10;
+};
+
+// DDP with 1, 25 and 100 MiB buckets, LocalSGD averaging every 2 steps, SlowMo (LocalSGD every 2
+// steps, slow momentum every 4).
+[[nodiscard]] std::vector<DpVariant> default_dp_variants();
+
+struct SearchCandidate {
+  std::int32_t pp = 1;
+  std::int32_t dp = 1;
+  std::int32_t v = 1;
+  std::int32_t microbatches = 1;
+  sched::ScheduleKind schedule = sched::ScheduleKind::k1F1B;
+  DpVariant dp_variant;
+  std::int64_t step_ns = 0;  // amortised over the simulated steps
+  double throughput_samples_per_s = 0;
+  double bubble_fraction = 0;
+  std::int64_t peak_memory_bytes = 0;  // max over ranks
+  bool fits_memory = true;
+};
+
+struct SearchResult {
+  std::vector<SearchCandidate> ranked;  // fitting configurations, best first, at most top_k
+  std::int64_t enumerated = 0;          // configurations considered
+  std::int64_t simulated = 0;           // configurations simulated
+  std::int64_t rejected_shape = 0;      // schedule/partition cannot take the shape
+  std::int64_t dropped_memory = 0;      // simulated but over the memory limit
+  std::int64_t simulated_actions = 0;
+};
+
+// `progress(done, total)` is called after each configuration (may be empty). Deterministic.
+// Throws ConfigError for devices < 1 or a cluster that cannot host `devices` ranks.
+[[nodiscard]] SearchResult search(
+    const graph::Model& model, const Cluster& cluster, const SearchOptions& options,
+    const std::function<void(std::int64_t, std::int64_t)>& progress = {});
+
+// "ddp(25MB)", "localsgd(every 2)", "slowmo(avg 2, slow 4)".
+[[nodiscard]] std::string describe(const DpVariant& variant);
+// "1F1B pp=4 dp=2 v=1 m=8 ddp(25MB)" ("-" for the DP algorithm when dp == 1).
+[[nodiscard]] std::string describe(const SearchCandidate& candidate);
+
+}  // namespace pipewright::sim

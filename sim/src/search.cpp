@@ -1,0 +1,204 @@
+#include "pipewright/sim/search.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/graph/partition.hpp"
+#include "pipewright/sched/lower.hpp"
+#include "pipewright/sim/cost_inputs.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+using sched::ScheduleKind;
+
+bool is_looped(ScheduleKind k) { return k != ScheduleKind::kGPipe && k != ScheduleKind::k1F1B; }
+
+// Steps needed to see each periodic collective at least once (amortised step time).
+std::int32_t steps_for(const DpVariant& d) {
+  switch (d.algorithm) {
+    case DpAlgorithm::kDdp:
+      return 1;
+    case DpAlgorithm::kLocalSgd:
+      return d.localsgd_frequency;
+    case DpAlgorithm::kSlowMo:
+      return std::max(d.localsgd_frequency, d.slowmo_frequency);
+  }
+  return 1;
+}
+
+struct Config {
+  std::int32_t pp, dp, v, m;
+  ScheduleKind kind;
+};
+
+}  // namespace
+
+std::vector<DpVariant> default_dp_variants() {
+  return {
+      DpVariant{DpAlgorithm::kDdp, 1.0, 1, 1},     DpVariant{DpAlgorithm::kDdp, 25.0, 1, 1},
+      DpVariant{DpAlgorithm::kDdp, 100.0, 1, 1},   DpVariant{DpAlgorithm::kLocalSgd, 25.0, 2, 1},
+      DpVariant{DpAlgorithm::kSlowMo, 25.0, 2, 4},
+  };
+}
+
+std::string describe(const DpVariant& d) {
+  char dp[64];
+  switch (d.algorithm) {
+    case DpAlgorithm::kDdp:
+      std::snprintf(dp, sizeof dp, "ddp(%gMB)", d.bucket_cap_mb);
+      break;
+    case DpAlgorithm::kLocalSgd:
+      std::snprintf(dp, sizeof dp, "localsgd(every %d)", d.localsgd_frequency);
+      break;
+    case DpAlgorithm::kSlowMo:
+      std::snprintf(dp, sizeof dp, "slowmo(avg %d, slow %d)", d.localsgd_frequency,
+                    d.slowmo_frequency);
+      break;
+  }
+  return dp;
+}
+
+std::string describe(const SearchCandidate& c) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s pp=%d dp=%d v=%d m=%d %s",
+                std::string(sched::to_string(c.schedule)).c_str(), c.pp, c.dp, c.v, c.microbatches,
+                c.dp == 1 ? "-" : describe(c.dp_variant).c_str());
+  return buf;
+}
+
+SearchResult search(const graph::Model& model, const Cluster& cluster, const SearchOptions& opt,
+                    const std::function<void(std::int64_t, std::int64_t)>& progress) {
+  PW_CHECK(opt.devices >= 1, ConfigError, "--devices must be >= 1, got " << opt.devices);
+  cluster.check_fits(opt.devices, "cluster '" + cluster.name + "'");
+  PW_CHECK(!opt.global_batch || *opt.global_batch >= 1, ConfigError,
+           "--global-batch must be >= 1, got " << *opt.global_batch);
+  const std::int64_t limit =
+      opt.memory_limit_bytes ? *opt.memory_limit_bytes : cluster.device_memory_bytes;
+  PW_CHECK(limit >= 0, ConfigError, "--memory-limit must be >= 0, got " << limit);
+  const auto schedules = opt.schedules.empty() ? sched::all_schedule_kinds() : opt.schedules;
+  const auto variants = opt.dp_variants.empty() ? default_dp_variants() : opt.dp_variants;
+  const auto nodes = static_cast<std::int32_t>(model.nodes.size());
+  const std::int64_t mbs = std::max<std::int64_t>(model.micro_batch_size, 1);
+
+  // Enumerate shapes first (deterministic order), so the progress total is known.
+  std::vector<Config> configs;
+  for (std::int32_t pp = 1; pp <= opt.devices; ++pp) {
+    if (opt.devices % pp != 0) continue;
+    const std::int32_t dp = opt.devices / pp;
+    std::vector<std::int32_t> ms;
+    if (opt.global_batch) {
+      if (*opt.global_batch % (dp * mbs) != 0) continue;
+      ms.push_back(static_cast<std::int32_t>(*opt.global_batch / (dp * mbs)));
+    } else {
+      for (auto f : opt.microbatch_factors) ms.push_back(f * pp);
+    }
+    for (auto kind : schedules) {
+      const std::vector<std::int32_t> vs =
+          is_looped(kind) ? opt.stages_per_rank : std::vector<std::int32_t>{1};
+      for (auto v : vs) {
+        if (pp * v > nodes) continue;  // a stage needs at least one node
+        for (auto m : ms) configs.push_back(Config{pp, dp, v, m, kind});
+      }
+    }
+  }
+
+  SearchResult result;
+  std::vector<SearchCandidate> fitting;
+  std::map<std::int32_t, std::shared_ptr<const sched::CostTable>> costs_by_stages;
+  const std::int64_t total = [&] {
+    std::int64_t t = 0;
+    for (const auto& c : configs) t += c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1;
+    return t;
+  }();
+  std::int64_t done = 0;
+  for (const auto& c : configs) {
+    const std::int64_t n_variants = c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1;
+    result.enumerated += n_variants;
+    // Partition (cached per stage count) and plan; shapes the generators reject are skipped.
+    std::shared_ptr<const sched::CostTable> costs;
+    sched::LoweredPlan plan;
+    try {
+      const std::int32_t stages = c.pp * c.v;
+      auto it = costs_by_stages.find(stages);
+      if (it == costs_by_stages.end()) {
+        graph::PartitionOptions po;
+        po.stages = stages;
+        po.method = graph::PartitionMethod::kBalanced;
+        const auto part = graph::partition_model(model, po);
+        it = costs_by_stages
+                 .emplace(stages, std::make_shared<const sched::CostTable>(
+                                      costs_from_partition(model, part)))
+                 .first;
+      }
+      costs = it->second;
+      sched::ScheduleSpec spec;
+      spec.kind = c.kind;
+      spec.ranks = c.pp;
+      spec.microbatches = c.m;
+      spec.stages_per_rank = c.v;
+      plan = sched::lower(sched::generate(spec));
+    } catch (const InputError&) {
+      result.rejected_shape += n_variants;
+      done += n_variants;
+      if (progress) progress(done, total);
+      continue;
+    }
+    for (std::int64_t k = 0; k < n_variants; ++k) {
+      const DpVariant variant = c.dp > 1 ? variants[static_cast<std::size_t>(k)] : DpVariant{};
+      SimOptions so;
+      so.dp.replicas = c.dp;
+      so.dp.algorithm = variant.algorithm;
+      so.dp.bucket_cap_mb = variant.bucket_cap_mb;
+      so.dp.localsgd_frequency = variant.localsgd_frequency;
+      so.dp.slowmo_frequency = variant.slowmo_frequency;
+      so.steps = c.dp > 1 ? steps_for(variant) : 1;
+      so.optimizer = opt.optimizer;
+      so.micro_batch_size = mbs;
+      so.record_actions = false;
+      Cluster cl = cluster;
+      cl.device_memory_bytes = limit;
+      const SimResult r = simulate(plan, *costs, cl, so);
+      ++result.simulated;
+      result.simulated_actions += r.simulated_actions;
+      SearchCandidate cand;
+      cand.pp = c.pp;
+      cand.dp = c.dp;
+      cand.v = c.v;
+      cand.microbatches = c.m;
+      cand.schedule = c.kind;
+      cand.dp_variant = variant;
+      cand.step_ns = r.makespan_ns / std::max(r.steps, 1);
+      cand.throughput_samples_per_s = r.throughput_samples_per_s();
+      cand.bubble_fraction = r.bubble_fraction();
+      for (const auto& rr : r.per_rank) {
+        cand.peak_memory_bytes = std::max(cand.peak_memory_bytes, rr.peak_memory_bytes);
+        cand.fits_memory = cand.fits_memory && !rr.exceeds_memory;
+      }
+      if (cand.fits_memory) {
+        fitting.push_back(cand);
+      } else {
+        ++result.dropped_memory;
+      }
+      ++done;
+      if (progress) progress(done, total);
+    }
+  }
+  // Best throughput first; ties by shorter step, then by the enumeration order (stable sort).
+  std::stable_sort(fitting.begin(), fitting.end(),
+                   [](const SearchCandidate& a, const SearchCandidate& b) {
+                     if (a.throughput_samples_per_s != b.throughput_samples_per_s)
+                       return a.throughput_samples_per_s > b.throughput_samples_per_s;
+                     return a.step_ns < b.step_ns;
+                   });
+  if (opt.top_k > 0 && fitting.size() > static_cast<std::size_t>(opt.top_k))
+    fitting.resize(static_cast<std::size_t>(opt.top_k));
+  result.ranked = std::move(fitting);
+  return result;
+}
+
+}  // namespace pipewright::sim

@@ -1,0 +1,90 @@
+#include "pipewright/sim/cluster.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "pipewright/graph/error.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+const char* kGood = R"({"format": "pipewright-cluster", "version": 1, "name": "t",
+  "nodes": 2, "ranks_per_node": 4, "device_memory_bytes": 1000,
+  "intra_node": {"latency_ms": 0.001, "bandwidth_gb_per_s": 100},
+  "inter_node": {"latency_ms": 0.01, "bandwidth_gb_per_s": 10},
+  "collective": "ring", "placement": "replica-major"})";
+
+TEST(Cluster, ParsesAndRoundTrips) {
+  const Cluster c = parse_cluster(kGood, "c.json");
+  EXPECT_EQ(c.nodes, 2);
+  EXPECT_EQ(c.ranks_per_node, 4);
+  EXPECT_EQ(c.placement, Placement::kReplicaMajor);
+  EXPECT_EQ(c.node_of(3), 0);
+  EXPECT_EQ(c.node_of(4), 1);
+  EXPECT_DOUBLE_EQ(c.link(0, 5).bandwidth_gb_per_s, 10);
+  EXPECT_DOUBLE_EQ(c.link(4, 5).bandwidth_gb_per_s, 100);
+  const Cluster back = parse_cluster(to_json(c), "again.json");
+  EXPECT_EQ(to_json(back), to_json(c));
+  EXPECT_NO_THROW(c.check_fits(8));
+  EXPECT_THROW(c.check_fits(9), ConfigError);
+}
+
+TEST(Cluster, CommunicationFormulas) {
+  const Link l{0.01, 10};  // 10 us, 10 bytes/ns
+  EXPECT_EQ(p2p_ns(l, 4'000'000), 10'000 + 400'000);
+  // Ring: 2(n-1)/n * bytes / bw + 2(n-1) * latency.
+  EXPECT_EQ(allreduce_ns(CollectiveAlgorithm::kRing, l, 4, 4'000'000), 600'000 + 60'000);
+  // Tree: 2 ceil(log2 n) latency + 2 bytes / bw.
+  EXPECT_EQ(allreduce_ns(CollectiveAlgorithm::kTree, l, 4, 4'000'000), 40'000 + 800'000);
+  EXPECT_EQ(allreduce_ns(CollectiveAlgorithm::kRing, l, 1, 4'000'000), 0);
+  EXPECT_EQ(reduce_ns(l, 4, 4'000'000), 300'000 + 30'000);
+  EXPECT_EQ(p2p_ns(Link{0.5, 0}, 123), 500'000);  // bandwidth 0: latency only
+}
+
+void expect_error(const std::string& text, const std::string& needle) {
+  try {
+    (void)parse_cluster(text, "c.json");
+    FAIL() << needle;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("c.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Cluster, BadInputsNameTheField) {
+  const std::string head = R"({"format": "pipewright-cluster", "version": 1, )";
+  expect_error(head + R"("nodes": 0})", "/nodes");
+  expect_error(head + R"("intra_node": {"latency_ms": -1}})", "/intra_node/latency_ms");
+  expect_error(head + R"("inter_node": {"bandwidth_gb_per_s": "fast"}})",
+               "/inter_node/bandwidth_gb_per_s");
+  expect_error(head + R"("collective": "butterfly"})", "/collective");
+  expect_error(head + R"("placement": "random"})", "/placement");
+  expect_error(head + R"("ranks_per_nod": 4})", "unknown field /ranks_per_nod");
+  expect_error(
+      head + R"("nodes": 2, "rank_nodes": [{"rank": 0, "node": 0}, {"rank": 5, "node": 1}]})",
+      "/rank_nodes/1/rank names unknown rank 5");
+  expect_error(head + R"("nodes": 2, "rank_nodes": [{"rank": 0, "node": 3}]})",
+               "/rank_nodes/0/node names unknown node 3");
+  expect_error(R"({"format": "other", "version": 1})", "/format");
+  expect_error("{", "invalid JSON");
+  EXPECT_THROW((void)load_cluster("/nonexistent/cluster.json"), InputError);
+}
+
+TEST(Cluster, ExplicitRankNodes) {
+  const std::string text = R"({"format": "pipewright-cluster", "version": 1, "nodes": 2,
+    "rank_nodes": [{"rank": 0, "node": 1}, {"rank": 1, "node": 0}]})";
+  const Cluster c = parse_cluster(text, "c.json");
+  EXPECT_EQ(c.node_of(0), 1);
+  EXPECT_EQ(c.node_of(1), 0);
+  EXPECT_NO_THROW(c.check_fits(2));
+  try {
+    c.check_fits(4);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/rank_nodes"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace pipewright::sim

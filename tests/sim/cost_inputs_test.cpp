@@ -1,0 +1,79 @@
+#include "pipewright/sim/cost_inputs.hpp"
+
+#include <gtest/gtest.h>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/graph/generators.hpp"
+#include "pipewright/graph/partition.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+TEST(CostInputs, WhatIfOneValueOrOnePerStage) {
+  WhatIfCosts w;
+  w.forward_ms = {1.0};
+  w.backward_ms = {2.0, 3.0, 4.0};
+  w.weight_ms = {0.5};
+  w.activation_bytes = 10;
+  const auto t = what_if_costs(w, 3);
+  ASSERT_EQ(t.stages.size(), 3u);
+  EXPECT_DOUBLE_EQ(t.stages[2].forward_ms, 1.0);
+  EXPECT_DOUBLE_EQ(t.stages[2].backward_ms, 4.0);
+  EXPECT_DOUBLE_EQ(*t.stages[2].input_grad_ms, 3.5);
+  EXPECT_DOUBLE_EQ(*t.stages[2].weight_grad_ms, 0.5);
+  EXPECT_EQ(t.stages[1].activation_bytes, 10);
+}
+
+TEST(CostInputs, WhatIfErrorsNameTheFlag) {
+  auto expect = [](WhatIfCosts w, const std::string& needle) {
+    try {
+      (void)what_if_costs(w, 3);
+      FAIL() << needle;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  WhatIfCosts w;
+  w.forward_ms = {1.0, 2.0};
+  w.backward_ms = {1.0};
+  expect(w, "--forward-ms needs one value or one per stage (3), got 2");
+  w.forward_ms = {-1.0};
+  expect(w, "--forward-ms must be finite and >= 0");
+  w.forward_ms = {1.0};
+  w.weight_ms = {2.0};
+  expect(w, "--weight-ms (2) exceeds --backward-ms (1)");
+  w.weight_ms.clear();
+  w.backward_ms.clear();
+  expect(w, "--backward-ms is required");
+}
+
+TEST(CostInputs, FromPartitionSumsStagesAndKeepsParameterSizes) {
+  graph::GptSpec spec;
+  spec.layers = 4;
+  spec.hidden = 64;
+  spec.heads = 4;
+  spec.seq = 16;
+  spec.vocab = 100;
+  const auto model = graph::make_gpt(spec);
+  graph::PartitionOptions po;
+  po.stages = 3;
+  const auto part = graph::partition_model(model, po);
+  const auto t = costs_from_partition(model, part);
+  ASSERT_EQ(t.stages.size(), 3u);
+  std::int64_t params = 0;
+  for (const auto& n : model.nodes) params += n.cost.param_bytes;
+  std::int64_t total = 0;
+  for (std::size_t s = 0; s < 3; ++s) {
+    const auto& info = part.graph.stages[s];
+    EXPECT_DOUBLE_EQ(t.stages[s].forward_ms, info.forward_ms);
+    EXPECT_EQ(t.stages[s].activation_bytes, info.activation_bytes);
+    std::int64_t sum = 0;
+    for (auto b : t.stages[s].param_sizes_bytes) sum += b;
+    EXPECT_EQ(sum, t.stages[s].param_bytes);
+    total += sum;
+  }
+  EXPECT_EQ(total, params);
+}
+
+}  // namespace
+}  // namespace pipewright::sim

@@ -1,0 +1,120 @@
+// DDP buckets overlapping the last backward, LocalSGD / SlowMo periodic collectives: exact
+// nanosecond times derived by hand on one-stage pipelines (so only data parallelism matters).
+#include <gtest/gtest.h>
+
+#include "pipewright/sim/simulator.hpp"
+#include "plan_fixtures.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+// 1 byte per ns, no latency, 2 ranks on one node.
+Cluster one_gb_per_s() {
+  Cluster c;
+  c.intra_node = Link{0.0, 1.0};
+  c.inter_node = c.intra_node;
+  return c;
+}
+
+sched::CostTable one_stage(std::vector<std::int64_t> param_sizes) {
+  auto t = testing::uniform_costs(1, 1, 2);
+  std::int64_t total = 0;
+  for (auto b : param_sizes) total += b;
+  t.stages[0].param_bytes = total;
+  t.stages[0].param_sizes_bytes = std::move(param_sizes);
+  return t;
+}
+
+TEST(DataParallel, RingAllReduceAfterTheLastBackward) {
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  // GPipe p=1 m=2: F0 [0,1] F1 [1,2] B0 [2,4] B1 [4,6]; one bucket of 1000 B ready at 6 ms;
+  // ring all-reduce n=2: 2(n-1)/n * 1000 B / (1 B/ns) = 1000 ns.
+  const auto r = simulate(testing::gpipe(1, 2), one_stage({1000}), one_gb_per_s(), opt);
+  EXPECT_EQ(r.makespan_ns, 6 * kMs + 1000);
+  EXPECT_EQ(r.per_rank[0].dp_comm_ns, 1000);
+  EXPECT_EQ(r.per_rank[0].dp_exposed_ns, 1000);
+}
+
+TEST(DataParallel, BucketsLaunchDuringTheLastBackwardInReverseOrder) {
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  opt.dp.first_bucket_bytes = 1000;
+  opt.dp.bucket_cap_mb = 0.001;  // 1048 bytes
+  // Reverse registration order: param 1 (1000 B) fills bucket 0, param 0 (3000 B) bucket 1.
+  // B1 runs [4, 6] ms; bucket 0 is ready after 1000 of 4000 bytes: 4.5 ms, reduced by 4.501 ms
+  // (overlapping B1); bucket 1 ready at 6 ms, 3000 ns -> 6.003 ms; exposed 3000 ns.
+  const auto r = simulate(testing::gpipe(1, 2), one_stage({3000, 1000}), one_gb_per_s(), opt);
+  EXPECT_EQ(r.makespan_ns, 6 * kMs + 3000);
+  EXPECT_EQ(r.per_rank[0].dp_comm_ns, 4000);
+  EXPECT_EQ(r.per_rank[0].dp_exposed_ns, 3000);
+  std::vector<std::pair<std::int64_t, std::int64_t>> buckets;
+  for (const auto& a : r.actions) {
+    if (a.collective == Collective::kDdpBucket) buckets.emplace_back(a.start_ns, a.end_ns);
+  }
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets[0], std::make_pair(4 * kMs + kMs / 2, 4 * kMs + kMs / 2 + 1000));
+  EXPECT_EQ(buckets[1], std::make_pair(6 * kMs, 6 * kMs + 3000));
+}
+
+TEST(DataParallel, ExplicitReduceGradBlocksThere) {
+  auto plan = testing::gpipe(1, 2);
+  plan.per_rank[0].push_back(sched::Action::stage_only(0, sched::ActionKind::kReduceGrad));
+  plan.per_rank[0].push_back(sched::Action::stage_only(0, sched::ActionKind::kOptimizerStep));
+  SimOptions opt;
+  opt.dp.replicas = 4;
+  // Ring n=4: 2*3/4 * 1000 = 1500 ns, plus 2*3 * 1 us latency = 6000 ns.
+  Cluster c = one_gb_per_s();
+  c.intra_node.latency_ms = 0.001;
+  const auto r = simulate(plan, one_stage({1000}), c, opt);
+  EXPECT_EQ(r.makespan_ns, 6 * kMs + 7500);
+  EXPECT_EQ(r.per_rank[0].dp_exposed_ns, 7500);
+}
+
+TEST(DataParallel, LocalSgdAndSlowMoAmortised) {
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  opt.dp.algorithm = DpAlgorithm::kLocalSgd;
+  opt.dp.localsgd_frequency = 2;
+  opt.steps = 4;
+  // Each step is F + B = 3 ms; parameter averaging (all-reduce of 1000 B = 1000 ns) after steps
+  // 2 and 4.
+  const auto local = simulate(testing::gpipe(1, 1), one_stage({1000}), one_gb_per_s(), opt);
+  EXPECT_EQ(local.makespan_ns, 12 * kMs + 2000);
+  EXPECT_EQ(local.step_end_ns,
+            (std::vector<std::int64_t>{3 * kMs, 6 * kMs + 1000, 9 * kMs + 1000, 12 * kMs + 2000}));
+  // SlowMo adds reduce + broadcast (2 x 500 ns) every 4 steps.
+  opt.dp.algorithm = DpAlgorithm::kSlowMo;
+  opt.dp.slowmo_frequency = 4;
+  const auto slow = simulate(testing::gpipe(1, 1), one_stage({1000}), one_gb_per_s(), opt);
+  EXPECT_EQ(slow.makespan_ns, 12 * kMs + 3000);
+  EXPECT_EQ(slow.per_rank[0].dp_comm_ns, 3000);
+}
+
+TEST(DataParallel, ReplicasAcrossNodesUseTheInterNodeLink) {
+  Cluster c;
+  c.nodes = 2;
+  c.ranks_per_node = 2;
+  c.intra_node = Link{0.0, 1.0};
+  c.inter_node = Link{0.0, 0.5};
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  // pp=2, dp=2, pipeline-major: (r, j) -> g = 2r + j: each stage's replicas share a node (the
+  // 1000 B all-reduce takes 1000 ns), pipeline neighbours are on different nodes.
+  auto costs = testing::uniform_costs(2, 1, 2, 0, 1000, 500);
+  costs.stages[0].param_sizes_bytes = {1000};
+  costs.stages[1].param_sizes_bytes = {1000};
+  const auto pm = simulate(testing::gpipe(2, 1), costs, c, opt);
+  // F0 [0,1], send 500 B at 0.5 B/ns = 1000 ns, F1 [1.001, 2.001], B1 [2.001, 4.001], gradient
+  // 1000 ns, B0 [4.002, 6.002], all-reduce 1000 ns.
+  EXPECT_EQ(pm.makespan_ns, 6 * kMs + 3000);
+  c.placement = Placement::kReplicaMajor;
+  // g = 2j + r: pipeline neighbours share a node (500 ns), replicas are on different nodes.
+  const auto rm = simulate(testing::gpipe(2, 1), costs, c, opt);
+  EXPECT_EQ(rm.makespan_ns, 6 * kMs + 500 + 500 + 2000);
+}
+
+}  // namespace
+}  // namespace pipewright::sim

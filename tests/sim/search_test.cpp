@@ -1,0 +1,91 @@
+#include "pipewright/sim/search.hpp"
+
+#include <gtest/gtest.h>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/graph/generators.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+graph::Model small_gpt() {
+  graph::GptSpec spec;
+  spec.layers = 6;
+  spec.hidden = 256;
+  spec.heads = 4;
+  spec.seq = 128;
+  spec.vocab = 1000;
+  return graph::make_gpt(spec);
+}
+
+TEST(Search, RanksFittingConfigurationsByThroughput) {
+  const auto model = small_gpt();
+  Cluster c;
+  c.nodes = 1;
+  c.ranks_per_node = 8;
+  c.intra_node = Link{0.005, 50};
+  SearchOptions opt;
+  opt.devices = 8;
+  opt.top_k = 1000;
+  std::int64_t calls = 0, last_total = 0;
+  const auto r = search(model, c, opt, [&](std::int64_t done, std::int64_t total) {
+    ++calls;
+    EXPECT_LE(done, total);
+    last_total = total;
+  });
+  EXPECT_EQ(calls, r.enumerated);
+  EXPECT_EQ(last_total, r.enumerated);
+  EXPECT_EQ(r.simulated + r.rejected_shape, r.enumerated);
+  EXPECT_GT(r.simulated, 100);
+  ASSERT_FALSE(r.ranked.empty());
+  for (std::size_t i = 1; i < r.ranked.size(); ++i)
+    EXPECT_GE(r.ranked[i - 1].throughput_samples_per_s, r.ranked[i].throughput_samples_per_s);
+  for (const auto& cand : r.ranked) EXPECT_EQ(cand.pp * cand.dp, 8);
+  // Deterministic.
+  const auto again = search(model, c, opt);
+  ASSERT_EQ(again.ranked.size(), r.ranked.size());
+  for (std::size_t i = 0; i < r.ranked.size(); ++i)
+    EXPECT_EQ(describe(again.ranked[i]), describe(r.ranked[i]));
+}
+
+TEST(Search, MemoryLimitDropsConfigurations) {
+  const auto model = small_gpt();
+  SearchOptions opt;
+  opt.devices = 4;
+  const auto unlimited = search(model, Cluster{}, opt);
+  EXPECT_EQ(unlimited.dropped_memory, 0);
+  std::int64_t smallest = INT64_MAX, largest = 0;
+  opt.top_k = 100000;
+  for (const auto& c : search(model, Cluster{}, opt).ranked) {
+    smallest = std::min(smallest, c.peak_memory_bytes);
+    largest = std::max(largest, c.peak_memory_bytes);
+  }
+  opt.memory_limit_bytes = (smallest + largest) / 2;
+  const auto limited = search(model, Cluster{}, opt);
+  EXPECT_GT(limited.dropped_memory, 0);
+  for (const auto& c : limited.ranked) EXPECT_LE(c.peak_memory_bytes, *opt.memory_limit_bytes);
+}
+
+TEST(Search, GlobalBatchFixesMicrobatches) {
+  SearchOptions opt;
+  opt.devices = 4;
+  opt.global_batch = 32;
+  opt.top_k = 1000;
+  const auto r = search(small_gpt(), Cluster{}, opt);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const auto& c : r.ranked) EXPECT_EQ(c.microbatches * c.dp, 32);
+}
+
+TEST(Search, BadOptions) {
+  SearchOptions opt;
+  opt.devices = 0;
+  EXPECT_THROW((void)search(small_gpt(), Cluster{}, opt), ConfigError);
+  Cluster c;
+  c.nodes = 1;
+  c.ranks_per_node = 2;
+  opt.devices = 4;
+  EXPECT_THROW((void)search(small_gpt(), c, opt), ConfigError);
+}
+
+}  // namespace
+}  // namespace pipewright::sim

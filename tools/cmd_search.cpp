@@ -1,0 +1,173 @@
+// `pipewright search --model M --cluster C --devices N [--memory-limit B] [--global-batch G]`:
+// enumerates pp x dp x v x m x schedule x data-parallel algorithm, simulates each and prints the
+// best configurations (docs/simulator.md). Progress goes to stderr, results to stdout or -o.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "pipewright/graph/error.hpp"
+#include "pipewright/graph/model.hpp"
+#include "pipewright/sched/schedule.hpp"
+#include "pipewright/sim/cluster.hpp"
+#include "pipewright/sim/search.hpp"
+
+namespace pipewright::cli {
+namespace {
+
+struct SearchArgs {
+  std::string model_file;
+  std::string cluster_file;
+  int devices = 0;
+  std::optional<std::int64_t> memory_limit;
+  std::optional<std::int64_t> global_batch;
+  std::vector<std::string> schedules;
+  std::vector<int> stages_per_rank = {2, 4};
+  std::string optimizer = "adam";
+  int top_k = 10;
+  bool json = false;
+  bool no_progress = false;
+  std::string output = "-";
+};
+
+double gib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024 * 1024); }
+
+std::string table(const sim::SearchResult& r) {
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%4s  %-22s %4s %4s %3s %5s  %-24s %12s %14s %8s %10s\n", "#",
+                "schedule", "pp", "dp", "v", "m", "dp algorithm", "step ms", "samples/s", "bubble",
+                "peak GiB");
+  os << line;
+  int k = 0;
+  for (const auto& c : r.ranked) {
+    const std::string dp = c.dp > 1 ? sim::describe(c.dp_variant) : std::string("-");
+    std::snprintf(line, sizeof line,
+                  "%4d  %-22s %4d %4d %3d %5d  %-24s %12.3f %14.1f %7.1f%% %10.2f\n", ++k,
+                  std::string(sched::to_string(c.schedule)).c_str(), c.pp, c.dp, c.v,
+                  c.microbatches, dp.c_str(), static_cast<double>(c.step_ns) / 1e6,
+                  c.throughput_samples_per_s, 100 * c.bubble_fraction, gib(c.peak_memory_bytes));
+    os << line;
+  }
+  std::snprintf(line, sizeof line,
+                "%lld configurations: %lld simulated, %lld over the memory limit, %lld shapes "
+                "rejected by the schedule or partitioner\n",
+                static_cast<long long>(r.enumerated), static_cast<long long>(r.simulated),
+                static_cast<long long>(r.dropped_memory), static_cast<long long>(r.rejected_shape));
+  os << line;
+  return os.str();
+}
+
+std::string to_json(const sim::SearchResult& r) {
+  nlohmann::json j;
+  j["format"] = "pipewright-search";
+  j["version"] = 1;
+  j["enumerated"] = r.enumerated;
+  j["simulated"] = r.simulated;
+  j["dropped_memory"] = r.dropped_memory;
+  j["rejected_shape"] = r.rejected_shape;
+  nlohmann::json ranked = nlohmann::json::array();
+  for (const auto& c : r.ranked) {
+    ranked.push_back({{"schedule", std::string(sched::to_string(c.schedule))},
+                      {"pp", c.pp},
+                      {"dp", c.dp},
+                      {"stages_per_rank", c.v},
+                      {"microbatches", c.microbatches},
+                      {"dp_algorithm", std::string(sim::to_string(c.dp_variant.algorithm))},
+                      {"bucket_cap_mb", c.dp_variant.bucket_cap_mb},
+                      {"localsgd_frequency", c.dp_variant.localsgd_frequency},
+                      {"slowmo_frequency", c.dp_variant.slowmo_frequency},
+                      {"step_ms", static_cast<double>(c.step_ns) / 1e6},
+                      {"throughput_samples_per_s", c.throughput_samples_per_s},
+                      {"bubble_fraction", c.bubble_fraction},
+                      {"peak_memory_bytes", c.peak_memory_bytes},
+                      {"description", sim::describe(c)}});
+  }
+  j["ranked"] = std::move(ranked);
+  return j.dump(2) + "\n";
+}
+
+void run_search(const SearchArgs& a) {
+  const graph::Model model = graph::load_model(a.model_file);
+  sim::Cluster cluster;
+  if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);
+  sim::SearchOptions opt;
+  opt.devices = a.devices;
+  opt.memory_limit_bytes = a.memory_limit;
+  opt.global_batch = a.global_batch;
+  for (const auto& s : a.schedules) opt.schedules.push_back(sched::parse_schedule_kind(s));
+  opt.stages_per_rank = a.stages_per_rank;
+  for (int v : opt.stages_per_rank)
+    PW_CHECK(v >= 1, ConfigError, "--stages-per-rank values must be >= 1, got " << v);
+  opt.optimizer = sim::parse_optimizer(a.optimizer);
+  PW_CHECK(a.top_k >= 1, ConfigError, "--top must be >= 1, got " << a.top_k);
+  opt.top_k = a.top_k;
+
+  // A progress bar on stderr, redrawn at most once per percent.
+  int last_percent = -1;
+  const bool show = !a.no_progress;
+  auto progress = [&](std::int64_t done, std::int64_t total) {
+    if (!show || total <= 0) return;
+    const int percent = static_cast<int>(100 * done / total);
+    if (percent == last_percent) return;
+    last_percent = percent;
+    constexpr int kBar = 40;
+    const int filled = percent * kBar / 100;
+    std::fprintf(stderr, "\rsearch [%s%s] %3d%% %lld/%lld", std::string(filled, '#').c_str(),
+                 std::string(kBar - filled, ' ').c_str(), percent, static_cast<long long>(done),
+                 static_cast<long long>(total));
+    if (done == total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const sim::SearchResult result = sim::search(model, cluster, opt, progress);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("searched {} configurations ({} simulated, {} actions) in {:.2f} s",
+               result.enumerated, result.simulated, result.simulated_actions, secs);
+  PW_CHECK(!result.ranked.empty() || a.json, ConfigError,
+           "no configuration fits: " << result.dropped_memory << " over the memory limit, "
+                                     << result.rejected_shape << " shapes rejected");
+  write_output(a.output, a.json ? to_json(result) : table(result));
+}
+
+void setup_search(CLI::App& app) {
+  auto a = std::make_shared<SearchArgs>();
+  auto* cmd = app.add_subcommand(
+      "search", "Search pp x dp x v x m x schedule x DP algorithm by simulation; rank by speed");
+  cmd->add_option("--model", a->model_file, "model JSON (graph/)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--cluster", a->cluster_file, "cluster JSON (pipewright-cluster)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--devices,-n", a->devices, "devices to use (pp x dp)")->required();
+  cmd->add_option("--memory-limit", a->memory_limit,
+                  "per-device memory limit in bytes (default: the cluster's)");
+  cmd->add_option("--global-batch", a->global_batch,
+                  "samples per step (fixes m = G / (dp x micro_batch_size))");
+  cmd->add_option("--schedules", a->schedules, "schedules to try (default: all)")->delimiter(',');
+  cmd->add_option("--stages-per-rank", a->stages_per_rank, "V values for looped schedules")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--optimizer", a->optimizer, "sgd | sgd-momentum | adam | adamw (memory)")
+      ->check(CLI::IsMember({"sgd", "sgd-momentum", "adam", "adamw"}))
+      ->capture_default_str();
+  cmd->add_option("--top,-k", a->top_k, "rows to print")->capture_default_str();
+  cmd->add_flag("--json", a->json, "machine-readable output");
+  cmd->add_flag("--no-progress", a->no_progress, "no progress bar on stderr");
+  cmd->add_option("-o,--output", a->output, "output file (default: stdout)");
+  cmd->callback([a] { run_search(*a); });
+}
+
+}  // namespace
+
+PW_REGISTER_COMMAND(setup_search);
+
+}  // namespace pipewright::cli
