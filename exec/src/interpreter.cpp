@@ -368,7 +368,15 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
                    << plan_.shape.microbatches);
   loss_sum_ = 0;
   loss_count_ = 0;
-  for (const auto& a : actions_) {
+  for (std::size_t i = 0; i < actions_.size(); ++i) {
+    std::size_t run_end = i;
+    while (run_end < actions_.size() && is_remote_p2p(actions_[run_end])) ++run_end;
+    if (run_end - i >= 2) {
+      run_p2p_batch(i, run_end, step, x_mbs, y_mbs);
+      i = run_end - 1;
+      continue;
+    }
+    const auto& a = actions_[i];
     ActionTiming timing{a, step, 0, 0, 0};
     timing.start_ns = options_.record_timings ? now_ns() : 0;
     exec_action(a, step, x_mbs, y_mbs, &timing);
@@ -648,21 +656,75 @@ void Interpreter::do_recv(const Action& a, std::int64_t step, ActionTiming* timi
                                   tag(a.stage, peer, true, a.microbatch, i++), ctx));
     }
   }
-  for (auto& w : works) w->wait(options_.timeout);
-  for (const auto& b : bufs) {
-    timing->bytes += b.numel() * static_cast<std::int64_t>(b.element_size());
-  }
-  if (!backward) {
-    const auto slots = edge_slots(st, peer);
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-      auto t = bufs[i];
-      if (t.is_floating_point()) t.requires_grad_(true);
-      ms.inputs[static_cast<std::size_t>(slots[i].first)] = t;
+  auto finish = [this, &st, &ms, backward, peer, timing, bufs, works] {
+    for (const auto& w : works) w->wait(options_.timeout);
+    for (const auto& b : bufs) {
+      timing->bytes += b.numel() * static_cast<std::int64_t>(b.element_size());
     }
+    if (!backward) {
+      const auto slots = edge_slots(st, peer);
+      for (std::size_t i = 0; i < slots.size(); ++i) {
+        auto t = bufs[i];
+        if (t.is_floating_point()) t.requires_grad_(true);
+        ms.inputs[static_cast<std::size_t>(slots[i].first)] = t;
+      }
+    } else {
+      const auto outs = edge_outputs(st, peer);
+      for (std::size_t i = 0; i < outs.size(); ++i) {
+        ms.out_grads.emplace_back(outs[i].second, bufs[i]);
+      }
+    }
+  };
+  if (deferred_recvs_ != nullptr) {
+    deferred_recvs_->push_back(std::move(finish));
   } else {
-    const auto outs = edge_outputs(st, peer);
-    for (std::size_t i = 0; i < outs.size(); ++i) {
-      ms.out_grads.emplace_back(outs[i].second, bufs[i]);
+    finish();
+  }
+}
+
+bool Interpreter::is_remote_p2p(const Action& a) const {
+  const bool p2p = a.kind == ActionKind::kSendF || a.kind == ActionKind::kSendB ||
+                   a.kind == ActionKind::kRecvF || a.kind == ActionKind::kRecvB;
+  return p2p && rank_of(a.peer_stage) != pipe_rank_;
+}
+
+// Note [p2p batches]
+// A rank's consecutive remote SEND/RECV actions are posted between begin_p2p_batch() and
+// end_p2p_batch() and the receives are waited for only after it. On a rendezvous transport
+// (NCCL: ncclGroupStart/End, unbuffered sends executed in order on one stream) this is what keeps
+// 1F1B's SEND_F(i+1) + RECV_B(i) on one rank against SEND_B(i) + RECV_F(i+1) on its neighbour
+// from deadlocking, as torch.distributed.pipelining's batch_isend_irecv does. Buffered backends
+// (Gloo, MPI, fake) ignore the batch; posting every receive before waiting is harmless there.
+void Interpreter::run_p2p_batch(std::size_t first, std::size_t last, std::int64_t step,
+                                const std::vector<torch::Tensor>& x_mbs,
+                                const std::vector<torch::Tensor>& y_mbs) {
+  std::vector<ActionTiming> timings;
+  timings.reserve(last - first);
+  std::vector<std::function<void()>> finish;
+  const std::int64_t start = options_.record_timings ? now_ns() : 0;
+  pipe_->begin_p2p_batch();
+  deferred_recvs_ = &finish;
+  try {
+    for (std::size_t i = first; i < last; ++i) {
+      timings.push_back(ActionTiming{actions_[i], step, start, 0, 0});
+      exec_action(actions_[i], step, x_mbs, y_mbs, &timings.back());
+    }
+  } catch (...) {
+    deferred_recvs_ = nullptr;
+    pipe_->end_p2p_batch();
+    throw;
+  }
+  deferred_recvs_ = nullptr;
+  pipe_->end_p2p_batch();
+  for (auto& f : finish) {
+    with_context("rank " + std::to_string(options_.world_rank) + " step " + std::to_string(step),
+                 f);
+  }
+  if (options_.record_timings) {
+    const std::int64_t end = now_ns();
+    for (auto& t : timings) {
+      t.end_ns = end;
+      timings_.push_back(t);
     }
   }
 }

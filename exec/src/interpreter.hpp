@@ -148,6 +148,11 @@ class Interpreter {
   void do_backward(const sched::Action& a, std::int64_t step, bool input, bool weight);
   void do_send(const sched::Action& a, std::int64_t step, ActionTiming* timing);
   void do_recv(const sched::Action& a, std::int64_t step, ActionTiming* timing);
+  // Note [p2p batches]: runs actions_[first, last), all remote SEND/RECV, as one p2p batch.
+  void run_p2p_batch(std::size_t first, std::size_t last, std::int64_t step,
+                     const std::vector<torch::Tensor>& x_mbs,
+                     const std::vector<torch::Tensor>& y_mbs);
+  [[nodiscard]] bool is_remote_p2p(const sched::Action& a) const;
   void deliver_input_grads(int stage, int mb, MbState& st);
   void wait_pending(std::int64_t step);
   [[nodiscard]] StageSetup& local(int stage);
@@ -171,6 +176,8 @@ class Interpreter {
   bool shapes_agreed_ = false;
   std::map<std::pair<int, int>, std::unique_ptr<MbState>> states_;
   std::vector<Pending> pending_;
+  // Inside run_p2p_batch: do_recv posts its receives and leaves the wait here.
+  std::vector<std::function<void()>>* deferred_recvs_ = nullptr;
   std::vector<ActionTiming> timings_;
   double loss_sum_ = 0;
   int loss_count_ = 0;
