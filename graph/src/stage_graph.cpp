@@ -158,31 +158,31 @@ StageGraph build_stage_graph(const Model& model, const std::vector<int>& node_st
                                                                        value.first, value.second);
     }
   }
+  // Slot of each (stage, value): outputs keyed by value alone (a value has one producer stage).
+  std::map<std::pair<int, Value>, int> input_slot;
+  std::map<Value, int> output_slot;
   for (int s = 0; s < num_stages; ++s) {
     auto& in = inputs[static_cast<std::size_t>(s)];
     std::sort(in.begin(), in.end(),
               [&](const Value& a, const Value& b) { return input_key(a) < input_key(b); });
     StageInfo& stage = graph.stages[static_cast<std::size_t>(s)];
-    for (const Value& v : in) stage.inputs.push_back(StageValue{v.first, v.second});
+    for (const Value& v : in) {
+      input_slot[{s, v}] = static_cast<int>(stage.inputs.size());
+      stage.inputs.push_back(StageValue{v.first, v.second});
+    }
     for (const auto& [pos, node, output] : outputs[static_cast<std::size_t>(s)]) {
+      output_slot[Value{node, output}] = static_cast<int>(stage.outputs.size());
       stage.outputs.push_back(StageValue{node, output});
       stage.output_bytes += model.nodes[static_cast<std::size_t>(node)].cost.output_bytes;
     }
   }
-  auto slot = [](const std::vector<StageValue>& list, const Value& v) {
-    const auto it = std::find(list.begin(), list.end(), StageValue{v.first, v.second});
-    return static_cast<int>(it - list.begin());
-  };
   for (const auto& [key, reader] : crossings) {
     const auto& [value, consumer] = key;
     CutValue cut;
     cut.producer_stage = stage_of(value.first);
-    cut.producer_output =
-        value.first < 0
-            ? 0
-            : slot(graph.stages[static_cast<std::size_t>(cut.producer_stage)].outputs, value);
+    cut.producer_output = value.first < 0 ? 0 : output_slot.at(value);
     cut.consumer_stage = consumer;
-    cut.consumer_input = slot(graph.stages[static_cast<std::size_t>(consumer)].inputs, value);
+    cut.consumer_input = input_slot.at({consumer, value});
     cut.bytes = value.first < 0
                     ? model.input_bytes()
                     : model.nodes[static_cast<std::size_t>(value.first)].cost.output_bytes;
