@@ -39,21 +39,6 @@ std::string_view to_string(ActionKind kind) noexcept {
   return "?";
 }
 
-bool is_compute(ActionKind kind) noexcept {
-  return kind == ActionKind::kForward || kind == ActionKind::kFullBackward ||
-         kind == ActionKind::kBackwardInput || kind == ActionKind::kBackwardWeight;
-}
-bool is_send(ActionKind kind) noexcept {
-  return kind == ActionKind::kSendF || kind == ActionKind::kSendB;
-}
-bool is_recv(ActionKind kind) noexcept {
-  return kind == ActionKind::kRecvF || kind == ActionKind::kRecvB;
-}
-bool is_comm(ActionKind kind) noexcept { return is_send(kind) || is_recv(kind); }
-bool has_microbatch(ActionKind kind) noexcept {
-  return kind != ActionKind::kReduceGrad && kind != ActionKind::kOptimizerStep;
-}
-
 std::int32_t Action::default_peer(std::int32_t stage, ActionKind kind) noexcept {
   switch (kind) {
     case ActionKind::kSendF:

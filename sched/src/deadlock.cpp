@@ -147,7 +147,8 @@ DeadlockReport dry_run(const LoweredPlan& plan, Transport transport) {
 
   const std::size_t p = per_rank.size();
   std::vector<std::size_t> pc(p, 0);
-  std::unordered_map<MessageKey, int, MessageKeyHash> mailbox;  // buffered: sent, not received
+  const MessageIndex index(sh);
+  std::vector<int> mailbox(static_cast<std::size_t>(index.size()), 0);  // sent, not yet received
   std::vector<std::int32_t> work;
   std::vector<bool> queued(p, true);
   for (std::size_t r = p; r-- > 0;) work.push_back(static_cast<std::int32_t>(r));
@@ -169,18 +170,20 @@ DeadlockReport dry_run(const LoweredPlan& plan, Transport transport) {
         ++pc[idx(r)];
         continue;
       }
-      const MessageKey key = message_key(*a);
       const std::int32_t peer = sh.stage_to_rank[idx(a->peer_stage)];
       if (transport == Transport::kBuffered) {
+        // A message on an edge that does not exist can never be delivered (validate() says so).
+        const std::int64_t id = index.id(*a);
+        if (id < 0) break;
+        int& box = mailbox[static_cast<std::size_t>(id)];
         if (is_send(a->kind)) {
-          ++mailbox[key];
+          ++box;
           ++pc[idx(r)];
           wake(peer);
           continue;
         }
-        auto it = mailbox.find(key);
-        if (it == mailbox.end() || it->second == 0) break;
-        --it->second;
+        if (box == 0) break;
+        --box;
         ++pc[idx(r)];
         continue;
       }
@@ -250,9 +253,11 @@ std::vector<Diagnostic> compute_dry_run(const PlanShape& sh,
     return {-1, false};
   };
   std::vector<std::size_t> pc(p, 0);
-  // Waiters per (cell, direction): ranks to re-examine when that input appears.
-  std::unordered_map<std::uint64_t, std::vector<std::int32_t>> waiters;
-  auto wkey = [&](std::size_t c, bool fwd) { return (std::uint64_t{c} << 1) | (fwd ? 1U : 0U); };
+  // Waiters per (cell, direction): ranks to re-examine when that input appears, as intrusive
+  // lists (a rank waits for one input at a time).
+  std::vector<std::int32_t> first_waiter(2 * cells, -1);
+  std::vector<std::int32_t> next_waiter(p, -1);
+  auto wkey = [&](std::size_t c, bool fwd) { return 2 * c + (fwd ? 1U : 0U); };
   std::vector<std::int32_t> work;
   for (std::size_t r = p; r-- > 0;) work.push_back(static_cast<std::int32_t>(r));
   while (!work.empty()) {
@@ -263,7 +268,9 @@ std::vector<Diagnostic> compute_dry_run(const PlanShape& sh,
       const Action& a = ops[pc[idx(r)]];
       auto [stage, fwd] = unmet(a);
       if (stage >= 0) {
-        waiters[wkey(cell(stage, a.microbatch), fwd)].push_back(r);
+        const std::size_t w = wkey(cell(stage, a.microbatch), fwd);
+        next_waiter[idx(r)] = first_waiter[w];
+        first_waiter[w] = r;
         break;
       }
       ++pc[idx(r)];
@@ -278,11 +285,13 @@ std::vector<Diagnostic> compute_dry_run(const PlanShape& sh,
         done_b[c] = produced = true;
       }
       if (produced) {
-        auto it = waiters.find(wkey(c, as_fwd));
-        if (it != waiters.end()) {
-          for (std::int32_t w : it->second) work.push_back(w);
-          waiters.erase(it);
+        const std::size_t w = wkey(c, as_fwd);
+        for (std::int32_t x = first_waiter[w]; x >= 0;) {
+          const std::int32_t next = next_waiter[idx(x)];
+          work.push_back(x);
+          x = next;
         }
+        first_waiter[w] = -1;
       }
     }
   }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <queue>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -269,16 +271,19 @@ std::vector<Ops> insert_just_in_time(const PlanShape& sh, const std::vector<Ops>
 // (if all waited at RECVs, buffered sends would be stuck in the same state).
 std::vector<Ops> make_rendezvous_safe(const PlanShape& sh, const std::vector<Ops>& lists) {
   const std::size_t p = lists.size();
-  std::unordered_map<MessageKey, std::pair<std::int32_t, std::size_t>, MessageKeyHash> recv_at;
+  const MessageIndex index(sh);
+  std::vector<std::pair<std::int32_t, std::size_t>> recv_at(static_cast<std::size_t>(index.size()),
+                                                            {-1, 0});
   for (std::size_t r = 0; r < p; ++r) {
     for (std::size_t i = 0; i < lists[r].size(); ++i) {
       if (is_recv(lists[r][i].kind)) {
-        recv_at[message_key(lists[r][i])] = {static_cast<std::int32_t>(r), i};
+        recv_at[static_cast<std::size_t>(index.id(lists[r][i]))] = {static_cast<std::int32_t>(r),
+                                                                    i};
       }
     }
   }
-  std::vector<std::vector<bool>> pulled(p);
-  for (std::size_t r = 0; r < p; ++r) pulled[r].assign(lists[r].size(), false);
+  std::vector<std::vector<std::uint8_t>> pulled(p);
+  for (std::size_t r = 0; r < p; ++r) pulled[r].assign(lists[r].size(), 0);
   std::vector<std::size_t> pc(p, 0);
   std::vector<Ops> out(p);
   for (std::size_t r = 0; r < p; ++r) out[r].reserve(lists[r].size());
@@ -288,7 +293,9 @@ std::vector<Ops> make_rendezvous_safe(const PlanShape& sh, const std::vector<Ops
   };
   std::vector<std::size_t> work;
   for (std::size_t r = p; r-- > 0;) work.push_back(r);
-  std::size_t unfinished = p;
+  // Ranks whose last run stopped at a SEND, lowest first; entries go stale when the peer completes
+  // the SEND, so they are re-checked when popped.
+  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> at_send;
   while (true) {
     while (!work.empty()) {
       const std::size_t r = work.back();
@@ -301,7 +308,10 @@ std::vector<Ops> make_rendezvous_safe(const PlanShape& sh, const std::vector<Ops
         }
         const auto peer = idx(sh.stage_to_rank[idx(a->peer_stage)]);
         const Action* other = head(peer);
-        if (other == nullptr || *other != matching(*a)) break;
+        if (other == nullptr || *other != matching(*a)) {
+          if (is_send(a->kind)) at_send.push(r);
+          break;
+        }
         out[r].push_back(*a);
         out[peer].push_back(*other);
         ++pc[r];
@@ -309,24 +319,32 @@ std::vector<Ops> make_rendezvous_safe(const PlanShape& sh, const std::vector<Ops
         work.push_back(peer);
       }
     }
-    unfinished = 0;
     std::size_t sender = p;
-    for (std::size_t r = 0; r < p; ++r) {
+    while (!at_send.empty()) {
+      const std::size_t r = at_send.top();
+      at_send.pop();
       const Action* a = head(r);
-      if (a == nullptr) continue;
-      ++unfinished;
-      if (sender == p && is_send(a->kind)) sender = r;
+      if (a != nullptr && is_send(a->kind)) {
+        sender = r;
+        break;
+      }
     }
-    if (unfinished == 0) break;
-    PW_ASSERT(sender < p, "rendezvous fix-up: every stuck rank waits at a RECV");
+    if (sender == p) {
+      for (std::size_t r = 0; r < p; ++r) {
+        PW_ASSERT(head(r) == nullptr,
+                  "rendezvous fix-up: rank " << r << " waits at a RECV forever");
+      }
+      break;
+    }
     const Action& send = lists[sender][pc[sender]];
-    auto it = recv_at.find(message_key(send));
-    PW_ASSERT(it != recv_at.end(), "rendezvous fix-up: no RECV for " << send);
-    const auto [peer, at] = it->second;
+    const std::int64_t id = index.id(send);
+    PW_ASSERT(id >= 0, "rendezvous fix-up: " << send << " is on no stage edge");
+    const auto [peer, at] = recv_at[static_cast<std::size_t>(id)];
+    PW_ASSERT(peer >= 0, "rendezvous fix-up: no RECV for " << send);
     out[sender].push_back(send);
     ++pc[sender];
     out[idx(peer)].push_back(lists[idx(peer)][at]);
-    pulled[idx(peer)][at] = true;
+    pulled[idx(peer)][at] = 1;
     work.push_back(sender);
     work.push_back(idx(peer));
   }

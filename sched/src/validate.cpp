@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <sstream>
-#include <unordered_map>
 #include <utility>
 
 #include "pipewright/graph/error.hpp"
@@ -231,6 +231,8 @@ class Validator {
   }
 
   void check_messages() {
+    index_.emplace(sh_);
+    messages_.assign(static_cast<std::size_t>(index_->size()), Message{});
     for (std::size_t r = 0; r < per_rank_.size(); ++r) {
       const auto rank = static_cast<std::int32_t>(r);
       for (std::size_t i = 0; i < per_rank_[r].size(); ++i) {
@@ -251,8 +253,7 @@ class Validator {
           usable_[r][i] = false;
           continue;
         }
-        const MessageKey key = message_key(a);
-        Message& m = messages_[key];
+        Message& m = messages_[static_cast<std::size_t>(index_->id(a))];
         Pos& slot = is_send(a.kind) ? m.send : m.recv;
         if (slot.present()) {
           diag(rank, step, "duplicate ", a, " (first at rank ", slot.rank, ", step ", slot.step,
@@ -265,7 +266,7 @@ class Validator {
     }
     // Unmatched sends / receives, reported at the action that has no partner.
     std::vector<std::pair<Pos, std::string>> unmatched;
-    for (const auto& [key, m] : messages_) {
+    for (const Message& m : messages_) {
       if (m.send.present() && !m.recv.present()) {
         const Action& a = per_rank_[idx(m.send.rank)][idx(m.send.step)];
         const Action want = matching(a);
@@ -328,11 +329,11 @@ class Validator {
     }
     const Action recv = Action::comm(a.stage, forward ? ActionKind::kRecvF : ActionKind::kRecvB,
                                      a.microbatch, other);
-    auto it = messages_.find(message_key(recv));
-    if (it == messages_.end() || !it->second.recv.present()) {
+    const Message& m = messages_[static_cast<std::size_t>(index_->id(recv))];
+    if (!m.recv.present()) {
       diag(rank, step, a, " has no ", recv, " on rank ", rank);
-    } else if (it->second.recv.step > step) {
-      diag(rank, step, a, " runs before ", recv, " (step ", it->second.recv.step, ")");
+    } else if (m.recv.step > step) {
+      diag(rank, step, a, " runs before ", recv, " (step ", m.recv.step, ")");
     }
   }
 
@@ -350,7 +351,8 @@ class Validator {
   std::vector<std::vector<std::int32_t>> producers_, consumers_;
   std::vector<Pos> f_, b_, i_, w_, reduce_, optim_;
   std::vector<std::vector<bool>> usable_;
-  std::unordered_map<MessageKey, Message, MessageKeyHash> messages_;
+  std::optional<MessageIndex> index_;
+  std::vector<Message> messages_;  // by MessageIndex id
 };
 
 std::string join(const std::vector<Diagnostic>& diags) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipewright/sched/action.hpp"
@@ -63,8 +64,42 @@ inline Action matching(const Action& a) {
       k = ActionKind::kSendB;
       break;
   }
-  return Action::comm(a.peer_stage, k, a.microbatch, a.stage);
+  return Action{a.peer_stage, k, a.microbatch, a.stage};
 }
+
+// Dense ids for the messages of a plan: (edge, direction, microbatch) -> [0, size()). Faster
+// than hashing MessageKey on plans with millions of actions.
+class MessageIndex {
+ public:
+  explicit MessageIndex(const PlanShape& shape)
+      : microbatches_(shape.microbatches), out_(static_cast<std::size_t>(shape.stages)) {
+    std::int64_t e = 0;
+    for (const auto& edge : shape.edges()) {
+      if (edge.from < 0 || edge.from >= shape.stages) continue;
+      out_[static_cast<std::size_t>(edge.from)].push_back({edge.to, e++});
+    }
+    edges_ = e;
+  }
+  [[nodiscard]] std::int64_t size() const { return edges_ * 2 * microbatches_; }
+  // -1 when the edge does not exist or the microbatch is out of range.
+  [[nodiscard]] std::int64_t id(const MessageKey& k) const {
+    // Gradients travel against the edge: a backward message from -> to rides edge to -> from.
+    const std::int32_t head = k.forward != 0 ? k.from : k.to;
+    const std::int32_t tail = k.forward != 0 ? k.to : k.from;
+    if (head < 0 || head >= static_cast<std::int32_t>(out_.size())) return -1;
+    if (k.mb < 0 || k.mb >= microbatches_) return -1;
+    for (const auto& [to, e] : out_[static_cast<std::size_t>(head)]) {
+      if (to == tail) return (e * 2 + k.forward) * microbatches_ + k.mb;
+    }
+    return -1;
+  }
+  [[nodiscard]] std::int64_t id(const Action& comm) const { return id(message_key(comm)); }
+
+ private:
+  std::int64_t microbatches_;
+  std::int64_t edges_ = 0;
+  std::vector<std::vector<std::pair<std::int32_t, std::int64_t>>> out_;
+};
 
 namespace detail {
 

@@ -32,11 +32,24 @@ enum class ActionKind : std::uint8_t {
 };
 
 [[nodiscard]] std::string_view to_string(ActionKind kind) noexcept;
-[[nodiscard]] bool is_compute(ActionKind kind) noexcept;  // F, B, I, W
-[[nodiscard]] bool is_comm(ActionKind kind) noexcept;     // SEND_*, RECV_*
-[[nodiscard]] bool is_send(ActionKind kind) noexcept;
-[[nodiscard]] bool is_recv(ActionKind kind) noexcept;
-[[nodiscard]] bool has_microbatch(ActionKind kind) noexcept;  // false for REDUCE_GRAD, OPTIM
+// Inline: plan passes call these once per action on plans with millions of actions.
+[[nodiscard]] constexpr bool is_compute(ActionKind kind) noexcept {  // F, B, I, W
+  return kind == ActionKind::kForward || kind == ActionKind::kFullBackward ||
+         kind == ActionKind::kBackwardInput || kind == ActionKind::kBackwardWeight;
+}
+[[nodiscard]] constexpr bool is_send(ActionKind kind) noexcept {
+  return kind == ActionKind::kSendF || kind == ActionKind::kSendB;
+}
+[[nodiscard]] constexpr bool is_recv(ActionKind kind) noexcept {
+  return kind == ActionKind::kRecvF || kind == ActionKind::kRecvB;
+}
+[[nodiscard]] constexpr bool is_comm(ActionKind kind) noexcept {  // SEND_*, RECV_*
+  return is_send(kind) || is_recv(kind);
+}
+// False for REDUCE_GRAD and OPTIM.
+[[nodiscard]] constexpr bool has_microbatch(ActionKind kind) noexcept {
+  return kind != ActionKind::kReduceGrad && kind != ActionKind::kOptimizerStep;
+}
 
 struct Action {
   std::int32_t stage = 0;
