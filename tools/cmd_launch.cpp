@@ -1,0 +1,425 @@
+// `pipewright launch --nproc N [--master-port P] [--grace S] [--] CMD ARGS...`: starts N local
+// ranks of CMD, torchrun-style, and supervises them.
+//
+// - Children are spawned with posix_spawnp (safe even if the launcher had threads; it has none
+//   when it spawns), each in its own process group, with RANK, WORLD_SIZE, LOCAL_RANK,
+//   LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port unless --master-port),
+//   and OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 unless already set. The variables of other
+//   launchers (OMPI_COMM_WORLD_*, PMI_RANK/SIZE, SLURM_PROCID/NTASKS/LOCALID) are removed, since
+//   this launcher now defines the world (they would otherwise disagree, see rendezvous.hpp).
+// - stdout/stderr of every rank are streamed line by line with a "[rank N] " prefix.
+// - When a rank fails (non-zero exit or a signal) the others get SIGTERM, then SIGKILL after the
+//   grace period; the launcher prints the first failure first ("rank 2 died with signal 9
+//   (SIGKILL)", "rank 1 exited with code 2: <its last stderr line>") and exits with the first
+//   failing rank's exit code, or 3 (peer failure) if it died from a signal. SIGINT/SIGTERM to the
+//   launcher are forwarded the same way (exit 128 + signal).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "pipewright/graph/error.hpp"
+
+extern char** environ;
+
+namespace pipewright::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+volatile sig_atomic_t g_interrupt = 0;  // signal number that asked the launcher to stop
+
+void on_signal(int sig) { g_interrupt = sig; }
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  PW_CHECK(fd >= 0, BackendError, "launch: socket() failed: " << std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  PW_CHECK(ok, BackendError, "launch: cannot find a free port on 127.0.0.1");
+  return ntohs(addr.sin_port);
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGINT:
+      return "SIGINT";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
+    case SIGPIPE:
+      return "SIGPIPE";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "signal";
+  }
+}
+
+// One output stream of a child: the read end of its pipe and the unfinished line.
+struct Stream {
+  int fd = -1;
+  std::string partial;
+};
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  Stream out, err;
+  bool running = false;
+  int status = 0;  // from waitpid, valid when !running
+  bool killed_by_us = false;
+  std::string last_err_line;
+};
+
+bool failed(const Child& c) { return !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0); }
+
+std::string describe(const Child& c) {
+  std::string s = "rank " + std::to_string(c.rank);
+  if (WIFSIGNALED(c.status)) {
+    const int sig = WTERMSIG(c.status);
+    s += " died with signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+  } else {
+    s += " exited with code " + std::to_string(WEXITSTATUS(c.status));
+  }
+  if (!c.last_err_line.empty()) s += ": " + c.last_err_line;
+  return s;
+}
+
+void write_all(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // our own output is gone; keep supervising
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// Emits complete lines of `data` with the rank prefix to `out_fd`.
+void emit(Child& c, Stream& s, const char* data, std::size_t n, int out_fd, bool is_err) {
+  s.partial.append(data, n);
+  std::size_t start = 0;
+  std::string block;
+  for (std::size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+    const std::string line = s.partial.substr(start, nl - start);
+    block += "[rank " + std::to_string(c.rank) + "] " + line + "\n";
+    if (is_err && !line.empty()) c.last_err_line = line;
+  }
+  s.partial.erase(0, start);
+  if (!block.empty()) write_all(out_fd, block);
+}
+
+void close_stream(Child& c, Stream& s, int out_fd, bool is_err) {
+  if (!s.partial.empty()) {
+    const std::string line = s.partial;
+    s.partial.clear();
+    write_all(out_fd, "[rank " + std::to_string(c.rank) + "] " + line + "\n");
+    if (is_err) c.last_err_line = line;
+  }
+  ::close(s.fd);
+  s.fd = -1;
+}
+
+std::vector<std::string> child_environment(int rank, int nproc, int port) {
+  static const char* const kDropped[] = {"RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_RANK",
+                                         "LOCAL_WORLD_SIZE",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "OMPI_COMM_WORLD_RANK",
+                                         "OMPI_COMM_WORLD_SIZE",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                         "PMI_RANK",
+                                         "PMI_SIZE",
+                                         "SLURM_PROCID",
+                                         "SLURM_NTASKS",
+                                         "SLURM_LOCALID"};
+  std::map<std::string, std::string> env;
+  for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
+    const std::string entry(*p);
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  for (const char* name : kDropped) env.erase(name);
+  env["RANK"] = std::to_string(rank);
+  env["WORLD_SIZE"] = std::to_string(nproc);
+  env["LOCAL_RANK"] = std::to_string(rank);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(nproc);
+  env["MASTER_ADDR"] = "127.0.0.1";
+  env["MASTER_PORT"] = std::to_string(port);
+  env.emplace("OMP_NUM_THREADS", "1");  // emplace: a user's explicit setting wins
+  env.emplace("OPENBLAS_NUM_THREADS", "1");
+  std::vector<std::string> out;
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+// Spawns one rank; returns its pid. Throws ConfigError if CMD cannot be started.
+pid_t spawn_rank(Child& c, const std::vector<std::string>& command, int nproc, int port) {
+  int out_pipe[2], err_pipe[2];
+  PW_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0, BackendError,
+           "launch: pipe() failed: " << std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);  // own process group: signals reach its children too
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
+
+  std::vector<std::string> env = child_environment(c.rank, nproc, port);
+  std::vector<char*> argv, envp;
+  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (rc != 0) {
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    throw ConfigError("launch: cannot start '" + command[0] + "' for rank " +
+                      std::to_string(c.rank) + ": " + std::strerror(rc));
+  }
+  c.pid = pid;
+  c.running = true;
+  c.out.fd = out_pipe[0];
+  c.err.fd = err_pipe[0];
+  return pid;
+}
+
+void signal_all(std::vector<Child>& children, int sig) {
+  for (auto& c : children) {
+    if (!c.running) continue;
+    c.killed_by_us = true;
+    ::kill(-c.pid, sig);  // the rank's process group
+    ::kill(c.pid, sig);
+  }
+}
+
+struct LaunchArgs {
+  int nproc = 1;
+  std::optional<int> master_port;
+  double grace_s = 5.0;
+  std::vector<std::string> command;
+};
+
+int run_launch(const LaunchArgs& args) {
+  PW_CHECK(!args.command.empty(), ConfigError,
+           "launch: no command given (pipewright launch --nproc N -- CMD ARGS...)");
+  PW_CHECK(args.nproc >= 1, ConfigError, "launch: --nproc must be >= 1, got " << args.nproc);
+  PW_CHECK(args.grace_s >= 0, ConfigError, "launch: --grace must be >= 0");
+  const int port = args.master_port ? *args.master_port : free_port();
+  PW_CHECK(port >= 1 && port <= 65535, ConfigError,
+           "launch: --master-port " << port << " is outside [1, 65535]");
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  std::vector<Child> children(static_cast<std::size_t>(args.nproc));
+  for (int r = 0; r < args.nproc; ++r) children[static_cast<std::size_t>(r)].rank = r;
+  try {
+    for (auto& c : children) spawn_rank(c, args.command, args.nproc, port);
+  } catch (...) {
+    signal_all(children, SIGKILL);
+    for (auto& c : children) {
+      if (c.running) ::waitpid(c.pid, nullptr, 0);
+    }
+    throw;
+  }
+
+  std::vector<int> failure_order;  // ranks in the order their failure was observed
+  std::optional<Clock::time_point> kill_deadline;
+  bool sent_kill = false;
+  int running = args.nproc;
+  std::optional<Clock::time_point> drain_deadline;
+  char buffer[65536];
+
+  while (true) {
+    // Read whatever output is ready (at most 50 ms of waiting per round).
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Child*, bool>> owners;  // (child, is_err)
+    for (auto& c : children) {
+      if (c.out.fd >= 0) {
+        fds.push_back({c.out.fd, POLLIN, 0});
+        owners.emplace_back(&c, false);
+      }
+      if (c.err.fd >= 0) {
+        fds.push_back({c.err.fd, POLLIN, 0});
+        owners.emplace_back(&c, true);
+      }
+    }
+    if (fds.empty() && running == 0) break;
+    if (!fds.empty()) {
+      const int n = ::poll(fds.data(), fds.size(), 50);
+      if (n > 0) {
+        for (std::size_t i = 0; i < fds.size(); ++i) {
+          if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          auto [child, is_err] = owners[i];
+          Stream& s = is_err ? child->err : child->out;
+          const int out_fd = is_err ? STDERR_FILENO : STDOUT_FILENO;
+          const ssize_t got = ::read(s.fd, buffer, sizeof buffer);
+          if (got > 0) {
+            emit(*child, s, buffer, static_cast<std::size_t>(got), out_fd, is_err);
+          } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+            close_stream(*child, s, out_fd, is_err);
+          }
+        }
+      }
+    } else {
+      ::usleep(20000);
+    }
+
+    // Reap exited ranks.
+    for (auto& c : children) {
+      if (!c.running) continue;
+      int status = 0;
+      const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+      if (r != c.pid) continue;
+      c.running = false;
+      c.status = status;
+      --running;
+      if (failed(c)) failure_order.push_back(c.rank);
+    }
+
+    // First failure or an interrupt: stop everyone, politely first.
+    if ((!failure_order.empty() || g_interrupt != 0) && !kill_deadline) {
+      signal_all(children, SIGTERM);
+      kill_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double>(args.grace_s));
+    }
+    if (kill_deadline && !sent_kill && Clock::now() >= *kill_deadline) {
+      signal_all(children, SIGKILL);
+      sent_kill = true;
+    }
+    // Once every rank is gone, give orphaned pipe holders (grandchildren) one second.
+    if (running == 0) {
+      if (!drain_deadline) drain_deadline = Clock::now() + std::chrono::seconds(1);
+      if (Clock::now() >= *drain_deadline) {
+        for (auto& c : children) {
+          if (c.out.fd >= 0) close_stream(c, c.out, STDOUT_FILENO, false);
+          if (c.err.fd >= 0) close_stream(c, c.err, STDERR_FILENO, true);
+        }
+        break;
+      }
+    }
+  }
+
+  if (failure_order.empty() && g_interrupt == 0) return 0;
+
+  std::string report;
+  int exit_code = 1;
+  if (!failure_order.empty()) {
+    const Child& first = children[static_cast<std::size_t>(failure_order.front())];
+    report += "pipewright launch: " + describe(first) + "\n";
+    exit_code = WIFSIGNALED(first.status) ? 3 : WEXITSTATUS(first.status);
+  }
+  if (g_interrupt != 0) {
+    report += "pipewright launch: interrupted by signal " + std::to_string(g_interrupt) + " (" +
+              signal_name(g_interrupt) + "); stopped every rank\n";
+    if (failure_order.empty()) exit_code = 128 + g_interrupt;
+  }
+  for (std::size_t i = 1; i < failure_order.size(); ++i) {
+    const Child& c = children[static_cast<std::size_t>(failure_order[i])];
+    report += "pipewright launch:   then " + describe(c) +
+              (c.killed_by_us ? " (stopped by the launcher)" : "") + "\n";
+  }
+  std::fflush(stdout);
+  write_all(STDERR_FILENO, report);
+  return exit_code;
+}
+
+void setup_launch(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "launch",
+      "Start N local ranks of a command torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK, "
+      "MASTER_ADDR, MASTER_PORT...), prefix their output with [rank N], and stop them all when "
+      "one fails");
+  auto args = std::make_shared<LaunchArgs>();
+  sub->add_option("--nproc", args->nproc, "number of local ranks")
+      ->required()
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--master-port", args->master_port,
+                  "rendezvous port on 127.0.0.1 (default: a free port)");
+  sub->add_option("--grace", args->grace_s,
+                  "seconds between SIGTERM and SIGKILL when stopping the ranks")
+      ->capture_default_str();
+  sub->add_option("command", args->command, "the command each rank runs, with its arguments")
+      ->required();
+  sub->prefix_command();
+  sub->callback([sub, args] {
+    LaunchArgs a = *args;
+    for (const auto& extra : sub->remaining()) a.command.push_back(extra);
+    // CLI11 hands the "--" separator through with the prefix command; it is ours, not CMD's.
+    for (std::size_t i = 0; i < a.command.size() && i < 2; ++i) {
+      if (a.command[i] == "--") {
+        a.command.erase(a.command.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+    }
+    const int code = run_launch(a);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    if (code != 0) std::exit(code);  // the ranks' own exit code, not an exception category
+  });
+}
+
+}  // namespace
+
+PW_REGISTER_COMMAND(setup_launch);
+
+}  // namespace pipewright::cli
