@@ -23,9 +23,13 @@
 // on a slot that only it could fill, or on a message nobody sends, is a deadlock: when the heap
 // runs dry with unfinished ranks, simulate() throws InvalidPlanError naming each blocked rank,
 // its action and what it waits for.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -51,6 +55,52 @@ struct Op {
   bool ddp_launch;    // the last B/W of its stage on this rank: launches DDP buckets
 };
 
+// One dependency fact in 16 bytes, all-zero meaning "unknown, no pending receive, nobody
+// parked", so the array can come from fresh anonymous memory: untouched pages are zero and never
+// written before use (the slot arrays of big plans are tens of MB; a fill pass would evict them
+// from cache again), and transparent huge pages cut the page faults 512-fold where enabled.
+//   value > 0: known, time = value - 1;  value == 0: unknown;
+//   value < 0: unknown arrival slot with a receive posted at time -value - 1 waiting for it.
+struct Slot {
+  std::int64_t value;
+  std::int32_t waiter_plus1;  // first rank parked on the slot + 1, or 0
+  std::int32_t unused;
+  [[nodiscard]] bool known() const noexcept { return value > 0; }
+  [[nodiscard]] std::int64_t time() const noexcept { return value > 0 ? value - 1 : kUnknown; }
+};
+
+class SlotArray {
+ public:
+  SlotArray() = default;
+  SlotArray(const SlotArray&) = delete;
+  SlotArray& operator=(const SlotArray&) = delete;
+  ~SlotArray() { release(); }
+  // Zeroed memory for n slots; false if it cannot be had.
+  bool allocate(std::size_t n) noexcept {
+    release();
+    bytes_ = std::max<std::size_t>(n * sizeof(Slot), 1);
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      bytes_ = 0;
+      return false;
+    }
+    (void)::madvise(p, bytes_, MADV_HUGEPAGE);  // a hint; ignored where THP is off
+    data_ = static_cast<Slot*>(p);
+    return true;
+  }
+  Slot& operator[](std::size_t i) noexcept { return data_[i]; }
+  const Slot& operator[](std::size_t i) const noexcept { return data_[i]; }
+
+ private:
+  void release() noexcept {
+    if (data_ != nullptr) ::munmap(data_, bytes_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  Slot* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
 struct Event {
   std::int64_t time_ns;
   std::int64_t seq;
@@ -65,6 +115,8 @@ struct EventLater {
 
 struct RankState {
   std::size_t pc = 0;              // index into the repeated program: step * len + position
+  std::size_t pos = 0;             // pc % len
+  std::int32_t step = 0;           // pc / len
   std::int64_t time = 0;           // compute stream free
   std::int64_t send_free = 0;      // send stream free
   std::int64_t dp_free = 0;        // dp-allreduce stream free
@@ -90,18 +142,23 @@ class Engine {
   void validate_inputs() const;
   void decode_plan();
   void precompute_costs();
+  // Slot layout: one block of slots_per_mb_ slots per (step, microbatch), so that the slots the
+  // ranks touch at one time (a window of microbatches) are close together in memory:
+  //   [F done: S][input gradient done: S][edge slots: 4 x E]
   std::size_t slot_base(std::int32_t step) const noexcept {
-    return static_cast<std::size_t>(step) * slots_per_step_;
+    return static_cast<std::size_t>(step) * M_ * slots_per_mb_;
   }
   std::size_t fdone(std::int32_t s, std::int32_t mb) const noexcept {
-    return static_cast<std::size_t>(s) * M_ + mb;
+    return static_cast<std::size_t>(mb) * slots_per_mb_ + s;
   }
   std::size_t bdone(std::int32_t s, std::int32_t mb) const noexcept {
-    return static_cast<std::size_t>(S_ + s) * M_ + mb;
+    return static_cast<std::size_t>(mb) * slots_per_mb_ + S_ + s;
   }
-  // Edge slots: kind 0 act arrived, 1 act received, 2 grad arrived, 3 grad received.
+  // Edge slots: kind 0 act arrived, 1 act received, 2 grad arrived, 3 grad received; the
+  // "received" slot of a kind is E_ after its "arrived" slot.
   std::size_t eslot(int kind, std::int32_t e, std::int32_t mb) const noexcept {
-    return (2 * static_cast<std::size_t>(S_) + static_cast<std::size_t>(kind) * E_ + e) * M_ + mb;
+    return static_cast<std::size_t>(mb) * slots_per_mb_ + 2 * static_cast<std::size_t>(S_) +
+           static_cast<std::size_t>(kind) * E_ + e;
   }
   std::string describe_slot(std::size_t slot) const;
 
@@ -141,13 +198,11 @@ class Engine {
   std::vector<std::int64_t> stage_param_bytes_;
   std::vector<std::int64_t> rank_localsgd_ns_, rank_slowmo_ns_;
 
-  std::size_t slots_per_step_ = 0;
-  std::vector<std::int64_t> slot_time_;
+  std::size_t slots_per_mb_ = 0;
+  SlotArray slots_;
   std::vector<std::int64_t> slot_src_;     // record index that filled the slot
-  std::vector<std::int32_t> slot_waiter_;  // first parked rank or -1
-  std::vector<std::int64_t> recv_post_;    // arrival slots: post time of a pending receive
-  std::vector<std::int64_t> recv_prev_;    // ... its critical-path predecessor
-  std::vector<std::int64_t> recv_record_;  // ... its record index
+  std::vector<std::int64_t> recv_prev_;    // with record_: pending receive's predecessor
+  std::vector<std::int64_t> recv_record_;  // with record_: pending receive's record index
   std::vector<std::int64_t> ddp_done_;     // per (step, stage): all buckets reduced, or -1
 
   std::vector<RankState> ranks_;
@@ -238,13 +293,14 @@ void Engine::decode_plan() {
       PW_CHECK(shape.stage_to_rank[static_cast<std::size_t>(a.stage)] == r, InvalidPlanError,
                where() << ": stage " << a.stage << " lives on rank "
                        << shape.stage_to_rank[static_cast<std::size_t>(a.stage)]);
-      if (sched::has_microbatch(a.kind)) {
+      if (a.kind != ActionKind::kReduceGrad && a.kind != ActionKind::kOptimizerStep) {
         PW_CHECK(
             a.microbatch >= 0 && a.microbatch < M_, InvalidPlanError,
             where() << ": microbatch " << a.microbatch << " is out of range [0, " << M_ << ")");
       }
       Op op{a.kind, a.stage, a.microbatch, -1, false};
-      if (sched::is_comm(a.kind)) {
+      if (a.kind == ActionKind::kSendF || a.kind == ActionKind::kSendB ||
+          a.kind == ActionKind::kRecvF || a.kind == ActionKind::kRecvB) {
         const bool to_consumer = a.kind == ActionKind::kSendF || a.kind == ActionKind::kRecvB;
         op.edge = to_consumer ? find_edge(a.stage, a.peer_stage) : find_edge(a.peer_stage, a.stage);
         PW_CHECK(op.edge >= 0, InvalidPlanError,
@@ -325,10 +381,10 @@ void Engine::precompute_costs() {
 }
 
 std::string Engine::describe_slot(std::size_t slot) const {
-  const auto step = static_cast<std::int32_t>(slot / slots_per_step_);
-  std::size_t rest = slot % slots_per_step_;
-  const auto mb = static_cast<std::int32_t>(rest % static_cast<std::size_t>(M_));
-  rest /= static_cast<std::size_t>(M_);
+  const std::size_t block = slot / slots_per_mb_;
+  const auto step = static_cast<std::int32_t>(block / static_cast<std::size_t>(M_));
+  const auto mb = static_cast<std::int32_t>(block % static_cast<std::size_t>(M_));
+  std::size_t rest = slot % slots_per_mb_;
   std::ostringstream os;
   if (rest < static_cast<std::size_t>(S_)) {
     os << rest << "F" << mb;
@@ -341,8 +397,7 @@ std::string Engine::describe_slot(std::size_t slot) const {
     static const char* kWhat[] = {"the activation message", "the RECV_F of the activation",
                                   "the gradient message", "the RECV_B of the gradient"};
     os << kWhat[kind] << " of microbatch " << mb << " on edge " << ed.from << " -> " << ed.to;
-    const bool pending = kind % 2 == 1 && !recv_post_.empty() &&
-                         recv_post_[slot - static_cast<std::size_t>(E_) * M_] != kUnknown;
+    const bool pending = kind % 2 == 1 && slots_[slot - static_cast<std::size_t>(E_)].value < 0;
     if (pending) os << " (posted, but the message never arrives";
     if (pending && kind == 1) os << ": " << ed.from << "SEND_F" << mb << " is missing?)";
     if (pending && kind == 3) os << ": " << ed.to << "SEND_B" << mb << " is missing?)";
@@ -359,18 +414,20 @@ std::string Engine::describe_slot(std::size_t slot) const {
 void Engine::post_recv(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                        std::size_t arrived, std::size_t received) {
   const auto idx = record(op, r, step, Stream::kRecv, st.time, st.time, st.last_compute);
-  if (slot_time_[arrived] != kUnknown) {
+  if (slots_[arrived].known()) {
     complete_recv(arrived, received, st.time, idx, st.last_compute);
   } else {
-    recv_post_[arrived] = st.time;
-    recv_prev_[arrived] = st.last_compute;
-    recv_record_[arrived] = idx;
+    slots_[arrived].value = -(st.time + 1);
+    if (record_) {
+      recv_prev_[arrived] = st.last_compute;
+      recv_record_[arrived] = idx;
+    }
   }
 }
 
 void Engine::complete_recv(std::size_t arrived, std::size_t received, std::int64_t post,
                            std::int64_t idx, std::int64_t prev) {
-  const std::int64_t at = slot_time_[arrived];
+  const std::int64_t at = slots_[arrived].time();
   const std::int64_t done = std::max(post, at);
   if (record_) {
     auto& a = result_.actions[static_cast<std::size_t>(idx)];
@@ -382,18 +439,19 @@ void Engine::complete_recv(std::size_t arrived, std::size_t received, std::int64
 }
 
 void Engine::set_slot(std::size_t slot, std::int64_t t, std::int64_t src) {
-  slot_time_[slot] = t;
+  Slot& sl = slots_[slot];
+  const std::int64_t old = sl.value;
+  sl.value = t + 1;
   if (record_) slot_src_[slot] = src;
-  if (!recv_post_.empty() && recv_post_[slot] != kUnknown) {
+  if (old < 0) {
     // A receive was posted before the message arrived; the "received" slot is the next one of
     // the same edge kind (see eslot()).
-    const std::int64_t post = recv_post_[slot];
-    recv_post_[slot] = kUnknown;
-    complete_recv(slot, slot + static_cast<std::size_t>(E_) * M_, post, recv_record_[slot],
-                  recv_prev_[slot]);
+    const std::int64_t post = -old - 1;
+    complete_recv(slot, slot + static_cast<std::size_t>(E_), post,
+                  record_ ? recv_record_[slot] : -1, record_ ? recv_prev_[slot] : -1);
   }
-  std::int32_t w = slot_waiter_[slot];
-  slot_waiter_[slot] = -1;
+  std::int32_t w = slots_[slot].waiter_plus1 - 1;
+  slots_[slot].waiter_plus1 = 0;
   while (w >= 0) {
     auto& ws = ranks_[static_cast<std::size_t>(w)];
     const std::int32_t next = ws.next_waiter;
@@ -408,8 +466,8 @@ void Engine::set_slot(std::size_t slot, std::int64_t t, std::int64_t src) {
 void Engine::park(std::int32_t r, std::size_t slot) {
   auto& st = ranks_[static_cast<std::size_t>(r)];
   st.parked_slot = static_cast<std::int64_t>(slot);
-  st.next_waiter = slot_waiter_[slot];
-  slot_waiter_[slot] = r;
+  st.next_waiter = slots_[slot].waiter_plus1 - 1;
+  slots_[slot].waiter_plus1 = r + 1;
 }
 
 std::int64_t Engine::record(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
@@ -490,13 +548,13 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
   auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
   const auto& stage_rank = plan_.shape.stage_to_rank;
   auto need = [&](std::size_t slot) {
-    if (slot_time_[base + slot] != kUnknown) return true;
+    if (slots_[base + slot].known()) return true;
     park(r, base + slot);
     return false;
   };
   // Like need(), and moves `start` (and its critical-path predecessor) past the slot's time.
   auto ready = [&](std::size_t slot, std::int64_t& start, std::int64_t& pred) {
-    const std::int64_t t = slot_time_[base + slot];
+    const std::int64_t t = slots_[base + slot].time();
     if (t == kUnknown) {
       park(r, base + slot);
       return false;
@@ -590,7 +648,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
         return true;
       }
       if (!need(arrived)) return false;
-      const std::int64_t at = slot_time_[base + arrived];
+      const std::int64_t at = slots_[base + arrived].time();
       const std::int64_t start = st.time;
       const std::int64_t end = std::max(start, at);
       const auto send_idx = record_ ? slot_src_[base + arrived] : -1;
@@ -683,11 +741,13 @@ void Engine::resume(std::int32_t r) {
   const std::size_t len = ops.size();
   const std::size_t total = len * static_cast<std::size_t>(K_);
   while (st.pc < total) {
-    const auto step = static_cast<std::int32_t>(st.pc / len);
-    const std::size_t pos = st.pc - static_cast<std::size_t>(step) * len;
-    if (!execute(r, st, ops[pos], step)) return;
+    if (!execute(r, st, ops[st.pos], st.step)) return;
     ++st.pc;
-    if (pos + 1 == len) end_of_step(r, st, step);
+    if (++st.pos == len) {
+      end_of_step(r, st, st.step);
+      st.pos = 0;
+      ++st.step;
+    }
   }
   if (!st.finished) {
     st.finished = true;
@@ -728,17 +788,17 @@ SimResult Engine::run() {
   decode_plan();
   precompute_costs();
 
-  slots_per_step_ = (2 * static_cast<std::size_t>(S_) + 4 * static_cast<std::size_t>(E_)) *
-                    static_cast<std::size_t>(M_);
-  const std::size_t slots = slots_per_step_ * static_cast<std::size_t>(K_);
+  slots_per_mb_ = 2 * static_cast<std::size_t>(S_) + 4 * static_cast<std::size_t>(E_);
+  const std::size_t slots =
+      slots_per_mb_ * static_cast<std::size_t>(M_) * static_cast<std::size_t>(K_);
   PW_CHECK(slots <= (std::size_t{1} << 31), ConfigError,
            "plan too large to simulate: " << slots
                                           << " dependency slots (stages x microbatches x steps)");
-  slot_time_.assign(slots, kUnknown);
-  slot_waiter_.assign(slots, -1);
+  // Every field -1; a byte fill is much cheaper than element-wise construction for millions.
+  PW_CHECK(slots_.allocate(slots), ConfigError,
+           "plan too large to simulate: cannot allocate " << slots << " dependency slots");
   if (record_) slot_src_.assign(slots, -1);
-  if (!opt_.blocking_recv) {
-    recv_post_.assign(slots, kUnknown);
+  if (!opt_.blocking_recv && record_) {
     recv_prev_.assign(slots, -1);
     recv_record_.assign(slots, -1);
   }
