@@ -30,7 +30,7 @@ struct SearchArgs {
   std::optional<std::int64_t> memory_limit;
   std::optional<std::int64_t> global_batch;
   std::vector<std::string> schedules;
-  std::vector<int> stages_per_rank = {2, 4};
+  std::vector<int> stages_per_rank = {2, 4, 8};
   std::string optimizer = "adam";
   int top_k = 10;
   bool json = false;

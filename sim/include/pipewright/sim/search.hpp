@@ -32,9 +32,9 @@ struct SearchOptions {
   // divide are skipped). Unset: m in microbatch_factors x pp.
   std::optional<std::int64_t> global_batch;
   std::vector<std::int32_t> microbatch_factors = {1, 2, 4, 8, 16};
-  std::vector<sched::ScheduleKind> schedules;          // empty = all
-  std::vector<std::int32_t> stages_per_rank = {2, 4};  // for the looped schedules
-  std::vector<DpVariant> dp_variants;                  // empty = default_dp_variants()
+  std::vector<sched::ScheduleKind> schedules;             // empty = all
+  std::vector<std::int32_t> stages_per_rank = {2, 4, 8};  // for the looped schedules
+  std::vector<DpVariant> dp_variants;                     // empty = default_dp_variants()
   Optimizer optimizer = Optimizer::kAdam;
   std::int32_t top_k = 10;
 };
