@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <sstream>
 #include <string>
@@ -267,9 +268,11 @@ std::vector<Ops> insert_just_in_time(const PlanShape& sh, const std::vector<Ops>
 // Runs `lists` with rendezvous sends and blocking receives and returns the order in which each
 // rank executed its actions. Whenever every unfinished rank is stuck, the RECV matching the SEND
 // of the lowest rank stuck at a SEND is executed right away (pulled forward on its rank). The
-// input must be deadlock-free with buffered sends; then some rank is always stuck at a SEND
-// (if all waited at RECVs, buffered sends would be stuck in the same state).
-std::vector<Ops> make_rendezvous_safe(const PlanShape& sh, const std::vector<Ops>& lists) {
+// input deadlocks with buffered sends exactly when, at some point, every stuck rank waits at a
+// RECV (buffered sends would be stuck in that same state); then this returns nullopt.
+
+std::optional<std::vector<Ops>> make_rendezvous_safe(const PlanShape& sh,
+                                                     const std::vector<Ops>& lists) {
   const std::size_t p = lists.size();
   const MessageIndex index(sh);
   std::vector<std::pair<std::int32_t, std::size_t>> recv_at(static_cast<std::size_t>(index.size()),
@@ -331,8 +334,7 @@ std::vector<Ops> make_rendezvous_safe(const PlanShape& sh, const std::vector<Ops
     }
     if (sender == p) {
       for (std::size_t r = 0; r < p; ++r) {
-        PW_ASSERT(head(r) == nullptr,
-                  "rendezvous fix-up: rank " << r << " waits at a RECV forever");
+        if (head(r) != nullptr) return std::nullopt;  // waits at a RECV forever
       }
       break;
     }
@@ -366,11 +368,16 @@ LoweredPlan lower(const ComputePlan& plan, const LowerOptions& options) {
   if (options.recv_placement == RecvPlacement::kTorchRounds) {
     out.per_rank = SendRecvInserter(sh).run(compute);
   } else {
-    // A compute-level cycle would leave the rendezvous fix-up without a way out; report it as
-    // the torch placement does.
-    auto stuck = detail::compute_dry_run(sh, compute);
-    PW_CHECK(stuck.empty(), InvalidPlanError, "cannot lower the plan: " << stuck.front().message);
-    out.per_rank = make_rendezvous_safe(sh, insert_just_in_time(sh, compute));
+    auto lists = make_rendezvous_safe(sh, insert_just_in_time(sh, compute));
+    if (!lists) {
+      // Only a plan whose ranks wait for each other (or for a missing action) gets here; the
+      // compute-level dry run names the waiting chain.
+      auto stuck = detail::compute_dry_run(sh, compute);
+      throw InvalidPlanError("cannot lower the plan: " +
+                             (stuck.empty() ? std::string("a rank waits for data never sent")
+                                            : stuck.front().message));
+    }
+    out.per_rank = std::move(*lists);
   }
   if (options.optimizer_step) {
     for (std::int32_t r = 0; r < sh.ranks; ++r) {
