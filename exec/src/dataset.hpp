@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "model_check.hpp"
+#include "pipewright/exec/bundled_data.hpp"
 #include "pipewright/graph/model.hpp"
 
 namespace pipewright::exec {
@@ -115,11 +116,8 @@ class CharLmDataset final : public Dataset {
   torch::Tensor ids_;  // int64 [text length]
 };
 
-// Names of the datasets compiled into pipewright ("sonnets"), and their text.
-[[nodiscard]] std::vector<std::string> bundled_dataset_names();
-// Throws ConfigError naming the known datasets for an unknown name.
-[[nodiscard]] std::string bundled_dataset_text(const std::string& name);
-// A CharLmDataset of a bundled text with windows of `seq` characters.
+// A CharLmDataset of a bundled text (pipewright/exec/bundled_data.hpp) with windows of `seq`
+// characters.
 [[nodiscard]] std::unique_ptr<CharLmDataset> load_bundled_dataset(const std::string& name,
                                                                   std::int64_t seq);
 
