@@ -398,19 +398,12 @@ void setup_launch(CLI::App& app) {
   sub->add_option("--grace", args->grace_s,
                   "seconds between SIGTERM and SIGKILL when stopping the ranks")
       ->capture_default_str();
-  sub->add_option("command", args->command, "the command each rank runs, with its arguments")
-      ->required();
-  sub->prefix_command();
-  sub->callback([sub, args] {
+  // CMD ARGS... are cut off argv by main() (split_command_tail) and arrive verbatim in
+  // command_tail(); this positional only documents them in --help.
+  sub->add_option("command", args->command, "the command each rank runs, with its arguments");
+  sub->callback([args] {
     LaunchArgs a = *args;
-    for (const auto& extra : sub->remaining()) a.command.push_back(extra);
-    // CLI11 hands the "--" separator through with the prefix command; it is ours, not CMD's.
-    for (std::size_t i = 0; i < a.command.size() && i < 2; ++i) {
-      if (a.command[i] == "--") {
-        a.command.erase(a.command.begin() + static_cast<std::ptrdiff_t>(i));
-        break;
-      }
-    }
+    a.command = command_tail();
     const int code = run_launch(a);
     std::fflush(stdout);
     std::fflush(stderr);

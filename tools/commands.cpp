@@ -1,6 +1,7 @@
 #include "commands.hpp"
 
 #include <unistd.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <fstream>
@@ -45,6 +46,45 @@ void write_output(const std::string& path, const std::string& content) {
     std::remove(tmp.c_str());
     throw ConfigError("cannot move output into place at '" + path + "'");
   }
+}
+
+std::vector<std::string>& command_tail() {
+  static std::vector<std::string> tail;
+  return tail;
+}
+
+int split_command_tail(int argc, char** argv, const std::string& subcommand,
+                       const std::vector<std::string>& value_options,
+                       std::vector<std::string>& tail) {
+  tail.clear();
+  // Find the subcommand: the first argument that is not a global option or its value.
+  int i = 1;
+  while (i < argc) {
+    const std::string a = argv[i];
+    if (a == "--log-level") {
+      i += 2;
+    } else if (a.rfind("--", 0) == 0 || (a.size() > 1 && a[0] == '-')) {
+      ++i;
+    } else {
+      break;
+    }
+  }
+  if (i >= argc || subcommand != argv[i]) return argc;
+  // Skip the subcommand's own options; the command starts at "--" or the first positional.
+  for (++i; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {
+      for (int j = i + 1; j < argc; ++j) tail.emplace_back(argv[j]);
+      return i;
+    }
+    if (a.empty() || a[0] != '-') break;
+    const bool takes_value =
+        a.find('=') == std::string::npos &&
+        std::find(value_options.begin(), value_options.end(), a) != value_options.end();
+    if (takes_value) ++i;
+  }
+  for (int j = i; j < argc; ++j) tail.emplace_back(argv[j]);
+  return i;
 }
 
 }  // namespace pipewright::cli

@@ -24,6 +24,17 @@ const std::vector<CommandSetup>& registered_commands();
 // failing command never leaves a half-written output. "-" writes to stdout.
 void write_output(const std::string& path, const std::string& content);
 
+// Commands that run another command (`pipewright launch --nproc 2 -- CMD ARGS...`) take CMD and
+// its arguments verbatim from argv: CLI11 reorders the arguments of a prefix command, so main()
+// cuts them off before parsing (split_command_tail) and the subcommand reads them here.
+// `value_options` are the subcommand's own options that take a value (so "--nproc 2" is not the
+// start of CMD). Returns the argc to parse; `tail` receives CMD ARGS (empty if none).
+int split_command_tail(int argc, char** argv, const std::string& subcommand,
+                       const std::vector<std::string>& value_options,
+                       std::vector<std::string>& tail);
+// The command tail cut off by main() for the subcommand being run.
+std::vector<std::string>& command_tail();
+
 }  // namespace pipewright::cli
 
 #define PW_REGISTER_COMMAND(fn) \

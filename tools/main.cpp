@@ -32,6 +32,14 @@ bool has_subcommand(const CLI::App& app, const std::string& name) {
   return !subs.empty();
 }
 
+// Global options (--log-level) are accepted after the subcommand (and its subcommands) too.
+void set_fallthrough(CLI::App& app) {
+  for (auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    sub->fallthrough();
+    set_fallthrough(*sub);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,6 +67,12 @@ int main(int argc, char** argv) {
               << "'; valid subcommands: " << valid_subcommands(app) << "\n";
     return 2;
   }
+
+  // Subcommands that run another command take it verbatim (commands.hpp).
+  argc = pipewright::cli::split_command_tail(argc, argv, "launch",
+                                             {"--nproc", "--master-port", "--grace"},
+                                             pipewright::cli::command_tail());
+  set_fallthrough(app);
 
   try {
     app.parse(argc, argv);

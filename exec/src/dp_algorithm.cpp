@@ -120,6 +120,8 @@ void timed_wait(const WorkPtr& work, std::chrono::milliseconds timeout, DataPara
 void broadcast_from_replica0(Communicator& comm, std::vector<StageParams>& stages,
                              std::chrono::milliseconds timeout, DataParallelStats& stats) {
   torch::NoGradGuard no_grad;
+  const std::uint64_t payload0 = stats.payload_bytes;
+  const double wire0 = stats.wire_bytes;
   for (auto& sp : stages) {
     OpContext ctx;
     ctx.stage = sp.stage;
@@ -149,6 +151,10 @@ void broadcast_from_replica0(Communicator& comm, std::vector<StageParams>& stage
       t.detach().copy_(c);
     }
   }
+  stats.setup_payload_bytes += stats.payload_bytes - payload0;
+  stats.setup_wire_bytes += stats.wire_bytes - wire0;
+  stats.payload_bytes = payload0;
+  stats.wire_bytes = wire0;
 }
 
 std::uint64_t hash_tensors(const std::vector<torch::Tensor>& tensors) {

@@ -65,7 +65,7 @@ WorkPtr counted_broadcast(Communicator& comm, const BufferView& buf, int root, c
 // Waits and adds the blocked time to stats.exposed_wait_ns.
 void timed_wait(const WorkPtr& work, std::chrono::milliseconds timeout, DataParallelStats& stats);
 // Broadcasts parameters and buffers from replica 0 (one flat float32 message for the float32
-// tensors of each stage, one message per other tensor).
+// tensors of each stage, one message per other tensor). Counted in stats.setup_*_bytes.
 void broadcast_from_replica0(Communicator& comm, std::vector<StageParams>& stages,
                              std::chrono::milliseconds timeout, DataParallelStats& stats);
 // A 64-bit hash of the bytes of `tensors` (portable, order-sensitive).

@@ -88,6 +88,9 @@ struct DataParallelStats {
   std::int64_t buckets_at_reduce = 0;    // DDP: started at REDUCE_GRAD (no overlap)
   std::int64_t exposed_wait_ns = 0;      // time the rank blocked waiting for data-parallel comm
   std::int64_t replica_checks = 0;       // --check-replicas verifications done
+  // The start-up broadcast of parameters from replica 0, kept out of the per-step counters.
+  std::uint64_t setup_payload_bytes = 0;
+  double setup_wire_bytes = 0;
 };
 
 // Checks the configuration against the mesh (pp stages positions x dp replicas): bucket cap > 0,

@@ -1,0 +1,618 @@
+// run_training (pipewright/exec/run.hpp): from flags to a finished training run.
+//
+// Order of work (docs/executor.md):
+//   1. checks that need no communication, identical on every rank: flags, model, partition,
+//      plan (generated or loaded, then lowered with REDUCE_GRAD and OPTIM), data files and their
+//      shapes against the model, world size == pp x dp, data-parallel options;
+//   2. this rank's stages built (seeded init or --init), optimizers, data stream;
+//   3. rendezvous, world communicator, mesh (pipeline groups then data-parallel groups);
+//   4. start-up shape agreement along the pipeline, data-parallel on_start;
+//   5. steps; after each, the loss is all-reduced over the world so rank 0 logs the global mean;
+//   6. --save (replica 0's stages gathered on world rank 0), --trace / --profile (every rank's
+//      action timings gathered on world rank 0).
+#include "pipewright/exec/run.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "checkpoint.hpp"
+#include "dataset.hpp"
+#include "dp_algorithm.hpp"
+#include "file_io.hpp"
+#include "interpreter.hpp"
+#include "mesh.hpp"
+#include "nccl_device.hpp"
+#include "pipewright/exec/backend.hpp"
+#include "pipewright/exec/device_map.hpp"
+#include "pipewright/exec/store.hpp"
+#include "pipewright/graph/error.hpp"
+#include "pipewright/graph/model.hpp"
+#include "pipewright/graph/partition.hpp"
+#include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/plan_io.hpp"
+#include "pipewright/sched/schedule.hpp"
+#include "pipewright/sched/validate.hpp"
+#include "run_report.hpp"
+#include "safetensors.hpp"
+#include "sharding.hpp"
+#include "stage_module.hpp"
+
+namespace pipewright::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Tags of the world-communicator messages after training.
+constexpr std::int64_t kTagRecordSize = 101;
+constexpr std::int64_t kTagRecord = 102;
+constexpr std::int64_t kTagParamMetaSize = 103;
+constexpr std::int64_t kTagParamMeta = 104;
+constexpr std::int64_t kTagParamData = 105;
+
+class ModuleBody final : public StageBody {
+ public:
+  explicit ModuleBody(StageModule module) : module_(std::move(module)) {}
+  std::vector<torch::Tensor> forward(const std::vector<torch::Tensor>& inputs) override {
+    return module_.forward(inputs);
+  }
+  std::vector<torch::Tensor> parameters() override { return module_.parameters(); }
+  [[nodiscard]] const StageModule& module() const noexcept { return module_; }
+
+ private:
+  StageModule module_;
+};
+
+BufferView i64_view(std::int64_t* data, std::size_t count) {
+  return BufferView{data, count, DType::kInt64, {}};
+}
+
+void send_i64s(Communicator& comm, int dst, std::int64_t size_tag, std::int64_t tag,
+               std::vector<std::int64_t> data, std::chrono::milliseconds timeout,
+               const std::string& what) {
+  std::int64_t n = static_cast<std::int64_t>(data.size());
+  OpContext ctx{-1, -1, -1, what};
+  comm.send(i64_view(&n, 1), dst, size_tag, ctx)->wait(timeout);
+  if (n > 0) comm.send(i64_view(data.data(), data.size()), dst, tag, ctx)->wait(timeout);
+}
+
+std::vector<std::int64_t> recv_i64s(Communicator& comm, int src, std::int64_t size_tag,
+                                    std::int64_t tag, std::chrono::milliseconds timeout,
+                                    const std::string& what) {
+  std::int64_t n = 0;
+  OpContext ctx{-1, -1, -1, what};
+  comm.recv(i64_view(&n, 1), src, size_tag, ctx)->wait(timeout);
+  PW_ASSERT(n >= 0 && n < (std::int64_t{1} << 34), "bad message size " << n);
+  std::vector<std::int64_t> data(static_cast<std::size_t>(n));
+  if (n > 0) comm.recv(i64_view(data.data(), data.size()), src, tag, ctx)->wait(timeout);
+  return data;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const RunConfig& c,
+                                                        std::vector<torch::Tensor> params) {
+  if (params.empty()) return nullptr;
+  if (c.optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        params,
+        torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
+  }
+  if (c.optimizer == "adam") {
+    return std::make_unique<torch::optim::Adam>(
+        params, torch::optim::AdamOptions(c.lr).weight_decay(c.weight_decay));
+  }
+  return std::make_unique<torch::optim::AdamW>(
+      params, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+}
+
+bool is_chain(const std::vector<std::pair<int, int>>& deps, int stages) {
+  if (static_cast<int>(deps.size()) != stages - 1) return false;
+  for (int i = 0; i + 1 < stages; ++i) {
+    if (deps[static_cast<std::size_t>(i)] != std::make_pair(i, i + 1)) return false;
+  }
+  return true;
+}
+
+// Builds or loads the lowered plan and checks it against the partition.
+sched::LoweredPlan make_plan(const RunConfig& c, const graph::Partition& partition) {
+  const int stages = partition.num_stages();
+  const auto deps = partition.graph.stage_dependencies();
+  sched::LoweredPlan plan;
+  const std::string origin = c.plan_path.empty() ? std::string("generated plan") : c.plan_path;
+  if (c.plan_path.empty()) {
+    sched::ScheduleSpec spec;
+    spec.kind = sched::parse_schedule_kind(c.schedule);
+    spec.ranks = c.pp;
+    spec.microbatches = c.microbatches;
+    spec.stages_per_rank = c.stages_per_rank;
+    if (!is_chain(deps, stages)) {
+      for (const auto& [a, b] : deps) spec.stage_edges.push_back(sched::StageEdge{a, b});
+    }
+    plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  } else {
+    auto any = sched::load_plan(c.plan_path);
+    if (sched::is_lowered(any)) {
+      plan = std::get<sched::LoweredPlan>(any);
+    } else {
+      plan = sched::lower(std::get<sched::ComputePlan>(any),
+                          sched::LowerOptions{false, true, true});
+    }
+  }
+  const auto& shape = plan.shape;
+  PW_CHECK(shape.ranks == c.pp, InvalidPlanError,
+           origin << ": the plan has " << shape.ranks << " ranks but --pp is " << c.pp);
+  PW_CHECK(shape.stages == stages, InvalidPlanError,
+           origin << ": the plan has " << shape.stages << " stages but the model '"
+                  << partition.model_name << "' is partitioned into " << stages
+                  << " stages (--pp x --stages-per-rank)");
+  PW_CHECK(shape.microbatches == c.microbatches, InvalidPlanError,
+           origin << ": the plan has " << shape.microbatches << " microbatches but --microbatches is "
+                  << c.microbatches);
+  const auto edges = shape.edges();
+  for (const auto& [a, b] : deps) {
+    PW_CHECK(std::find(edges.begin(), edges.end(), sched::StageEdge{a, b}) != edges.end(),
+             InvalidPlanError,
+             origin << ": stage " << b << " reads values of stage " << a
+                    << " in the partition, but the plan has no edge " << a << " -> " << b);
+  }
+  sched::check_valid(plan, origin);
+  return plan;
+}
+
+LossKind resolve_loss(const RunConfig& c, const graph::Model& model) {
+  if (!c.loss.empty()) {
+    auto k = parse_loss_kind(c.loss);
+    PW_CHECK(k.has_value(), ConfigError, "--loss must be mse or cross-entropy, got '" << c.loss
+                                                                                       << "'");
+    return *k;
+  }
+  auto k = model_loss_kind(model);
+  PW_CHECK(k.has_value(), ConfigError,
+           "--loss is required: model '" << model.name << "' has no loss node");
+  return *k;
+}
+
+std::unique_ptr<Dataset> load_data(const RunConfig& c, const graph::Model& model) {
+  if (!c.dataset.empty()) {
+    PW_CHECK(model.input.shape.size() == 1 && model.input.dtype == "int64", ConfigError,
+             "--dataset " << c.dataset << " yields int64 token windows [seq], but model '"
+                          << model.name << "' takes " << model.input.dtype << " input of "
+                          << model.input.shape.size() << " dimension(s)");
+    return load_bundled_dataset(c.dataset, model.input.shape[0]);
+  }
+  return load_npy_dataset(c.data_x, c.data_y);
+}
+
+// Everything this rank computes before it talks to anyone.
+struct Prepared {
+  graph::Model model;
+  graph::Partition partition;
+  sched::LoweredPlan plan;
+  LossKind loss = LossKind::kMse;
+  std::unique_ptr<Dataset> data;
+  WorldInfo world;
+  int pp_index = 0;
+  int dp_index = 0;
+  torch::Device device = torch::kCPU;
+};
+
+Prepared prepare(const RunConfig& c) {
+  validate_run_config(c);
+  Prepared p;
+  p.model = graph::load_model(c.model_path);
+  const int stages = c.pp * c.stages_per_rank;
+  if (!c.partition_path.empty()) {
+    p.partition = graph::load_partition(c.partition_path);
+    graph::check_partition_matches(p.partition, p.model, c.partition_path);
+    PW_CHECK(p.partition.num_stages() == stages, ConfigError,
+             c.partition_path << " has " << p.partition.num_stages() << " stages but --pp "
+                              << c.pp << " x --stages-per-rank " << c.stages_per_rank << " = "
+                              << stages);
+  } else {
+    graph::PartitionOptions opts;
+    opts.stages = stages;
+    auto method = graph::parse_partition_method(c.partition_method);
+    PW_CHECK(method.has_value() && *method != graph::PartitionMethod::kMemory, ConfigError,
+             "--partition-method must be uniform or balanced, got '" << c.partition_method
+                                                                      << "'");
+    opts.method = *method;
+    p.partition = graph::partition_model(p.model, opts);
+  }
+  p.plan = make_plan(c, p.partition);
+  p.loss = resolve_loss(c, p.model);
+  p.data = load_data(c, p.model);
+  check_dataset_matches_model(*p.data, p.model, p.loss);
+  PW_CHECK(p.data->size() >= 1, ConfigError, "the training data has no samples");
+  validate_data_parallel(c.data_parallel, c.pp, c.dp);
+  p.world = resolve_world(c.world, current_environment());
+  PW_CHECK(p.world.world_size == c.pp * c.dp, ConfigError,
+           "world size " << p.world.world_size << " (from " << (p.world.sources.empty()
+                                                                     ? std::string("defaults")
+                                                                     : p.world.sources)
+                         << ") != --pp " << c.pp << " x --dp " << c.dp << " = " << c.pp * c.dp);
+  p.pp_index = p.world.rank % c.pp;
+  p.dp_index = p.world.rank / c.pp;
+  if (parse_backend(c.backend) == Backend::kNccl) {
+    // Before any stage is built or peer contacted (issue 8): too few devices, a bad
+    // --device-map or a build without NCCL exit 2 with the reason.
+    const int device =
+        nccl_rank_device(p.world.local_rank, p.world.local_world_size, c.device_map);
+    PW_CHECK(torch::cuda::is_available(), ConfigError,
+             "--backend nccl needs a CUDA-enabled libtorch, but this pipewright was built "
+             "against a CPU-only libtorch (docs/gpu.md: building with a CUDA libtorch)");
+    p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device));
+  }
+  return p;
+}
+
+std::vector<StageSetup> build_stages(const RunConfig& c, const Prepared& p,
+                                     std::vector<std::shared_ptr<ModuleBody>>* bodies) {
+  std::map<std::string, torch::Tensor> init;
+  if (!c.init_path.empty()) init = load_safetensors(c.init_path);
+  std::vector<StageSetup> setups;
+  const auto& g = p.partition.graph;
+  for (int s : p.plan.shape.stages_of_rank(p.pp_index)) {
+    const auto& info = g.stages.at(static_cast<std::size_t>(s));
+    StageBuildOptions opts;
+    opts.seed = c.seed;
+    opts.device = p.device;
+    StageModule module(p.model, info, opts);
+    if (!c.init_path.empty()) module.load_parameters(init, c.init_path);
+    auto body = std::make_shared<ModuleBody>(std::move(module));
+    StageSetup st;
+    st.stage = s;
+    st.num_outputs = static_cast<int>(body->module().outputs().size());
+    st.consumers.resize(static_cast<std::size_t>(st.num_outputs));
+    st.inputs.resize(body->module().inputs().size());
+    for (const auto& e : g.edges) {
+      if (e.consumer_stage == s) {
+        st.inputs.at(static_cast<std::size_t>(e.consumer_input)) =
+            InputSource{e.producer_stage, e.producer_output};
+      }
+      if (e.producer_stage == s) {
+        st.consumers.at(static_cast<std::size_t>(e.producer_output))
+            .emplace_back(e.consumer_stage, e.consumer_input);
+      }
+    }
+    st.loss_output = body->module().prediction_output().value_or(-1);
+    st.optimizer = make_optimizer(c, body->parameters());
+    st.body = body;
+    bodies->push_back(body);
+    setups.push_back(std::move(st));
+  }
+  return setups;
+}
+
+// Gathers replica `replica`'s parameters on its first pipeline rank and writes them to `path`.
+void save_weights(const RunConfig& c, const Prepared& p, Communicator& world,
+                  const std::vector<std::shared_ptr<ModuleBody>>& bodies,
+                  std::chrono::milliseconds timeout, int replica, const std::string& path) {
+  const int root = mesh_world_rank(0, replica, c.pp);
+  std::vector<std::pair<std::string, torch::Tensor>> local;
+  for (const auto& b : bodies) {
+    for (const auto& [name, t] : b->module().named_parameters()) {
+      local.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat).contiguous());
+    }
+  }
+  if (p.dp_index != replica) return;
+  if (p.pp_index != 0) {
+    std::vector<std::int64_t> meta{static_cast<std::int64_t>(local.size())};
+    std::int64_t total = 0;
+    for (const auto& [name, t] : local) {
+      meta.push_back(static_cast<std::int64_t>(name.size()));
+      for (char ch : name) meta.push_back(static_cast<unsigned char>(ch));
+      meta.push_back(t.dim());
+      for (auto d : t.sizes()) meta.push_back(d);
+      total += t.numel();
+    }
+    send_i64s(world, root, kTagParamMetaSize, kTagParamMeta, meta, timeout, "gather weights");
+    std::vector<torch::Tensor> flat;
+    for (const auto& [name, t] : local) flat.push_back(t.reshape({-1}));
+    auto buf = flat.empty() ? torch::zeros({0}) : torch::cat(flat).contiguous();
+    if (total > 0) {
+      world
+          .send(BufferView{buf.data_ptr(), static_cast<std::size_t>(total), DType::kFloat32, {}},
+                root, kTagParamData, OpContext{-1, -1, -1, "gather weights"})
+          ->wait(timeout);
+    }
+    return;
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> all = local;
+  for (int r = 1; r < c.pp; ++r) {
+    const auto meta =
+        recv_i64s(world, mesh_world_rank(r, replica, c.pp), kTagParamMetaSize, kTagParamMeta,
+                  timeout, "gather weights");
+    std::size_t i = 0;
+    const auto n = meta.at(i++);
+    std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes;
+    std::int64_t total = 0;
+    for (std::int64_t k = 0; k < n; ++k) {
+      std::string name;
+      const auto len = meta.at(i++);
+      for (std::int64_t j = 0; j < len; ++j) name.push_back(static_cast<char>(meta.at(i++)));
+      std::vector<std::int64_t> shape;
+      const auto dims = meta.at(i++);
+      std::int64_t numel = 1;
+      for (std::int64_t j = 0; j < dims; ++j) {
+        shape.push_back(meta.at(i++));
+        numel *= shape.back();
+      }
+      total += numel;
+      shapes.emplace_back(name, shape);
+    }
+    auto buf = torch::empty({total}, torch::kFloat);
+    if (total > 0) {
+      world
+          .recv(BufferView{buf.data_ptr(), static_cast<std::size_t>(total), DType::kFloat32, {}},
+                mesh_world_rank(r, replica, c.pp), kTagParamData,
+                OpContext{-1, -1, -1, "gather weights"})
+          ->wait(timeout);
+    }
+    std::int64_t off = 0;
+    for (const auto& [name, shape] : shapes) {
+      std::int64_t numel = 1;
+      for (auto d : shape) numel *= d;
+      all.emplace_back(name, buf.narrow(0, off, numel).reshape(shape).clone());
+      off += numel;
+    }
+  }
+  save_safetensors(path, all, {{"format", "pt"}, {"producer", "pipewright run"}});
+}
+
+// Gathers every rank's timings on world rank 0 and writes the trace and the profile.
+void write_measurements(const RunConfig& c, const Prepared& p, Communicator& world,
+                        const Interpreter& interp,
+                        const std::vector<std::shared_ptr<ModuleBody>>& bodies,
+                        std::chrono::milliseconds timeout, RunResult* result) {
+  RankRecord rec;
+  rec.world_rank = p.world.rank;
+  rec.peak_rss_bytes = peak_rss_bytes();
+  for (std::size_t i = 0; i < bodies.size(); ++i) {
+    LocalStageSizes sz;
+    sz.stage = p.plan.shape.stages_of_rank(p.pp_index).at(i);
+    for (const auto& t : bodies[i]->parameters()) {
+      sz.param_bytes.push_back(t.numel() * static_cast<std::int64_t>(t.element_size()));
+    }
+    rec.stages.push_back(sz);
+  }
+  for (const auto& t : interp.timings()) {
+    rec.actions.push_back(TimedAction{t.action, t.step, t.start_ns, t.end_ns, t.bytes});
+  }
+  if (p.world.rank != 0) {
+    send_i64s(world, 0, kTagRecordSize, kTagRecord, encode_record(rec), timeout,
+              "gather measurements");
+    return;
+  }
+  std::vector<RankRecord> records{rec};
+  for (int r = 1; r < p.world.world_size; ++r) {
+    records.push_back(decode_record(
+        recv_i64s(world, r, kTagRecordSize, kTagRecord, timeout, "gather measurements")));
+  }
+  ReportContext ctx;
+  std::ostringstream desc;
+  if (c.plan_path.empty()) {
+    desc << c.schedule << " pp=" << c.pp << " v=" << c.stages_per_rank
+         << " m=" << c.microbatches << " dp=" << c.dp;
+  } else {
+    desc << c.plan_path;
+  }
+  ctx.plan_description = desc.str();
+  ctx.schedule = p.plan.shape.schedule;
+  ctx.world_size = p.world.world_size;
+  ctx.warmup_steps = std::min<std::int64_t>(c.warmup_steps, c.steps - 1);
+  for (const auto& st : p.partition.graph.stages) ctx.activation_bytes.push_back(st.activation_bytes);
+  if (!c.trace_path.empty()) {
+    write_file_atomically(c.trace_path, make_trace_json(records, ctx));
+    result->written_files.push_back(c.trace_path);
+  }
+  if (!c.profile_path.empty()) {
+    write_file_atomically(c.profile_path, sched::to_json(make_profile(records, p.plan.shape, ctx)));
+    result->written_files.push_back(c.profile_path);
+  }
+}
+
+// --save-replicas: <FILE without .safetensors>.replica<R>.safetensors
+std::string replica_weights_path(const std::string& path, int replica) {
+  const std::string ext = ".safetensors";
+  std::string base = path;
+  if (base.size() >= ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0) {
+    base.resize(base.size() - ext.size());
+  }
+  return base + ".replica" + std::to_string(replica) + ext;
+}
+
+// What must not change between a checkpoint and its resume (everything but --steps and the
+// output/measurement paths), hashed (FNV-1a).
+std::uint64_t checkpoint_fingerprint(const RunConfig& c) {
+  const auto& d = c.data_parallel;
+  std::ostringstream os;
+  os << c.model_path << '|' << c.partition_path << '|' << c.partition_method << '|' << c.plan_path
+     << '|' << c.schedule << '|' << c.pp << '|' << c.dp << '|' << c.stages_per_rank << '|'
+     << c.microbatches << '|' << c.batch_size << '|' << c.loss << '|' << c.optimizer << '|'
+     << c.lr << '|' << c.momentum << '|' << c.weight_decay << '|' << c.seed << '|' << c.init_path
+     << '|' << c.data_x << '|' << c.data_y << '|' << c.dataset << '|' << c.shuffle << '|'
+     << to_string(d.algorithm) << '|' << d.bucket_cap_mb << '|' << d.localsgd_frequency_or_default()
+     << '|' << d.slowmo_frequency_or_default() << '|' << d.slowmo_momentum_or_default() << '|'
+     << d.slowmo_lr_or_default() << '|' << d.slowmo_memory_efficient_or_default() << '|'
+     << d.slowmo_num_shards_or_default(c.dp) << '|' << d.procs_per_node_or_default();
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char ch : os.str()) h = (h ^ ch) * 0x100000001b3ULL;
+  return h;
+}
+
+}  // namespace
+
+void validate_run_config(const RunConfig& c) {
+  PW_CHECK(!c.model_path.empty(), ConfigError, "--model is required");
+  PW_CHECK(c.pp >= 1, ConfigError, "--pp must be >= 1, got " << c.pp);
+  PW_CHECK(c.dp >= 1, ConfigError, "--dp must be >= 1, got " << c.dp);
+  PW_CHECK(c.stages_per_rank >= 1, ConfigError,
+           "--stages-per-rank must be >= 1, got " << c.stages_per_rank);
+  PW_CHECK(c.microbatches >= 1, ConfigError, "--microbatches must be >= 1, got "
+                                                 << c.microbatches);
+  PW_CHECK(c.batch_size >= 1, ConfigError, "--batch-size must be >= 1, got " << c.batch_size);
+  PW_CHECK(c.batch_size % c.microbatches == 0, ConfigError,
+           "--batch-size " << c.batch_size << " is not a multiple of --microbatches "
+                           << c.microbatches);
+  PW_CHECK(c.steps >= 1, ConfigError, "--steps must be >= 1, got " << c.steps);
+  PW_CHECK(c.optimizer == "sgd" || c.optimizer == "adam" || c.optimizer == "adamw", ConfigError,
+           "--optimizer must be sgd, adam or adamw, got '" << c.optimizer << "'");
+  PW_CHECK(std::isfinite(c.lr) && c.lr > 0, ConfigError, "--lr must be > 0, got " << c.lr);
+  PW_CHECK(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1, ConfigError,
+           "--momentum must be in [0, 1), got " << c.momentum);
+  PW_CHECK(c.momentum == 0 || c.optimizer == "sgd", ConfigError,
+           "--momentum applies to --optimizer sgd only");
+  PW_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, ConfigError,
+           "--weight-decay must be >= 0, got " << c.weight_decay);
+  PW_CHECK(std::isfinite(c.timeout_s) && c.timeout_s > 0, ConfigError,
+           "--timeout must be > 0 seconds, got " << c.timeout_s);
+  PW_CHECK(c.warmup_steps >= 0, ConfigError, "--warmup-steps must be >= 0");
+  PW_CHECK(!c.data_parallel.save_replicas || !c.save_path.empty(), ConfigError,
+           "--save-replicas needs --save FILE");
+  const bool npy = !c.data_x.empty() || !c.data_y.empty();
+  PW_CHECK(npy != !c.dataset.empty(), ConfigError,
+           "give either --data-x and --data-y, or --dataset (exactly one data source)");
+  PW_CHECK(!npy || (!c.data_x.empty() && !c.data_y.empty()), ConfigError,
+           "--data-x and --data-y go together");
+  PW_CHECK(c.loss.empty() || parse_loss_kind(c.loss).has_value(), ConfigError,
+           "--loss must be mse or cross-entropy, got '" << c.loss << "'");
+  (void)parse_backend(c.backend);
+  if (c.plan_path.empty()) (void)sched::parse_schedule_kind(c.schedule);
+}
+
+RunResult run_training(const RunConfig& c, const std::function<void(const StepLog&)>& on_step) {
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(c.timeout_s * 1000)));
+  Prepared p = prepare(c);
+  RunResult result;
+  result.world_rank = p.world.rank;
+
+  std::vector<std::shared_ptr<ModuleBody>> bodies;
+  auto setups = build_stages(c, p, &bodies);
+  std::map<int, torch::optim::Optimizer*> optimizer_of_stage;  // owned by the interpreter
+  for (const auto& st : setups) optimizer_of_stage[st.stage] = st.optimizer.get();
+  ShardedBatches batches(p.data->size(), c.dp, p.dp_index, c.seed, c.shuffle, c.batch_size);
+
+  // Communication starts here.
+  const Backend backend = parse_backend(c.backend);
+  std::unique_ptr<Store> store;
+  if (backend == Backend::kGloo || backend == Backend::kNccl) {
+    store = make_tcp_store(p.world, timeout);
+    rendezvous(*store, p.world, timeout);
+  }
+  CommOptions comm_opts;
+  comm_opts.timeout = timeout;
+  if (backend == Backend::kNccl) {
+    comm_opts.device_map = parse_device_map(c.device_map, p.world.local_world_size);
+  }
+  auto world = make_communicator(backend, p.world, store.get(), comm_opts);
+  Mesh mesh = make_mesh(*world, c.pp, c.dp);
+
+  std::unique_ptr<DataParallelAlgorithm> dp_algo;
+  NoDataParallel no_dp;
+  DataParallelHooks* hooks = &no_dp;
+  if (c.dp > 1) {
+    DataParallelContext ctx;
+    ctx.dp_comm = mesh.data.get();
+    ctx.pp = c.pp;
+    ctx.num_microbatches = c.microbatches;
+    ctx.learning_rate = c.lr;
+    ctx.timeout = timeout;
+    dp_algo = make_data_parallel(c.data_parallel, ctx);
+    hooks = dp_algo.get();
+  }
+  InterpreterOptions iopts;
+  iopts.timeout = timeout;
+  iopts.device = p.device;
+  iopts.record_timings = !c.trace_path.empty() || !c.profile_path.empty();
+  iopts.world_rank = p.world.rank;
+  const LossKind loss_kind = p.loss;
+  Interpreter interp(
+      p.plan, mesh.pp_index, std::move(setups), mesh.pipe.get(), hooks,
+      [loss_kind](const torch::Tensor& out, const torch::Tensor& y) {
+        return compute_loss(out, y, loss_kind);
+      },
+      iopts);
+
+  auto next_microbatches = [&](std::vector<torch::Tensor>* xs, std::vector<torch::Tensor>* ys) {
+    auto [x, y] = p.data->batch(batches.next_batch());
+    xs->clear();
+    ys->clear();
+    for (auto& [mx, my] : split_microbatches(x.to(p.device), y.to(p.device), c.microbatches)) {
+      xs->push_back(mx);
+      ys->push_back(my);
+    }
+  };
+  std::vector<torch::Tensor> xs;
+  std::vector<torch::Tensor> ys;
+  next_microbatches(&xs, &ys);
+  interp.agree_shapes(xs.at(0));
+  auto stage_params = interp.stage_params();
+  hooks->on_start(stage_params);
+
+  // Checkpoints (docs/data-parallel.md): resume from the last complete one, save every N steps
+  // and after the last step.
+  const auto& dpc = c.data_parallel;
+  TrainingState train_state;
+  train_state.stages = stage_params;
+  for (const auto& sp : stage_params) train_state.optimizers.push_back(optimizer_of_stage[sp.stage]);
+  train_state.dp_algorithm = dp_algo.get();
+  const CheckpointIdentity ckpt_id{p.world.rank, p.world.world_size, checkpoint_fingerprint(c)};
+  std::int64_t first_step = 0;
+  if (dpc.resume) {
+    const std::int64_t s = agree_resume_step(dpc.checkpoint_dir, p.world.rank, *world, timeout);
+    if (s >= 0) {
+      load_checkpoint(dpc.checkpoint_dir, s, ckpt_id, train_state);
+      batches.seek(train_state.data);
+      first_step = s;
+      next_microbatches(&xs, &ys);  // the batch of step s
+    }
+  }
+
+  const double samples_per_step = static_cast<double>(c.batch_size) * c.dp;
+  for (std::int64_t step = first_step; step < c.steps; ++step) {
+    if (step > first_step) next_microbatches(&xs, &ys);
+    const auto t0 = Clock::now();
+    const auto r = interp.run_step(step, xs, ys);
+    double loss = r.has_loss ? r.loss : 0.0;
+    world->all_reduce(BufferView{&loss, 1, DType::kFloat64, {}}, ReduceOp::kSum,
+                      OpContext{step, -1, -1, "loss all_reduce"})
+        ->wait(timeout);
+    const double ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (p.world.rank == 0) {
+      StepLog log{step, c.steps, loss / c.dp, ms, samples_per_step / (ms / 1000.0)};
+      result.steps.push_back(log);
+      if (on_step) on_step(log);
+    }
+    if (!dpc.checkpoint_dir.empty() &&
+        ((dpc.checkpoint_every > 0 && (step + 1) % dpc.checkpoint_every == 0) ||
+         step + 1 == c.steps)) {
+      train_state.completed_steps = step + 1;
+      train_state.data = batches.position();
+      save_checkpoint(dpc.checkpoint_dir, train_state, ckpt_id, *world, timeout);
+    }
+  }
+  if (dp_algo) result.data_parallel = dp_algo->stats();
+  if (!c.save_path.empty()) {
+    save_weights(c, p, *world, bodies, timeout, 0, c.save_path);
+    if (p.world.rank == 0) result.written_files.push_back(c.save_path);
+    for (int d = 0; dpc.save_replicas && d < c.dp; ++d) {
+      const std::string path = replica_weights_path(c.save_path, d);
+      save_weights(c, p, *world, bodies, timeout, d, path);
+      if (p.world.rank == mesh_world_rank(0, d, c.pp)) result.written_files.push_back(path);
+    }
+  }
+  if (iopts.record_timings) write_measurements(c, p, *world, interp, bodies, timeout, &result);
+  world->barrier(OpContext{c.steps, -1, -1, "final barrier"})->wait(timeout);
+  return result;
+}
+
+}  // namespace pipewright::exec

@@ -1,0 +1,265 @@
+#include "run_report.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/trace.hpp"
+
+namespace pipewright::exec {
+
+namespace {
+
+constexpr std::int64_t kRecordMagic = 0x7077726563;  // "pwrec"
+
+using sched::ActionKind;
+
+}  // namespace
+
+std::vector<std::int64_t> encode_record(const RankRecord& r) {
+  std::vector<std::int64_t> out{kRecordMagic, r.world_rank, r.peak_rss_bytes,
+                                static_cast<std::int64_t>(r.stages.size())};
+  for (const auto& s : r.stages) {
+    out.push_back(s.stage);
+    out.push_back(static_cast<std::int64_t>(s.param_bytes.size()));
+    out.insert(out.end(), s.param_bytes.begin(), s.param_bytes.end());
+  }
+  out.push_back(static_cast<std::int64_t>(r.actions.size()));
+  for (const auto& a : r.actions) {
+    out.insert(out.end(), {a.action.stage, static_cast<std::int64_t>(a.action.kind),
+                           a.action.microbatch, a.action.peer_stage, a.step, a.start_ns,
+                           a.end_ns, a.bytes});
+  }
+  return out;
+}
+
+RankRecord decode_record(const std::vector<std::int64_t>& d) {
+  std::size_t i = 0;
+  auto next = [&]() {
+    PW_ASSERT(i < d.size(), "truncated rank record");
+    return d[i++];
+  };
+  PW_ASSERT(next() == kRecordMagic, "bad rank record");
+  RankRecord r;
+  r.world_rank = static_cast<int>(next());
+  r.peak_rss_bytes = next();
+  const auto stages = next();
+  for (std::int64_t s = 0; s < stages; ++s) {
+    LocalStageSizes sz;
+    sz.stage = static_cast<int>(next());
+    const auto n = next();
+    for (std::int64_t k = 0; k < n; ++k) sz.param_bytes.push_back(next());
+    r.stages.push_back(sz);
+  }
+  const auto actions = next();
+  for (std::int64_t k = 0; k < actions; ++k) {
+    TimedAction a;
+    a.action.stage = static_cast<std::int32_t>(next());
+    a.action.kind = static_cast<ActionKind>(next());
+    a.action.microbatch = static_cast<std::int32_t>(next());
+    a.action.peer_stage = static_cast<std::int32_t>(next());
+    a.step = next();
+    a.start_ns = next();
+    a.end_ns = next();
+    a.bytes = next();
+    r.actions.push_back(a);
+  }
+  return r;
+}
+
+std::int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      std::istringstream is(line.substr(6));
+      std::int64_t kb = 0;
+      is >> kb;
+      return kb * 1024;
+    }
+  }
+  return 0;
+}
+
+namespace {
+
+sched::TraceStream stream_of(ActionKind kind) {
+  if (sched::is_send(kind)) return sched::TraceStream::kSend;
+  if (sched::is_recv(kind)) return sched::TraceStream::kRecv;
+  if (kind == ActionKind::kReduceGrad) return sched::TraceStream::kDpAllReduce;
+  return sched::TraceStream::kCompute;
+}
+
+std::int64_t earliest(const std::vector<RankRecord>& records) {
+  std::int64_t t0 = std::numeric_limits<std::int64_t>::max();
+  for (const auto& r : records) {
+    for (const auto& a : r.actions) t0 = std::min(t0, a.start_ns);
+  }
+  return t0 == std::numeric_limits<std::int64_t>::max() ? 0 : t0;
+}
+
+// (producer stage, consumer stage, microbatch, backward?, step, replica) of a transfer.
+using TransferKey = std::tuple<int, int, int, bool, std::int64_t, int>;
+
+TransferKey transfer_key(const sched::Action& a, std::int64_t step, int replica) {
+  switch (a.kind) {
+    case ActionKind::kSendF:
+      return {a.stage, a.peer_stage, a.microbatch, false, step, replica};
+    case ActionKind::kRecvF:
+      return {a.peer_stage, a.stage, a.microbatch, false, step, replica};
+    case ActionKind::kSendB:
+      return {a.peer_stage, a.stage, a.microbatch, true, step, replica};
+    default:  // kRecvB
+      return {a.stage, a.peer_stage, a.microbatch, true, step, replica};
+  }
+}
+
+sched::KindStats stats_of(std::vector<double> v) {
+  sched::KindStats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const double pos = q * static_cast<double>(v.size() - 1);
+    const auto lo = static_cast<std::size_t>(pos);
+    const auto hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+  };
+  s.median_ms = at(0.5);
+  s.p10_ms = at(0.1);
+  s.p90_ms = at(0.9);
+  s.samples = static_cast<std::int64_t>(v.size());
+  return s;
+}
+
+}  // namespace
+
+std::string make_trace_json(const std::vector<RankRecord>& records, const ReportContext& ctx) {
+  sched::TraceBuilder builder(sched::TraceInfo{"executor", ctx.plan_description, ctx.schedule},
+                              ctx.world_size);
+  const std::int64_t t0 = earliest(records);
+  std::map<TransferKey, std::size_t> sends;
+  std::vector<std::pair<TransferKey, std::size_t>> recvs;
+  for (const auto& r : records) {
+    for (const auto& a : r.actions) {
+      sched::TraceSlice s;
+      s.name = sched::to_string(a.action);
+      s.category = std::string(sched::to_string(a.action.kind));
+      s.rank = r.world_rank;
+      s.stream = stream_of(a.action.kind);
+      s.start_us = static_cast<double>(a.start_ns - t0) / 1e3;
+      s.duration_us = static_cast<double>(a.end_ns - a.start_ns) / 1e3;
+      s.stage = a.action.stage;
+      s.microbatch = a.action.microbatch;
+      s.step = a.step;
+      const auto idx = builder.add_slice(std::move(s));
+      if (sched::is_comm(a.action.kind) && a.bytes > 0) {
+        // Flow arrows pair a send with its receive (replica index 0: see below).
+        if (sched::is_send(a.action.kind)) {
+          sends[transfer_key(a.action, a.step, 0)] = idx;
+        } else {
+          recvs.emplace_back(transfer_key(a.action, a.step, 0), idx);
+        }
+      }
+    }
+  }
+  // With dp > 1 every replica has the same keys; only pair flows when unambiguous (dp == 1).
+  bool unique = true;
+  std::map<TransferKey, int> count;
+  for (const auto& [k, i] : recvs) unique = unique && ++count[k] == 1;
+  if (unique) {
+    for (const auto& [k, i] : recvs) {
+      auto it = sends.find(k);
+      if (it != sends.end()) builder.add_flow(it->second, i);
+    }
+  }
+  return builder.to_json();
+}
+
+sched::CostTable make_profile(const std::vector<RankRecord>& records,
+                              const sched::PlanShape& shape, const ReportContext& ctx) {
+  const int stages = shape.stages;
+  const int pp = shape.ranks;
+  std::vector<std::map<ActionKind, std::vector<double>>> times(static_cast<std::size_t>(stages));
+  std::vector<std::vector<double>> out_bytes(static_cast<std::size_t>(stages));
+  std::map<TransferKey, std::pair<const TimedAction*, const TimedAction*>> transfers;
+  sched::CostTable table;
+  table.source = "executor";
+  table.stages.resize(static_cast<std::size_t>(stages));
+  for (int s = 0; s < stages; ++s) table.stages[static_cast<std::size_t>(s)].stage = s;
+  for (const auto& r : records) {
+    const int replica = r.world_rank / pp;
+    for (const auto& sz : r.stages) {
+      if (replica != 0) continue;
+      auto& st = table.stages.at(static_cast<std::size_t>(sz.stage));
+      st.param_sizes_bytes = sz.param_bytes;
+      st.param_bytes = 0;
+      for (auto b : sz.param_bytes) st.param_bytes += b;
+    }
+    for (const auto& a : r.actions) {
+      if (a.step < ctx.warmup_steps) continue;
+      const double ms = static_cast<double>(a.end_ns - a.start_ns) / 1e6;
+      const auto s = static_cast<std::size_t>(a.action.stage);
+      if (sched::is_compute(a.action.kind)) times[s][a.action.kind].push_back(ms);
+      if (a.action.kind == ActionKind::kSendF) out_bytes[s].push_back(static_cast<double>(a.bytes));
+      if (sched::is_comm(a.action.kind) && a.bytes > 0) {
+        auto& slot = transfers[transfer_key(a.action, a.step, replica)];
+        (sched::is_send(a.action.kind) ? slot.first : slot.second) = &a;
+      }
+    }
+    table.peak_memory.push_back(sched::RankPeakMemory{r.world_rank, r.peak_rss_bytes});
+  }
+  std::sort(table.peak_memory.begin(), table.peak_memory.end(),
+            [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  for (int s = 0; s < stages; ++s) {
+    auto& st = table.stages[static_cast<std::size_t>(s)];
+    auto& t = times[static_cast<std::size_t>(s)];
+    const auto f = stats_of(t[ActionKind::kForward]);
+    st.forward_ms = f.median_ms;
+    if (f.samples > 0) st.forward_stats = f;
+    const auto b = stats_of(t[ActionKind::kFullBackward]);
+    const auto i = stats_of(t[ActionKind::kBackwardInput]);
+    const auto w = stats_of(t[ActionKind::kBackwardWeight]);
+    if (b.samples > 0) st.backward_stats = b;
+    if (i.samples > 0) {
+      st.input_grad_stats = i;
+      st.input_grad_ms = i.median_ms;
+    }
+    if (w.samples > 0) {
+      st.weight_grad_stats = w;
+      st.weight_grad_ms = w.median_ms;
+    }
+    if (b.samples > 0) {
+      st.backward_ms = b.median_ms;
+    } else {
+      st.backward_ms = i.median_ms + w.median_ms;
+    }
+    if (!st.input_grad_ms || !st.weight_grad_ms) {
+      st.input_grad_ms.reset();
+      st.weight_grad_ms.reset();
+    }
+    const auto ob = stats_of(out_bytes[static_cast<std::size_t>(s)]);
+    st.output_bytes = static_cast<std::int64_t>(ob.median_ms);
+    if (static_cast<std::size_t>(s) < ctx.activation_bytes.size()) {
+      st.activation_bytes = ctx.activation_bytes[static_cast<std::size_t>(s)];
+    }
+  }
+  std::vector<double> p2p;
+  for (const auto& [key, pair] : transfers) {
+    if (pair.first == nullptr || pair.second == nullptr) continue;
+    const auto ready = std::max(pair.first->start_ns, pair.second->start_ns);
+    p2p.push_back(static_cast<double>(std::max<std::int64_t>(0, pair.second->end_ns - ready)) /
+                  1e6);
+  }
+  if (!p2p.empty()) {
+    sched::P2PCost c;
+    c.per_message_ms = stats_of(p2p).median_ms;
+    table.p2p = c;
+  }
+  return table;
+}
+
+}  // namespace pipewright::exec

@@ -1,0 +1,69 @@
+// Measurements of a run, gathered on world rank 0 and turned into the simulator's formats:
+// the Chrome trace (sched/trace.hpp) and the profile (sched/costs.hpp). Torch-free.
+//
+// Note [Measured p2p time]: the ranks of one machine share CLOCK_MONOTONIC (steady_clock), so a
+// transfer's time is measured across processes as recv_end - max(send_start, recv_start), i.e.
+// from the moment both sides were ready until the data arrived. The profile's p2p cost is the
+// median over all transfers after warm-up (per_message_ms). On several hosts the clocks differ;
+// use `pipewright calibrate` there.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipewright/sched/action.hpp"
+#include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/plan.hpp"
+
+namespace pipewright::exec {
+
+struct TimedAction {
+  sched::Action action;
+  std::int64_t step = 0;
+  std::int64_t start_ns = 0;  // steady_clock
+  std::int64_t end_ns = 0;
+  std::int64_t bytes = 0;
+};
+
+struct LocalStageSizes {
+  int stage = 0;
+  std::vector<std::int64_t> param_bytes;  // per parameter, registration order
+};
+
+// Everything one rank reports.
+struct RankRecord {
+  int world_rank = 0;
+  std::int64_t peak_rss_bytes = 0;  // VmHWM of /proc/self/status
+  std::vector<LocalStageSizes> stages;
+  std::vector<TimedAction> actions;
+};
+
+// Flat int64 encoding for the communicator, and back. decode throws InternalError on garbage.
+[[nodiscard]] std::vector<std::int64_t> encode_record(const RankRecord& record);
+[[nodiscard]] RankRecord decode_record(const std::vector<std::int64_t>& data);
+
+// This process's peak resident set size (VmHWM) in bytes, or 0 when /proc is unavailable.
+[[nodiscard]] std::int64_t peak_rss_bytes();
+
+struct ReportContext {
+  std::string plan_description;  // "1F1B pp=2 m=4" or the plan file
+  std::string schedule;
+  int world_size = 1;
+  std::int64_t warmup_steps = 1;
+  // Per stage, from the partition (model cost annotations): kept activation bytes.
+  std::vector<std::int64_t> activation_bytes;
+};
+
+// The trace of every rank (pid = world rank, tid = stream), times relative to the earliest
+// action of the run.
+[[nodiscard]] std::string make_trace_json(const std::vector<RankRecord>& records,
+                                          const ReportContext& context);
+
+// Per-stage per-kind medians (and p10/p90) over the steps >= warmup_steps of every replica,
+// measured p2p time (Note [Measured p2p time]), activation sizes and peak RSS per rank.
+[[nodiscard]] sched::CostTable make_profile(const std::vector<RankRecord>& records,
+                                            const sched::PlanShape& shape,
+                                            const ReportContext& context);
+
+}  // namespace pipewright::exec
