@@ -110,7 +110,8 @@ int main(int argc, char** argv) {
     // TCPStore on the next port.
     auto store = ex::make_tcp_store(world, timeout);
     ex::rendezvous(*store, world, timeout);
-    auto comm = ex::make_communicator(ex::Backend::kGloo, world, store.get(), comm_options(timeout));
+    auto comm =
+        ex::make_communicator(ex::Backend::kGloo, world, store.get(), comm_options(timeout));
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(world.master_port + 1);
     so.isServer = world.rank == 0;

@@ -28,7 +28,7 @@ for spec in GPipe:1 1F1B:1 Interleaved1F1B:2; do
     prof="$work/$sched.$p.profile.json"
     "$pw" launch --nproc "$p" -- "$pw" run --model "$work/model.json" --dataset sonnets \
       --schedule "$sched" --pp "$p" --stages-per-rank "$v" --microbatches "$m" \
-      --batch-size $((4 * m)) --steps "$steps" --optimizer adamw --lr 1e-3 --timeout 120 \
+      --batch-size $((4 * m)) --steps "$steps" --loss cross-entropy --optimizer adamw --lr 1e-3 --timeout 120 \
       --profile "$prof" --warmup-steps "$warmup" >"$log" 2>&1 || { cat "$log"; exit 1; }
     measured=$(grep -o "step [0-9]*/[0-9]* loss [^ ]* step [0-9.]* ms" "$log" |
       awk -v w="$warmup" '{split($2, s, "/"); if (s[1] > w) print $6}' | median)

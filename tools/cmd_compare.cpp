@@ -26,14 +26,18 @@ struct CompareArgs {
   std::string cluster_file;
   std::string json_out;
   std::string svg_out;
+  std::int32_t sampled_steps = 31;
   sim::CompareOptions options;
 };
 
 void run_compare(const CompareArgs& a) {
   sched::AnyPlan any = sched::load_plan(a.plan_file);
-  const sched::LoweredPlan plan = sched::is_lowered(any)
-                                      ? std::get<sched::LoweredPlan>(std::move(any))
-                                      : sched::lower(std::get<sched::ComputePlan>(any));
+  const sched::LoweredPlan plan =
+      sched::is_lowered(any)
+          ? std::get<sched::LoweredPlan>(std::move(any))
+          // as `pipewright run` lowers it: with REDUCE_GRAD and
+          // OPTIM, so the optimizer's measured time is predicted
+          : sched::lower(std::get<sched::ComputePlan>(any), sched::LowerOptions{false, true, true});
   const sched::Trace measured = sched::load_trace(a.measured_file);
   const sched::CostTable costs = a.profile_file.empty()
                                      ? sim::costs_from_trace(measured, plan.shape.stages, a.options)
@@ -47,7 +51,14 @@ void run_compare(const CompareArgs& a) {
   sim::SimOptions so;
   so.record_actions = true;
   const sim::SimResult predicted = sim::simulate(plan, costs, cluster, so);
-  const sim::CompareReport report = sim::compare(predicted, measured, &costs, a.options);
+  sim::CompareReport report = sim::compare(predicted, measured, &costs, a.options);
+  // With measured distributions (executor profiles), predict the step time as the median over
+  // steps with sampled durations (Note [Sampled durations]); per-action lines stay at medians.
+  if (a.sampled_steps > 0) {
+    const double step_ms = sim::median_step_ms(plan, costs, cluster, so, a.sampled_steps);
+    for (auto& rc : report.per_rank) rc.predicted_idle_ms += step_ms - report.predicted_step_ms;
+    report.predicted_step_ms = step_ms;
+  }
   if (!a.svg_out.empty()) write_output(a.svg_out, sim::compare_svg(predicted, measured, report));
   if (!a.json_out.empty()) write_output(a.json_out, sim::to_json(report));
   if (a.json_out != "-") std::cout << sim::to_text(report);
@@ -71,6 +82,10 @@ void setup_compare(CLI::App& app) {
   cmd->add_option("--skip-steps", a->options.skip_steps, "warm-up steps to ignore")
       ->capture_default_str();
   cmd->add_option("--top", a->options.top_k, "how many largest-error actions to list")
+      ->capture_default_str();
+  cmd->add_option("--sampled-steps", a->sampled_steps,
+                  "predict the step time as the median of N steps with durations drawn from the "
+                  "profile's measured distributions (0: medians only)")
       ->capture_default_str();
   cmd->add_option("--json", a->json_out, "write the report as JSON (- for stdout)");
   cmd->add_option("--svg", a->svg_out, "predicted and measured timelines in one SVG");

@@ -133,7 +133,8 @@ class Progress {
     if (!tty_ || total <= 0) return;
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * done / total);
-    std::fprintf(stderr, "\r[%s%s] %lld/%lld", std::string(static_cast<std::size_t>(filled), '#').c_str(),
+    std::fprintf(stderr, "\r[%s%s] %lld/%lld",
+                 std::string(static_cast<std::size_t>(filled), '#').c_str(),
                  std::string(static_cast<std::size_t>(kWidth - filled), '.').c_str(),
                  static_cast<long long>(done), static_cast<long long>(total));
     std::fflush(stderr);
@@ -162,8 +163,7 @@ void setup_run(CLI::App& app) {
   sub->add_option("--dp", c.dp, "Data-parallel replicas")->capture_default_str();
   sub->add_option("--stages-per-rank", c.stages_per_rank, "Stages per pipeline rank (v)")
       ->capture_default_str();
-  sub->add_option("--microbatches", c.microbatches, "Microbatches per step")
-      ->capture_default_str();
+  sub->add_option("--microbatches", c.microbatches, "Microbatches per step")->capture_default_str();
   sub->add_option("--batch-size", c.batch_size, "Samples per step per replica")->required();
   sub->add_option("--steps", c.steps, "Training steps")->capture_default_str();
   sub->add_option("--loss", c.loss, "mse|cross-entropy (default: the model's loss node)");
@@ -218,8 +218,8 @@ void setup_run(CLI::App& app) {
         return;
       }
       progress.clear();
-      spdlog::info("step {}/{} loss {:.6f} step {:.1f} ms {:.1f} samples/s", s.step + 1,
-                   s.steps, s.loss, s.step_ms, s.samples_per_s);
+      spdlog::info("step {}/{} loss {:.6f} step {:.1f} ms {:.1f} samples/s", s.step + 1, s.steps,
+                   s.loss, s.step_ms, s.samples_per_s);
       progress.draw(s.step + 1, s.steps);
     });
     progress.clear();

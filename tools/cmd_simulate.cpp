@@ -29,6 +29,7 @@ namespace pipewright::cli {
 namespace {
 
 struct SimulateArgs {
+  int sampled_steps = 0;
   std::string plan_file;
   // Inline generation.
   std::string schedule;
@@ -192,6 +193,10 @@ void run_simulate(const SimulateArgs& a) {
     if (result.micro_batch_size > 0)
       std::printf(", throughput %.1f samples/s", result.throughput_samples_per_s());
     std::printf("\n");
+    if (a.sampled_steps > 0) {
+      std::printf("median step over %d steps with sampled durations: %.3f ms\n", a.sampled_steps,
+                  sim::median_step_ms(plan, costs, cluster, opt, a.sampled_steps));
+    }
     for (const auto& r : result.per_rank) {
       std::printf("  rank %d: busy %.3f ms, idle %.3f ms, peak memory %lld B%s\n", r.rank,
                   static_cast<double>(r.busy_ns) / 1e6, static_cast<double>(r.idle_ns) / 1e6,
@@ -275,6 +280,9 @@ void setup_simulate(CLI::App& app) {
                   "SlowMo: slow-momentum reduce+broadcast every N steps")
       ->capture_default_str()
       ->group(g);
+  cmd->add_option("--sampled-steps", a->sampled_steps,
+                  "also print the median step time of N single steps whose durations are drawn "
+                  "from the profile's measured distributions (docs/simulator.md)");
   cmd->add_option("--steps", a->steps, "consecutive training steps to simulate")
       ->capture_default_str()
       ->group(g);

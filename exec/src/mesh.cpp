@@ -7,8 +7,8 @@
 namespace pipewright::exec {
 
 Mesh make_mesh(Communicator& world, int pp, int dp) {
-  PW_CHECK(pp >= 1 && dp >= 1, ConfigError, "--pp and --dp must be >= 1, got " << pp << " and "
-                                                                                << dp);
+  PW_CHECK(pp >= 1 && dp >= 1, ConfigError,
+           "--pp and --dp must be >= 1, got " << pp << " and " << dp);
   PW_CHECK(world.size() == pp * dp, ConfigError,
            "the world has " << world.size() << " processes but --pp " << pp << " x --dp " << dp
                             << " = " << pp * dp << " are needed");

@@ -101,8 +101,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const RunConfig& c,
   if (params.empty()) return nullptr;
   if (c.optimizer == "sgd") {
     return std::make_unique<torch::optim::SGD>(
-        params,
-        torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
+        params, torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
   }
   if (c.optimizer == "adam") {
     return std::make_unique<torch::optim::Adam>(
@@ -141,8 +140,8 @@ sched::LoweredPlan make_plan(const RunConfig& c, const graph::Partition& partiti
     if (sched::is_lowered(any)) {
       plan = std::get<sched::LoweredPlan>(any);
     } else {
-      plan = sched::lower(std::get<sched::ComputePlan>(any),
-                          sched::LowerOptions{false, true, true});
+      plan =
+          sched::lower(std::get<sched::ComputePlan>(any), sched::LowerOptions{false, true, true});
     }
   }
   const auto& shape = plan.shape;
@@ -153,8 +152,8 @@ sched::LoweredPlan make_plan(const RunConfig& c, const graph::Partition& partiti
                   << partition.model_name << "' is partitioned into " << stages
                   << " stages (--pp x --stages-per-rank)");
   PW_CHECK(shape.microbatches == c.microbatches, InvalidPlanError,
-           origin << ": the plan has " << shape.microbatches << " microbatches but --microbatches is "
-                  << c.microbatches);
+           origin << ": the plan has " << shape.microbatches
+                  << " microbatches but --microbatches is " << c.microbatches);
   const auto edges = shape.edges();
   for (const auto& [a, b] : deps) {
     PW_CHECK(std::find(edges.begin(), edges.end(), sched::StageEdge{a, b}) != edges.end(),
@@ -169,8 +168,8 @@ sched::LoweredPlan make_plan(const RunConfig& c, const graph::Partition& partiti
 LossKind resolve_loss(const RunConfig& c, const graph::Model& model) {
   if (!c.loss.empty()) {
     auto k = parse_loss_kind(c.loss);
-    PW_CHECK(k.has_value(), ConfigError, "--loss must be mse or cross-entropy, got '" << c.loss
-                                                                                       << "'");
+    PW_CHECK(k.has_value(), ConfigError,
+             "--loss must be mse or cross-entropy, got '" << c.loss << "'");
     return *k;
   }
   auto k = model_loss_kind(model);
@@ -212,16 +211,14 @@ Prepared prepare(const RunConfig& c) {
     p.partition = graph::load_partition(c.partition_path);
     graph::check_partition_matches(p.partition, p.model, c.partition_path);
     PW_CHECK(p.partition.num_stages() == stages, ConfigError,
-             c.partition_path << " has " << p.partition.num_stages() << " stages but --pp "
-                              << c.pp << " x --stages-per-rank " << c.stages_per_rank << " = "
-                              << stages);
+             c.partition_path << " has " << p.partition.num_stages() << " stages but --pp " << c.pp
+                              << " x --stages-per-rank " << c.stages_per_rank << " = " << stages);
   } else {
     graph::PartitionOptions opts;
     opts.stages = stages;
     auto method = graph::parse_partition_method(c.partition_method);
     PW_CHECK(method.has_value() && *method != graph::PartitionMethod::kMemory, ConfigError,
-             "--partition-method must be uniform or balanced, got '" << c.partition_method
-                                                                      << "'");
+             "--partition-method must be uniform or balanced, got '" << c.partition_method << "'");
     opts.method = *method;
     p.partition = graph::partition_model(p.model, opts);
   }
@@ -233,17 +230,15 @@ Prepared prepare(const RunConfig& c) {
   validate_data_parallel(c.data_parallel, c.pp, c.dp);
   p.world = resolve_world(c.world, current_environment());
   PW_CHECK(p.world.world_size == c.pp * c.dp, ConfigError,
-           "world size " << p.world.world_size << " (from " << (p.world.sources.empty()
-                                                                     ? std::string("defaults")
-                                                                     : p.world.sources)
+           "world size " << p.world.world_size << " (from "
+                         << (p.world.sources.empty() ? std::string("defaults") : p.world.sources)
                          << ") != --pp " << c.pp << " x --dp " << c.dp << " = " << c.pp * c.dp);
   p.pp_index = p.world.rank % c.pp;
   p.dp_index = p.world.rank / c.pp;
   if (parse_backend(c.backend) == Backend::kNccl) {
     // Before any stage is built or peer contacted (issue 8): too few devices, a bad
     // --device-map or a build without NCCL exit 2 with the reason.
-    const int device =
-        nccl_rank_device(p.world.local_rank, p.world.local_world_size, c.device_map);
+    const int device = nccl_rank_device(p.world.local_rank, p.world.local_world_size, c.device_map);
     PW_CHECK(torch::cuda::is_available(), ConfigError,
              "--backend nccl needs a CUDA-enabled libtorch, but this pipewright was built "
              "against a CPU-only libtorch (docs/gpu.md: building with a CUDA libtorch)");
@@ -326,9 +321,8 @@ void save_weights(const RunConfig& c, const Prepared& p, Communicator& world,
   }
   std::vector<std::pair<std::string, torch::Tensor>> all = local;
   for (int r = 1; r < c.pp; ++r) {
-    const auto meta =
-        recv_i64s(world, mesh_world_rank(r, replica, c.pp), kTagParamMetaSize, kTagParamMeta,
-                  timeout, "gather weights");
+    const auto meta = recv_i64s(world, mesh_world_rank(r, replica, c.pp), kTagParamMetaSize,
+                                kTagParamMeta, timeout, "gather weights");
     std::size_t i = 0;
     const auto n = meta.at(i++);
     std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes;
@@ -370,10 +364,12 @@ void save_weights(const RunConfig& c, const Prepared& p, Communicator& world,
 void write_measurements(const RunConfig& c, const Prepared& p, Communicator& world,
                         const Interpreter& interp,
                         const std::vector<std::shared_ptr<ModuleBody>>& bodies,
-                        std::chrono::milliseconds timeout, RunResult* result) {
+                        std::chrono::milliseconds timeout, std::int64_t baseline_rss,
+                        RunResult* result) {
   RankRecord rec;
   rec.world_rank = p.world.rank;
   rec.peak_rss_bytes = peak_rss_bytes();
+  rec.baseline_rss_bytes = baseline_rss;
   for (std::size_t i = 0; i < bodies.size(); ++i) {
     LocalStageSizes sz;
     sz.stage = p.plan.shape.stages_of_rank(p.pp_index).at(i);
@@ -398,8 +394,8 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
   ReportContext ctx;
   std::ostringstream desc;
   if (c.plan_path.empty()) {
-    desc << c.schedule << " pp=" << c.pp << " v=" << c.stages_per_rank
-         << " m=" << c.microbatches << " dp=" << c.dp;
+    desc << c.schedule << " pp=" << c.pp << " v=" << c.stages_per_rank << " m=" << c.microbatches
+         << " dp=" << c.dp;
   } else {
     desc << c.plan_path;
   }
@@ -407,7 +403,8 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
   ctx.schedule = p.plan.shape.schedule;
   ctx.world_size = p.world.world_size;
   ctx.warmup_steps = std::min<std::int64_t>(c.warmup_steps, c.steps - 1);
-  for (const auto& st : p.partition.graph.stages) ctx.activation_bytes.push_back(st.activation_bytes);
+  for (const auto& st : p.partition.graph.stages)
+    ctx.activation_bytes.push_back(st.activation_bytes);
   if (!c.trace_path.empty()) {
     write_file_atomically(c.trace_path, make_trace_json(records, ctx));
     result->written_files.push_back(c.trace_path);
@@ -435,9 +432,9 @@ std::uint64_t checkpoint_fingerprint(const RunConfig& c) {
   std::ostringstream os;
   os << c.model_path << '|' << c.partition_path << '|' << c.partition_method << '|' << c.plan_path
      << '|' << c.schedule << '|' << c.pp << '|' << c.dp << '|' << c.stages_per_rank << '|'
-     << c.microbatches << '|' << c.batch_size << '|' << c.loss << '|' << c.optimizer << '|'
-     << c.lr << '|' << c.momentum << '|' << c.weight_decay << '|' << c.seed << '|' << c.init_path
-     << '|' << c.data_x << '|' << c.data_y << '|' << c.dataset << '|' << c.shuffle << '|'
+     << c.microbatches << '|' << c.batch_size << '|' << c.loss << '|' << c.optimizer << '|' << c.lr
+     << '|' << c.momentum << '|' << c.weight_decay << '|' << c.seed << '|' << c.init_path << '|'
+     << c.data_x << '|' << c.data_y << '|' << c.dataset << '|' << c.shuffle << '|'
      << to_string(d.algorithm) << '|' << d.bucket_cap_mb << '|' << d.localsgd_frequency_or_default()
      << '|' << d.slowmo_frequency_or_default() << '|' << d.slowmo_momentum_or_default() << '|'
      << d.slowmo_lr_or_default() << '|' << d.slowmo_memory_efficient_or_default() << '|'
@@ -455,12 +452,11 @@ void validate_run_config(const RunConfig& c) {
   PW_CHECK(c.dp >= 1, ConfigError, "--dp must be >= 1, got " << c.dp);
   PW_CHECK(c.stages_per_rank >= 1, ConfigError,
            "--stages-per-rank must be >= 1, got " << c.stages_per_rank);
-  PW_CHECK(c.microbatches >= 1, ConfigError, "--microbatches must be >= 1, got "
-                                                 << c.microbatches);
+  PW_CHECK(c.microbatches >= 1, ConfigError, "--microbatches must be >= 1, got " << c.microbatches);
   PW_CHECK(c.batch_size >= 1, ConfigError, "--batch-size must be >= 1, got " << c.batch_size);
-  PW_CHECK(c.batch_size % c.microbatches == 0, ConfigError,
-           "--batch-size " << c.batch_size << " is not a multiple of --microbatches "
-                           << c.microbatches);
+  PW_CHECK(
+      c.batch_size % c.microbatches == 0, ConfigError,
+      "--batch-size " << c.batch_size << " is not a multiple of --microbatches " << c.microbatches);
   PW_CHECK(c.steps >= 1, ConfigError, "--steps must be >= 1, got " << c.steps);
   PW_CHECK(c.optimizer == "sgd" || c.optimizer == "adam" || c.optimizer == "adamw", ConfigError,
            "--optimizer must be sgd, adam or adamw, got '" << c.optimizer << "'");
@@ -556,13 +552,16 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
   interp.agree_shapes(xs.at(0));
   auto stage_params = interp.stage_params();
   hooks->on_start(stage_params);
+  // Note [Runtime memory] in run_report.hpp: the peak RSS before the first step.
+  const std::int64_t baseline_rss = peak_rss_bytes();
 
   // Checkpoints (docs/data-parallel.md): resume from the last complete one, save every N steps
   // and after the last step.
   const auto& dpc = c.data_parallel;
   TrainingState train_state;
   train_state.stages = stage_params;
-  for (const auto& sp : stage_params) train_state.optimizers.push_back(optimizer_of_stage[sp.stage]);
+  for (const auto& sp : stage_params)
+    train_state.optimizers.push_back(optimizer_of_stage[sp.stage]);
   train_state.dp_algorithm = dp_algo.get();
   const CheckpointIdentity ckpt_id{p.world.rank, p.world.world_size, checkpoint_fingerprint(c)};
   std::int64_t first_step = 0;
@@ -582,11 +581,11 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
     const auto t0 = Clock::now();
     const auto r = interp.run_step(step, xs, ys);
     double loss = r.has_loss ? r.loss : 0.0;
-    world->all_reduce(BufferView{&loss, 1, DType::kFloat64, {}}, ReduceOp::kSum,
-                      OpContext{step, -1, -1, "loss all_reduce"})
+    world
+        ->all_reduce(BufferView{&loss, 1, DType::kFloat64, {}}, ReduceOp::kSum,
+                     OpContext{step, -1, -1, "loss all_reduce"})
         ->wait(timeout);
-    const double ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (p.world.rank == 0) {
       StepLog log{step, c.steps, loss / c.dp, ms, samples_per_step / (ms / 1000.0)};
       result.steps.push_back(log);
@@ -610,7 +609,8 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
       if (p.world.rank == mesh_world_rank(0, d, c.pp)) result.written_files.push_back(path);
     }
   }
-  if (iopts.record_timings) write_measurements(c, p, *world, interp, bodies, timeout, &result);
+  if (iopts.record_timings)
+    write_measurements(c, p, *world, interp, bodies, timeout, baseline_rss, &result);
   world->barrier(OpContext{c.steps, -1, -1, "final barrier"})->wait(timeout);
   return result;
 }

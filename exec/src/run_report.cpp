@@ -21,7 +21,7 @@ using sched::ActionKind;
 }  // namespace
 
 std::vector<std::int64_t> encode_record(const RankRecord& r) {
-  std::vector<std::int64_t> out{kRecordMagic, r.world_rank, r.peak_rss_bytes,
+  std::vector<std::int64_t> out{kRecordMagic, r.world_rank, r.peak_rss_bytes, r.baseline_rss_bytes,
                                 static_cast<std::int64_t>(r.stages.size())};
   for (const auto& s : r.stages) {
     out.push_back(s.stage);
@@ -30,9 +30,9 @@ std::vector<std::int64_t> encode_record(const RankRecord& r) {
   }
   out.push_back(static_cast<std::int64_t>(r.actions.size()));
   for (const auto& a : r.actions) {
-    out.insert(out.end(), {a.action.stage, static_cast<std::int64_t>(a.action.kind),
-                           a.action.microbatch, a.action.peer_stage, a.step, a.start_ns,
-                           a.end_ns, a.bytes});
+    out.insert(out.end(),
+               {a.action.stage, static_cast<std::int64_t>(a.action.kind), a.action.microbatch,
+                a.action.peer_stage, a.step, a.start_ns, a.end_ns, a.bytes});
   }
   return out;
 }
@@ -47,6 +47,7 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
   RankRecord r;
   r.world_rank = static_cast<int>(next());
   r.peak_rss_bytes = next();
+  r.baseline_rss_bytes = next();
   const auto stages = next();
   for (std::int64_t s = 0; s < stages; ++s) {
     LocalStageSizes sz;
@@ -132,6 +133,7 @@ sched::KindStats stats_of(std::vector<double> v) {
   s.p10_ms = at(0.1);
   s.p90_ms = at(0.9);
   s.samples = static_cast<std::int64_t>(v.size());
+  for (int k = 0; k <= 20; ++k) s.quantiles_ms.push_back(at(k / 20.0));
   return s;
 }
 
@@ -179,8 +181,51 @@ std::string make_trace_json(const std::vector<RankRecord>& records, const Report
   return builder.to_json();
 }
 
-sched::CostTable make_profile(const std::vector<RankRecord>& records,
-                              const sched::PlanShape& shape, const ReportContext& ctx) {
+// Note [Comm overhead]: the executor posts a rank's consecutive SEND/RECV actions as one p2p
+// batch and waits for its receives (interpreter.cpp, Note [p2p batches]); on CPU backends posting
+// and completing a batch costs compute-stream time (Gloo hands each operation to its own thread
+// and back, ~0.1-0.4 ms here) even when the data is already there. The profile's
+// comm_overhead_ms is the median duration of the batches that did not wait for data: batches of
+// sends only, and batches whose every receive's matching send had finished before the batch
+// started. The simulator charges it once per batch on the compute stream.
+double comm_overhead_ms(
+    const std::vector<RankRecord>& records,
+    const std::map<TransferKey, std::pair<const TimedAction*, const TimedAction*>>& transfers,
+    int pp, std::int64_t warmup_steps) {
+  std::vector<double> samples;
+  for (const auto& r : records) {
+    const int replica = r.world_rank / pp;
+    const auto& acts = r.actions;
+    for (std::size_t i = 0; i < acts.size();) {
+      if (!sched::is_comm(acts[i].action.kind)) {
+        ++i;
+        continue;
+      }
+      std::size_t j = i;
+      std::int64_t start = acts[i].start_ns, end = acts[i].end_ns;
+      bool ready = true;
+      for (; j < acts.size() && sched::is_comm(acts[j].action.kind) && acts[j].step == acts[i].step;
+           ++j) {
+        start = std::min(start, acts[j].start_ns);
+        end = std::max(end, acts[j].end_ns);
+      }
+      for (std::size_t k = i; k < j; ++k) {
+        if (sched::is_send(acts[k].action.kind)) continue;
+        auto it = transfers.find(transfer_key(acts[k].action, acts[k].step, replica));
+        ready = ready && it != transfers.end() && it->second.first != nullptr &&
+                it->second.first->end_ns <= start;
+      }
+      if (ready && acts[i].step >= warmup_steps) {
+        samples.push_back(static_cast<double>(end - start) / 1e6);
+      }
+      i = j;
+    }
+  }
+  return samples.empty() ? 0.0 : stats_of(samples).median_ms;
+}
+
+sched::CostTable make_profile(const std::vector<RankRecord>& records, const sched::PlanShape& shape,
+                              const ReportContext& ctx) {
   const int stages = shape.stages;
   const int pp = shape.ranks;
   std::vector<std::map<ActionKind, std::vector<double>>> times(static_cast<std::size_t>(stages));
@@ -203,7 +248,8 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records,
       if (a.step < ctx.warmup_steps) continue;
       const double ms = static_cast<double>(a.end_ns - a.start_ns) / 1e6;
       const auto s = static_cast<std::size_t>(a.action.stage);
-      if (sched::is_compute(a.action.kind)) times[s][a.action.kind].push_back(ms);
+      if (sched::is_compute(a.action.kind) || a.action.kind == ActionKind::kOptimizerStep)
+        times[s][a.action.kind].push_back(ms);
       if (a.action.kind == ActionKind::kSendF) out_bytes[s].push_back(static_cast<double>(a.bytes));
       if (sched::is_comm(a.action.kind) && a.bytes > 0) {
         auto& slot = transfers[transfer_key(a.action, a.step, replica)];
@@ -241,22 +287,46 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records,
       st.input_grad_ms.reset();
       st.weight_grad_ms.reset();
     }
+    const auto o = stats_of(t[ActionKind::kOptimizerStep]);
+    if (o.samples > 0) {
+      st.optimizer_stats = o;
+      st.optimizer_ms = o.median_ms;
+    }
     const auto ob = stats_of(out_bytes[static_cast<std::size_t>(s)]);
     st.output_bytes = static_cast<std::int64_t>(ob.median_ms);
     if (static_cast<std::size_t>(s) < ctx.activation_bytes.size()) {
       st.activation_bytes = ctx.activation_bytes[static_cast<std::size_t>(s)];
     }
   }
-  std::vector<double> p2p;
+  table.comm_overhead_ms = comm_overhead_ms(records, transfers, pp, ctx.warmup_steps);
+  std::vector<double> runtime;
+  for (const auto& r : records) {
+    if (r.baseline_rss_bytes <= 0) continue;
+    std::int64_t params = 0;
+    for (const auto& sz : r.stages)
+      for (auto b : sz.param_bytes) params += b;
+    runtime.push_back(
+        static_cast<double>(std::max<std::int64_t>(0, r.baseline_rss_bytes - params)));
+  }
+  if (!runtime.empty())
+    table.runtime_memory_bytes = static_cast<std::int64_t>(stats_of(runtime).median_ms);
+  // Message time: from transfers whose receiver was already waiting when the send started
+  // (the case on a critical path); the others mostly measure the receiver's batch overhead,
+  // which comm_overhead_ms models. All transfers when none waited.
+  std::vector<double> p2p, p2p_all;
   for (const auto& [key, pair] : transfers) {
     if (pair.first == nullptr || pair.second == nullptr) continue;
     const auto ready = std::max(pair.first->start_ns, pair.second->start_ns);
-    p2p.push_back(static_cast<double>(std::max<std::int64_t>(0, pair.second->end_ns - ready)) /
-                  1e6);
+    const double ms =
+        static_cast<double>(std::max<std::int64_t>(0, pair.second->end_ns - ready)) / 1e6;
+    p2p_all.push_back(ms);
+    if (pair.second->start_ns <= pair.first->start_ns) p2p.push_back(ms);
   }
+  if (p2p.empty()) p2p = p2p_all;
   if (!p2p.empty()) {
     sched::P2PCost c;
-    c.per_message_ms = stats_of(p2p).median_ms;
+    c.stats = stats_of(p2p);
+    c.per_message_ms = c.stats->median_ms;
     table.p2p = c;
   }
   return table;

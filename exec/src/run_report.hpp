@@ -4,7 +4,9 @@
 // Note [Measured p2p time]: the ranks of one machine share CLOCK_MONOTONIC (steady_clock), so a
 // transfer's time is measured across processes as recv_end - max(send_start, recv_start), i.e.
 // from the moment both sides were ready until the data arrived. The profile's p2p cost is the
-// median over all transfers after warm-up (per_message_ms). On several hosts the clocks differ;
+// median after warm-up (per_message_ms) over the transfers whose receiver was already waiting
+// when the send started (over all when there are none): a receive posted after the data arrived
+// measures the batch overhead instead (Note [Comm overhead]). On several hosts the clocks differ;
 // use `pipewright calibrate` there.
 #pragma once
 
@@ -35,9 +37,20 @@ struct LocalStageSizes {
 struct RankRecord {
   int world_rank = 0;
   std::int64_t peak_rss_bytes = 0;  // VmHWM of /proc/self/status
+  // VmHWM before the first step (libtorch loaded and initialised, stages built, one no-grad
+  // forward for the shape agreement, data loaded): Note [Runtime memory].
+  std::int64_t baseline_rss_bytes = 0;
   std::vector<LocalStageSizes> stages;
   std::vector<TimedAction> actions;
 };
+
+// Note [Runtime memory]: a CPU rank's peak RSS is mostly not the model: libtorch's code and
+// thread pools, allocator caches and the dataset are ~180 MB here against a few MB of weights.
+// The profile's runtime_memory_bytes is the median over ranks of (baseline_rss_bytes - the
+// rank's parameter bytes), i.e. what a rank holds before training besides its weights; the
+// simulator adds it to its own parameter + gradient + optimizer-state + activation estimate, so
+// the predicted peak is comparable with the measured peak RSS, also for configurations that
+// were not run (the runtime does not depend on the partition).
 
 // Flat int64 encoding for the communicator, and back. decode throws InternalError on garbage.
 [[nodiscard]] std::vector<std::int64_t> encode_record(const RankRecord& record);

@@ -74,14 +74,29 @@ KindStats read_stats(std::string_view origin, const std::string& pointer, const 
   s.p10_ms = r.number("p10_ms");
   s.p90_ms = r.number("p90_ms");
   s.samples = r.integer("samples");
+  if (r.has("quantiles_ms")) {
+    const json& q = r.at("quantiles_ms");
+    PW_CHECK(q.is_array() && q.size() == 21, ParseError,
+             origin << ": " << pointer << "/quantiles_ms must be an array of 21 numbers");
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      PW_CHECK(q[i].is_number() && q[i].get<double>() >= 0 &&
+                   (i == 0 || q[i].get<double>() >= q[i - 1].get<double>()),
+               ParseError,
+               origin << ": " << pointer << "/quantiles_ms/" << i
+                      << " must be a number >= 0 and >= the previous one, got " << q[i].dump());
+      s.quantiles_ms.push_back(q[i].get<double>());
+    }
+  }
   return s;
 }
 
 json stats_json(const KindStats& s) {
-  return json{{"median_ms", s.median_ms},
-              {"p10_ms", s.p10_ms},
-              {"p90_ms", s.p90_ms},
-              {"samples", s.samples}};
+  json j{{"median_ms", s.median_ms},
+         {"p10_ms", s.p10_ms},
+         {"p90_ms", s.p90_ms},
+         {"samples", s.samples}};
+  if (!s.quantiles_ms.empty()) j["quantiles_ms"] = s.quantiles_ms;
+  return j;
 }
 
 void check_number(std::string_view origin, const std::string& pointer, double v) {
@@ -103,6 +118,8 @@ void check_stats(std::string_view origin, const std::string& p, const std::optio
 
 void validate(const CostTable& t, std::string_view origin) {
   check_number(origin, "/compute_overhead_ms", t.compute_overhead_ms);
+  check_number(origin, "/comm_overhead_ms", t.comm_overhead_ms);
+  check_number(origin, "/runtime_memory_bytes", t.runtime_memory_bytes);
   for (std::size_t i = 0; i < t.stages.size(); ++i) {
     const StageCost& s = t.stages[i];
     const std::string p = "/stages/" + std::to_string(i);
@@ -113,6 +130,7 @@ void validate(const CostTable& t, std::string_view origin) {
     check_number(origin, p + "/backward_ms", s.backward_ms);
     if (s.input_grad_ms) check_number(origin, p + "/input_grad_ms", *s.input_grad_ms);
     if (s.weight_grad_ms) check_number(origin, p + "/weight_grad_ms", *s.weight_grad_ms);
+    if (s.optimizer_ms) check_number(origin, p + "/optimizer_ms", *s.optimizer_ms);
     PW_CHECK(s.backward_ms >= s.input_grad_or_default_ms() || s.weight_grad_ms, ParseError,
              origin << ": " << p << "/input_grad_ms (" << *s.input_grad_ms
                     << ") exceeds backward_ms (" << s.backward_ms
@@ -132,11 +150,13 @@ void validate(const CostTable& t, std::string_view origin) {
     check_stats(origin, p + "/stats/backward", s.backward_stats);
     check_stats(origin, p + "/stats/input_grad", s.input_grad_stats);
     check_stats(origin, p + "/stats/weight_grad", s.weight_grad_stats);
+    check_stats(origin, p + "/stats/optimizer", s.optimizer_stats);
   }
   if (t.p2p) {
     check_number(origin, "/p2p/latency_ms", t.p2p->latency_ms);
     check_number(origin, "/p2p/bandwidth_gb_per_s", t.p2p->bandwidth_gb_per_s);
     if (t.p2p->per_message_ms) check_number(origin, "/p2p/per_message_ms", *t.p2p->per_message_ms);
+    check_stats(origin, "/p2p/stats", t.p2p->stats);
   }
   for (std::size_t i = 0; i < t.peak_memory.size(); ++i) {
     const std::string p = "/peak_memory/" + std::to_string(i);
@@ -164,6 +184,9 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
   CostTable t;
   if (root.has("source")) t.source = root.string("source");
   if (root.has("compute_overhead_ms")) t.compute_overhead_ms = root.number("compute_overhead_ms");
+  if (root.has("comm_overhead_ms")) t.comm_overhead_ms = root.number("comm_overhead_ms");
+  if (root.has("runtime_memory_bytes"))
+    t.runtime_memory_bytes = root.integer("runtime_memory_bytes");
 
   const json& stages = root.at("stages");
   PW_CHECK(stages.is_array(), ParseError, origin << ": /stages must be an array");
@@ -179,6 +202,7 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
     s.backward_ms = r.number("backward_ms");
     s.input_grad_ms = r.opt_number("input_grad_ms");
     s.weight_grad_ms = r.opt_number("weight_grad_ms");
+    s.optimizer_ms = r.opt_number("optimizer_ms");
     s.param_bytes = r.has("param_bytes") ? r.integer("param_bytes") : 0;
     s.activation_bytes = r.has("activation_bytes") ? r.integer("activation_bytes") : 0;
     s.output_bytes = r.has("output_bytes") ? r.integer("output_bytes") : 0;
@@ -203,6 +227,8 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
         s.input_grad_stats = read_stats(origin, sp + "input_grad", st.at("input_grad"));
       if (st.has("weight_grad"))
         s.weight_grad_stats = read_stats(origin, sp + "weight_grad", st.at("weight_grad"));
+      if (st.has("optimizer"))
+        s.optimizer_stats = read_stats(origin, sp + "optimizer", st.at("optimizer"));
     }
     t.stages.push_back(std::move(s));
   }
@@ -212,6 +238,7 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
     c.per_message_ms = r.opt_number("per_message_ms");
     if (r.has("latency_ms")) c.latency_ms = r.number("latency_ms");
     if (r.has("bandwidth_gb_per_s")) c.bandwidth_gb_per_s = r.number("bandwidth_gb_per_s");
+    if (r.has("stats")) c.stats = read_stats(origin, "/p2p/stats", r.at("stats"));
     PW_CHECK(c.per_message_ms || r.has("latency_ms") || r.has("bandwidth_gb_per_s"), ParseError,
              origin << ": /p2p needs per_message_ms or latency_ms/bandwidth_gb_per_s");
     t.p2p = c;
@@ -246,6 +273,8 @@ std::string to_json(const CostTable& t) {
   j["version"] = kProfileVersion;
   j["source"] = t.source;
   j["compute_overhead_ms"] = t.compute_overhead_ms;
+  if (t.comm_overhead_ms != 0) j["comm_overhead_ms"] = t.comm_overhead_ms;
+  if (t.runtime_memory_bytes != 0) j["runtime_memory_bytes"] = t.runtime_memory_bytes;
   json stages = json::array();
   for (const StageCost& s : t.stages) {
     json js{{"stage", s.stage},
@@ -256,12 +285,14 @@ std::string to_json(const CostTable& t) {
             {"output_bytes", s.output_bytes}};
     if (s.input_grad_ms) js["input_grad_ms"] = *s.input_grad_ms;
     if (s.weight_grad_ms) js["weight_grad_ms"] = *s.weight_grad_ms;
+    if (s.optimizer_ms) js["optimizer_ms"] = *s.optimizer_ms;
     if (!s.param_sizes_bytes.empty()) js["param_sizes_bytes"] = s.param_sizes_bytes;
     json stats = json::object();
     if (s.forward_stats) stats["forward"] = stats_json(*s.forward_stats);
     if (s.backward_stats) stats["backward"] = stats_json(*s.backward_stats);
     if (s.input_grad_stats) stats["input_grad"] = stats_json(*s.input_grad_stats);
     if (s.weight_grad_stats) stats["weight_grad"] = stats_json(*s.weight_grad_stats);
+    if (s.optimizer_stats) stats["optimizer"] = stats_json(*s.optimizer_stats);
     if (!stats.empty()) js["stats"] = stats;
     stages.push_back(std::move(js));
   }
@@ -269,6 +300,7 @@ std::string to_json(const CostTable& t) {
   if (t.p2p) {
     json p{{"latency_ms", t.p2p->latency_ms}, {"bandwidth_gb_per_s", t.p2p->bandwidth_gb_per_s}};
     if (t.p2p->per_message_ms) p["per_message_ms"] = *t.p2p->per_message_ms;
+    if (t.p2p->stats) p["stats"] = stats_json(*t.p2p->stats);
     j["p2p"] = p;
   }
   if (!t.peak_memory.empty()) {

@@ -33,6 +33,11 @@ Link read_link(const JsonObject& root, std::string_view key) {
 
 }  // namespace
 
+const Link& Cluster::collective_link(bool spans_nodes) const noexcept {
+  if (spans_nodes) return collective_inter_node ? *collective_inter_node : inter_node;
+  return collective_intra_node ? *collective_intra_node : intra_node;
+}
+
 std::int64_t ms_to_ns(double ms) noexcept { return std::llround(ms * 1e6); }
 
 std::int64_t p2p_ns(const Link& link, std::int64_t bytes) noexcept {
@@ -94,7 +99,7 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
   JsonObject root(origin, "", j);
   root.check_known({"format", "version", "name", "nodes", "ranks_per_node", "device_memory_bytes",
                     "intra_node", "inter_node", "collective", "placement", "rank_nodes",
-                    "description"});
+                    "description", "collective_links", "calibration"});
   const std::string format = root.string("format");
   PW_CHECK(format == kClusterFormat, ParseError,
            origin << ": /format must be \"" << kClusterFormat << "\", got \"" << format << "\"");
@@ -110,6 +115,13 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
   if (root.has("device_memory_bytes")) c.device_memory_bytes = root.integer("device_memory_bytes");
   if (root.has("intra_node")) c.intra_node = read_link(root, "intra_node");
   c.inter_node = root.has("inter_node") ? read_link(root, "inter_node") : c.intra_node;
+  if (root.has("collective_links")) {
+    JsonObject cl(origin, "/collective_links", root.at("collective_links"));
+    cl.check_known({"intra_node", "inter_node"});
+    if (cl.has("intra_node")) c.collective_intra_node = read_link(cl, "intra_node");
+    if (cl.has("inter_node")) c.collective_inter_node = read_link(cl, "inter_node");
+  }
+  if (root.has("calibration")) c.calibration_json = root.at("calibration").dump();
   if (root.has("collective")) {
     const std::string a = root.string("collective");
     PW_CHECK(a == "ring" || a == "tree", ParseError,
@@ -165,6 +177,13 @@ std::string to_json(const Cluster& c) {
       {"inter_node", link(c.inter_node)},
       {"collective", c.collective == CollectiveAlgorithm::kRing ? "ring" : "tree"},
       {"placement", c.placement == Placement::kPipelineMajor ? "pipeline-major" : "replica-major"}};
+  if (c.collective_intra_node || c.collective_inter_node) {
+    json cl = json::object();
+    if (c.collective_intra_node) cl["intra_node"] = link(*c.collective_intra_node);
+    if (c.collective_inter_node) cl["inter_node"] = link(*c.collective_inter_node);
+    j["collective_links"] = cl;
+  }
+  if (!c.calibration_json.empty()) j["calibration"] = json::parse(c.calibration_json);
   if (!c.rank_nodes.empty()) {
     json rn = json::array();
     for (std::size_t r = 0; r < c.rank_nodes.size(); ++r)

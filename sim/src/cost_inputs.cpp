@@ -76,4 +76,138 @@ sched::CostTable costs_from_partition(const graph::Model& model,
   return t;
 }
 
+namespace {
+
+// Per-node measured time of one kind: the stage's measured time split by the nodes' estimates
+// (evenly when the stage's estimates sum to 0).
+std::vector<double> spread(const graph::Model& model, const graph::Partition& from,
+                           const std::vector<double>& stage_ms,
+                           double (*estimate)(const graph::NodeCost&)) {
+  const std::size_t n = model.nodes.size();
+  std::vector<double> est_sum(stage_ms.size(), 0.0), count(stage_ms.size(), 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto s = static_cast<std::size_t>(from.node_stage[i]);
+    est_sum[s] += estimate(model.nodes[i].cost);
+    count[s] += 1;
+  }
+  std::vector<double> out(n, 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto s = static_cast<std::size_t>(from.node_stage[i]);
+    out[i] = est_sum[s] > 0 ? stage_ms[s] * estimate(model.nodes[i].cost) / est_sum[s]
+                            : stage_ms[s] / count[s];
+  }
+  return out;
+}
+
+}  // namespace
+
+sched::CostTable transfer_profile(const graph::Model& model, const graph::Partition& from,
+                                  const sched::CostTable& measured, const graph::Partition& to) {
+  graph::check_partition_matches(from, model);
+  graph::check_partition_matches(to, model);
+  PW_CHECK(static_cast<int>(measured.stages.size()) == from.num_stages(), ConfigError,
+           "profile transfer: the profile has " << measured.stages.size()
+                                                << " stages but the partition it was measured on "
+                                                   "has "
+                                                << from.num_stages());
+  sched::CostTable t = costs_from_partition(model, to);
+  t.source = "transfer:" + measured.source;
+  t.compute_overhead_ms = measured.compute_overhead_ms;
+  t.comm_overhead_ms = measured.comm_overhead_ms;
+  t.runtime_memory_bytes = measured.runtime_memory_bytes;
+  t.p2p = measured.p2p;
+  const std::size_t S = measured.stages.size();
+  std::vector<double> f(S), b(S), in(S), w(S), opt(S), f_spread(S), b_spread(S);
+  bool split = true, has_opt = true;
+  for (std::size_t s = 0; s < S; ++s) {
+    const auto& c = measured.stages[s];
+    f[s] = c.forward_ms;
+    b[s] = c.backward_ms;
+    split = split && c.input_grad_ms && c.weight_grad_ms;
+    in[s] = c.input_grad_or_default_ms();
+    w[s] = c.weight_grad_or_default_ms();
+    has_opt = has_opt && c.optimizer_ms.has_value();
+    opt[s] = c.optimizer_ms.value_or(0);
+  }
+  auto fwd = [](const graph::NodeCost& c) { return c.forward_ms; };
+  auto bwd = [](const graph::NodeCost& c) { return c.backward_ms; };
+  auto inp = [](const graph::NodeCost& c) {
+    return c.input_grad_ms ? *c.input_grad_ms : c.backward_ms / 2;
+  };
+  auto wgt = [](const graph::NodeCost& c) {
+    return c.weight_grad_ms ? *c.weight_grad_ms : c.backward_ms - c.backward_ms / 2;
+  };
+  auto par = [](const graph::NodeCost& c) { return static_cast<double>(c.param_bytes); };
+  const auto nf = spread(model, from, f, fwd);
+  const auto nb = spread(model, from, b, bwd);
+  const auto ni = spread(model, from, in, inp);
+  const auto nw = spread(model, from, w, wgt);
+  const auto no = spread(model, from, opt, par);
+  // Relative spread (p10, p90 over median) of a kind's stats, weighted by each source stage's
+  // share of the new stage's time.
+  auto stats = [&](const std::vector<double>& node_ms, const std::vector<int>& nodes,
+                   std::optional<sched::KindStats> sched::StageCost::*member,
+                   double total) -> std::optional<sched::KindStats> {
+    if (total <= 0) return std::nullopt;
+    double lo = 0, hi = 0, weight = 0;
+    std::vector<double> rel(21, 0.0);
+    bool quantiles = true;
+    std::int64_t samples = 0;
+    for (int n : nodes) {
+      const auto src = static_cast<std::size_t>(from.node_stage[static_cast<std::size_t>(n)]);
+      const auto& st = measured.stages[src].*member;
+      if (!st || st->median_ms <= 0) return std::nullopt;
+      const double share = node_ms[static_cast<std::size_t>(n)];
+      lo += share * st->p10_ms / st->median_ms;
+      hi += share * st->p90_ms / st->median_ms;
+      quantiles = quantiles && st->quantiles_ms.size() == 21;
+      for (std::size_t k = 0; quantiles && k < 21; ++k)
+        rel[k] += share * st->quantiles_ms[k] / st->median_ms;
+      weight += share;
+      samples = std::max(samples, st->samples);
+    }
+    if (weight <= 0) return std::nullopt;
+    sched::KindStats out;
+    out.median_ms = total;
+    out.p10_ms = total * lo / weight;
+    out.p90_ms = total * hi / weight;
+    out.samples = samples;
+    if (quantiles) {
+      for (double r : rel) out.quantiles_ms.push_back(total * r / weight);
+    }
+    return out;
+  };
+  for (auto& c : t.stages) {
+    const auto& nodes = to.graph.stages[static_cast<std::size_t>(c.stage)].nodes;
+    double sf = 0, sb = 0, si = 0, sw = 0, so = 0;
+    for (int n : nodes) {
+      const auto k = static_cast<std::size_t>(n);
+      sf += nf[k];
+      sb += nb[k];
+      si += ni[k];
+      sw += nw[k];
+      so += no[k];
+    }
+    c.forward_ms = sf;
+    c.backward_ms = sb;
+    c.forward_stats = stats(nf, nodes, &sched::StageCost::forward_stats, sf);
+    c.backward_stats = stats(nb, nodes, &sched::StageCost::backward_stats, sb);
+    if (split) {
+      c.input_grad_ms = si;
+      c.weight_grad_ms = sw;
+      c.input_grad_stats = stats(ni, nodes, &sched::StageCost::input_grad_stats, si);
+      c.weight_grad_stats = stats(nw, nodes, &sched::StageCost::weight_grad_stats, sw);
+    } else {
+      c.input_grad_ms.reset();
+      c.weight_grad_ms.reset();
+    }
+    if (has_opt) {
+      c.optimizer_ms = so;
+      c.optimizer_stats = stats(no, nodes, &sched::StageCost::optimizer_stats, so);
+    }
+  }
+  sched::validate(t, "transferred profile");
+  return t;
+}
+
 }  // namespace pipewright::sim

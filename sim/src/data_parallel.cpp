@@ -94,7 +94,7 @@ DpGroup dp_group(const Cluster& cluster, std::int32_t r, std::int32_t pp, std::i
   for (std::int32_t j = 1; j < dp; ++j) {
     if (cluster.node_of(cluster.global_rank(r, j, pp, dp)) != node0) g.spans_nodes = true;
   }
-  g.link = g.spans_nodes ? cluster.inter_node : cluster.intra_node;
+  g.link = cluster.collective_link(g.spans_nodes);
   return g;
 }
 

@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -51,8 +52,9 @@ struct Op {
   ActionKind kind;
   std::int32_t stage;
   std::int32_t mb;
-  std::int32_t edge;  // comm actions: the edge index; else -1
-  bool ddp_launch;    // the last B/W of its stage on this rank: launches DDP buckets
+  std::int32_t edge;        // comm actions: the edge index; else -1
+  bool ddp_launch;          // the last B/W of its stage on this rank: launches DDP buckets
+  bool batch_head = false;  // first of a run of consecutive SEND/RECV actions (one p2p batch)
 };
 
 // One dependency fact in 16 bytes, all-zero meaning "unknown, no pending receive, nobody
@@ -191,7 +193,22 @@ class Engine {
   std::vector<std::vector<std::int32_t>> explicit_reduce_;       // per rank: stage has REDUCE_GRAD
 
   // Integer nanosecond costs.
-  std::vector<std::int64_t> f_ns_, b_ns_, i_ns_, w_ns_, act_bytes_;
+  std::vector<std::int64_t> f_ns_, b_ns_, i_ns_, w_ns_, opt_ns_, act_bytes_;
+  std::int64_t comm_overhead_ns_ = 0;
+  // Sampled durations (Note [Sampled durations]): per stage and kind slot (0 F, 1 B, 2 I, 3 W,
+  // 4 OPTIM), the (p10, median, p90) in ns, or median < 0 when the stage has no stats.
+  struct Quantiles {
+    std::int64_t p10 = 0, p50 = -1, p90 = 0;
+    std::vector<std::int64_t> q;  // 21 empirical quantiles (0%, 5%, ..., 100%) or empty
+  };
+  std::vector<std::array<Quantiles, 5>> quantiles_;
+  Quantiles p2p_quantiles_;  // the profile's per-message distribution (sampling only)
+  std::int64_t sample(const Quantiles& q, std::uint64_t key) const noexcept;
+  std::int64_t message_ns(const Op& op, std::int32_t step) const noexcept;
+  bool sample_ = false;
+  std::uint64_t seed_ = 0;
+  std::int64_t duration(std::int64_t fixed, std::size_t s, int slot, std::int32_t mb,
+                        std::int32_t step) const noexcept;
   std::vector<std::int64_t> edge_ns_;  // one message on the edge (activation or gradient)
   std::vector<std::vector<std::int64_t>> bucket_ns_;   // per stage: all-reduce time per bucket
   std::vector<std::vector<std::int64_t>> bucket_cum_;  // per stage: cumulative bytes per bucket
@@ -298,7 +315,7 @@ void Engine::decode_plan() {
             a.microbatch >= 0 && a.microbatch < M_, InvalidPlanError,
             where() << ": microbatch " << a.microbatch << " is out of range [0, " << M_ << ")");
       }
-      Op op{a.kind, a.stage, a.microbatch, -1, false};
+      Op op{a.kind, a.stage, a.microbatch, -1, false, false};
       if (a.kind == ActionKind::kSendF || a.kind == ActionKind::kSendB ||
           a.kind == ActionKind::kRecvF || a.kind == ActionKind::kRecvB) {
         const bool to_consumer = a.kind == ActionKind::kSendF || a.kind == ActionKind::kRecvB;
@@ -319,6 +336,10 @@ void Engine::decode_plan() {
       }
       ops.push_back(op);
     }
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      ops[i].batch_head =
+          sched::is_comm(ops[i].kind) && (i == 0 || !sched::is_comm(ops[i - 1].kind));
+    }
     for (std::int32_t s = 0; s < S_; ++s) {
       if (last_grad[static_cast<std::size_t>(s)] >= 0)
         ops[static_cast<std::size_t>(last_grad[static_cast<std::size_t>(s)])].ddp_launch = true;
@@ -326,12 +347,61 @@ void Engine::decode_plan() {
   }
 }
 
+std::int64_t Engine::duration(std::int64_t fixed, std::size_t s, int slot, std::int32_t mb,
+                              std::int32_t step) const noexcept {
+  if (!sample_) return fixed;
+  const Quantiles& q = quantiles_[s][static_cast<std::size_t>(slot)];
+  if (q.p50 < 0) return fixed;
+  return sample(q, (static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ULL) ^
+                       (static_cast<std::uint64_t>(s) << 40) ^
+                       (static_cast<std::uint64_t>(static_cast<std::uint32_t>(mb)) << 8) ^
+                       static_cast<std::uint64_t>(slot));
+}
+
+std::int64_t Engine::message_ns(const Op& op, std::int32_t step) const noexcept {
+  const auto e = static_cast<std::size_t>(op.edge);
+  if (!sample_ || p2p_quantiles_.p50 < 0) return edge_ns_[e];
+  const std::uint64_t slot = op.kind == ActionKind::kSendF ? 5 : 6;
+  return sample(p2p_quantiles_,
+                (static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ULL) ^
+                    (static_cast<std::uint64_t>(e) << 40) ^
+                    (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.mb)) << 8) ^ slot);
+}
+
+std::int64_t Engine::sample(const Quantiles& q, std::uint64_t key) const noexcept {
+  // splitmix64 of (seed, the action's identity): a uniform u in (0, 1).
+  std::uint64_t z = seed_ ^ key;
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  z ^= z >> 31;
+  const double u = (static_cast<double>(z >> 11) + 0.5) / 9007199254740992.0;
+  if (q.q.size() == 21) {  // the empirical quantile function, linear between 5% steps
+    const double pos = u * 20;
+    const auto lo = std::min<std::size_t>(static_cast<std::size_t>(pos), 19);
+    const double frac = pos - static_cast<double>(lo);
+    return q.q[lo] + static_cast<std::int64_t>(frac * static_cast<double>(q.q[lo + 1] - q.q[lo]));
+  }
+  // Piecewise-linear quantile function through (0.1, p10), (0.5, p50), (0.9, p90), extended
+  // with the outer segments' slopes; never below half the p10.
+  const double p10 = static_cast<double>(q.p10), p50 = static_cast<double>(q.p50),
+               p90 = static_cast<double>(q.p90);
+  const double v =
+      u < 0.5 ? p50 + (u - 0.5) * (p50 - p10) / 0.4 : p50 + (u - 0.5) * (p90 - p50) / 0.4;
+  return std::max(static_cast<std::int64_t>(v), q.p10 / 2);
+}
+
 void Engine::precompute_costs() {
   const std::int64_t overhead = ms_to_ns(costs_.compute_overhead_ms);
+  comm_overhead_ns_ = ms_to_ns(costs_.comm_overhead_ms);
   f_ns_.resize(static_cast<std::size_t>(S_));
   b_ns_.resize(static_cast<std::size_t>(S_));
   i_ns_.resize(static_cast<std::size_t>(S_));
   w_ns_.resize(static_cast<std::size_t>(S_));
+  opt_ns_.resize(static_cast<std::size_t>(S_));
+  sample_ = opt_.sample_durations_seed.has_value();
+  seed_ = sample_ ? *opt_.sample_durations_seed : 0;
+  if (sample_) quantiles_.assign(static_cast<std::size_t>(S_), {});
   act_bytes_.resize(static_cast<std::size_t>(S_));
   stage_param_bytes_.resize(static_cast<std::size_t>(S_));
   for (std::int32_t s = 0; s < S_; ++s) {
@@ -341,8 +411,32 @@ void Engine::precompute_costs() {
     b_ns_[k] = ms_to_ns(c.backward_ms) + overhead;
     i_ns_[k] = ms_to_ns(c.input_grad_or_default_ms()) + overhead;
     w_ns_[k] = ms_to_ns(c.weight_grad_or_default_ms()) + overhead;
+    opt_ns_[k] = c.optimizer_ms ? ms_to_ns(*c.optimizer_ms) : 0;
+    if (sample_) {
+      auto q = [](const std::optional<sched::KindStats>& st, std::int64_t extra) {
+        Quantiles out;
+        if (st && st->samples > 0) {
+          out.p10 = ms_to_ns(st->p10_ms) + extra;
+          out.p50 = ms_to_ns(st->median_ms) + extra;
+          out.p90 = ms_to_ns(st->p90_ms) + extra;
+          for (double v : st->quantiles_ms) out.q.push_back(ms_to_ns(v) + extra);
+        }
+        return out;
+      };
+      quantiles_[k] = {q(c.forward_stats, overhead), q(c.backward_stats, overhead),
+                       q(c.input_grad_stats, overhead), q(c.weight_grad_stats, overhead),
+                       q(c.optimizer_stats, 0)};
+    }
     act_bytes_[k] = c.activation_bytes;
     stage_param_bytes_[k] = c.param_bytes;
+  }
+  if (sample_ && !opt_.p2p_override_ms && costs_.p2p && costs_.p2p->per_message_ms &&
+      costs_.p2p->stats && costs_.p2p->stats->samples > 0) {
+    const auto& st = *costs_.p2p->stats;
+    p2p_quantiles_.p10 = ms_to_ns(st.p10_ms);
+    p2p_quantiles_.p50 = ms_to_ns(st.median_ms);
+    p2p_quantiles_.p90 = ms_to_ns(st.p90_ms);
+    for (double v : st.quantiles_ms) p2p_quantiles_.q.push_back(ms_to_ns(v));
   }
   edge_ns_.resize(static_cast<std::size_t>(E_));
   for (std::int32_t e = 0; e < E_; ++e) {
@@ -531,7 +625,7 @@ void Engine::launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_
     done = bend;
     result_.per_rank[static_cast<std::size_t>(r)].dp_comm_ns += ns[b];
     if (record_) {
-      Op cop{ActionKind::kReduceGrad, op.stage, -1, -1, false};
+      Op cop{ActionKind::kReduceGrad, op.stage, -1, -1, false, false};
       const auto idx = record(cop, r, step, Stream::kDpAllReduce, bstart, bend, pred);
       result_.actions[static_cast<std::size_t>(idx)].collective = Collective::kDdpBucket;
       result_.actions[static_cast<std::size_t>(idx)].bucket = static_cast<std::int32_t>(b);
@@ -577,12 +671,13 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
           return false;
       }
       rr.recv_wait_ns += start - st.time;
-      const std::int64_t end = start + f_ns_[s];
+      const std::int64_t dur = duration(f_ns_[s], s, 0, op.mb, step);
+      const std::int64_t end = start + dur;
       const auto idx = record(op, r, step, Stream::kCompute, start, end, pred);
       memory_change(r, st, start, act_bytes_[s], 1);
       st.time = end;
       st.last_compute = idx;
-      rr.busy_ns += f_ns_[s];
+      rr.busy_ns += dur;
       set_slot(base + fdone(op.stage, op.mb), end, idx);
       return true;
     }
@@ -600,7 +695,8 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       }
       rr.recv_wait_ns += start - st.time;
       const bool full = op.kind == ActionKind::kFullBackward;
-      const std::int64_t dur = full ? b_ns_[s] : i_ns_[s];
+      const std::int64_t dur =
+          full ? duration(b_ns_[s], s, 1, op.mb, step) : duration(i_ns_[s], s, 2, op.mb, step);
       const std::int64_t end = start + dur;
       const auto idx = record(op, r, step, Stream::kCompute, start, end, pred);
       st.time = end;
@@ -615,11 +711,12 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
     case ActionKind::kBackwardWeight: {
       if (!need(bdone(op.stage, op.mb))) return false;
       const std::int64_t start = st.time;
-      const std::int64_t end = start + w_ns_[s];
+      const std::int64_t dur = duration(w_ns_[s], s, 3, op.mb, step);
+      const std::int64_t end = start + dur;
       const auto idx = record(op, r, step, Stream::kCompute, start, end, st.last_compute);
       st.time = end;
       st.last_compute = idx;
-      rr.busy_ns += w_ns_[s];
+      rr.busy_ns += dur;
       memory_change(r, st, end, -act_bytes_[s], -1);
       if (op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
         launch_ddp(r, st, op, step, start, end, idx);
@@ -629,8 +726,9 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
     case ActionKind::kSendB: {
       const bool fwd = op.kind == ActionKind::kSendF;
       if (!need(fwd ? fdone(op.stage, op.mb) : bdone(op.stage, op.mb))) return false;
+      if (op.batch_head) st.time += comm_overhead_ns_;
       const std::int64_t start = std::max(st.time, st.send_free);
-      const std::int64_t end = start + edge_ns_[static_cast<std::size_t>(op.edge)];
+      const std::int64_t end = start + message_ns(op, step);
       const auto pred = st.send_free > st.time ? st.last_send : st.last_compute;
       const auto idx = record(op, r, step, Stream::kSend, start, end, pred);
       st.send_free = end;
@@ -644,10 +742,12 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       const bool fwd = op.kind == ActionKind::kRecvF;
       const std::size_t arrived = eslot(fwd ? 0 : 2, op.edge, op.mb);
       if (!opt_.blocking_recv) {
+        if (op.batch_head) st.time += comm_overhead_ns_;
         post_recv(r, st, op, step, base + arrived, base + eslot(fwd ? 1 : 3, op.edge, op.mb));
         return true;
       }
       if (!need(arrived)) return false;
+      if (op.batch_head) st.time += comm_overhead_ns_;
       const std::int64_t at = slots_[base + arrived].time();
       const std::int64_t start = st.time;
       const std::int64_t end = std::max(start, at);
@@ -682,7 +782,10 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       return true;
     }
     case ActionKind::kOptimizerStep: {
-      const auto idx = record(op, r, step, Stream::kCompute, st.time, st.time, st.last_compute);
+      // The stage's optimizer time (profiles measure it; 0 when the cost table has none).
+      const std::int64_t end = st.time + duration(opt_ns_[s], s, 4, -1, step);
+      const auto idx = record(op, r, step, Stream::kCompute, st.time, end, st.last_compute);
+      st.time = end;
       st.last_compute = idx;
       return true;
     }
@@ -717,7 +820,7 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
       rr.dp_comm_ns += ns;
       rr.dp_exposed_ns += end - st.time;
       if (record_) {
-        Op cop{ActionKind::kReduceGrad, -1, -1, -1, false};
+        Op cop{ActionKind::kReduceGrad, -1, -1, -1, false, false};
         const auto idx = record(cop, r, step, Stream::kDpAllReduce, start, end, st.last_compute);
         result_.actions[static_cast<std::size_t>(idx)].collective = kind;
         st.last_dp = idx;
@@ -852,7 +955,8 @@ SimResult Engine::run() {
   result_.makespan_ns = makespan;
   for (auto& rr : result_.per_rank) {
     rr.idle_ns = makespan - rr.busy_ns;
-    rr.peak_memory_bytes = rr.static_memory_bytes + rr.peak_activation_bytes;
+    rr.peak_memory_bytes =
+        costs_.runtime_memory_bytes + rr.static_memory_bytes + rr.peak_activation_bytes;
     rr.exceeds_memory =
         cluster_.device_memory_bytes > 0 && rr.peak_memory_bytes > cluster_.device_memory_bytes;
   }
@@ -888,6 +992,27 @@ double SimResult::throughput_samples_per_s() const noexcept {
 SimResult simulate(const sched::LoweredPlan& plan, const sched::CostTable& costs,
                    const Cluster& cluster, const SimOptions& options) {
   return Engine(plan, costs, cluster, options).run();
+}
+
+double median_step_ms(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                      const Cluster& cluster, SimOptions options, std::int32_t steps,
+                      std::uint64_t seed) {
+  PW_CHECK(steps >= 1, ConfigError, "median_step_ms: steps must be >= 1, got " << steps);
+  // Independent single steps: the executor ends every step with a loss all-reduce, so its steps
+  // do not overlap across ranks as back-to-back simulated steps would.
+  options.steps = 1;
+  options.record_actions = false;
+  options.record_memory_timeline = false;
+  std::vector<double> ms;
+  for (std::int32_t k = 0; k < steps; ++k) {
+    options.sample_durations_seed = seed + static_cast<std::uint64_t>(k) * 0x632BE59BD9B4E019ULL;
+    const SimResult r = simulate(plan, costs, cluster, options);
+    ms.push_back(static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns[0]) /
+                 1e6);
+  }
+  std::sort(ms.begin(), ms.end());
+  const std::size_t n = ms.size();
+  return n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
 }
 
 }  // namespace pipewright::sim

@@ -35,8 +35,8 @@ int main(int argc, char** argv) {
         std::printf("tensor '%s' has different shapes\n", name.c_str());
         return 1;
       }
-      const double d = (ta.to(torch::kDouble) - it->second.to(torch::kDouble)).abs().max()
-                           .item<double>();
+      const double d =
+          (ta.to(torch::kDouble) - it->second.to(torch::kDouble)).abs().max().item<double>();
       if (!(d <= worst)) {
         worst = d;
         where = name;

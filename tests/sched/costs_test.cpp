@@ -24,16 +24,16 @@ CostTable sample_table() {
   s0.activation_bytes = 1024;
   s0.output_bytes = 256;
   s0.param_sizes_bytes = {1024, 3072};
-  s0.forward_stats = KindStats{1.25, 1.0, 1.5, 16};
+  s0.forward_stats = KindStats{1.25, 1.0, 1.5, 16, {}};
   StageCost s1 = s0;
   s1.stage = 1;
   s1.input_grad_ms = 1.0;
   s1.weight_grad_ms = 1.5;
   s1.param_sizes_bytes.clear();
   s1.forward_stats.reset();
-  s1.weight_grad_stats = KindStats{1.5, 1.4, 1.6, 8};
+  s1.weight_grad_stats = KindStats{1.5, 1.4, 1.6, 8, {}};
   t.stages = {s0, s1};
-  t.p2p = P2PCost{0.01, 12.5, std::nullopt};
+  t.p2p = P2PCost{0.01, 12.5, std::nullopt, std::nullopt};
   t.peak_memory = {{0, 123456}, {1, 654321}};
   return t;
 }

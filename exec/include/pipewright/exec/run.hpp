@@ -31,7 +31,7 @@ struct RunConfig {
   // Training.
   std::int64_t batch_size = 0;  // per replica, per step; a multiple of microbatches
   std::int64_t steps = 1;
-  std::string loss;  // "mse" | "cross-entropy"; empty: the model's loss node decides
+  std::string loss;               // "mse" | "cross-entropy"; empty: the model's loss node decides
   std::string optimizer = "sgd";  // "sgd" (with momentum) | "adam" | "adamw"
   double lr = 0.01;
   double momentum = 0.0;
@@ -51,8 +51,8 @@ struct RunConfig {
   double timeout_s = 300;
   WorldFlags world;
   // Measurement (written by world rank 0).
-  std::string trace_path;    // Chrome Trace Event JSON, every rank in one file (pid = rank)
-  std::string profile_path;  // pipewright-profile JSON for `pipewright simulate --profile`
+  std::string trace_path;         // Chrome Trace Event JSON, every rank in one file (pid = rank)
+  std::string profile_path;       // pipewright-profile JSON for `pipewright simulate --profile`
   std::int64_t warmup_steps = 1;  // steps left out of the profile's statistics
   // Data parallelism (issue 7).
   DataParallelConfig data_parallel;
@@ -62,14 +62,14 @@ struct RunConfig {
 struct StepLog {
   std::int64_t step = 0;
   std::int64_t steps = 0;
-  double loss = 0;      // mean over the global batch (averaged over replicas)
-  double step_ms = 0;   // wall time of the step on rank 0 (ends with the loss all-reduce)
+  double loss = 0;     // mean over the global batch (averaged over replicas)
+  double step_ms = 0;  // wall time of the step on rank 0 (ends with the loss all-reduce)
   double samples_per_s = 0;
 };
 
 struct RunResult {
   int world_rank = 0;
-  std::vector<StepLog> steps;  // filled on world rank 0
+  std::vector<StepLog> steps;              // filled on world rank 0
   std::vector<std::string> written_files;  // files this rank wrote
   DataParallelStats data_parallel;         // this rank's data-parallel communication (dp > 1)
 };

@@ -7,13 +7,15 @@
 //
 // JSON form (docs/simulator.md has the full description):
 //   {"format": "pipewright-profile", "version": 1, "source": "executor",
-//    "compute_overhead_ms": 0,
+//    "compute_overhead_ms": 0, "comm_overhead_ms": 0.3, "runtime_memory_bytes": 0,
 //    "stages": [{"stage": 0, "forward_ms": 1.5, "backward_ms": 3.0,
 //                "input_grad_ms": 1.5, "weight_grad_ms": 1.5,          (optional)
+//                "optimizer_ms": 0.4,                                   (optional)
 //                "param_bytes": 4096, "activation_bytes": 1024, "output_bytes": 256,
 //                "param_sizes_bytes": [2048, 2048],                     (optional)
 //                "stats": {"forward": {"median_ms": 1.5, "p10_ms": 1.4,
-//                                      "p90_ms": 1.7, "samples": 32}}}], (optional)
+//                                      "p90_ms": 1.7, "samples": 32,
+//                                      "quantiles_ms": [21 values]}}}],    (optional)
 //    "p2p": {"latency_ms": 0.01, "bandwidth_gb_per_s": 10} or {"per_message_ms": 0.2},
 //    "peak_memory": [{"rank": 0, "peak_bytes": 123456}]}                (optional)
 // Times are milliseconds (double), sizes are bytes (integer), bandwidth is 1e9 bytes/s.
@@ -36,9 +38,13 @@ struct KindStats {
   double p10_ms = 0;
   double p90_ms = 0;
   std::int64_t samples = 0;
+  // Optional empirical quantile function: the 0%, 5%, ..., 100% quantiles (21 values,
+  // ascending; the first is the minimum, the last the maximum). Sampled simulation draws from it
+  // when present (sim: Note [Sampled durations]), else from p10/median/p90.
+  std::vector<double> quantiles_ms;
   friend bool operator==(const KindStats& a, const KindStats& b) noexcept {
     return a.median_ms == b.median_ms && a.p10_ms == b.p10_ms && a.p90_ms == b.p90_ms &&
-           a.samples == b.samples;
+           a.samples == b.samples && a.quantiles_ms == b.quantiles_ms;
   }
 };
 
@@ -49,6 +55,8 @@ struct StageCost {
   // Split backward (zero-bubble plans). When absent, I costs backward_ms / 2 and W the rest.
   std::optional<double> input_grad_ms;
   std::optional<double> weight_grad_ms;
+  // The stage's optimizer step (OPTIM), once per training step; absent = free.
+  std::optional<double> optimizer_ms;
   std::int64_t param_bytes = 0;       // all trainable parameters of the stage
   std::int64_t activation_bytes = 0;  // kept from F until B (or W), per microbatch
   std::int64_t output_bytes = 0;      // activation crossing each outgoing cut, per microbatch
@@ -59,6 +67,7 @@ struct StageCost {
   std::optional<KindStats> backward_stats;
   std::optional<KindStats> input_grad_stats;
   std::optional<KindStats> weight_grad_stats;
+  std::optional<KindStats> optimizer_stats;
 
   // I and W costs with the documented default split.
   [[nodiscard]] double input_grad_or_default_ms() const noexcept {
@@ -70,6 +79,7 @@ struct StageCost {
   friend bool operator==(const StageCost& a, const StageCost& b) noexcept {
     return a.stage == b.stage && a.forward_ms == b.forward_ms && a.backward_ms == b.backward_ms &&
            a.input_grad_ms == b.input_grad_ms && a.weight_grad_ms == b.weight_grad_ms &&
+           a.optimizer_ms == b.optimizer_ms && a.optimizer_stats == b.optimizer_stats &&
            a.param_bytes == b.param_bytes && a.activation_bytes == b.activation_bytes &&
            a.output_bytes == b.output_bytes && a.param_sizes_bytes == b.param_sizes_bytes &&
            a.forward_stats == b.forward_stats && a.backward_stats == b.backward_stats &&
@@ -83,9 +93,11 @@ struct P2PCost {
   double latency_ms = 0;
   double bandwidth_gb_per_s = 0;  // 1e9 bytes/s; 0 means "no bandwidth term"
   std::optional<double> per_message_ms;
+  // Measured distribution of the message time (executor profiles; with per_message_ms).
+  std::optional<KindStats> stats;
   friend bool operator==(const P2PCost& a, const P2PCost& b) noexcept {
     return a.latency_ms == b.latency_ms && a.bandwidth_gb_per_s == b.bandwidth_gb_per_s &&
-           a.per_message_ms == b.per_message_ms;
+           a.per_message_ms == b.per_message_ms && a.stats == b.stats;
   }
 };
 
@@ -101,13 +113,24 @@ struct CostTable {
   std::string source = "custom";  // "executor", "model", "cli", "custom"
   // Fixed overhead added to every compute action (launch, Python-free dispatch...), ms.
   double compute_overhead_ms = 0;
+  // Compute-stream time of posting and completing one batch of point-to-point operations (a
+  // rank's consecutive SEND/RECV actions, which the executor posts together), even when the data
+  // is already there: ms per batch. Executor profiles measure it (Note [Comm overhead] in
+  // exec/src/run_report.cpp).
+  double comm_overhead_ms = 0;
+  // Memory every rank holds besides the model state and activations (runtime libraries,
+  // allocator caches, data), bytes; the simulator adds it to each rank's predicted peak.
+  // Executor profiles measure it (Note [Runtime memory] in exec/src/run_report.hpp).
+  std::int64_t runtime_memory_bytes = 0;
   std::vector<StageCost> stages;  // stages[i].stage == i
   std::optional<P2PCost> p2p;
   std::vector<RankPeakMemory> peak_memory;  // measured, executor profiles only
 
   friend bool operator==(const CostTable& a, const CostTable& b) noexcept {
     return a.source == b.source && a.compute_overhead_ms == b.compute_overhead_ms &&
-           a.stages == b.stages && a.p2p == b.p2p && a.peak_memory == b.peak_memory;
+           a.comm_overhead_ms == b.comm_overhead_ms &&
+           a.runtime_memory_bytes == b.runtime_memory_bytes && a.stages == b.stages &&
+           a.p2p == b.p2p && a.peak_memory == b.peak_memory;
   }
 };
 

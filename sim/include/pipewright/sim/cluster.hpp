@@ -5,9 +5,15 @@
 //    "intra_node": {"latency_ms": 0.005, "bandwidth_gb_per_s": 150},
 //    "inter_node": {"latency_ms": 0.01, "bandwidth_gb_per_s": 25},
 //    "collective": "ring", "placement": "pipeline-major",
-//    "rank_nodes": [{"rank": 0, "node": 0}, ...]}            (optional explicit placement)
+//    "rank_nodes": [{"rank": 0, "node": 0}, ...],            (optional explicit placement)
+//    "collective_links": {"intra_node": {...}, "inter_node": {...}},  (optional, see below)
+//    "calibration": {...}}          (optional, written by `pipewright calibrate`, not read)
 // Point-to-point time between two ranks = latency + bytes / bandwidth of the link between their
 // nodes (intra_node when both are on the same node). bandwidth 0 means "infinitely fast".
+// Collectives (DDP all-reduce, SlowMo reduce/broadcast) use collective_links when given: the
+// latency and bandwidth a ring all-reduce fit measured (`pipewright calibrate`), which on hosts
+// where a collective's per-step cost differs from a message's (Gloo's ring on CPU cores) predict
+// better than the point-to-point link; else they use the point-to-point links.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +47,15 @@ struct Cluster {
   Placement placement = Placement::kPipelineMajor;
   // Optional explicit node of each global rank (overrides ranks_per_node / placement).
   std::vector<std::int32_t> rank_nodes;
+  // Optional links of collectives (within a node / across nodes); default: intra/inter_node.
+  std::optional<Link> collective_intra_node;
+  std::optional<Link> collective_inter_node;
+  // Opaque record of how the cluster was measured (calibrate's samples and fits), JSON text;
+  // kept through parse/to_json, never interpreted.
+  std::string calibration_json;
+
+  // The link a collective within one node (spans_nodes false) or across nodes uses.
+  [[nodiscard]] const Link& collective_link(bool spans_nodes) const noexcept;
 
   // Node of global rank g (for a run with `world` ranks). Precondition: check_fits(world).
   [[nodiscard]] std::int32_t node_of(std::int32_t global_rank) const noexcept;

@@ -34,3 +34,23 @@ struct WhatIfCosts {
                                                     const graph::Partition& partition);
 
 }  // namespace pipewright::sim
+
+namespace pipewright::sim {
+
+// Note [Profile transfer]: predicts the stage costs of partition `to` from an executor profile
+// measured on partition `from` of the same model, before running `to`. Each measured stage's
+// F, B, I, W times are spread over its nodes in proportion to the model's cost annotations
+// (graph/ FLOP formulas), which fixes the per-node scale the host actually achieves; the
+// optimizer time is spread in proportion to parameter bytes. The nodes of each stage of `to`
+// then sum these per-node times. Distributions (p10/p90) keep the relative spread of the
+// source stages, weighted by their share. Byte sizes come from `to` (costs_from_partition);
+// p2p, comm_overhead_ms, compute_overhead_ms and runtime_memory_bytes are copied from the
+// profile; measured peak memory is dropped (it belonged to other ranks). Throws
+// InvalidGraphError when a partition does not belong to `model`, ConfigError when the profile's
+// stage count differs from `from`.
+[[nodiscard]] sched::CostTable transfer_profile(const graph::Model& model,
+                                                const graph::Partition& from,
+                                                const sched::CostTable& measured,
+                                                const graph::Partition& to);
+
+}  // namespace pipewright::sim

@@ -63,6 +63,13 @@ struct SimOptions {
   bool blocking_recv = false;
   // A message of a fixed duration for every send, overriding cluster and profile (--p2p-ms).
   std::optional<double> p2p_override_ms;
+  // Note [Sampled durations]: when set, every F/B/I/W/OPTIM whose stage has measured stats
+  // (executor profiles: p10, median, p90) takes a duration drawn from that distribution instead
+  // of the median, with a counter-based generator seeded by (seed, step, stage, microbatch,
+  // kind), so results stay deterministic. On a noisy host a step's critical path is a max over
+  // noisy sums, longer than the same max over medians; simulating several steps with sampled
+  // durations and taking the median step time (median_step_ms) predicts it.
+  std::optional<std::uint64_t> sample_durations_seed;
 };
 
 enum class Stream : std::uint8_t { kCompute = 0, kSend = 1, kRecv = 2, kDpAllReduce = 3 };
@@ -135,5 +142,12 @@ struct SimResult {
 // for plans that deadlock (naming every blocked rank and what it waits for).
 [[nodiscard]] SimResult simulate(const sched::LoweredPlan& plan, const sched::CostTable& costs,
                                  const Cluster& cluster, const SimOptions& options);
+
+// The median step time (ms) of `steps` consecutive simulated steps (step k lasts from the end of
+// step k-1 to its own end; the first from 0), with sampled durations (Note [Sampled durations],
+// seed `seed`) when the costs carry stats, else the plain simulation's step time.
+[[nodiscard]] double median_step_ms(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                                    const Cluster& cluster, SimOptions options, std::int32_t steps,
+                                    std::uint64_t seed = 1);
 
 }  // namespace pipewright::sim

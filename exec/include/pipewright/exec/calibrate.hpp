@@ -1,0 +1,57 @@
+// Communication microbenchmarks for `pipewright calibrate`: point-to-point ping-pong between
+// world ranks 0 and 1 and all-reduce over every rank, over a range of message sizes, through the
+// same Communicator the executor uses (so the numbers include pipewright's own overheads).
+// Torch-free; the fit to the simulator's model lives in sim/ (sim/calibration.hpp).
+//
+// measure_communication() is collective: every rank of the job calls it with the same config;
+// the result is complete on world rank 0 (other ranks get their own rank and nothing else).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipewright/exec/rendezvous.hpp"
+
+namespace pipewright::exec {
+
+struct CalibrationConfig {
+  std::string backend = "gloo";  // "gloo" | "mpi" (| "nccl" on GPUs)
+  WorldFlags world;
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+  // Message sizes in bytes (multiples of 4), ascending. Empty: powers of 4 from 4 B to 16 MiB.
+  std::vector<std::int64_t> sizes;
+  // Timed repetitions per size (after 2 untimed ones); large messages use fewer, so that one
+  // size moves at most ~512 MiB: reps(size) = max(5, min(iterations, 512 MiB / size)).
+  int iterations = 40;
+};
+
+// One message size: the distribution of the timed repetitions, milliseconds.
+struct SizeTiming {
+  std::int64_t bytes = 0;
+  double median_ms = 0;
+  double p10_ms = 0;
+  double p90_ms = 0;
+  std::int64_t samples = 0;
+};
+
+struct CommunicationMeasurements {
+  int world_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  std::string backend;
+  // One-way point-to-point time between ranks 0 and 1 (half the round trip of a ping-pong).
+  std::vector<SizeTiming> p2p;
+  // In-place float32 sum all-reduce over all ranks (from a barrier to completion on rank 0).
+  std::vector<SizeTiming> allreduce;
+};
+
+// The default sizes: 4, 16, 64, ..., 16 MiB.
+[[nodiscard]] std::vector<std::int64_t> default_calibration_sizes();
+
+// Runs the measurements on this process's rank. Throws ConfigError for a world of one rank or
+// bad sizes, and the communicator's PeerError / TimeoutError when a peer fails.
+[[nodiscard]] CommunicationMeasurements measure_communication(const CalibrationConfig& config);
+
+}  // namespace pipewright::exec

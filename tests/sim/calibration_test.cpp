@@ -1,0 +1,93 @@
+#include "pipewright/sim/calibration.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sim/cluster.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+std::vector<std::int64_t> sizes() {
+  std::vector<std::int64_t> s;
+  for (std::int64_t b = 4; b <= (std::int64_t{16} << 20); b *= 4) s.push_back(b);
+  return s;
+}
+
+TEST(Calibration, P2PFitRecoversLatencyAndBandwidthExactly) {
+  // 20 us + bytes / 2.5 GB/s
+  std::vector<TimingPoint> pts;
+  for (auto b : sizes()) pts.push_back({b, 0.02 + static_cast<double>(b) / 2.5e6});
+  const LinkFit f = fit_p2p(pts);
+  EXPECT_NEAR(f.link.latency_ms, 0.02, 1e-9);
+  EXPECT_NEAR(f.link.bandwidth_gb_per_s, 2.5, 1e-6);
+  EXPECT_LT(f.max_abs_relative_error, 1e-9);
+}
+
+TEST(Calibration, RingAllReduceFitRecoversTheSimulatorsFormula) {
+  const Link truth{0.015, 4.0};
+  for (std::int32_t n : {2, 3, 4, 8}) {
+    std::vector<TimingPoint> pts;
+    for (auto b : sizes()) {
+      pts.push_back({b, static_cast<double>(allreduce_ns(CollectiveAlgorithm::kRing, truth, n, b)) /
+                            1e6});
+    }
+    const LinkFit f = fit_ring_allreduce(pts, n);
+    EXPECT_NEAR(f.link.latency_ms, truth.latency_ms, 1e-6) << n;
+    EXPECT_NEAR(f.link.bandwidth_gb_per_s, truth.bandwidth_gb_per_s, 1e-3) << n;
+    EXPECT_LT(f.max_abs_relative_error, 1e-4) << n;
+  }
+}
+
+TEST(Calibration, FitWeighsSmallAndLargeMessagesByRelativeError) {
+  // 10% noise alternating in sign: the latency must still come out near 50 us (an unweighted
+  // fit would be dominated by the 16 MiB point's absolute error of ~0.7 ms).
+  std::vector<TimingPoint> pts;
+  int i = 0;
+  for (auto b : sizes()) {
+    const double t = 0.05 + static_cast<double>(b) / 1e6;
+    pts.push_back({b, t * (i++ % 2 ? 1.1 : 0.9)});
+  }
+  const LinkFit f = fit_p2p(pts);
+  EXPECT_NEAR(f.link.latency_ms, 0.05, 0.01);
+  EXPECT_NEAR(f.link.bandwidth_gb_per_s, 1.0, 0.15);
+  EXPECT_NEAR(f.max_abs_relative_error, 0.1, 0.05);
+}
+
+TEST(Calibration, DegenerateInputsClampOrThrow) {
+  // Constant time: no bandwidth term.
+  const LinkFit flat = fit_p2p({{4, 1.0}, {4096, 1.0}, {1 << 20, 1.0}});
+  EXPECT_EQ(flat.link.bandwidth_gb_per_s, 0);
+  EXPECT_NEAR(flat.link.latency_ms, 1.0, 1e-12);
+  // Proportional time: zero latency.
+  const LinkFit prop = fit_p2p({{1000, 0.001}, {2000, 0.002}, {4000, 0.004}});
+  EXPECT_NEAR(prop.link.latency_ms, 0, 1e-12);
+  EXPECT_NEAR(prop.link.bandwidth_gb_per_s, 1.0, 1e-9);
+  EXPECT_THROW((void)fit_p2p({{4, 1.0}}), ConfigError);
+  EXPECT_THROW((void)fit_p2p({{4, 1.0}, {8, 0.0}}), ConfigError);
+  EXPECT_THROW((void)fit_ring_allreduce({{4, 1.0}, {8, 2.0}}, 1), ConfigError);
+}
+
+TEST(Calibration, ClusterCollectiveLinksRoundTripAndAreUsedForCollectives) {
+  const char* text = R"({"format": "pipewright-cluster", "version": 1, "ranks_per_node": 4,
+    "intra_node": {"latency_ms": 0.01, "bandwidth_gb_per_s": 5},
+    "collective_links": {"intra_node": {"latency_ms": 0.2, "bandwidth_gb_per_s": 1}},
+    "calibration": {"backend": "gloo", "p2p": [{"bytes": 4, "median_ms": 0.01}]}})";
+  const Cluster c = parse_cluster(text, "cal.json");
+  ASSERT_TRUE(c.collective_intra_node.has_value());
+  EXPECT_DOUBLE_EQ(c.collective_link(false).latency_ms, 0.2);
+  EXPECT_DOUBLE_EQ(c.collective_link(true).latency_ms, 0.01);  // inter falls back to inter_node
+  EXPECT_DOUBLE_EQ(c.link(0, 1).latency_ms, 0.01);             // p2p unchanged
+  const Cluster back = parse_cluster(to_json(c), "again.json");
+  EXPECT_EQ(to_json(back), to_json(c));
+  EXPECT_NE(to_json(c).find("\"calibration\""), std::string::npos);
+  EXPECT_THROW((void)parse_cluster(R"({"format": "pipewright-cluster", "version": 1,
+    "collective_links": {"intra": {}}})",
+                                   "bad.json"),
+               ParseError);
+}
+
+}  // namespace
+}  // namespace pipewright::sim

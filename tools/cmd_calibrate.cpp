@@ -1,0 +1,219 @@
+// `pipewright calibrate --backend gloo|mpi --nproc N [-o cluster.json]`: measures point-to-point
+// and all-reduce times between N local ranks through pipewright's own communicators
+// (exec/calibrate.hpp), fits the simulator's communication model (sim/calibration.hpp) and writes
+// a cluster description that `pipewright simulate/compare/search --cluster` read.
+//
+// The command re-executes itself: without --worker it replaces itself with
+// `pipewright launch --nproc N -- pipewright calibrate --worker ...` (Gloo) or
+// `mpirun -np N pipewright calibrate --worker ...` (MPI); every rank then runs the worker, and
+// world rank 0 fits and writes the output. On several hosts, start the workers with your own
+// launcher (`mpirun -np 16 -H a:8,b:8 pipewright calibrate --worker --backend mpi -o c.json`).
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "pipewright/exec/calibrate.hpp"
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sim/calibration.hpp"
+#include "pipewright/sim/cluster.hpp"
+
+namespace pipewright::cli {
+namespace {
+
+struct CalibrateArgs {
+  std::string backend = "gloo";
+  int nproc = 2;
+  bool worker = false;
+  std::string output = "-";
+  std::string name;
+  int iterations = 40;
+  double max_mib = 16;
+  double timeout_s = 120;
+};
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  PW_CHECK(n > 0, InternalError, "calibrate: cannot resolve /proc/self/exe");
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+[[noreturn]] void exec_ranks(const CalibrateArgs& a) {
+  PW_CHECK(a.backend == "gloo" || a.backend == "mpi", ConfigError,
+           "calibrate: --backend must be gloo or mpi, got '" << a.backend << "'");
+  PW_CHECK(a.nproc >= 2, ConfigError, "calibrate: --nproc must be >= 2, got " << a.nproc);
+  const std::string self = self_exe();
+  std::vector<std::string> args;
+  if (a.backend == "mpi") {
+    args = {"mpirun", "-np", std::to_string(a.nproc), "--oversubscribe", "--bind-to", "none",
+            "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"};
+    if (::geteuid() == 0) args.emplace_back("--allow-run-as-root");
+  } else {
+    args = {self, "launch", "--nproc", std::to_string(a.nproc), "--"};
+  }
+  const auto level = spdlog::level::to_string_view(spdlog::get_level());
+  for (const std::string& s :
+       {self, std::string("--log-level"), std::string(level.data(), level.size()),
+        std::string("calibrate"), std::string("--worker"), std::string("--backend"), a.backend,
+        std::string("-o"), a.output, std::string("--iterations"), std::to_string(a.iterations),
+        std::string("--max-mib"), fmt(a.max_mib), std::string("--timeout"), fmt(a.timeout_s)}) {
+    args.push_back(s);
+  }
+  if (!a.name.empty()) {
+    args.emplace_back("--name");
+    args.push_back(a.name);
+  }
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::execvp(argv[0], argv.data());
+  throw ConfigError("calibrate: cannot start '" + args[0] + "' (" + std::strerror(errno) + ")" +
+                    (a.backend == "mpi" ? "; is Open MPI's mpirun installed?" : ""));
+}
+
+std::int64_t host_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemTotal:") return kb * 1024;
+  }
+  return 0;
+}
+
+nlohmann::json timings_json(const std::vector<exec::SizeTiming>& ts) {
+  auto arr = nlohmann::json::array();
+  for (const auto& t : ts) {
+    arr.push_back({{"bytes", t.bytes},
+                   {"median_ms", t.median_ms},
+                   {"p10_ms", t.p10_ms},
+                   {"p90_ms", t.p90_ms},
+                   {"samples", t.samples}});
+  }
+  return arr;
+}
+
+std::vector<sim::TimingPoint> points(const std::vector<exec::SizeTiming>& ts) {
+  std::vector<sim::TimingPoint> p;
+  for (const auto& t : ts) p.push_back({t.bytes, t.median_ms});
+  return p;
+}
+
+void run_worker(const CalibrateArgs& a) {
+  PW_CHECK(a.max_mib > 0 && a.max_mib <= 1024, ConfigError,
+           "calibrate: --max-mib must be in (0, 1024], got " << a.max_mib);
+  exec::CalibrationConfig cfg;
+  cfg.backend = a.backend;
+  cfg.iterations = a.iterations;
+  cfg.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
+  const auto max_bytes = static_cast<std::int64_t>(a.max_mib * 1024 * 1024);
+  for (std::int64_t b = 4; b <= max_bytes; b *= 4) cfg.sizes.push_back(b);
+  const exec::CommunicationMeasurements m = exec::measure_communication(cfg);
+  if (m.world_rank != 0) return;
+
+  const sim::LinkFit p2p = sim::fit_p2p(points(m.p2p));
+  const sim::LinkFit ar = sim::fit_ring_allreduce(points(m.allreduce), m.world_size);
+  spdlog::info("calibrate: {} ranks over {}", m.world_size, m.backend);
+  spdlog::info("{:>10} {:>12} {:>12} {:>14} {:>12}", "bytes", "p2p_ms", "p2p_fit_ms",
+               "allreduce_ms", "ar_fit_ms");
+  for (std::size_t i = 0; i < m.p2p.size(); ++i) {
+    const double b = static_cast<double>(m.p2p[i].bytes);
+    const double p2p_fit =
+        p2p.link.latency_ms +
+        (p2p.link.bandwidth_gb_per_s > 0 ? b / p2p.link.bandwidth_gb_per_s * 1e-6 : 0);
+    const double n = m.world_size;
+    const double ar_fit =
+        2 * (n - 1) * ar.link.latency_ms +
+        (ar.link.bandwidth_gb_per_s > 0 ? 2 * (n - 1) / n * b / ar.link.bandwidth_gb_per_s * 1e-6
+                                        : 0);
+    spdlog::info("{:>10} {:>12.4f} {:>12.4f} {:>14.4f} {:>12.4f}", m.p2p[i].bytes,
+                 m.p2p[i].median_ms, p2p_fit, m.allreduce[i].median_ms, ar_fit);
+  }
+  spdlog::info(
+      "p2p: latency {:.4f} ms, bandwidth {:.3f} GB/s (fit error mean {:.1f}%, max {:.1f}%); "
+      "ring all-reduce: latency {:.4f} ms, bandwidth {:.3f} GB/s (mean {:.1f}%, max {:.1f}%)",
+      p2p.link.latency_ms, p2p.link.bandwidth_gb_per_s, 100 * p2p.mean_abs_relative_error,
+      100 * p2p.max_abs_relative_error, ar.link.latency_ms, ar.link.bandwidth_gb_per_s,
+      100 * ar.mean_abs_relative_error, 100 * ar.max_abs_relative_error);
+
+  sim::Cluster c;
+  const int per_node = std::max(1, m.local_world_size);
+  c.name = a.name.empty() ? "calibrated-" + m.backend + "-" + std::to_string(m.world_size) + "ranks"
+                          : a.name;
+  c.ranks_per_node = per_node;
+  c.nodes = (m.world_size + per_node - 1) / per_node;
+  // A CPU rank's "device" memory: its share of the host's memory.
+  c.device_memory_bytes = host_memory_bytes() / per_node;
+  c.intra_node = p2p.link;
+  c.inter_node = p2p.link;  // measured between ranks 0 and 1 (one node when launched locally)
+  c.collective_intra_node = ar.link;
+  c.collective_inter_node = ar.link;
+  const nlohmann::json record{
+      {"tool", "pipewright calibrate"},
+      {"backend", m.backend},
+      {"ranks", m.world_size},
+      {"ranks_per_node", per_node},
+      {"p2p", timings_json(m.p2p)},
+      {"allreduce", timings_json(m.allreduce)},
+      {"p2p_fit_error", {{"mean", p2p.mean_abs_relative_error}, {"max", p2p.max_abs_relative_error}}},
+      {"allreduce_fit_error",
+       {{"mean", ar.mean_abs_relative_error}, {"max", ar.max_abs_relative_error}}}};
+  c.calibration_json = record.dump();
+  write_output(a.output, sim::to_json(c));
+  if (a.output != "-") spdlog::info("wrote {}", a.output);
+}
+
+void setup_calibrate(CLI::App& app) {
+  auto a = std::make_shared<CalibrateArgs>();
+  auto* cmd = app.add_subcommand(
+      "calibrate",
+      "Measure point-to-point and all-reduce times between local ranks and write a cluster "
+      "description for the simulator");
+  cmd->add_option("--backend", a->backend, "gloo|mpi")->capture_default_str();
+  cmd->add_option("--nproc", a->nproc, "local ranks to start (>= 2)")->capture_default_str();
+  cmd->add_option("-o,--output", a->output, "cluster JSON to write (- for stdout)")
+      ->capture_default_str();
+  cmd->add_option("--name", a->name, "cluster name (default calibrated-<backend>-<N>ranks)");
+  cmd->add_option("--iterations", a->iterations, "timed repetitions per message size")
+      ->capture_default_str();
+  cmd->add_option("--max-mib", a->max_mib, "largest message, MiB (sizes are powers of 4 from 4 B)")
+      ->capture_default_str();
+  cmd->add_option("--timeout", a->timeout_s, "deadline of every wait, seconds")
+      ->capture_default_str();
+  cmd->add_flag("--worker", a->worker,
+                "run as one rank of an already launched job (used by calibrate itself, or under "
+                "your own mpirun/torchrun on several hosts)");
+  cmd->callback([a] {
+    if (a->worker) {
+      run_worker(*a);
+    } else {
+      exec_ranks(*a);
+    }
+  });
+}
+
+}  // namespace
+
+PW_REGISTER_COMMAND(setup_calibrate);
+
+}  // namespace pipewright::cli
