@@ -62,18 +62,30 @@ std::string fmt(double v) {
   const std::string self = self_exe();
   std::vector<std::string> args;
   if (a.backend == "mpi") {
-    args = {"mpirun", "-np", std::to_string(a.nproc), "--oversubscribe", "--bind-to", "none",
-            "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"};
+    args = {"mpirun",
+            "-np",
+            std::to_string(a.nproc),
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "--mca",
+            "btl_tcp_if_include",
+            "lo",
+            "--mca",
+            "oob_tcp_if_include",
+            "lo"};
     if (::geteuid() == 0) args.emplace_back("--allow-run-as-root");
   } else {
     args = {self, "launch", "--nproc", std::to_string(a.nproc), "--"};
   }
-  const auto level = spdlog::level::to_string_view(spdlog::get_level());
+  // spdlog's names ("warning", "critical") are not all --log-level values.
+  static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "error", "off"};
+  const std::string level = kLevels[static_cast<int>(spdlog::get_level())];
   for (const std::string& s :
-       {self, std::string("--log-level"), std::string(level.data(), level.size()),
-        std::string("calibrate"), std::string("--worker"), std::string("--backend"), a.backend,
-        std::string("-o"), a.output, std::string("--iterations"), std::to_string(a.iterations),
-        std::string("--max-mib"), fmt(a.max_mib), std::string("--timeout"), fmt(a.timeout_s)}) {
+       {self, std::string("--log-level"), level, std::string("calibrate"), std::string("--worker"),
+        std::string("--backend"), a.backend, std::string("-o"), a.output,
+        std::string("--iterations"), std::to_string(a.iterations), std::string("--max-mib"),
+        fmt(a.max_mib), std::string("--timeout"), fmt(a.timeout_s)}) {
     args.push_back(s);
   }
   if (!a.name.empty()) {
@@ -175,7 +187,8 @@ void run_worker(const CalibrateArgs& a) {
       {"ranks_per_node", per_node},
       {"p2p", timings_json(m.p2p)},
       {"allreduce", timings_json(m.allreduce)},
-      {"p2p_fit_error", {{"mean", p2p.mean_abs_relative_error}, {"max", p2p.max_abs_relative_error}}},
+      {"p2p_fit_error",
+       {{"mean", p2p.mean_abs_relative_error}, {"max", p2p.max_abs_relative_error}}},
       {"allreduce_fit_error",
        {{"mean", ar.mean_abs_relative_error}, {"max", ar.max_abs_relative_error}}}};
   c.calibration_json = record.dump();

@@ -63,10 +63,13 @@ struct SimulateArgs {
   bool memory_timeline = false;
 };
 
-sched::LoweredPlan plan_from_file(const std::string& path) {
+// A compute-only plan file is lowered; with --reduce-grad as `pipewright run` lowers it (with
+// REDUCE_GRAD and OPTIM, so a profile's optimizer time is charged).
+sched::LoweredPlan plan_from_file(const std::string& path, bool reduce_grad) {
   sched::AnyPlan any = sched::load_plan(path);
   if (sched::is_lowered(any)) return std::get<sched::LoweredPlan>(std::move(any));
-  return sched::lower(std::get<sched::ComputePlan>(any));
+  return sched::lower(std::get<sched::ComputePlan>(any),
+                      sched::LowerOptions{false, reduce_grad, reduce_grad});
 }
 
 std::string describe_plan(const SimulateArgs& a, const sched::PlanShape& shape) {
@@ -126,9 +129,10 @@ void run_simulate(const SimulateArgs& a) {
     }
     sched::LowerOptions lower_opts;
     lower_opts.reduce_grad = a.reduce_grad;
+    lower_opts.optimizer_step = a.reduce_grad;
     plan = sched::lower(sched::generate(spec), lower_opts);
   } else {
-    plan = plan_from_file(a.plan_file);
+    plan = plan_from_file(a.plan_file, a.reduce_grad);
     if (model && !partition) {
       auto opts = graph::PartitionOptions{};
       opts.stages = plan.shape.stages;
@@ -222,7 +226,8 @@ void setup_simulate(CLI::App& app) {
       ->capture_default_str()
       ->group(g);
   cmd->add_flag("--reduce-grad", a->reduce_grad,
-                "generate: REDUCE_GRAD after each stage's last backward (blocks on DDP there)")
+                "lower as `pipewright run` does: REDUCE_GRAD after each stage's last backward "
+                "(blocks on DDP there) and OPTIM per stage at the end of each rank")
       ->group(g);
   g = "Costs (one source)";
   cmd->add_option("--forward-ms", a->forward_ms,

@@ -68,11 +68,9 @@ CommunicationMeasurements measure_communication(const CalibrationConfig& config)
            "calibrate: --iterations must be >= 1, got " << config.iterations);
   const WorldInfo world = resolve_world(config.world, current_environment());
   PW_CHECK(world.world_size >= 2, ConfigError,
-           "calibrate needs at least 2 ranks, the world has " << world.world_size << " (from "
-                                                              << (world.sources.empty()
-                                                                      ? std::string("defaults")
-                                                                      : world.sources)
-                                                              << ")");
+           "calibrate needs at least 2 ranks, the world has "
+               << world.world_size << " (from "
+               << (world.sources.empty() ? std::string("defaults") : world.sources) << ")");
   const Backend backend = parse_backend(config.backend);
   const auto timeout = config.timeout;
   std::unique_ptr<Store> store;
@@ -135,8 +133,8 @@ CommunicationMeasurements measure_communication(const CalibrationConfig& config)
       comm->all_reduce(view(bytes), ReduceOp::kSum, ctx)->wait(timeout);
       const double t = ms_since(t0);
       PW_CHECK(buffer[0] == static_cast<float>(world.world_size), BackendError,
-               "calibrate: all-reduce of " << bytes << " B returned " << buffer[0]
-                                           << " instead of " << world.world_size);
+               "calibrate: all-reduce of " << bytes << " B returned " << buffer[0] << " instead of "
+                                           << world.world_size);
       if (it >= 2) samples.push_back(t);
     }
     if (me == 0) out.allreduce.push_back(summarise(bytes, std::move(samples)));

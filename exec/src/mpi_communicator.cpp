@@ -97,6 +97,13 @@ void init_mpi_once() {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
+      // Note [Open MPI in-place Iallreduce]: Open MPI's libnbc picks the binomial algorithm for
+      // every MPI_IN_PLACE Iallreduce (nbc_iallreduce.c), which moves the whole buffer through
+      // the root: 16 MiB on 2 ranks took 2.1x the time of a blocking MPI_Allreduce here
+      // (bench/comm_bench.sh). Rabenseifner (reduce-scatter + allgather, bandwidth-optimal)
+      // matches MPI_Allreduce (0.99x). A value the user exported wins (setenv does not
+      // overwrite), and MCA parameters are read from the environment by MPI_Init below.
+      ::setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
       int provided = 0;
       PW_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                    std::string("MPI initialisation"));

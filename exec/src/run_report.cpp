@@ -146,14 +146,23 @@ std::string make_trace_json(const std::vector<RankRecord>& records, const Report
   std::map<TransferKey, std::size_t> sends;
   std::vector<std::pair<TransferKey, std::size_t>> recvs;
   for (const auto& r : records) {
+    // Actions of one p2p batch share one measured interval (Note [p2p batches]); a stream's
+    // slices must not overlap, so a later member of a batch starts where the previous slice on
+    // its stream ended (the batch's wait is shown on its first member of each stream).
+    std::map<sched::TraceStream, std::int64_t> stream_end;
     for (const auto& a : r.actions) {
+      const auto stream = stream_of(a.action.kind);
+      auto [it, fresh] = stream_end.try_emplace(stream, a.start_ns);
+      const std::int64_t start = std::max(a.start_ns, it->second);
+      const std::int64_t end = std::max(start, a.end_ns);
+      it->second = end;
       sched::TraceSlice s;
       s.name = sched::to_string(a.action);
       s.category = std::string(sched::to_string(a.action.kind));
       s.rank = r.world_rank;
-      s.stream = stream_of(a.action.kind);
-      s.start_us = static_cast<double>(a.start_ns - t0) / 1e3;
-      s.duration_us = static_cast<double>(a.end_ns - a.start_ns) / 1e3;
+      s.stream = stream;
+      s.start_us = static_cast<double>(start - t0) / 1e3;
+      s.duration_us = static_cast<double>(end - start) / 1e3;
       s.stage = a.action.stage;
       s.microbatch = a.action.microbatch;
       s.step = a.step;

@@ -55,8 +55,10 @@ for spec in GPipe:1 1F1B:1 Interleaved1F1B:2 LoopedBFS:2 InterleavedZeroBubble:2
       continue
     fi
     out="$work/$sched.$pp.safetensors"
+    # --trace / --profile too: every schedule's measurements must be writable (p2p batches).
     if ! run_ranks "$pp" "${common[@]}" --pp "$pp" --stages-per-rank "$v" --schedule "$sched" \
-        --save "$out"; then
+        --save "$out" --trace "$work/$sched.$pp.trace.json" \
+        --profile "$work/$sched.$pp.profile.json"; then
       echo "FAIL $model $sched pp=$pp v=$v: run failed"; failed=1; continue
     fi
     if "$cmp" "$work/ref.safetensors" "$out" 1e-5; then

@@ -31,8 +31,8 @@ TEST(Calibration, RingAllReduceFitRecoversTheSimulatorsFormula) {
   for (std::int32_t n : {2, 3, 4, 8}) {
     std::vector<TimingPoint> pts;
     for (auto b : sizes()) {
-      pts.push_back({b, static_cast<double>(allreduce_ns(CollectiveAlgorithm::kRing, truth, n, b)) /
-                            1e6});
+      pts.push_back(
+          {b, static_cast<double>(allreduce_ns(CollectiveAlgorithm::kRing, truth, n, b)) / 1e6});
     }
     const LinkFit f = fit_ring_allreduce(pts, n);
     EXPECT_NEAR(f.link.latency_ms, truth.latency_ms, 1e-6) << n;

@@ -75,5 +75,61 @@ TEST(CostInputs, FromPartitionSumsStagesAndKeepsParameterSizes) {
   EXPECT_EQ(total, params);
 }
 
+TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
+  graph::GptSpec spec;
+  spec.layers = 6;
+  spec.hidden = 64;
+  spec.heads = 4;
+  spec.seq = 16;
+  spec.vocab = 100;
+  const auto model = graph::make_gpt(spec);
+  graph::PartitionOptions po;
+  po.stages = 2;
+  const auto p2 = graph::partition_model(model, po);
+  po.stages = 4;
+  const auto p4 = graph::partition_model(model, po);
+  // A "measured" profile: every stage ran exactly 3x its estimate (F) and 2x (B), optimizer 1 ms
+  // per MB of parameters, with a relative spread of +-10%.
+  sched::CostTable measured = costs_from_partition(model, p2);
+  measured.source = "executor";
+  measured.comm_overhead_ms = 0.2;
+  measured.runtime_memory_bytes = 1000;
+  measured.p2p = sched::P2PCost{0, 0, 0.3, std::nullopt};
+  for (auto& c : measured.stages) {
+    c.forward_ms *= 3;
+    c.backward_ms *= 2;
+    c.input_grad_ms.reset();
+    c.weight_grad_ms.reset();
+    c.optimizer_ms = static_cast<double>(c.param_bytes) / 1e6;
+    c.forward_stats =
+        sched::KindStats{c.forward_ms, 0.9 * c.forward_ms, 1.1 * c.forward_ms, 10, {}};
+  }
+  const auto t = transfer_profile(model, p2, measured, p4);
+  const auto est = costs_from_partition(model, p4);
+  ASSERT_EQ(t.stages.size(), 4u);
+  double opt = 0, opt_measured = 0;
+  for (std::size_t s = 0; s < 4; ++s) {
+    // Uniform scale factors transfer exactly.
+    EXPECT_NEAR(t.stages[s].forward_ms, 3 * est.stages[s].forward_ms,
+                1e-9 * t.stages[s].forward_ms);
+    EXPECT_NEAR(t.stages[s].backward_ms, 2 * est.stages[s].backward_ms,
+                1e-9 * t.stages[s].backward_ms);
+    ASSERT_TRUE(t.stages[s].forward_stats.has_value());
+    EXPECT_NEAR(t.stages[s].forward_stats->p90_ms, 1.1 * t.stages[s].forward_ms, 1e-9);
+    EXPECT_FALSE(t.stages[s].backward_stats.has_value());  // not measured
+    EXPECT_EQ(t.stages[s].output_bytes, est.stages[s].output_bytes);
+    opt += *t.stages[s].optimizer_ms;
+  }
+  for (const auto& c : measured.stages) opt_measured += *c.optimizer_ms;
+  EXPECT_NEAR(opt, opt_measured, 1e-9);  // optimizer time moves with the parameters
+  EXPECT_DOUBLE_EQ(t.comm_overhead_ms, 0.2);
+  EXPECT_EQ(t.runtime_memory_bytes, 1000);
+  ASSERT_TRUE(t.p2p.has_value());
+  EXPECT_DOUBLE_EQ(*t.p2p->per_message_ms, 0.3);
+  EXPECT_TRUE(t.peak_memory.empty());
+  // The profile must belong to the `from` partition.
+  EXPECT_THROW((void)transfer_profile(model, p4, measured, p2), ConfigError);
+}
+
 }  // namespace
 }  // namespace pipewright::sim

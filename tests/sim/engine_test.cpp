@@ -190,5 +190,65 @@ TEST(Engine, StaticMemoryPerOptimizer) {
   EXPECT_TRUE(r.per_rank[0].exceeds_memory);  // 4000 + 20 > 3500
 }
 
+// GPipe p=2 m=1, F=1, B=2, free messages, comm_overhead 0.25 per p2p batch, optimizer 0.5 per
+// stage (hand-derived):
+//   rank1: RECV_F0 (batch head) +0.25; F0 waits for the data at 1.25 -> [1.25, 2.25];
+//          B0 [2.25, 4.25]; SEND_B0 (head) +0.25 -> 4.5; OPTIM [4.5, 5.0]
+//   rank0: F0 [0, 1]; SEND_F0 + RECV_B0 are one batch: +0.25 once -> sends at 1.25;
+//          B0 waits for the gradient at 4.5 -> [4.5, 6.5]; OPTIM [6.5, 7.0]
+TEST(Engine, OptimizerTimeAndCommOverheadPerBatchHandDerived) {
+  auto plan = gpipe(2, 1);
+  for (std::int32_t r = 0; r < 2; ++r) {
+    plan.per_rank[static_cast<std::size_t>(r)].push_back(
+        Action::stage_only(r, ActionKind::kOptimizerStep));
+  }
+  auto costs = uniform_costs(2, 1, 2);
+  costs.comm_overhead_ms = 0.25;
+  for (auto& c : costs.stages) c.optimizer_ms = 0.5;
+  const auto r = run(plan, costs);
+  EXPECT_EQ(r.makespan_ns, 7 * kMs);
+  EXPECT_EQ(r.per_rank[1].finish_ns, 5 * kMs);
+  EXPECT_EQ(r.per_rank[0].busy_ns, 3 * kMs);  // F + B; OPTIM is not F/B/I/W busy time
+}
+
+TEST(Engine, SampledDurationsAreDeterministicAndFollowTheQuantiles) {
+  const auto plan = one_f_one_b(4, 8);
+  auto costs = uniform_costs(4, 1, 2);
+  // Without stats, sampling changes nothing.
+  SimOptions opt;
+  const auto plain = run(plan, costs, opt);
+  opt.sample_durations_seed = 7;
+  EXPECT_EQ(run(plan, costs, opt).makespan_ns, plain.makespan_ns);
+  EXPECT_DOUBLE_EQ(median_step_ms(plan, costs, Cluster{}, SimOptions{}, 5),
+                   static_cast<double>(plain.makespan_ns) / 1e6);
+  // A degenerate distribution (every quantile = the median) also changes nothing.
+  for (auto& c : costs.stages) {
+    c.forward_stats = sched::KindStats{1, 1, 1, 10, std::vector<double>(21, 1.0)};
+  }
+  EXPECT_EQ(run(plan, costs, opt).makespan_ns, plain.makespan_ns);
+  // A spread distribution: same seed, same result; another seed, another result; every F
+  // within [min, max] of the quantiles; the median step is longer than the medians' step
+  // (a max over noisy sums).
+  for (auto& c : costs.stages) {
+    std::vector<double> q;
+    for (int k = 0; k <= 20; ++k) q.push_back(0.5 + k * 0.05);  // uniform on [0.5, 1.5]
+    c.forward_stats = sched::KindStats{1, 0.6, 1.4, 100, q};
+  }
+  opt.record_actions = true;
+  const auto a = run(plan, costs, opt);
+  const auto b = run(plan, costs, opt);
+  EXPECT_EQ(a.makespan_ns, b.makespan_ns);
+  opt.sample_durations_seed = 8;
+  EXPECT_NE(run(plan, costs, opt).makespan_ns, a.makespan_ns);
+  for (const auto& t : a.actions) {
+    if (t.action.kind != ActionKind::kForward) continue;
+    EXPECT_GE(t.end_ns - t.start_ns, kMs / 2);
+    EXPECT_LE(t.end_ns - t.start_ns, 3 * kMs / 2);
+  }
+  const double med = median_step_ms(plan, costs, Cluster{}, SimOptions{}, 31);
+  EXPECT_EQ(med, median_step_ms(plan, costs, Cluster{}, SimOptions{}, 31));
+  EXPECT_GT(med, static_cast<double>(plain.makespan_ns) / 1e6);
+}
+
 }  // namespace
 }  // namespace pipewright::sim
