@@ -79,8 +79,8 @@ for backend in $backends; do
         # Transfer: predicted before the configuration runs.
         "$pw" --log-level warn transfer-profile --model "$work/model.json" --from "$work/part2.json" \
           --profile "$ref.profile.json" --to "$work/part$((p * v)).json" -o "$pre.xfer.json"
-        "$pw" --log-level warn simulate "$pre.plan.csv" --reduce-grad --profile "$pre.xfer.json" \
-          --cluster "$cal" --sampled-steps 31 --metrics "$pre.xfer.metrics.json" >"$pre.xfer.txt"
+        "$pw" --log-level warn simulate "$pre.plan.csv" --reduce-grad --blocking-recv \
+          --profile "$pre.xfer.json" --cluster "$cal" --sampled-steps 31 --metrics "$pre.xfer.metrics.json" >"$pre.xfer.txt"
         run "$backend" "$sched" "$p" "$v" "$m" "$pre"
         "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
           --profile "$pre.profile.json" --skip-steps "$warmup" --json "$pre.compare.json" >/dev/null

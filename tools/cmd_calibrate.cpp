@@ -172,8 +172,10 @@ void run_worker(const CalibrateArgs& a) {
   const int per_node = std::max(1, m.local_world_size);
   c.name = a.name.empty() ? "calibrated-" + m.backend + "-" + std::to_string(m.world_size) + "ranks"
                           : a.name;
-  c.ranks_per_node = per_node;
   c.nodes = (m.world_size + per_node - 1) / per_node;
+  // One host: any number of ranks may share it (ranks_per_node 0), so the cluster also serves
+  // runs with more ranks than were calibrated (p = 4 from a 2-rank calibration).
+  c.ranks_per_node = c.nodes == 1 ? 0 : per_node;
   // A CPU rank's "device" memory: its share of the host's memory.
   c.device_memory_bytes = host_memory_bytes() / per_node;
   c.intra_node = p2p.link;

@@ -27,6 +27,7 @@ struct CompareArgs {
   std::string json_out;
   std::string svg_out;
   std::int32_t sampled_steps = 31;
+  bool posted_recv = false;
   sim::CompareOptions options;
 };
 
@@ -50,6 +51,9 @@ void run_compare(const CompareArgs& a) {
       a.cluster_file.empty() ? sim::Cluster{} : sim::load_cluster(a.cluster_file);
   sim::SimOptions so;
   so.record_actions = true;
+  // pipewright's executor waits for every receive of a p2p batch before its next action
+  // (Note [p2p batches]), i.e. blocking receives; --posted-recv simulates torch's semantics.
+  so.blocking_recv = !a.posted_recv;
   const sim::SimResult predicted = sim::simulate(plan, costs, cluster, so);
   sim::CompareReport report = sim::compare(predicted, measured, &costs, a.options);
   // With measured distributions (executor profiles), predict the step time as the median over
@@ -87,6 +91,8 @@ void setup_compare(CLI::App& app) {
                   "predict the step time as the median of N steps with durations drawn from the "
                   "profile's measured distributions (0: medians only)")
       ->capture_default_str();
+  cmd->add_flag("--posted-recv", a->posted_recv,
+                "simulate posted (non-blocking) receives instead of the executor's blocking ones");
   cmd->add_option("--json", a->json_out, "write the report as JSON (- for stdout)");
   cmd->add_option("--svg", a->svg_out, "predicted and measured timelines in one SVG");
   cmd->callback([a] { run_compare(*a); });

@@ -204,11 +204,19 @@ class Engine {
   std::vector<std::array<Quantiles, 5>> quantiles_;
   Quantiles p2p_quantiles_;  // the profile's per-message distribution (sampling only)
   std::int64_t sample(const Quantiles& q, std::uint64_t key) const noexcept;
-  std::int64_t message_ns(const Op& op, std::int32_t step) const noexcept;
+  std::int64_t message_ns(const Op& op, std::int32_t step) const noexcept {
+    return sample_ ? sampled_message_ns(op, step) : edge_ns_[static_cast<std::size_t>(op.edge)];
+  }
+  std::int64_t sampled_message_ns(const Op& op, std::int32_t step) const noexcept;
   bool sample_ = false;
   std::uint64_t seed_ = 0;
+  // The fixed cost unless sampling (kept inline: the engine's hot path).
   std::int64_t duration(std::int64_t fixed, std::size_t s, int slot, std::int32_t mb,
-                        std::int32_t step) const noexcept;
+                        std::int32_t step) const noexcept {
+    return sample_ ? sampled_duration(fixed, s, slot, mb, step) : fixed;
+  }
+  std::int64_t sampled_duration(std::int64_t fixed, std::size_t s, int slot, std::int32_t mb,
+                                std::int32_t step) const noexcept;
   std::vector<std::int64_t> edge_ns_;  // one message on the edge (activation or gradient)
   std::vector<std::vector<std::int64_t>> bucket_ns_;   // per stage: all-reduce time per bucket
   std::vector<std::vector<std::int64_t>> bucket_cum_;  // per stage: cumulative bytes per bucket
@@ -347,9 +355,8 @@ void Engine::decode_plan() {
   }
 }
 
-std::int64_t Engine::duration(std::int64_t fixed, std::size_t s, int slot, std::int32_t mb,
-                              std::int32_t step) const noexcept {
-  if (!sample_) return fixed;
+std::int64_t Engine::sampled_duration(std::int64_t fixed, std::size_t s, int slot, std::int32_t mb,
+                                      std::int32_t step) const noexcept {
   const Quantiles& q = quantiles_[s][static_cast<std::size_t>(slot)];
   if (q.p50 < 0) return fixed;
   return sample(q, (static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ULL) ^
@@ -358,9 +365,9 @@ std::int64_t Engine::duration(std::int64_t fixed, std::size_t s, int slot, std::
                        static_cast<std::uint64_t>(slot));
 }
 
-std::int64_t Engine::message_ns(const Op& op, std::int32_t step) const noexcept {
+std::int64_t Engine::sampled_message_ns(const Op& op, std::int32_t step) const noexcept {
   const auto e = static_cast<std::size_t>(op.edge);
-  if (!sample_ || p2p_quantiles_.p50 < 0) return edge_ns_[e];
+  if (p2p_quantiles_.p50 < 0) return edge_ns_[e];
   const std::uint64_t slot = op.kind == ActionKind::kSendF ? 5 : 6;
   return sample(p2p_quantiles_,
                 (static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ULL) ^
