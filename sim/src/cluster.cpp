@@ -171,12 +171,12 @@ std::string to_json(const Cluster& c) {
       {"version", kClusterVersion},
       {"name", c.name},
       {"nodes", c.nodes},
-      {"ranks_per_node", c.ranks_per_node},
       {"device_memory_bytes", c.device_memory_bytes},
       {"intra_node", link(c.intra_node)},
       {"inter_node", link(c.inter_node)},
       {"collective", c.collective == CollectiveAlgorithm::kRing ? "ring" : "tree"},
       {"placement", c.placement == Placement::kPipelineMajor ? "pipeline-major" : "replica-major"}};
+  if (c.ranks_per_node > 0) j["ranks_per_node"] = c.ranks_per_node;  // absent: one node, any count
   if (c.collective_intra_node || c.collective_inter_node) {
     json cl = json::object();
     if (c.collective_intra_node) cl["intra_node"] = link(*c.collective_intra_node);

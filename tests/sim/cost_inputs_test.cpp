@@ -9,6 +9,16 @@
 namespace pipewright::sim {
 namespace {
 
+graph::Model small_gpt(std::int32_t layers) {
+  graph::GptSpec spec;
+  spec.layers = layers;
+  spec.hidden = 64;
+  spec.heads = 4;
+  spec.seq = 16;
+  spec.vocab = 100;
+  return graph::make_gpt(spec);
+}
+
 TEST(CostInputs, WhatIfOneValueOrOnePerStage) {
   WhatIfCosts w;
   w.forward_ms = {1.0};
@@ -48,13 +58,7 @@ TEST(CostInputs, WhatIfErrorsNameTheFlag) {
 }
 
 TEST(CostInputs, FromPartitionSumsStagesAndKeepsParameterSizes) {
-  graph::GptSpec spec;
-  spec.layers = 4;
-  spec.hidden = 64;
-  spec.heads = 4;
-  spec.seq = 16;
-  spec.vocab = 100;
-  const auto model = graph::make_gpt(spec);
+  const auto model = small_gpt(4);
   graph::PartitionOptions po;
   po.stages = 3;
   const auto part = graph::partition_model(model, po);
@@ -76,13 +80,7 @@ TEST(CostInputs, FromPartitionSumsStagesAndKeepsParameterSizes) {
 }
 
 TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
-  graph::GptSpec spec;
-  spec.layers = 6;
-  spec.hidden = 64;
-  spec.heads = 4;
-  spec.seq = 16;
-  spec.vocab = 100;
-  const auto model = graph::make_gpt(spec);
+  const auto model = small_gpt(6);
   graph::PartitionOptions po;
   po.stages = 2;
   const auto p2 = graph::partition_model(model, po);
