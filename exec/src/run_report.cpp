@@ -319,11 +319,11 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   }
   if (!runtime.empty())
     table.runtime_memory_bytes = static_cast<std::int64_t>(stats_of(runtime).median_ms);
-  // Message time: from transfers whose receiver waited for the data, i.e. it posted the receive
-  // before the send started, or its receive lasted longer than twice the batch overhead (the
+  // Message time: from transfers whose receiver was already waiting when the send started (the
   // case on a critical path). A receive posted after the data arrived measures the batch
-  // overhead instead, which comm_overhead_ms models. All transfers when none waited.
-  const auto waited_ns = static_cast<std::int64_t>(2e6 * table.comm_overhead_ms);
+  // overhead instead, which comm_overhead_ms models; one posted while the sender was descheduled
+  // (more ranks than cores) measures CPU contention, which the compute distributions carry.
+  // All transfers when none waited.
   std::vector<double> p2p, p2p_all;
   for (const auto& [key, pair] : transfers) {
     if (pair.first == nullptr || pair.second == nullptr) continue;
@@ -331,9 +331,7 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
     const double ms =
         static_cast<double>(std::max<std::int64_t>(0, pair.second->end_ns - ready)) / 1e6;
     p2p_all.push_back(ms);
-    if (pair.second->start_ns <= pair.first->start_ns ||
-        pair.second->end_ns - pair.second->start_ns > waited_ns)
-      p2p.push_back(ms);
+    if (pair.second->start_ns <= pair.first->start_ns) p2p.push_back(ms);
   }
   if (p2p.empty()) p2p = p2p_all;
   if (!p2p.empty()) {

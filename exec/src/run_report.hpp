@@ -4,10 +4,9 @@
 // Note [Measured p2p time]: the ranks of one machine share CLOCK_MONOTONIC (steady_clock), so a
 // transfer's time is measured across processes as recv_end - max(send_start, recv_start), i.e.
 // from the moment both sides were ready until the data arrived. The profile's p2p cost is the
-// median after warm-up (per_message_ms) over the transfers whose receiver waited for the data
-// (it posted before the send started, or its receive took more than twice comm_overhead_ms;
-// over all when there are none): a receive posted after the data arrived measures the batch
-// overhead instead (Note [Comm overhead]). On several hosts the clocks differ;
+// median after warm-up (per_message_ms) over the transfers whose receiver was already waiting
+// when the send started (over all when there are none): a receive posted after the data arrived
+// measures the batch overhead instead (Note [Comm overhead]). On several hosts the clocks differ;
 // use `pipewright calibrate` there.
 #pragma once
 
