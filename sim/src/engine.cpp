@@ -305,6 +305,7 @@ void Engine::decode_plan() {
     auto& ops = ops_[static_cast<std::size_t>(r)];
     ops.reserve(list.size());
     std::vector<std::int64_t> last_grad(static_cast<std::size_t>(S_), -1);
+    bool prev_comm = false;
     for (std::size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
       auto where = [&] {
@@ -342,11 +343,10 @@ void Engine::decode_plan() {
       if (a.kind == ActionKind::kReduceGrad) {
         explicit_reduce_[static_cast<std::size_t>(r)][static_cast<std::size_t>(a.stage)] = 1;
       }
+      const bool comm = sched::is_comm(a.kind);
+      op.batch_head = comm && !prev_comm;
+      prev_comm = comm;
       ops.push_back(op);
-    }
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      ops[i].batch_head =
-          sched::is_comm(ops[i].kind) && (i == 0 || !sched::is_comm(ops[i - 1].kind));
     }
     for (std::int32_t s = 0; s < S_; ++s) {
       if (last_grad[static_cast<std::size_t>(s)] >= 0)
@@ -733,7 +733,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
     case ActionKind::kSendB: {
       const bool fwd = op.kind == ActionKind::kSendF;
       if (!need(fwd ? fdone(op.stage, op.mb) : bdone(op.stage, op.mb))) return false;
-      if (op.batch_head) st.time += comm_overhead_ns_;
+      st.time += comm_overhead_ns_ & -static_cast<std::int64_t>(op.batch_head);
       const std::int64_t start = std::max(st.time, st.send_free);
       const std::int64_t end = start + message_ns(op, step);
       const auto pred = st.send_free > st.time ? st.last_send : st.last_compute;
@@ -749,12 +749,12 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       const bool fwd = op.kind == ActionKind::kRecvF;
       const std::size_t arrived = eslot(fwd ? 0 : 2, op.edge, op.mb);
       if (!opt_.blocking_recv) {
-        if (op.batch_head) st.time += comm_overhead_ns_;
+        st.time += comm_overhead_ns_ & -static_cast<std::int64_t>(op.batch_head);
         post_recv(r, st, op, step, base + arrived, base + eslot(fwd ? 1 : 3, op.edge, op.mb));
         return true;
       }
       if (!need(arrived)) return false;
-      if (op.batch_head) st.time += comm_overhead_ns_;
+      st.time += comm_overhead_ns_ & -static_cast<std::int64_t>(op.batch_head);
       const std::int64_t at = slots_[base + arrived].time();
       const std::int64_t start = st.time;
       const std::int64_t end = std::max(start, at);
