@@ -19,17 +19,8 @@ common=(--log-level warn run --model "$data/mlp.json" --data-x "$data/mlp_x.npy"
         --loss mse --optimizer sgd --lr 0.05 --momentum 0.9 --seed 3 --timeout 60 --no-shuffle
         --backend gloo)
 
-run_ranks() {
-  local n="$1"; shift
-  local port=$(( 20000 + (RANDOM % 30000) )) pids=() rc=0
-  for ((r = 0; r < n; r++)); do
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$port timeout 120 "$pw" "$@" &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
-  return $rc
-}
+# shellcheck source=ranks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ranks.sh"
 failed=0
 check() {  # check NAME A B TOL
   if "$cmp" "$2" "$3" "$4"; then echo "OK   $1"; else echo "FAIL $1"; failed=1; fi
@@ -38,17 +29,17 @@ check() {  # check NAME A B TOL
 case "$what" in
   ddp)
     for dp in 2 4; do
-      run_ranks 1 "${common[@]}" --pp 1 --dp 1 --batch-size $((4 * dp)) --microbatches 1 \
+      run_ranks 1 gloo "$pw" "${common[@]}" --pp 1 --dp 1 --batch-size $((4 * dp)) --microbatches 1 \
         --steps 5 --save "$work/ref$dp.safetensors"
       for cap in 25 0.0001; do
-        run_ranks "$dp" "${common[@]}" --pp 1 --dp "$dp" --batch-size 4 --microbatches 2 \
+        run_ranks "$dp" gloo "$pw" "${common[@]}" --pp 1 --dp "$dp" --batch-size 4 --microbatches 2 \
           --steps 5 --bucket-cap-mb "$cap" --check-replicas 1 --save "$work/ddp.$dp.$cap.safetensors"
         check "ddp dp=$dp cap=$cap" "$work/ref$dp.safetensors" "$work/ddp.$dp.$cap.safetensors" 1e-5
       done
     done
     for spec in 1F1B:1 InterleavedZeroBubble:2; do
       sched="${spec%:*}"; v="${spec#*:}"
-      run_ranks 4 "${common[@]}" --pp 2 --dp 2 --stages-per-rank "$v" --schedule "$sched" \
+      run_ranks 4 gloo "$pw" "${common[@]}" --pp 2 --dp 2 --stages-per-rank "$v" --schedule "$sched" \
         --batch-size 4 --microbatches 2 --steps 5 --bucket-cap-mb 0.0001 --check-replicas 1 \
         --save "$work/$sched.safetensors"
       check "ddp pp=2 dp=2 $sched" "$work/ref2.safetensors" "$work/$sched.safetensors" 1e-5
@@ -56,17 +47,17 @@ case "$what" in
     ;;
   resume)
     args=("${common[@]}" --pp 2 --dp 2 --batch-size 4 --microbatches 2 --schedule 1F1B)
-    run_ranks 4 "${args[@]}" --steps 6 --save "$work/straight.safetensors"
-    run_ranks 4 "${args[@]}" --steps 3 --checkpoint-dir "$work/ckpt" --checkpoint-every 1
+    run_ranks 4 gloo "$pw" "${args[@]}" --steps 6 --save "$work/straight.safetensors"
+    run_ranks 4 gloo "$pw" "${args[@]}" --steps 3 --checkpoint-dir "$work/ckpt" --checkpoint-every 1
     # A save that never completed (killed): no COMPLETE marker, a truncated file.
     rm "$work/ckpt/step-00000003/COMPLETE"
     head -c 100 "$work/ckpt/step-00000003/rank-1.pt" > "$work/t" && mv "$work/t" "$work/ckpt/step-00000003/rank-1.pt"
-    run_ranks 4 "${args[@]}" --steps 6 --checkpoint-dir "$work/ckpt" --resume \
+    run_ranks 4 gloo "$pw" "${args[@]}" --steps 6 --checkpoint-dir "$work/ckpt" --resume \
       --save "$work/resumed.safetensors"
     check "resume bit-identical" "$work/straight.safetensors" "$work/resumed.safetensors" 0
     ;;
   slowmo)
-    run_ranks 2 "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 5 --dp-algorithm slowmo \
+    run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 5 --dp-algorithm slowmo \
       --localsgd-frequency 2 --slowmo-frequency 4 --slowmo-momentum 0.2 --slowmo-lr 0.9 \
       --save "$work/w.safetensors" --save-replicas
     check "slowmo replica 0 == --save" "$work/w.safetensors" "$work/w.replica0.safetensors" 0
@@ -81,7 +72,7 @@ case "$what" in
     expect2() {  # expect2 NAME REGEX ARGS...
       local name="$1" regex="$2"; shift 2
       local out rc=0
-      out="$(run_ranks 2 "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 1 "$@" 2>&1)" || rc=$?
+      out="$(run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 1 "$@" 2>&1)" || rc=$?
       if [ "$rc" = 2 ] && grep -qE -- "$regex" <<<"$out"; then echo "OK   bad $name"
       else echo "FAIL bad $name (exit $rc): $out"; failed=1; fi
     }

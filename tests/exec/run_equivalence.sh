@@ -26,26 +26,10 @@ nodes=$(grep -c '"kind"' "$data/$model.json")
 common=(--log-level warn run "${args[@]}" --batch-size 16 --microbatches 8 --steps 5 --seed 3
         --timeout 60 --backend "$backend")
 
-# Runs `pipewright run` on $1 processes with the remaining arguments.
-run_ranks() {
-  local n="$1"; shift
-  if [ "$backend" = mpi ]; then
-    timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$n" \
-      --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
-      "$pw" "$@"
-    return
-  fi
-  local port=$(( 20000 + (RANDOM % 30000) )) pids=() rc=0
-  for ((r = 0; r < n; r++)); do
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$port timeout 120 "$pw" "$@" &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
-  return $rc
-}
+# shellcheck source=ranks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ranks.sh"
 
-run_ranks 1 "${common[@]}" --pp 1 --schedule GPipe --save "$work/ref.safetensors"
+run_ranks 1 "$backend" "$pw" "${common[@]}" --pp 1 --schedule GPipe --save "$work/ref.safetensors"
 failed=0
 for spec in GPipe:1 1F1B:1 Interleaved1F1B:2 LoopedBFS:2 InterleavedZeroBubble:2; do
   sched="${spec%:*}"; v="${spec#*:}"
@@ -56,7 +40,7 @@ for spec in GPipe:1 1F1B:1 Interleaved1F1B:2 LoopedBFS:2 InterleavedZeroBubble:2
     fi
     out="$work/$sched.$pp.safetensors"
     # --trace / --profile too: every schedule's measurements must be writable (p2p batches).
-    if ! run_ranks "$pp" "${common[@]}" --pp "$pp" --stages-per-rank "$v" --schedule "$sched" \
+    if ! run_ranks "$pp" "$backend" "$pw" "${common[@]}" --pp "$pp" --stages-per-rank "$v" --schedule "$sched" \
         --save "$out" --trace "$work/$sched.$pp.trace.json" \
         --profile "$work/$sched.$pp.profile.json"; then
       echo "FAIL $model $sched pp=$pp v=$v: run failed"; failed=1; continue
