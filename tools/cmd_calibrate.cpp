@@ -35,7 +35,7 @@ struct CalibrateArgs {
   std::string backend = "gloo";
   int nproc = 2;
   bool worker = false;
-  std::string output = "-";
+  std::string output = "cluster.json";
   std::string name;
   int iterations = 40;
   double max_mib = 16;
@@ -59,6 +59,8 @@ std::string fmt(double v) {
   PW_CHECK(a.backend == "gloo" || a.backend == "mpi", ConfigError,
            "calibrate: --backend must be gloo or mpi, got '" << a.backend << "'");
   PW_CHECK(a.nproc >= 2, ConfigError, "calibrate: --nproc must be >= 2, got " << a.nproc);
+  PW_CHECK(a.output != "-", ConfigError,
+           "calibrate: -o - needs --worker under your own launcher; give a file name");
   const std::string self = self_exe();
   std::vector<std::string> args;
   if (a.backend == "mpi") {
@@ -206,7 +208,9 @@ void setup_calibrate(CLI::App& app) {
       "description for the simulator");
   cmd->add_option("--backend", a->backend, "gloo|mpi")->capture_default_str();
   cmd->add_option("--nproc", a->nproc, "local ranks to start (>= 2)")->capture_default_str();
-  cmd->add_option("-o,--output", a->output, "cluster JSON to write (- for stdout)")
+  cmd->add_option("-o,--output", a->output,
+                  "cluster JSON to write (- for stdout: only with --worker, since `launch` "
+                  "prefixes every rank's output)")
       ->capture_default_str();
   cmd->add_option("--name", a->name, "cluster name (default calibrated-<backend>-<N>ranks)");
   cmd->add_option("--iterations", a->iterations, "timed repetitions per message size")

@@ -11,7 +11,9 @@ trap 'rm -f "$out" "$err" "$out".* "$err".*' EXIT
 mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np)
 
 fail() { echo "FAIL ($case): $*"; echo "--- stdout"; cat "$out"; echo "--- stderr"; cat "$err"; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A port below Linux's ephemeral range (32768-60999): an ephemeral port that was free a moment
+# ago can be taken by a concurrent test's client connection before rank 0 binds it.
+free_port() { echo $(( 20000 + (RANDOM % 12768) )); }
 run() { # run EXPECTED_RC MAX_SECONDS CMD...: runs CMD, checks exit code and wall time
   local want=$1 max=$2; shift 2
   local start=$SECONDS
