@@ -264,7 +264,7 @@ NpyArray parse_npy(std::string_view bytes, const std::string& name) {
     case SourceType::kF4:
       out.type = NpyType::kFloat32;
       out.f32.resize(count);
-      std::memcpy(out.f32.data(), data, count * 4);
+      if (count > 0) std::memcpy(out.f32.data(), data, count * 4);
       break;
     case SourceType::kF8: {
       out.type = NpyType::kFloat32;
@@ -289,7 +289,7 @@ NpyArray parse_npy(std::string_view bytes, const std::string& name) {
     case SourceType::kI8:
       out.type = NpyType::kInt64;
       out.i64.resize(count);
-      std::memcpy(out.i64.data(), data, count * 8);
+      if (count > 0) std::memcpy(out.i64.data(), data, count * 8);
       break;
   }
   return out;

@@ -104,7 +104,8 @@ TEST(Csv, TorchFormatDetails) {
   EXPECT_EQ(c.shape.microbatches, 2);
   EXPECT_EQ(to_csv(c), "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
   // Stage 2 on rank 0 with stage 0: looping placement is inferred from the rows.
-  const auto& l = std::get<ComputePlan>(parse_csv("0F0,2F0\n1F0\n", "t.csv"));
+  const AnyPlan looping = parse_csv("0F0,2F0\n1F0\n", "t.csv");
+  const auto& l = std::get<ComputePlan>(looping);
   EXPECT_EQ(l.shape.stage_to_rank, (std::vector<std::int32_t>{0, 1, 0}));
 }
 
