@@ -119,5 +119,31 @@ TEST(Costs, ValidateRejectsNaN) {
   }
 }
 
+// The fields executor profiles gained for the simulator's fidelity (docs/simulator.md):
+// optimizer time and stats, 21 quantiles, the p2p distribution, comm overhead, runtime memory.
+TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
+  CostTable t = sample_table();
+  t.comm_overhead_ms = 0.125;
+  t.runtime_memory_bytes = 175880960;
+  std::vector<double> q;
+  for (int k = 0; k <= 20; ++k) q.push_back(0.5 + 0.05 * k);
+  t.stages[0].optimizer_ms = 0.75;
+  t.stages[0].optimizer_stats = KindStats{0.75, 0.7, 0.8, 10, q};
+  t.p2p = P2PCost{0, 0, 0.25, KindStats{0.25, 0.2, 0.5, 40, q}};
+  const std::string text = to_json(t);
+  EXPECT_EQ(parse_costs(text, "t.json"), t);
+  EXPECT_EQ(to_json(parse_costs(text, "t.json")), text);
+  // Quantiles must be 21 ascending numbers; overheads must be >= 0.
+  auto bad = t;
+  bad.stages[0].optimizer_stats->quantiles_ms[3] = 0.1;
+  EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
+  bad = t;
+  bad.p2p->stats->quantiles_ms.pop_back();
+  EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
+  bad = t;
+  bad.comm_overhead_ms = -1;
+  EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
+}
+
 }  // namespace
 }  // namespace pipewright::sched
