@@ -15,6 +15,15 @@
 // change any result. (A later shared-link contention model would process per action instead.)
 // The heap order makes the processing order, and with it every output, deterministic.
 //
+// Note [Slot layout]
+// Slots are stored row by row: for each step, one row of M slots per fact kind and stage (F done,
+// input gradient done) or edge (arrived / received, activation / gradient), slot = step base +
+// row * M + microbatch. A rank walks its stages' microbatches in order, so each of its accesses
+// lands next to its previous access of the same row: 8 slots share a cache line and the hardware
+// prefetcher follows the rows. (Blocks per microbatch, the earlier layout, put every access of
+// a p=64 plan on a different cache line: 2.2x slower at m=1024.) The rows a stage's F and B wait
+// on are resolved once per stage (deps_), not per action.
+//
 // Dependencies: F(s, m) needs, for every producer stage q, F(q, m) when q is on the same rank
 // and otherwise the rank's own RECV_F of that activation; B/I(s, m) need F(s, m) and, for every
 // consumer stage c, B/I(c, m) locally or the RECV_B; W(s, m) needs I(s, m). SEND_* needs the
@@ -29,6 +38,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -57,20 +67,24 @@ struct Op {
   bool batch_head = false;  // first of a run of consecutive SEND/RECV actions (one p2p batch)
 };
 
-// One dependency fact in 16 bytes, all-zero meaning "unknown, no pending receive, nobody
-// parked", so the array can come from fresh anonymous memory: untouched pages are zero and never
-// written before use (the slot arrays of big plans are tens of MB; a fill pass would evict them
-// from cache again), and transparent huge pages cut the page faults 512-fold where enabled.
+// One dependency fact in 8 bytes, zero meaning "unknown, nothing pending", so the array can come
+// from zeroed memory (Note [Slot arena]):
 //   value > 0: known, time = value - 1;  value == 0: unknown;
-//   value < 0: unknown arrival slot with a receive posted at time -value - 1 waiting for it.
-struct Slot {
-  std::int64_t value;
-  std::int32_t waiter_plus1;  // first rank parked on the slot + 1, or 0
-  std::int32_t unused;
-  [[nodiscard]] bool known() const noexcept { return value > 0; }
-  [[nodiscard]] std::int64_t time() const noexcept { return value > 0 ? value - 1 : kUnknown; }
-};
+//   value < 0, kWaiters bit clear: unknown arrival slot with a receive posted at time -value - 1;
+//   value < 0, kWaiters bit set: unknown, ranks are parked on it (the first is the low bits - 1;
+//   the rest are chained through RankState::next_waiter).
+// A slot never has a posted receive and parked ranks at once: receives are posted on "arrived"
+// slots only with posted receives, and ranks park on "arrived" slots only with blocking ones.
+using Slot = std::int64_t;
+constexpr std::int64_t kWaiters = std::int64_t{1} << 62;
 
+// Note [Slot arena]
+// The slot array of a big plan is tens of MB and each simulate() touches every slot once or
+// twice. Fresh anonymous memory costs a page fault and a kernel page clear per 4 KiB page (15%
+// of the engine's time on the p=64, v=4, m=1024 benchmark); search and compare simulate many plans
+// in a row. So each thread keeps its largest slot array and the next simulate() clears only the
+// prefix it needs with memset, which is cheaper than the faults. Above kKeepBytes the memory goes
+// back to the system after the run.
 class SlotArray {
  public:
   SlotArray() = default;
@@ -80,28 +94,63 @@ class SlotArray {
   // Zeroed memory for n slots; false if it cannot be had.
   bool allocate(std::size_t n) noexcept {
     release();
-    bytes_ = std::max<std::size_t>(n * sizeof(Slot), 1);
-    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      bytes_ = 0;
-      return false;
+    const std::size_t need = std::max<std::size_t>(n * sizeof(Slot), 1);
+    Cache& c = cache();
+    if (c.data != nullptr && c.bytes >= need) {
+      data_ = c.data;
+      bytes_ = c.bytes;
+      c.data = nullptr;
+      c.bytes = 0;
+      std::memset(data_, 0, need);
+      return true;
     }
-    (void)::madvise(p, bytes_, MADV_HUGEPAGE);  // a hint; ignored where THP is off
+    void* p = ::mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    (void)::madvise(p, need, MADV_HUGEPAGE);  // a hint; ignored where THP is off
     data_ = static_cast<Slot*>(p);
+    bytes_ = need;
     return true;
   }
+  Slot* data() noexcept { return data_; }
   Slot& operator[](std::size_t i) noexcept { return data_[i]; }
   const Slot& operator[](std::size_t i) const noexcept { return data_[i]; }
 
  private:
+  static constexpr std::size_t kKeepBytes = std::size_t{256} << 20;
+  struct Cache {
+    Slot* data = nullptr;
+    std::size_t bytes = 0;
+    ~Cache() {
+      if (data != nullptr) ::munmap(data, bytes);
+    }
+  };
+  static Cache& cache() noexcept {
+    thread_local Cache c;
+    return c;
+  }
   void release() noexcept {
-    if (data_ != nullptr) ::munmap(data_, bytes_);
+    if (data_ == nullptr) return;
+    Cache& c = cache();
+    if (bytes_ <= kKeepBytes && bytes_ > c.bytes) {
+      if (c.data != nullptr) ::munmap(c.data, c.bytes);
+      c.data = data_;
+      c.bytes = bytes_;
+    } else {
+      ::munmap(data_, bytes_);
+    }
     data_ = nullptr;
     bytes_ = 0;
   }
   Slot* data_ = nullptr;
   std::size_t bytes_ = 0;
 };
+
+[[nodiscard]] inline bool slot_known(Slot v) noexcept { return v > 0; }
+[[nodiscard]] inline std::int64_t slot_time(Slot v) noexcept { return v > 0 ? v - 1 : -1; }
+// A posted receive's time, or -1.
+[[nodiscard]] inline std::int64_t slot_posted(Slot v) noexcept {
+  return v < 0 && ((-v) & kWaiters) == 0 ? -v - 1 : -1;
+}
 
 struct Event {
   std::int64_t time_ns;
@@ -129,6 +178,8 @@ struct RankState {
   std::int32_t next_waiter = -1;  // intrusive list of ranks parked on the same slot
   std::int64_t activation_bytes = 0;
   std::int32_t live_microbatches = 0;
+  std::int64_t peak_activation_bytes = 0;
+  std::int32_t peak_microbatches = 0;
   bool finished = false;
 };
 
@@ -144,27 +195,40 @@ class Engine {
   void validate_inputs() const;
   void decode_plan();
   void precompute_costs();
-  // Slot layout: one block of slots_per_mb_ slots per (step, microbatch), so that the slots the
-  // ranks touch at one time (a window of microbatches) are close together in memory:
-  //   [F done: S][input gradient done: S][edge slots: 4 x E]
+  // Slot layout (Note [Slot layout]): per step, rows_per_step_ rows of M_ slots, one row per
+  // fact kind and stage or edge; slot = step base + row * M_ + microbatch:
+  //   rows [F done: S][input gradient done: S][edge rows: 4 x E]
   std::size_t slot_base(std::int32_t step) const noexcept {
-    return static_cast<std::size_t>(step) * M_ * slots_per_mb_;
+    return static_cast<std::size_t>(step) * M_ * rows_per_step_;
+  }
+  std::size_t at(std::size_t row, std::int32_t mb) const noexcept {
+    return row * static_cast<std::size_t>(M_) + static_cast<std::size_t>(mb);
   }
   std::size_t fdone(std::int32_t s, std::int32_t mb) const noexcept {
-    return static_cast<std::size_t>(mb) * slots_per_mb_ + s;
+    return at(static_cast<std::size_t>(s), mb);
   }
   std::size_t bdone(std::int32_t s, std::int32_t mb) const noexcept {
-    return static_cast<std::size_t>(mb) * slots_per_mb_ + S_ + s;
+    return at(static_cast<std::size_t>(S_) + s, mb);
   }
-  // Edge slots: kind 0 act arrived, 1 act received, 2 grad arrived, 3 grad received; the
-  // "received" slot of a kind is E_ after its "arrived" slot.
+  // Edge rows: kind 0 act arrived, 1 act received, 2 grad arrived, 3 grad received; the
+  // "received" slot of a kind is E_ rows after its "arrived" slot.
+  std::size_t erow(int kind, std::int32_t e) const noexcept {
+    return 2 * static_cast<std::size_t>(S_) + static_cast<std::size_t>(kind) * E_ +
+           static_cast<std::size_t>(e);
+  }
   std::size_t eslot(int kind, std::int32_t e, std::int32_t mb) const noexcept {
-    return static_cast<std::size_t>(mb) * slots_per_mb_ + 2 * static_cast<std::size_t>(S_) +
-           static_cast<std::size_t>(kind) * E_ + e;
+    return at(erow(kind, e), mb);
   }
   std::string describe_slot(std::size_t slot) const;
 
-  void set_slot(std::size_t slot, std::int64_t t, std::int64_t src);
+  // Fills a slot and wakes what waits on it (the common case inline: nothing waits).
+  void set_slot(std::size_t slot, std::int64_t t, std::int64_t src) {
+    const Slot old = slots_[slot];
+    slots_[slot] = t + 1;
+    if (record_) slot_src_[slot] = src;
+    if (old < 0) slot_pending(slot, old, t);
+  }
+  void slot_pending(std::size_t slot, std::int64_t old, std::int64_t t);
   void post_recv(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                  std::size_t arrived, std::size_t received);
   void complete_recv(std::size_t arrived, std::size_t received, std::int64_t post, std::int64_t idx,
@@ -175,10 +239,22 @@ class Engine {
   void end_of_step(std::int32_t r, RankState& st, std::int32_t step);
   void launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                   std::int64_t start, std::int64_t end, std::int64_t src);
+  // Appends a timed action when recording; returns its index, or -1.
   std::int64_t record(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
-                      std::int64_t start, std::int64_t end, std::int64_t pred);
+                      std::int64_t start, std::int64_t end, std::int64_t pred) {
+    return record_ ? record_action(op, r, step, stream, start, end, pred) : -1;
+  }
+  std::int64_t record_action(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
+                             std::int64_t start, std::int64_t end, std::int64_t pred);
   void memory_change(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta,
-                     std::int32_t mb_delta);
+                     std::int32_t mb_delta) {
+    st.activation_bytes += delta;
+    st.live_microbatches += mb_delta;
+    st.peak_activation_bytes = std::max(st.peak_activation_bytes, st.activation_bytes);
+    st.peak_microbatches = std::max(st.peak_microbatches, st.live_microbatches);
+    if (opt_.record_memory_timeline) memory_point(r, st, t);
+  }
+  void memory_point(std::int32_t r, RankState& st, std::int64_t t);
   [[noreturn]] void throw_deadlock() const;
 
   const sched::LoweredPlan& plan_;
@@ -189,6 +265,10 @@ class Engine {
   std::int32_t R_ = 0, S_ = 0, M_ = 0, E_ = 0, K_ = 1, dp_ = 1;
   std::vector<sched::StageEdge> edges_;
   std::vector<std::vector<std::int32_t>> in_edges_, out_edges_;  // per stage: edge indices
+  // The slot rows F (B/I) of a stage waits for: producers' F done (consumers' input gradient
+  // done) on the same rank, the RECV_F (RECV_B) of the edge otherwise. Stage s's rows are
+  // deps_[f_deps_begin_[s] .. f_deps_begin_[s + 1]) (b_deps_begin_ likewise).
+  std::vector<std::int32_t> deps_, f_deps_begin_, b_deps_begin_;
   std::vector<std::vector<Op>> ops_;                             // per rank
   std::vector<std::vector<std::int32_t>> explicit_reduce_;       // per rank: stage has REDUCE_GRAD
 
@@ -223,7 +303,7 @@ class Engine {
   std::vector<std::int64_t> stage_param_bytes_;
   std::vector<std::int64_t> rank_localsgd_ns_, rank_slowmo_ns_;
 
-  std::size_t slots_per_mb_ = 0;
+  std::size_t rows_per_step_ = 0;
   SlotArray slots_;
   std::vector<std::int64_t> slot_src_;     // record index that filled the slot
   std::vector<std::int64_t> recv_prev_;    // with record_: pending receive's predecessor
@@ -291,6 +371,29 @@ void Engine::decode_plan() {
     out_edges_[static_cast<std::size_t>(ed.from)].push_back(e);
     in_edges_[static_cast<std::size_t>(ed.to)].push_back(e);
   }
+  const auto& stage_rank = shape.stage_to_rank;
+  auto same_rank = [&](std::int32_t a, std::int32_t b) {
+    return stage_rank[static_cast<std::size_t>(a)] == stage_rank[static_cast<std::size_t>(b)];
+  };
+  deps_.clear();
+  f_deps_begin_.assign(static_cast<std::size_t>(S_) + 1, 0);
+  b_deps_begin_.assign(static_cast<std::size_t>(S_) + 1, 0);
+  for (std::int32_t s = 0; s < S_; ++s) {
+    f_deps_begin_[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(deps_.size());
+    for (auto e : in_edges_[static_cast<std::size_t>(s)]) {
+      const auto q = edges_[static_cast<std::size_t>(e)].from;
+      deps_.push_back(static_cast<std::int32_t>(same_rank(q, s) ? q : erow(1, e)));
+    }
+  }
+  f_deps_begin_[static_cast<std::size_t>(S_)] = static_cast<std::int32_t>(deps_.size());
+  for (std::int32_t s = 0; s < S_; ++s) {
+    b_deps_begin_[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(deps_.size());
+    for (auto e : out_edges_[static_cast<std::size_t>(s)]) {
+      const auto c = edges_[static_cast<std::size_t>(e)].to;
+      deps_.push_back(static_cast<std::int32_t>(same_rank(c, s) ? S_ + c : erow(3, e)));
+    }
+  }
+  b_deps_begin_[static_cast<std::size_t>(S_)] = static_cast<std::int32_t>(deps_.size());
   auto find_edge = [this](std::int32_t from, std::int32_t to) {
     for (auto e : out_edges_[static_cast<std::size_t>(from)]) {
       if (edges_[static_cast<std::size_t>(e)].to == to) return e;
@@ -482,10 +585,10 @@ void Engine::precompute_costs() {
 }
 
 std::string Engine::describe_slot(std::size_t slot) const {
-  const std::size_t block = slot / slots_per_mb_;
-  const auto step = static_cast<std::int32_t>(block / static_cast<std::size_t>(M_));
-  const auto mb = static_cast<std::int32_t>(block % static_cast<std::size_t>(M_));
-  std::size_t rest = slot % slots_per_mb_;
+  const std::size_t per_step = rows_per_step_ * static_cast<std::size_t>(M_);
+  const auto step = static_cast<std::int32_t>(slot / per_step);
+  const auto mb = static_cast<std::int32_t>(slot % static_cast<std::size_t>(M_));
+  std::size_t rest = (slot % per_step) / static_cast<std::size_t>(M_);
   std::ostringstream os;
   if (rest < static_cast<std::size_t>(S_)) {
     os << rest << "F" << mb;
@@ -498,7 +601,8 @@ std::string Engine::describe_slot(std::size_t slot) const {
     static const char* kWhat[] = {"the activation message", "the RECV_F of the activation",
                                   "the gradient message", "the RECV_B of the gradient"};
     os << kWhat[kind] << " of microbatch " << mb << " on edge " << ed.from << " -> " << ed.to;
-    const bool pending = kind % 2 == 1 && slots_[slot - static_cast<std::size_t>(E_)].value < 0;
+    const bool pending =
+        kind % 2 == 1 && slot_posted(slots_[slot - static_cast<std::size_t>(E_) * M_]) >= 0;
     if (pending) os << " (posted, but the message never arrives";
     if (pending && kind == 1) os << ": " << ed.from << "SEND_F" << mb << " is missing?)";
     if (pending && kind == 3) os << ": " << ed.to << "SEND_B" << mb << " is missing?)";
@@ -515,10 +619,10 @@ std::string Engine::describe_slot(std::size_t slot) const {
 void Engine::post_recv(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                        std::size_t arrived, std::size_t received) {
   const auto idx = record(op, r, step, Stream::kRecv, st.time, st.time, st.last_compute);
-  if (slots_[arrived].known()) {
+  if (slot_known(slots_[arrived])) {
     complete_recv(arrived, received, st.time, idx, st.last_compute);
   } else {
-    slots_[arrived].value = -(st.time + 1);
+    slots_[arrived] = -(st.time + 1);
     if (record_) {
       recv_prev_[arrived] = st.last_compute;
       recv_record_[arrived] = idx;
@@ -528,7 +632,7 @@ void Engine::post_recv(std::int32_t r, RankState& st, const Op& op, std::int32_t
 
 void Engine::complete_recv(std::size_t arrived, std::size_t received, std::int64_t post,
                            std::int64_t idx, std::int64_t prev) {
-  const std::int64_t at = slots_[arrived].time();
+  const std::int64_t at = slot_time(slots_[arrived]);
   const std::int64_t done = std::max(post, at);
   if (record_) {
     auto& a = result_.actions[static_cast<std::size_t>(idx)];
@@ -539,20 +643,16 @@ void Engine::complete_recv(std::size_t arrived, std::size_t received, std::int64
   set_slot(received, done, idx);
 }
 
-void Engine::set_slot(std::size_t slot, std::int64_t t, std::int64_t src) {
-  Slot& sl = slots_[slot];
-  const std::int64_t old = sl.value;
-  sl.value = t + 1;
-  if (record_) slot_src_[slot] = src;
-  if (old < 0) {
-    // A receive was posted before the message arrived; the "received" slot is the next one of
-    // the same edge kind (see eslot()).
+void Engine::slot_pending(std::size_t slot, std::int64_t old, std::int64_t t) {
+  if (((-old) & kWaiters) == 0) {
+    // A receive was posted before the message arrived; the "received" slot is E_ rows later
+    // (see erow()).
     const std::int64_t post = -old - 1;
-    complete_recv(slot, slot + static_cast<std::size_t>(E_), post,
+    complete_recv(slot, slot + static_cast<std::size_t>(E_) * M_, post,
                   record_ ? recv_record_[slot] : -1, record_ ? recv_prev_[slot] : -1);
+    return;
   }
-  std::int32_t w = slots_[slot].waiter_plus1 - 1;
-  slots_[slot].waiter_plus1 = 0;
+  std::int32_t w = static_cast<std::int32_t>(((-old) & ~kWaiters) - 1);
   while (w >= 0) {
     auto& ws = ranks_[static_cast<std::size_t>(w)];
     const std::int32_t next = ws.next_waiter;
@@ -566,14 +666,16 @@ void Engine::set_slot(std::size_t slot, std::int64_t t, std::int64_t src) {
 
 void Engine::park(std::int32_t r, std::size_t slot) {
   auto& st = ranks_[static_cast<std::size_t>(r)];
+  const Slot old = slots_[slot];
+  PW_ASSERT(old == 0 || (old < 0 && ((-old) & kWaiters) != 0),
+            "engine: rank " << r << " parks on a slot with a posted receive");
   st.parked_slot = static_cast<std::int64_t>(slot);
-  st.next_waiter = slots_[slot].waiter_plus1 - 1;
-  slots_[slot].waiter_plus1 = r + 1;
+  st.next_waiter = old == 0 ? -1 : static_cast<std::int32_t>(((-old) & ~kWaiters) - 1);
+  slots_[slot] = -(kWaiters | (static_cast<std::int64_t>(r) + 1));
 }
 
-std::int64_t Engine::record(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
-                            std::int64_t start, std::int64_t end, std::int64_t pred) {
-  if (!record_) return -1;
+std::int64_t Engine::record_action(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
+                                   std::int64_t start, std::int64_t end, std::int64_t pred) {
   TimedAction t;
   t.action.stage = op.stage;
   t.action.kind = op.kind;
@@ -593,21 +695,14 @@ std::int64_t Engine::record(const Op& op, std::int32_t r, std::int32_t step, Str
   return static_cast<std::int64_t>(result_.actions.size()) - 1;
 }
 
-void Engine::memory_change(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta,
-                           std::int32_t mb_delta) {
-  st.activation_bytes += delta;
-  st.live_microbatches += mb_delta;
+void Engine::memory_point(std::int32_t r, RankState& st, std::int64_t t) {
   auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
-  rr.peak_activation_bytes = std::max(rr.peak_activation_bytes, st.activation_bytes);
-  rr.peak_activation_microbatches = std::max(rr.peak_activation_microbatches, st.live_microbatches);
-  if (opt_.record_memory_timeline) {
-    const std::int64_t bytes = rr.static_memory_bytes + st.activation_bytes;
-    auto& tl = rr.memory_timeline;
-    if (!tl.empty() && tl.back().time_ns == t) {
-      tl.back().bytes = bytes;
-    } else {
-      tl.push_back(MemoryPoint{t, bytes});
-    }
+  const std::int64_t bytes = rr.static_memory_bytes + st.activation_bytes;
+  auto& tl = rr.memory_timeline;
+  if (!tl.empty() && tl.back().time_ns == t) {
+    tl.back().bytes = bytes;
+  } else {
+    tl.push_back(MemoryPoint{t, bytes});
   }
 }
 
@@ -647,21 +742,21 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
   const std::size_t base = slot_base(step);
   const auto s = static_cast<std::size_t>(op.stage);
   auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
-  const auto& stage_rank = plan_.shape.stage_to_rank;
+  Slot* const slots = slots_.data() + base;
   auto need = [&](std::size_t slot) {
-    if (slots_[base + slot].known()) return true;
+    if (slot_known(slots[slot])) return true;
     park(r, base + slot);
     return false;
   };
   // Like need(), and moves `start` (and its critical-path predecessor) past the slot's time.
   auto ready = [&](std::size_t slot, std::int64_t& start, std::int64_t& pred) {
-    const std::int64_t t = slots_[base + slot].time();
-    if (t == kUnknown) {
+    const Slot v = slots[slot];
+    if (!slot_known(v)) {
       park(r, base + slot);
       return false;
     }
-    if (t > start) {
-      start = t;
+    if (v - 1 > start) {
+      start = v - 1;
       pred = record_ ? slot_src_[base + slot] : -1;
     }
     return true;
@@ -670,11 +765,9 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
     case ActionKind::kForward: {
       std::int64_t start = st.time;
       std::int64_t pred = st.last_compute;
-      for (auto e : in_edges_[s]) {
-        const auto q = edges_[static_cast<std::size_t>(e)].from;
-        if (!ready(
-                stage_rank[static_cast<std::size_t>(q)] == r ? fdone(q, op.mb) : eslot(1, e, op.mb),
-                start, pred))
+      for (std::int32_t k = f_deps_begin_[s], n = f_deps_begin_[s + 1]; k < n; ++k) {
+        if (!ready(at(static_cast<std::size_t>(deps_[static_cast<std::size_t>(k)]), op.mb), start,
+                   pred))
           return false;
       }
       rr.recv_wait_ns += start - st.time;
@@ -693,11 +786,9 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       if (!need(fdone(op.stage, op.mb))) return false;
       std::int64_t start = st.time;
       std::int64_t pred = st.last_compute;
-      for (auto e : out_edges_[s]) {
-        const auto c = edges_[static_cast<std::size_t>(e)].to;
-        if (!ready(
-                stage_rank[static_cast<std::size_t>(c)] == r ? bdone(c, op.mb) : eslot(3, e, op.mb),
-                start, pred))
+      for (std::int32_t k = b_deps_begin_[s], n = b_deps_begin_[s + 1]; k < n; ++k) {
+        if (!ready(at(static_cast<std::size_t>(deps_[static_cast<std::size_t>(k)]), op.mb), start,
+                   pred))
           return false;
       }
       rr.recv_wait_ns += start - st.time;
@@ -755,12 +846,12 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       }
       if (!need(arrived)) return false;
       st.time += comm_overhead_ns_ & -static_cast<std::int64_t>(op.batch_head);
-      const std::int64_t at = slots_[base + arrived].time();
+      const std::int64_t arrival = slot_time(slots[arrived]);
       const std::int64_t start = st.time;
-      const std::int64_t end = std::max(start, at);
+      const std::int64_t end = std::max(start, arrival);
       const auto send_idx = record_ ? slot_src_[base + arrived] : -1;
-      const auto idx =
-          record(op, r, step, Stream::kRecv, start, end, at > start ? send_idx : st.last_compute);
+      const auto idx = record(op, r, step, Stream::kRecv, start, end,
+                              arrival > start ? send_idx : st.last_compute);
       if (record_) result_.actions[static_cast<std::size_t>(idx)].match = send_idx;
       rr.recv_wait_ns += end - start;
       st.time = end;
@@ -898,9 +989,9 @@ SimResult Engine::run() {
   decode_plan();
   precompute_costs();
 
-  slots_per_mb_ = 2 * static_cast<std::size_t>(S_) + 4 * static_cast<std::size_t>(E_);
+  rows_per_step_ = 2 * static_cast<std::size_t>(S_) + 4 * static_cast<std::size_t>(E_);
   const std::size_t slots =
-      slots_per_mb_ * static_cast<std::size_t>(M_) * static_cast<std::size_t>(K_);
+      rows_per_step_ * static_cast<std::size_t>(M_) * static_cast<std::size_t>(K_);
   PW_CHECK(slots <= (std::size_t{1} << 31), ConfigError,
            "plan too large to simulate: " << slots
                                           << " dependency slots (stages x microbatches x steps)");
@@ -955,6 +1046,12 @@ SimResult Engine::run() {
   }
   for (const auto& st : ranks_) {
     if (!st.finished) throw_deadlock();
+  }
+  for (std::int32_t r = 0; r < R_; ++r) {
+    const auto& st = ranks_[static_cast<std::size_t>(r)];
+    auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+    rr.peak_activation_bytes = st.peak_activation_bytes;
+    rr.peak_activation_microbatches = st.peak_microbatches;
   }
 
   std::int64_t makespan = 0;
