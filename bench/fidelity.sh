@@ -62,8 +62,8 @@ run() {
 
 rows="$work/rows.tsv"
 : >"$rows"
-printf "%-7s %-22s %2s %2s %2s %10s %10s %8s %10s %8s %8s %8s\n" backend schedule p v m \
-  measured_ms replay_ms replay% transfer_ms transfer% mem_rep% mem_xfer%
+printf "%-7s %-22s %2s %2s %2s %10s %10s %8s %10s %8s %8s %8s %8s %8s\n" backend schedule p v m \
+  measured_ms replay_ms replay% transfer_ms transfer% mem_rep% mem_xfer% rep_med% xfer_med%
 for backend in $backends; do
   if [ "$backend" = mpi ] && ! command -v mpirun >/dev/null; then continue; fi
   cal="$work/$backend.cluster.json"
@@ -84,14 +84,19 @@ for backend in $backends; do
         run "$backend" "$sched" "$p" "$v" "$m" "$pre"
         "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
           --profile "$pre.profile.json" --skip-steps "$warmup" --json "$pre.compare.json" >/dev/null
+        "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
+          --profile "$pre.profile.json" --skip-steps "$warmup" --sampled-steps 0 \
+          --json "$pre.compare_med.json" >/dev/null
         "$py" - "$pre" "$backend" "$sched" "$p" "$v" "$m" >>"$rows" <<'PY'
 import json, re, sys
 pre, backend, sched, p, v, m = sys.argv[1:]
 c = json.load(open(pre + ".compare.json"))
 measured = c["measured_step_ms"]
 replay = c["predicted_step_ms"]
-xfer = float(re.search(r"median step over \d+ steps with sampled durations: ([0-9.]+) ms",
-                       open(pre + ".xfer.txt").read()).group(1))
+xtxt = open(pre + ".xfer.txt").read()
+xfer = float(re.search(r"median step over \d+ steps with sampled durations: ([0-9.]+) ms", xtxt).group(1))
+xfer_med = float(re.search(r"makespan ([0-9.]+) ms", xtxt).group(1))
+replay_med = json.load(open(pre + ".compare_med.json"))["predicted_step_ms"]
 meas_mem = {r["rank"]: r["peak_bytes"] for r in json.load(open(pre + ".profile.json"))["peak_memory"]}
 xm = {r["rank"]: r["peak_memory_bytes"] for r in json.load(open(pre + ".xfer.metrics.json"))["ranks"]}
 def mem_err(pred):
@@ -100,9 +105,11 @@ def mem_err(pred):
 rep_mem = {r["rank"]: r["predicted_peak_bytes"] for r in c["per_rank"] if "predicted_peak_bytes" in r}
 print("\t".join(map(str, [backend, sched, p, v, m, measured, replay,
                           100 * (replay - measured) / measured, xfer,
-                          100 * (xfer - measured) / measured, mem_err(rep_mem), mem_err(xm)])))
+                          100 * (xfer - measured) / measured, mem_err(rep_mem), mem_err(xm),
+                          100 * (replay_med - measured) / measured,
+                          100 * (xfer_med - measured) / measured])))
 PY
-        tail -1 "$rows" | awk -F'\t' '{printf "%-7s %-22s %2s %2s %2s %10.2f %10.2f %+8.2f %10.2f %+8.2f %8.2f %8.2f\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12}'
+        tail -1 "$rows" | awk -F'\t' '{printf "%-7s %-22s %2s %2s %2s %10.2f %10.2f %+8.2f %10.2f %+8.2f %8.2f %8.2f %+8.2f %+8.2f\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14}'
       done
     done
   done
@@ -118,8 +125,12 @@ def summary(name, sel):
     xf = [abs(float(r[9])) for r in sel]
     mr = [float(r[10]) for r in sel]
     mx = [float(r[11]) for r in sel]
-    print(f"{name:<8} n={len(sel):2d}  replay MAPE {sum(rep)/len(rep):5.2f}% max {max(rep):5.2f}%  "
-          f"transfer MAPE {sum(xf)/len(xf):5.2f}% max {max(xf):5.2f}%  "
+    rm = [abs(float(r[12])) for r in sel]
+    xm = [abs(float(r[13])) for r in sel]
+    print(f"{name:<8} n={len(sel):2d}  replay MAPE {sum(rep)/len(rep):5.2f}% max {max(rep):5.2f}% "
+          f"(medians only {sum(rm)/len(rm):5.2f}%)  "
+          f"transfer MAPE {sum(xf)/len(xf):5.2f}% max {max(xf):5.2f}% "
+          f"(medians only {sum(xm)/len(xm):5.2f}%)  "
           f"memory (worst rank) replay mean {sum(mr)/len(mr):5.2f}% max {max(mr):5.2f}%  "
           f"transfer mean {sum(mx)/len(mx):5.2f}% max {max(mx):5.2f}%")
 print()

@@ -180,6 +180,8 @@ void run_worker(const CalibrateArgs& a) {
   c.ranks_per_node = c.nodes == 1 ? 0 : per_node;
   // A CPU rank's "device" memory: its share of the host's memory.
   c.device_memory_bytes = host_memory_bytes() / per_node;
+  // CPU backends compute on the host's cores, which its ranks share (Note [Shared cores]).
+  c.cores_per_node = m.backend == "nccl" ? 0 : m.cpus;
   c.intra_node = p2p.link;
   c.inter_node = p2p.link;  // measured between ranks 0 and 1 (one node when launched locally)
   c.collective_intra_node = ar.link;

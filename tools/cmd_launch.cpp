@@ -32,6 +32,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -50,18 +51,25 @@ volatile sig_atomic_t g_interrupt = 0;  // signal number that asked the launcher
 
 void on_signal(int sig) { g_interrupt = sig; }
 
+// A free port on 127.0.0.1 below Linux's ephemeral range (32768-60999), so that no outgoing
+// connection of another process takes it before rank 0's store binds it.
 int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  PW_CHECK(fd >= 0, BackendError, "launch: socket() failed: " << std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  ::close(fd);
-  PW_CHECK(ok, BackendError, "launch: cannot find a free port on 127.0.0.1");
-  return ntohs(addr.sin_port);
+  std::random_device rd;
+  const unsigned span = 32767 - 20000 + 1;
+  const unsigned first = rd() % span;
+  for (unsigned k = 0; k < span; ++k) {
+    const int port = 20000 + static_cast<int>((first + k) % span);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    PW_CHECK(fd >= 0, BackendError, "launch: socket() failed: " << std::strerror(errno));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    if (ok) return port;
+  }
+  throw BackendError("launch: no free port in 20000-32767 on 127.0.0.1; pass --master-port");
 }
 
 const char* signal_name(int sig) {

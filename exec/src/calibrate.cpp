@@ -14,6 +14,7 @@
 #include "pipewright/exec/communicator.hpp"
 #include "pipewright/exec/store.hpp"
 #include "pipewright/graph/error.hpp"
+#include "run_report.hpp"
 
 namespace pipewright::exec {
 namespace {
@@ -86,6 +87,7 @@ CommunicationMeasurements measure_communication(const CalibrationConfig& config)
   out.world_rank = world.rank;
   out.world_size = world.world_size;
   out.local_world_size = world.local_world_size;
+  out.cpus = static_cast<int>(usable_cpus());
   out.backend = to_string(backend);
 
   const std::int64_t max_bytes = sizes.back();

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <random>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -197,20 +199,29 @@ void rendezvous(Store& store, const WorldInfo& world, std::chrono::milliseconds 
                      " never joined (world size " + std::to_string(world.world_size) + ")");
 }
 
+// A port below Linux's ephemeral range (32768-60999 by default): a port the kernel picked for
+// us would be in that range, and another process's outgoing connection can take it between our
+// check and the store's bind (a flaky "Address already in use" under parallel tests).
 int find_free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  PW_CHECK(fd >= 0, BackendError, "find_free_port: socket() failed: " << std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  const int saved = errno;
-  ::close(fd);
-  PW_CHECK(ok, BackendError, "find_free_port: cannot bind 127.0.0.1: " << std::strerror(saved));
-  return ntohs(addr.sin_port);
+  constexpr int kLow = 20000, kHigh = 32767;
+  std::random_device rd;
+  const int first = kLow + static_cast<int>(rd() % static_cast<unsigned>(kHigh - kLow + 1));
+  int saved = 0;
+  for (int k = 0; k <= kHigh - kLow; ++k) {
+    const int port = kLow + (first - kLow + k) % (kHigh - kLow + 1);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    PW_CHECK(fd >= 0, BackendError, "find_free_port: socket() failed: " << std::strerror(errno));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    saved = errno;
+    ::close(fd);
+    if (ok) return port;
+  }
+  throw BackendError(std::string("find_free_port: no free port in 20000-32767 on 127.0.0.1: ") +
+                     std::strerror(saved));
 }
 
 }  // namespace pipewright::exec

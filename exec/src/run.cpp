@@ -370,6 +370,8 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
   rec.world_rank = p.world.rank;
   rec.peak_rss_bytes = peak_rss_bytes();
   rec.baseline_rss_bytes = baseline_rss;
+  rec.host_id = this_host_id();
+  rec.cpus = p.device.is_cuda() ? 0 : usable_cpus();
   for (std::size_t i = 0; i < bodies.size(); ++i) {
     LocalStageSizes sz;
     sz.stage = p.plan.shape.stages_of_rank(p.pp_index).at(i);

@@ -1,10 +1,16 @@
 #include "run_report.hpp"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "pipewright/graph/error.hpp"
@@ -21,7 +27,8 @@ using sched::ActionKind;
 }  // namespace
 
 std::vector<std::int64_t> encode_record(const RankRecord& r) {
-  std::vector<std::int64_t> out{kRecordMagic, r.world_rank, r.peak_rss_bytes, r.baseline_rss_bytes,
+  std::vector<std::int64_t> out{kRecordMagic,       r.world_rank, r.peak_rss_bytes,
+                                r.baseline_rss_bytes, r.host_id,      r.cpus,
                                 static_cast<std::int64_t>(r.stages.size())};
   for (const auto& s : r.stages) {
     out.push_back(s.stage);
@@ -48,6 +55,8 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
   r.world_rank = static_cast<int>(next());
   r.peak_rss_bytes = next();
   r.baseline_rss_bytes = next();
+  r.host_id = next();
+  r.cpus = next();
   const auto stages = next();
   for (std::int64_t s = 0; s < stages; ++s) {
     LocalStageSizes sz;
@@ -70,6 +79,28 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
     r.actions.push_back(a);
   }
   return r;
+}
+
+std::int64_t this_host_id() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return 0;
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const char* c = name; *c != 0; ++c) {
+    h ^= static_cast<unsigned char>(*c);
+    h *= 1099511628211ULL;
+  }
+  return static_cast<std::int64_t>(h >> 1);
+}
+
+std::int64_t usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? static_cast<std::int64_t>(n) : 1;
 }
 
 std::int64_t peak_rss_bytes() {
@@ -134,6 +165,9 @@ sched::KindStats stats_of(std::vector<double> v) {
   s.p90_ms = at(0.9);
   s.samples = static_cast<std::int64_t>(v.size());
   for (int k = 0; k <= 20; ++k) s.quantiles_ms.push_back(at(k / 20.0));
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean_ms = sum / static_cast<double>(v.size());
   return s;
 }
 
@@ -233,6 +267,108 @@ double comm_overhead_ms(
   return samples.empty() ? 0.0 : stats_of(samples).median_ms;
 }
 
+namespace {
+
+bool uses_core(ActionKind kind) noexcept {
+  return sched::is_compute(kind) || kind == ActionKind::kOptimizerStep;
+}
+
+// The CPU share over time of one host's ranks (Note [Shared cores in profiles]): n(t), the
+// number of ranks in a compute action, as segments, and prefix integrals of min(1, C / (n + k))
+// for k = 0 (compute) and k = 1 (a transfer's progress thread).
+class HostShare {
+ public:
+  HostShare(std::int64_t cores, const std::vector<const RankRecord*>& ranks) : cores_(cores) {
+    std::vector<std::pair<std::int64_t, int>> edges;
+    for (const auto* r : ranks) {
+      for (const auto& a : r->actions) {
+        if (!uses_core(a.action.kind) || a.end_ns <= a.start_ns) continue;
+        edges.emplace_back(a.start_ns, +1);
+        edges.emplace_back(a.end_ns, -1);
+      }
+    }
+    std::sort(edges.begin(), edges.end());
+    int n = 0;
+    for (std::size_t i = 0; i < edges.size();) {
+      const std::int64_t t = edges[i].first;
+      for (; i < edges.size() && edges[i].first == t; ++i) n += edges[i].second;
+      times_.push_back(t);
+      count_.push_back(n);
+    }
+    for (int k = 0; k < 2; ++k) {
+      auto& pre = prefix_[k];
+      pre.assign(times_.size(), 0.0);
+      for (std::size_t j = 1; j < times_.size(); ++j) {
+        pre[j] = pre[j - 1] + static_cast<double>(times_[j] - times_[j - 1]) * share(j - 1, k);
+      }
+    }
+  }
+  // Dedicated time of an interval, ns: compute (k = 0) or a transfer (k = 1).
+  [[nodiscard]] double work_ns(std::int64_t start, std::int64_t end, int k) const {
+    return std::max(0.0, integral(end, k) - integral(start, k));
+  }
+
+ private:
+  [[nodiscard]] double share(std::size_t seg, int k) const noexcept {
+    const auto n = static_cast<std::int64_t>(count_[seg]) + k;
+    return n > cores_ ? static_cast<double>(cores_) / static_cast<double>(n) : 1.0;
+  }
+  // integral from the first edge to t of the share; outside the edges the share is 1 for k = 0
+  // and min(1, C / 1) = 1 for k = 1.
+  [[nodiscard]] double integral(std::int64_t t, int k) const {
+    if (times_.empty()) return static_cast<double>(t);
+    if (t <= times_.front()) return static_cast<double>(t - times_.front());
+    const auto it = std::upper_bound(times_.begin(), times_.end(), t);
+    const auto j = static_cast<std::size_t>(it - times_.begin()) - 1;
+    const double rest = static_cast<double>(t - times_[j]);
+    if (j + 1 == times_.size()) return prefix_[k][j] + rest;
+    return prefix_[k][j] + rest * share(j, k);
+  }
+  std::int64_t cores_;
+  std::vector<std::int64_t> times_;
+  std::vector<int> count_;  // ranks computing on [times_[j], times_[j + 1])
+  std::array<std::vector<double>, 2> prefix_;
+};
+
+// Per record: the CPU share of its host, or null for ranks that computed on a GPU.
+struct Sharing {
+  std::vector<std::unique_ptr<HostShare>> hosts;
+  std::vector<const HostShare*> of_record;
+  std::int64_t cores = 0;  // the CPU hosts' cores (the smallest), or 0 when none computed on CPUs
+
+  explicit Sharing(const std::vector<RankRecord>& records) : of_record(records.size(), nullptr) {
+    std::map<std::int64_t, std::vector<std::size_t>> by_host;
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      if (records[i].cpus > 0) by_host[records[i].host_id].push_back(i);
+    }
+    for (const auto& [host, idx] : by_host) {
+      std::int64_t c = std::numeric_limits<std::int64_t>::max();
+      std::vector<const RankRecord*> ranks;
+      for (auto i : idx) {
+        c = std::min(c, records[i].cpus);
+        ranks.push_back(&records[i]);
+      }
+      auto h = std::make_unique<HostShare>(c, ranks);
+      for (auto i : idx) of_record[i] = h.get();
+      cores = cores == 0 ? c : std::min(cores, c);
+      hosts.push_back(std::move(h));
+    }
+  }
+  // Measured or dedicated milliseconds of an action of record i.
+  [[nodiscard]] double compute_ms(std::size_t i, const TimedAction& a) const {
+    const HostShare* h = of_record[i];
+    if (h == nullptr) return static_cast<double>(a.end_ns - a.start_ns) / 1e6;
+    return h->work_ns(a.start_ns, a.end_ns, 0) / 1e6;
+  }
+  [[nodiscard]] double transfer_ms(std::size_t i, std::int64_t start, std::int64_t end) const {
+    const HostShare* h = of_record[i];
+    if (h == nullptr) return static_cast<double>(std::max<std::int64_t>(0, end - start)) / 1e6;
+    return h->work_ns(start, end, 1) / 1e6;
+  }
+};
+
+}  // namespace
+
 sched::CostTable make_profile(const std::vector<RankRecord>& records, const sched::PlanShape& shape,
                               const ReportContext& ctx) {
   const int stages = shape.stages;
@@ -244,7 +380,10 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   table.source = "executor";
   table.stages.resize(static_cast<std::size_t>(stages));
   for (int s = 0; s < stages; ++s) table.stages[static_cast<std::size_t>(s)].stage = s;
-  for (const auto& r : records) {
+  const Sharing sharing(records);
+  table.cores_per_node = static_cast<std::int32_t>(sharing.cores);
+  for (std::size_t ri = 0; ri < records.size(); ++ri) {
+    const auto& r = records[ri];
     const int replica = r.world_rank / pp;
     for (const auto& sz : r.stages) {
       if (replica != 0) continue;
@@ -255,10 +394,8 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
     }
     for (const auto& a : r.actions) {
       if (a.step < ctx.warmup_steps) continue;
-      const double ms = static_cast<double>(a.end_ns - a.start_ns) / 1e6;
       const auto s = static_cast<std::size_t>(a.action.stage);
-      if (sched::is_compute(a.action.kind) || a.action.kind == ActionKind::kOptimizerStep)
-        times[s][a.action.kind].push_back(ms);
+      if (uses_core(a.action.kind)) times[s][a.action.kind].push_back(sharing.compute_ms(ri, a));
       if (a.action.kind == ActionKind::kSendF) out_bytes[s].push_back(static_cast<double>(a.bytes));
       if (sched::is_comm(a.action.kind) && a.bytes > 0) {
         auto& slot = transfers[transfer_key(a.action, a.step, replica)];
@@ -324,12 +461,18 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   // overhead instead, which comm_overhead_ms models; one posted while the sender was descheduled
   // (more ranks than cores) measures CPU contention, which the compute distributions carry.
   // All transfers when none waited.
+  auto record_of = [&](const TimedAction* a) {
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const auto& acts = records[i].actions;
+      if (!acts.empty() && a >= acts.data() && a < acts.data() + acts.size()) return i;
+    }
+    return std::size_t{0};
+  };
   std::vector<double> p2p, p2p_all;
   for (const auto& [key, pair] : transfers) {
     if (pair.first == nullptr || pair.second == nullptr) continue;
     const auto ready = std::max(pair.first->start_ns, pair.second->start_ns);
-    const double ms =
-        static_cast<double>(std::max<std::int64_t>(0, pair.second->end_ns - ready)) / 1e6;
+    const double ms = sharing.transfer_ms(record_of(pair.second), ready, pair.second->end_ns);
     p2p_all.push_back(ms);
     if (pair.second->start_ns <= pair.first->start_ns) p2p.push_back(ms);
   }

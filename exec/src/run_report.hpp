@@ -40,9 +40,28 @@ struct RankRecord {
   // VmHWM before the first step (libtorch loaded and initialised, stages built, one no-grad
   // forward for the shape agreement, data loaded): Note [Runtime memory].
   std::int64_t baseline_rss_bytes = 0;
+  // The rank's host (a hash of its hostname) and the CPUs its compute may use (its affinity
+  // mask); cpus = 0 when it computes on a GPU. Note [Shared cores in profiles].
+  std::int64_t host_id = 0;
+  std::int64_t cpus = 0;
   std::vector<LocalStageSizes> stages;
   std::vector<TimedAction> actions;
 };
+
+// Note [Shared cores in profiles]: when more ranks of one host compute at once than it has
+// cores (p = 4 on this 2-core machine), each measured compute time is stretched by the others.
+// make_profile recovers each action's dedicated-core time: with n(t) the number of the host's
+// ranks inside a compute action (F, B, I, W, OPTIM) at time t (the ranks of one host share
+// steady_clock), an action measured over [s, e] did  integral_s^e min(1, C / n(t)) dt  of work,
+// C the cores of the host (exactly e - s while n(t) <= C). Transfers are scaled likewise by the
+// share left to their progress thread, min(1, C / (n(t) + 1)). The profile stores those times
+// and cores_per_node = C (CPU runs only), and the simulator shares C cores between a node's
+// computing ranks (Note [Shared cores] in sim/src/engine.cpp), so one profile predicts runs with
+// fewer or more ranks per host than it was measured with.
+
+// This host's identity (FNV-1a of its hostname, >= 0) and the CPUs this process may run on.
+[[nodiscard]] std::int64_t this_host_id();
+[[nodiscard]] std::int64_t usable_cpus();
 
 // Note [Runtime memory]: a CPU rank's peak RSS is mostly not the model: libtorch's code and
 // thread pools, allocator caches and the dataset are ~180 MB here against a few MB of weights.

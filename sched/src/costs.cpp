@@ -74,6 +74,7 @@ KindStats read_stats(std::string_view origin, const std::string& pointer, const 
   s.p10_ms = r.number("p10_ms");
   s.p90_ms = r.number("p90_ms");
   s.samples = r.integer("samples");
+  if (r.has("mean_ms")) s.mean_ms = r.number("mean_ms");
   if (r.has("quantiles_ms")) {
     const json& q = r.at("quantiles_ms");
     PW_CHECK(q.is_array() && q.size() == 21, ParseError,
@@ -96,6 +97,7 @@ json stats_json(const KindStats& s) {
          {"p90_ms", s.p90_ms},
          {"samples", s.samples}};
   if (!s.quantiles_ms.empty()) j["quantiles_ms"] = s.quantiles_ms;
+  if (s.mean_ms) j["mean_ms"] = *s.mean_ms;
   return j;
 }
 
@@ -112,14 +114,26 @@ void check_stats(std::string_view origin, const std::string& p, const std::optio
   check_number(origin, p + "/p10_ms", s->p10_ms);
   check_number(origin, p + "/p90_ms", s->p90_ms);
   check_number(origin, p + "/samples", s->samples);
+  if (s->mean_ms) check_number(origin, p + "/mean_ms", *s->mean_ms);
 }
 
 }  // namespace
+
+double KindStats::mean_or_estimate_ms() const noexcept {
+  if (mean_ms) return *mean_ms;
+  if (quantiles_ms.size() == 21) {
+    double sum = (quantiles_ms.front() + quantiles_ms.back()) / 2;
+    for (std::size_t i = 1; i + 1 < quantiles_ms.size(); ++i) sum += quantiles_ms[i];
+    return sum / 20;
+  }
+  return median_ms;
+}
 
 void validate(const CostTable& t, std::string_view origin) {
   check_number(origin, "/compute_overhead_ms", t.compute_overhead_ms);
   check_number(origin, "/comm_overhead_ms", t.comm_overhead_ms);
   check_number(origin, "/runtime_memory_bytes", t.runtime_memory_bytes);
+  check_number(origin, "/cores_per_node", static_cast<std::int64_t>(t.cores_per_node));
   for (std::size_t i = 0; i < t.stages.size(); ++i) {
     const StageCost& s = t.stages[i];
     const std::string p = "/stages/" + std::to_string(i);
@@ -187,6 +201,12 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
   if (root.has("comm_overhead_ms")) t.comm_overhead_ms = root.number("comm_overhead_ms");
   if (root.has("runtime_memory_bytes"))
     t.runtime_memory_bytes = root.integer("runtime_memory_bytes");
+  if (root.has("cores_per_node")) {
+    const std::int64_t c = root.integer("cores_per_node");
+    PW_CHECK(c >= 0 && c <= 1 << 20, ParseError,
+             origin << ": /cores_per_node must be in [0, 1048576], got " << c);
+    t.cores_per_node = static_cast<std::int32_t>(c);
+  }
 
   const json& stages = root.at("stages");
   PW_CHECK(stages.is_array(), ParseError, origin << ": /stages must be an array");
@@ -275,6 +295,7 @@ std::string to_json(const CostTable& t) {
   j["compute_overhead_ms"] = t.compute_overhead_ms;
   if (t.comm_overhead_ms != 0) j["comm_overhead_ms"] = t.comm_overhead_ms;
   if (t.runtime_memory_bytes != 0) j["runtime_memory_bytes"] = t.runtime_memory_bytes;
+  if (t.cores_per_node != 0) j["cores_per_node"] = t.cores_per_node;
   json stages = json::array();
   for (const StageCost& s : t.stages) {
     json js{{"stage", s.stage},

@@ -97,7 +97,8 @@ void Cluster::check_fits(std::int32_t world, std::string_view origin) const {
 Cluster parse_cluster(std::string_view text, std::string_view origin) {
   const json j = detail::parse_json_text(text, origin);
   JsonObject root(origin, "", j);
-  root.check_known({"format", "version", "name", "nodes", "ranks_per_node", "device_memory_bytes",
+  root.check_known({"format", "version", "name", "nodes", "ranks_per_node", "cores_per_node",
+                    "device_memory_bytes",
                     "intra_node", "inter_node", "collective", "placement", "rank_nodes",
                     "description", "collective_links", "calibration"});
   const std::string format = root.string("format");
@@ -113,6 +114,8 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
   if (root.has("ranks_per_node"))
     c.ranks_per_node = static_cast<std::int32_t>(root.integer("ranks_per_node", 1));
   if (root.has("device_memory_bytes")) c.device_memory_bytes = root.integer("device_memory_bytes");
+  if (root.has("cores_per_node"))
+    c.cores_per_node = static_cast<std::int32_t>(root.integer("cores_per_node", 0));
   if (root.has("intra_node")) c.intra_node = read_link(root, "intra_node");
   c.inter_node = root.has("inter_node") ? read_link(root, "inter_node") : c.intra_node;
   if (root.has("collective_links")) {
@@ -177,6 +180,7 @@ std::string to_json(const Cluster& c) {
       {"collective", c.collective == CollectiveAlgorithm::kRing ? "ring" : "tree"},
       {"placement", c.placement == Placement::kPipelineMajor ? "pipeline-major" : "replica-major"}};
   if (c.ranks_per_node > 0) j["ranks_per_node"] = c.ranks_per_node;  // absent: one node, any count
+  if (c.cores_per_node > 0) j["cores_per_node"] = c.cores_per_node;  // absent: own devices
   if (c.collective_intra_node || c.collective_inter_node) {
     json cl = json::object();
     if (c.collective_intra_node) cl["intra_node"] = link(*c.collective_intra_node);

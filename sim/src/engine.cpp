@@ -24,6 +24,24 @@
 // a p=64 plan on a different cache line: 2.2x slower at m=1024.) The rows a stage's F and B wait
 // on are resolved once per stage (deps_), not per action.
 //
+// Note [Shared cores]
+// CPU ranks of one host share its cores: with C cores (Cluster::cores_per_node, else the
+// profile's cores_per_node) and n ranks of a node inside a compute action (F, B, I, W, OPTIM),
+// each computes at speed min(1, C / n) (processor sharing; co-located data-parallel replicas
+// count too, as copies of their replica-0 rank). An action's cost is then its work at full
+// speed, and its end depends on what other ranks do meanwhile, so ranks can no longer run ahead
+// through compute: a rank whose next compute action can start at t > now yields until the event
+// clock reaches t; starting or ending a compute action updates the node's running actions
+// (progress so far at the old speed, then new end events at the new speed; superseded end
+// events carry an old version and are dropped). Communication actions still run ahead, as
+// before. Without sharing (no cores given, or no node with more ranks than cores) none of this
+// runs and results are those of dedicated devices, bit for bit.
+// With sharing, each kind costs the mean of its measured distribution (KindStats::mean_ms) and
+// sampled simulation draws nothing: on an oversubscribed host most of the spread of measured
+// times is the OS scheduler's time slices, during which the other ranks run; sampling it on top
+// of processor sharing counts that delay twice (p = 4 on 2 cores, bench/fidelity.sh: sampled
+// replay +25..+42% against the measured step, medians -6..-28%, means -21..+1%).
+//
 // Dependencies: F(s, m) needs, for every producer stage q, F(q, m) when q is on the same rank
 // and otherwise the rank's own RECV_F of that activation; B/I(s, m) need F(s, m) and, for every
 // consumer stage c, B/I(c, m) locally or the RECV_B; W(s, m) needs I(s, m). SEND_* needs the
@@ -152,10 +170,15 @@ class SlotArray {
   return v < 0 && ((-v) & kWaiters) == 0 ? -v - 1 : -1;
 }
 
+// kResume: run the rank from its current action; kDone: its running compute action (shared
+// cores only) ends unless `version` is stale.
+enum class EventKind : std::uint8_t { kResume, kDone };
 struct Event {
   std::int64_t time_ns;
   std::int64_t seq;
   std::int32_t rank;
+  EventKind kind;
+  std::uint32_t version;
 };
 // std heap functions build a max-heap; "greater" puts the earliest (time, seq) on top.
 struct EventLater {
@@ -180,7 +203,21 @@ struct RankState {
   std::int32_t live_microbatches = 0;
   std::int64_t peak_activation_bytes = 0;
   std::int32_t peak_microbatches = 0;
+  // Shared cores: the running compute action's start, predecessor and work left (ns at full
+  // speed), and the version of its end event.
+  std::int64_t run_start = 0;
+  std::int64_t run_pred = -1;
+  double run_left = 0;
+  std::uint32_t run_version = 0;
   bool finished = false;
+};
+
+// Shared cores: the computing ranks of one node (Note [Shared cores]).
+struct Node {
+  std::vector<std::int32_t> running;  // ranks in a compute action
+  std::int32_t load = 0;              // computing ranks, counting co-located replicas
+  double rate = 1.0;                  // speed of each running action (work ns per ns)
+  std::int64_t last = 0;              // time of the last change
 };
 
 class Engine {
@@ -236,6 +273,16 @@ class Engine {
   void park(std::int32_t r, std::size_t slot);
   void resume(std::int32_t r);
   bool execute(std::int32_t r, RankState& st, const Op& op, std::int32_t step);
+  bool run_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                   std::int64_t start, std::int64_t pred, std::int64_t work);
+  void finish_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                      std::int64_t start, std::int64_t end, std::int64_t pred);
+  void push_event(std::int64_t t, std::int32_t r, EventKind kind, std::uint32_t version);
+  void advance(Node& nd);
+  void reschedule(Node& nd);
+  void complete(std::int32_t r, std::uint32_t version);
+  void step_forward(std::int32_t r, RankState& st);
+  void setup_shared_cores();
   void end_of_step(std::int32_t r, RankState& st, std::int32_t step);
   void launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                   std::int64_t start, std::int64_t end, std::int64_t src);
@@ -311,6 +358,13 @@ class Engine {
   std::vector<std::int64_t> ddp_done_;     // per (step, stage): all buckets reduced, or -1
 
   std::vector<RankState> ranks_;
+  // Shared cores (Note [Shared cores]): on when some node has more computing ranks than cores.
+  bool shared_ = false;
+  std::int32_t cores_ = 0;
+  std::int64_t now_ = 0;                // the event clock
+  std::vector<Node> nodes_;
+  std::vector<std::int32_t> node_of_;   // per rank: index into nodes_
+  std::vector<std::int32_t> weight_;    // per rank: its replicas on the same node (itself included)
   std::vector<Event> heap_;
   std::int64_t seq_ = 0;
   SimResult result_;
@@ -509,7 +563,8 @@ void Engine::precompute_costs() {
   i_ns_.resize(static_cast<std::size_t>(S_));
   w_ns_.resize(static_cast<std::size_t>(S_));
   opt_ns_.resize(static_cast<std::size_t>(S_));
-  sample_ = opt_.sample_durations_seed.has_value();
+  // Shared cores: means, not samples (Note [Shared cores]).
+  sample_ = opt_.sample_durations_seed.has_value() && !shared_;
   seed_ = sample_ ? *opt_.sample_durations_seed : 0;
   if (sample_) quantiles_.assign(static_cast<std::size_t>(S_), {});
   act_bytes_.resize(static_cast<std::size_t>(S_));
@@ -522,6 +577,17 @@ void Engine::precompute_costs() {
     i_ns_[k] = ms_to_ns(c.input_grad_or_default_ms()) + overhead;
     w_ns_[k] = ms_to_ns(c.weight_grad_or_default_ms()) + overhead;
     opt_ns_[k] = c.optimizer_ms ? ms_to_ns(*c.optimizer_ms) : 0;
+    if (shared_) {
+      auto mean = [overhead](const std::optional<sched::KindStats>& st, std::int64_t& ns) {
+        if (st && st->samples > 0) ns = ms_to_ns(st->mean_or_estimate_ms()) + overhead;
+      };
+      mean(c.forward_stats, f_ns_[k]);
+      mean(c.backward_stats, b_ns_[k]);
+      mean(c.input_grad_stats, i_ns_[k]);
+      mean(c.weight_grad_stats, w_ns_[k]);
+      if (c.optimizer_stats && c.optimizer_stats->samples > 0)
+        opt_ns_[k] = ms_to_ns(c.optimizer_stats->mean_or_estimate_ms());
+    }
     if (sample_) {
       auto q = [](const std::optional<sched::KindStats>& st, std::int64_t extra) {
         Quantiles out;
@@ -658,8 +724,7 @@ void Engine::slot_pending(std::size_t slot, std::int64_t old, std::int64_t t) {
     const std::int32_t next = ws.next_waiter;
     ws.next_waiter = -1;
     ws.parked_slot = -1;
-    heap_.push_back(Event{std::max(t, ws.time), seq_++, w});
-    std::push_heap(heap_.begin(), heap_.end(), EventLater{});
+    push_event(std::max(t, ws.time), w, EventKind::kResume, 0);
     w = next;
   }
 }
@@ -737,6 +802,111 @@ void Engine::launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_
   ddp_done_[static_cast<std::size_t>(step) * S_ + s] = done;
 }
 
+// A compute action (F, B, I, W, OPTIM) whose inputs are known and which can start at `start`.
+// With dedicated devices it ends at start + work. With shared cores (Note [Shared cores]) it
+// starts when the event clock reaches `start` and ends when its work is done at the speed the
+// node's other computing ranks leave it; returns false until then.
+bool Engine::run_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                         std::int64_t start, std::int64_t pred, std::int64_t work) {
+  if (!shared_) {
+    finish_compute(r, st, op, step, start, start + work, pred);
+    return true;
+  }
+  if (start > now_) {  // come back when the clock gets there (the rank is not parked)
+    push_event(start, r, EventKind::kResume, 0);
+    return false;
+  }
+  PW_ASSERT(start == now_, "engine: rank " << r << " starts a compute action at " << start
+                                            << " ns, behind the event clock at " << now_ << " ns");
+  Node& nd = nodes_[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(r)])];
+  advance(nd);
+  st.run_start = start;
+  st.run_pred = pred;
+  st.run_left = static_cast<double>(work);
+  nd.load += weight_[static_cast<std::size_t>(r)];
+  nd.running.push_back(r);
+  reschedule(nd);
+  return false;
+}
+
+void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                            std::int64_t start, std::int64_t end, std::int64_t pred) {
+  const std::size_t base = slot_base(step);
+  const auto s = static_cast<std::size_t>(op.stage);
+  auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+  if (op.kind != ActionKind::kOptimizerStep) {
+    rr.recv_wait_ns += start - st.time;
+    rr.busy_ns += end - start;
+  }
+  const auto idx = record(op, r, step, Stream::kCompute, start, end, pred);
+  st.time = end;
+  st.last_compute = idx;
+  switch (op.kind) {
+    case ActionKind::kForward:
+      memory_change(r, st, start, act_bytes_[s], 1);
+      set_slot(base + fdone(op.stage, op.mb), end, idx);
+      break;
+    case ActionKind::kFullBackward:
+    case ActionKind::kBackwardInput: {
+      const bool full = op.kind == ActionKind::kFullBackward;
+      if (full) memory_change(r, st, end, -act_bytes_[s], -1);
+      set_slot(base + bdone(op.stage, op.mb), end, idx);
+      if (full && op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
+        launch_ddp(r, st, op, step, start, end, idx);
+      break;
+    }
+    case ActionKind::kBackwardWeight:
+      memory_change(r, st, end, -act_bytes_[s], -1);
+      if (op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
+        launch_ddp(r, st, op, step, start, end, idx);
+      break;
+    default:
+      break;
+  }
+}
+
+void Engine::push_event(std::int64_t t, std::int32_t r, EventKind kind, std::uint32_t version) {
+  heap_.push_back(Event{t, seq_++, r, kind, version});
+  std::push_heap(heap_.begin(), heap_.end(), EventLater{});
+}
+
+// Progress of the node's running actions from its last change to now_ at the speed they had.
+void Engine::advance(Node& nd) {
+  if (!nd.running.empty() && now_ > nd.last) {
+    const double done = static_cast<double>(now_ - nd.last) * nd.rate;
+    for (auto q : nd.running) ranks_[static_cast<std::size_t>(q)].run_left -= done;
+  }
+  nd.last = now_;
+}
+
+// New speed after the set of computing ranks changed; every running action gets a new end event
+// (the old ones are recognised as stale by their version).
+void Engine::reschedule(Node& nd) {
+  nd.rate = nd.load > cores_ ? static_cast<double>(cores_) / static_cast<double>(nd.load) : 1.0;
+  for (auto q : nd.running) {
+    auto& qs = ranks_[static_cast<std::size_t>(q)];
+    const double left = std::max(0.0, qs.run_left);
+    push_event(now_ + static_cast<std::int64_t>(std::ceil(left / nd.rate)), q, EventKind::kDone,
+               ++qs.run_version);
+  }
+}
+
+// The end event of rank r's running compute action.
+void Engine::complete(std::int32_t r, std::uint32_t version) {
+  auto& st = ranks_[static_cast<std::size_t>(r)];
+  if (version != st.run_version) return;  // stale: the speed changed since it was scheduled
+  Node& nd = nodes_[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(r)])];
+  advance(nd);
+  nd.running.erase(std::find(nd.running.begin(), nd.running.end(), r));
+  nd.load -= weight_[static_cast<std::size_t>(r)];
+  reschedule(nd);
+  ++st.run_version;
+  finish_compute(r, st, ops_[static_cast<std::size_t>(r)][st.pos], st.step, st.run_start, now_,
+                 st.run_pred);
+  step_forward(r, st);
+  resume(r);
+}
+
 // Executes op if its inputs are known; returns false (after parking) otherwise.
 bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t step) {
   const std::size_t base = slot_base(step);
@@ -770,16 +940,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
                    pred))
           return false;
       }
-      rr.recv_wait_ns += start - st.time;
-      const std::int64_t dur = duration(f_ns_[s], s, 0, op.mb, step);
-      const std::int64_t end = start + dur;
-      const auto idx = record(op, r, step, Stream::kCompute, start, end, pred);
-      memory_change(r, st, start, act_bytes_[s], 1);
-      st.time = end;
-      st.last_compute = idx;
-      rr.busy_ns += dur;
-      set_slot(base + fdone(op.stage, op.mb), end, idx);
-      return true;
+      return run_compute(r, st, op, step, start, pred, duration(f_ns_[s], s, 0, op.mb, step));
     }
     case ActionKind::kFullBackward:
     case ActionKind::kBackwardInput: {
@@ -791,34 +952,15 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
                    pred))
           return false;
       }
-      rr.recv_wait_ns += start - st.time;
-      const bool full = op.kind == ActionKind::kFullBackward;
-      const std::int64_t dur =
-          full ? duration(b_ns_[s], s, 1, op.mb, step) : duration(i_ns_[s], s, 2, op.mb, step);
-      const std::int64_t end = start + dur;
-      const auto idx = record(op, r, step, Stream::kCompute, start, end, pred);
-      st.time = end;
-      st.last_compute = idx;
-      rr.busy_ns += dur;
-      if (full) memory_change(r, st, end, -act_bytes_[s], -1);
-      set_slot(base + bdone(op.stage, op.mb), end, idx);
-      if (full && op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
-        launch_ddp(r, st, op, step, start, end, idx);
-      return true;
+      const std::int64_t dur = op.kind == ActionKind::kFullBackward
+                                   ? duration(b_ns_[s], s, 1, op.mb, step)
+                                   : duration(i_ns_[s], s, 2, op.mb, step);
+      return run_compute(r, st, op, step, start, pred, dur);
     }
     case ActionKind::kBackwardWeight: {
       if (!need(bdone(op.stage, op.mb))) return false;
-      const std::int64_t start = st.time;
-      const std::int64_t dur = duration(w_ns_[s], s, 3, op.mb, step);
-      const std::int64_t end = start + dur;
-      const auto idx = record(op, r, step, Stream::kCompute, start, end, st.last_compute);
-      st.time = end;
-      st.last_compute = idx;
-      rr.busy_ns += dur;
-      memory_change(r, st, end, -act_bytes_[s], -1);
-      if (op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
-        launch_ddp(r, st, op, step, start, end, idx);
-      return true;
+      return run_compute(r, st, op, step, st.time, st.last_compute,
+                         duration(w_ns_[s], s, 3, op.mb, step));
     }
     case ActionKind::kSendF:
     case ActionKind::kSendB: {
@@ -879,14 +1021,10 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       st.last_compute = idx;
       return true;
     }
-    case ActionKind::kOptimizerStep: {
+    case ActionKind::kOptimizerStep:
       // The stage's optimizer time (profiles measure it; 0 when the cost table has none).
-      const std::int64_t end = st.time + duration(opt_ns_[s], s, 4, -1, step);
-      const auto idx = record(op, r, step, Stream::kCompute, st.time, end, st.last_compute);
-      st.time = end;
-      st.last_compute = idx;
-      return true;
-    }
+      return run_compute(r, st, op, step, st.time, st.last_compute,
+                         duration(opt_ns_[s], s, 4, -1, step));
   }
   return true;
 }
@@ -936,6 +1074,15 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
   end = std::max(end, finish);
 }
 
+void Engine::step_forward(std::int32_t r, RankState& st) {
+  ++st.pc;
+  if (++st.pos == ops_[static_cast<std::size_t>(r)].size()) {
+    end_of_step(r, st, st.step);
+    st.pos = 0;
+    ++st.step;
+  }
+}
+
 void Engine::resume(std::int32_t r) {
   auto& st = ranks_[static_cast<std::size_t>(r)];
   const auto& ops = ops_[static_cast<std::size_t>(r)];
@@ -943,12 +1090,7 @@ void Engine::resume(std::int32_t r) {
   const std::size_t total = len * static_cast<std::size_t>(K_);
   while (st.pc < total) {
     if (!execute(r, st, ops[st.pos], st.step)) return;
-    ++st.pc;
-    if (++st.pos == len) {
-      end_of_step(r, st, st.step);
-      st.pos = 0;
-      ++st.step;
-    }
+    step_forward(r, st);
   }
   if (!st.finished) {
     st.finished = true;
@@ -958,6 +1100,34 @@ void Engine::resume(std::int32_t r) {
     auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
     rr.finish_ns = std::max({st.time, st.send_free, st.dp_free});
   }
+}
+
+void Engine::setup_shared_cores() {
+  cores_ = cluster_.cores_per_node > 0 ? cluster_.cores_per_node : costs_.cores_per_node;
+  shared_ = false;
+  if (cores_ <= 0) return;
+  node_of_.assign(static_cast<std::size_t>(R_), 0);
+  weight_.assign(static_cast<std::size_t>(R_), 0);
+  std::vector<std::int32_t> cluster_node;  // nodes_ index -> cluster node
+  std::vector<std::int32_t> load;
+  for (std::int32_t r = 0; r < R_; ++r) {
+    const auto node = cluster_.node_of(cluster_.global_rank(r, 0, R_, dp_));
+    std::int32_t w = 0;
+    for (std::int32_t j = 0; j < dp_; ++j)
+      w += cluster_.node_of(cluster_.global_rank(r, j, R_, dp_)) == node ? 1 : 0;
+    auto it = std::find(cluster_node.begin(), cluster_node.end(), node);
+    if (it == cluster_node.end()) {
+      cluster_node.push_back(node);
+      load.push_back(0);
+      it = cluster_node.end() - 1;
+    }
+    const auto k = static_cast<std::size_t>(it - cluster_node.begin());
+    node_of_[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(k);
+    weight_[static_cast<std::size_t>(r)] = w;
+    load[k] += w;
+  }
+  for (auto l : load) shared_ = shared_ || l > cores_;
+  nodes_.assign(cluster_node.size(), Node{});
 }
 
 void Engine::throw_deadlock() const {
@@ -987,6 +1157,7 @@ SimResult Engine::run() {
   K_ = opt_.steps;
   record_ = opt_.record_actions;
   decode_plan();
+  setup_shared_cores();
   precompute_costs();
 
   rows_per_step_ = 2 * static_cast<std::size_t>(S_) + 4 * static_cast<std::size_t>(E_);
@@ -1036,13 +1207,18 @@ SimResult Engine::run() {
 
   ranks_.assign(static_cast<std::size_t>(R_), RankState{});
   heap_.reserve(static_cast<std::size_t>(R_) * 2);
-  for (std::int32_t r = 0; r < R_; ++r) heap_.push_back(Event{0, seq_++, r});
+  for (std::int32_t r = 0; r < R_; ++r) heap_.push_back(Event{0, seq_++, r, EventKind::kResume, 0});
   std::make_heap(heap_.begin(), heap_.end(), EventLater{});
   while (!heap_.empty()) {
     std::pop_heap(heap_.begin(), heap_.end(), EventLater{});
     const Event ev = heap_.back();
     heap_.pop_back();
-    resume(ev.rank);
+    now_ = ev.time_ns;
+    if (ev.kind == EventKind::kDone) {
+      complete(ev.rank, ev.version);
+    } else {
+      resume(ev.rank);
+    }
   }
   for (const auto& st : ranks_) {
     if (!st.finished) throw_deadlock();

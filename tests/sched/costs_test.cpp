@@ -24,14 +24,14 @@ CostTable sample_table() {
   s0.activation_bytes = 1024;
   s0.output_bytes = 256;
   s0.param_sizes_bytes = {1024, 3072};
-  s0.forward_stats = KindStats{1.25, 1.0, 1.5, 16, {}};
+  s0.forward_stats = KindStats{1.25, 1.0, 1.5, 16, {}, {}};
   StageCost s1 = s0;
   s1.stage = 1;
   s1.input_grad_ms = 1.0;
   s1.weight_grad_ms = 1.5;
   s1.param_sizes_bytes.clear();
   s1.forward_stats.reset();
-  s1.weight_grad_stats = KindStats{1.5, 1.4, 1.6, 8, {}};
+  s1.weight_grad_stats = KindStats{1.5, 1.4, 1.6, 8, {}, {}};
   t.stages = {s0, s1};
   t.p2p = P2PCost{0.01, 12.5, std::nullopt, std::nullopt};
   t.peak_memory = {{0, 123456}, {1, 654321}};
@@ -128,9 +128,14 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
   std::vector<double> q;
   for (int k = 0; k <= 20; ++k) q.push_back(0.5 + 0.05 * k);
   t.stages[0].optimizer_ms = 0.75;
-  t.stages[0].optimizer_stats = KindStats{0.75, 0.7, 0.8, 10, q};
-  t.p2p = P2PCost{0, 0, 0.25, KindStats{0.25, 0.2, 0.5, 40, q}};
+  t.stages[0].optimizer_stats = KindStats{0.75, 0.7, 0.8, 10, q, {}};
+  t.p2p = P2PCost{0, 0, 0.25, KindStats{0.25, 0.2, 0.5, 40, q, {}}};
+  t.cores_per_node = 2;
+  t.stages[0].optimizer_stats->mean_ms = 0.8125;
   const std::string text = to_json(t);
+  EXPECT_NE(text.find("\"cores_per_node\": 2"), std::string::npos);
+  EXPECT_DOUBLE_EQ(t.stages[0].optimizer_stats->mean_or_estimate_ms(), 0.8125);
+  EXPECT_DOUBLE_EQ(t.p2p->stats->mean_or_estimate_ms(), 1.0);  // trapezoid of 0.5..1.5
   EXPECT_EQ(parse_costs(text, "t.json"), t);
   EXPECT_EQ(to_json(parse_costs(text, "t.json")), text);
   // Quantiles must be 21 ascending numbers; overheads must be >= 0.
@@ -139,6 +144,9 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
   EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
   bad = t;
   bad.p2p->stats->quantiles_ms.pop_back();
+  EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
+  bad = t;
+  bad.cores_per_node = -1;
   EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
   bad = t;
   bad.comm_overhead_ms = -1;

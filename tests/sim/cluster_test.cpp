@@ -10,7 +10,7 @@ namespace pipewright::sim {
 namespace {
 
 const char* kGood = R"({"format": "pipewright-cluster", "version": 1, "name": "t",
-  "nodes": 2, "ranks_per_node": 4, "device_memory_bytes": 1000,
+  "nodes": 2, "ranks_per_node": 4, "cores_per_node": 2, "device_memory_bytes": 1000,
   "intra_node": {"latency_ms": 0.001, "bandwidth_gb_per_s": 100},
   "inter_node": {"latency_ms": 0.01, "bandwidth_gb_per_s": 10},
   "collective": "ring", "placement": "replica-major"})";
@@ -19,6 +19,7 @@ TEST(Cluster, ParsesAndRoundTrips) {
   const Cluster c = parse_cluster(kGood, "c.json");
   EXPECT_EQ(c.nodes, 2);
   EXPECT_EQ(c.ranks_per_node, 4);
+  EXPECT_EQ(c.cores_per_node, 2);
   EXPECT_EQ(c.placement, Placement::kReplicaMajor);
   EXPECT_EQ(c.node_of(3), 0);
   EXPECT_EQ(c.node_of(4), 1);
@@ -26,6 +27,7 @@ TEST(Cluster, ParsesAndRoundTrips) {
   EXPECT_DOUBLE_EQ(c.link(4, 5).bandwidth_gb_per_s, 100);
   const Cluster back = parse_cluster(to_json(c), "again.json");
   EXPECT_EQ(to_json(back), to_json(c));
+  EXPECT_EQ(back.cores_per_node, 2);
   EXPECT_NO_THROW(c.check_fits(8));
   EXPECT_THROW(c.check_fits(9), ConfigError);
 }
@@ -55,6 +57,7 @@ void expect_error(const std::string& text, const std::string& needle) {
 TEST(Cluster, BadInputsNameTheField) {
   const std::string head = R"({"format": "pipewright-cluster", "version": 1, )";
   expect_error(head + R"("nodes": 0})", "/nodes");
+  expect_error(head + R"("cores_per_node": -2})", "/cores_per_node");
   expect_error(head + R"("intra_node": {"latency_ms": -1}})", "/intra_node/latency_ms");
   expect_error(head + R"("inter_node": {"bandwidth_gb_per_s": "fast"}})",
                "/inter_node/bandwidth_gb_per_s");

@@ -100,7 +100,7 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
     c.weight_grad_ms.reset();
     c.optimizer_ms = static_cast<double>(c.param_bytes) / 1e6;
     c.forward_stats =
-        sched::KindStats{c.forward_ms, 0.9 * c.forward_ms, 1.1 * c.forward_ms, 10, {}};
+        sched::KindStats{c.forward_ms, 0.9 * c.forward_ms, 1.1 * c.forward_ms, 10, {}, {}};
   }
   const auto t = transfer_profile(model, p2, measured, p4);
   const auto est = costs_from_partition(model, p4);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sim/simulator.hpp"
@@ -223,7 +226,7 @@ TEST(Engine, SampledDurationsAreDeterministicAndFollowTheQuantiles) {
                    static_cast<double>(plain.makespan_ns) / 1e6);
   // A degenerate distribution (every quantile = the median) also changes nothing.
   for (auto& c : costs.stages) {
-    c.forward_stats = sched::KindStats{1, 1, 1, 10, std::vector<double>(21, 1.0)};
+    c.forward_stats = sched::KindStats{1, 1, 1, 10, std::vector<double>(21, 1.0), {}};
   }
   EXPECT_EQ(run(plan, costs, opt).makespan_ns, plain.makespan_ns);
   // A spread distribution: same seed, same result; another seed, another result; every F
@@ -232,7 +235,7 @@ TEST(Engine, SampledDurationsAreDeterministicAndFollowTheQuantiles) {
   for (auto& c : costs.stages) {
     std::vector<double> q;
     for (int k = 0; k <= 20; ++k) q.push_back(0.5 + k * 0.05);  // uniform on [0.5, 1.5]
-    c.forward_stats = sched::KindStats{1, 0.6, 1.4, 100, q};
+    c.forward_stats = sched::KindStats{1, 0.6, 1.4, 100, q, {}};
   }
   opt.record_actions = true;
   const auto a = run(plan, costs, opt);
@@ -248,6 +251,103 @@ TEST(Engine, SampledDurationsAreDeterministicAndFollowTheQuantiles) {
   const double med = median_step_ms(plan, costs, Cluster{}, SimOptions{}, 31);
   EXPECT_EQ(med, median_step_ms(plan, costs, Cluster{}, SimOptions{}, 31));
   EXPECT_GT(med, static_cast<double>(plain.makespan_ns) / 1e6);
+}
+
+// Shared cores (Note [Shared cores]), hand-derived: p=2, m=2 GPipe, F=1, B=2, no message cost,
+// one core for both ranks:
+//   rank0 F0 [0,1] alone; then rank0 F1 and rank1 F0 share the core: both [1,3];
+//   rank1 F1 [3,4] alone, rank1 B0 [4,6] alone (rank0 waits for a gradient);
+//   rank0 B0 and rank1 B1 share: both [6,10]; rank0 B1 [10,12] alone.
+TEST(Engine, SharedCoresHandDerived) {
+  Cluster one_core;
+  one_core.cores_per_node = 1;
+  SimOptions opt;
+  opt.record_actions = true;
+  const auto r = simulate(gpipe(2, 2), uniform_costs(2, 1, 2), one_core, opt);
+  EXPECT_EQ(r.makespan_ns, 12 * kMs);
+  std::vector<std::tuple<std::int32_t, std::string, std::int64_t, std::int64_t>> got;
+  for (const auto& t : r.actions) {
+    if (t.stream == Stream::kCompute)
+      got.emplace_back(t.rank, sched::to_string(t.action), t.start_ns / kMs, t.end_ns / kMs);
+  }
+  std::sort(got.begin(), got.end());
+  const decltype(got) want{{0, "0B0", 6, 10}, {0, "0B1", 10, 12}, {0, "0F0", 0, 1},
+                           {0, "0F1", 1, 3},  {1, "1B0", 4, 6},   {1, "1B1", 6, 10},
+                           {1, "1F0", 1, 3},  {1, "1F1", 3, 4}};
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(r.per_rank[0].busy_ns, 9 * kMs);  // wall time in compute, shared or not
+}
+
+// One core and free messages: some rank can always compute, so the step is the total work.
+// Cores >= ranks: exactly the dedicated-device result. A profile's cores_per_node applies when
+// the cluster has none; the cluster's wins.
+TEST(Engine, SharedCoresBoundsAndSources) {
+  for (std::int32_t p : {2, 3, 4}) {
+    for (std::int32_t m : {1, 4, 8}) {
+      const auto costs = uniform_costs(p, 1, 2);
+      Cluster c;
+      c.cores_per_node = 1;
+      EXPECT_EQ(simulate(gpipe(p, m), costs, c, {}).makespan_ns, p * m * 3 * kMs) << p << m;
+      if (m >= p) {
+        EXPECT_EQ(simulate(one_f_one_b(p, m), costs, c, {}).makespan_ns, p * m * 3 * kMs);
+      }
+      c.cores_per_node = p;
+      SimOptions opt;
+      opt.p2p_override_ms = 0.3;
+      opt.record_actions = true;
+      const auto shared = simulate(one_f_one_b(p, m), costs, c, opt);
+      const auto own = simulate(one_f_one_b(p, m), costs, Cluster{}, opt);
+      EXPECT_EQ(shared.makespan_ns, own.makespan_ns);
+      EXPECT_EQ(shared.actions.size(), own.actions.size());
+    }
+  }
+  auto costs = uniform_costs(2, 1, 2);
+  costs.cores_per_node = 1;
+  EXPECT_EQ(run(gpipe(2, 2), costs).makespan_ns, 12 * kMs);
+  Cluster two;
+  two.cores_per_node = 2;
+  EXPECT_EQ(simulate(gpipe(2, 2), costs, two, {}).makespan_ns, 9 * kMs);
+  // Two replicas of each rank on one 2-core node: four computing ranks, like p = 4 on 2 cores.
+  SimOptions dp;
+  dp.dp.replicas = 2;
+  EXPECT_EQ(simulate(gpipe(2, 2), uniform_costs(2, 1, 2), two, dp).makespan_ns, 12 * kMs);
+}
+
+// Shared cores: deterministic; measured distributions count with their means, never sampled
+// (Note [Shared cores]).
+TEST(Engine, SharedCoresUseMeansNotSamples) {
+  Cluster c;
+  c.cores_per_node = 2;
+  SimOptions opt;
+  opt.record_actions = true;
+  opt.p2p_override_ms = 0.1;
+  const auto plain = simulate(one_f_one_b(4, 8), uniform_costs(4, 1, 2), c, opt);
+  auto costs = uniform_costs(4, 1, 2);
+  for (auto& s : costs.stages) {
+    std::vector<double> q;
+    for (int k = 0; k <= 20; ++k) q.push_back(0.5 + k * 0.05);  // uniform on [0.5, 1.5]: mean 1
+    s.forward_stats = sched::KindStats{0.9, 0.6, 1.4, 100, q, {}};
+  }
+  opt.sample_durations_seed = 3;
+  const auto a = simulate(one_f_one_b(4, 8), costs, c, opt);
+  opt.sample_durations_seed = 4;
+  const auto b = simulate(one_f_one_b(4, 8), costs, c, opt);
+  EXPECT_EQ(a.makespan_ns, plain.makespan_ns);
+  EXPECT_EQ(b.makespan_ns, plain.makespan_ns);
+  ASSERT_EQ(a.actions.size(), plain.actions.size());
+  for (std::size_t i = 0; i < a.actions.size(); ++i) {
+    EXPECT_EQ(a.actions[i].start_ns, plain.actions[i].start_ns);
+    EXPECT_EQ(a.actions[i].end_ns, plain.actions[i].end_ns);
+  }
+  // An explicit mean wins over the quantiles: F = 2 ms is F = B on every stage.
+  for (auto& s : costs.stages) s.forward_stats->mean_ms = 2.0;
+  const auto two = simulate(one_f_one_b(4, 8), costs, c, opt);
+  EXPECT_EQ(two.makespan_ns, simulate(one_f_one_b(4, 8), uniform_costs(4, 2, 2), c, opt).makespan_ns);
+  // Never faster than dedicated devices, never faster than the work on 2 cores.
+  opt.sample_durations_seed.reset();
+  const auto own = simulate(one_f_one_b(4, 8), uniform_costs(4, 1, 2), Cluster{}, opt);
+  EXPECT_GT(plain.makespan_ns, own.makespan_ns);
+  EXPECT_GE(plain.makespan_ns, 4 * 8 * 3 * kMs / 2);
 }
 
 }  // namespace

@@ -40,6 +40,8 @@ struct CommunicationMeasurements {
   int world_rank = 0;
   int world_size = 1;
   int local_world_size = 1;
+  // CPUs rank 0 may run on (its affinity mask): the cores a node's CPU ranks share.
+  int cpus = 0;
   std::string backend;
   // One-way point-to-point time between ranks 0 and 1 (half the round trip of a ping-pong).
   std::vector<SizeTiming> p2p;

@@ -64,8 +64,9 @@ using EnvMap = std::map<std::string, std::string>;
 void rendezvous(Store& store, const WorldInfo& world, std::chrono::milliseconds timeout,
                 const std::string& prefix = "pipewright");
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it back, close).
-// For tests and single-host launches; BackendError if no socket can be bound.
+// A TCP port on 127.0.0.1 that was free a moment ago, chosen at random in 20000-32767 (below
+// Linux's ephemeral range, so outgoing connections do not take it). For tests and single-host
+// launches; BackendError if no port there can be bound.
 [[nodiscard]] int find_free_port();
 
 }  // namespace pipewright::exec

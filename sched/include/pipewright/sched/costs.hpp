@@ -8,6 +8,7 @@
 // JSON form (docs/simulator.md has the full description):
 //   {"format": "pipewright-profile", "version": 1, "source": "executor",
 //    "compute_overhead_ms": 0, "comm_overhead_ms": 0.3, "runtime_memory_bytes": 0,
+//    "cores_per_node": 2,                                                (optional)
 //    "stages": [{"stage": 0, "forward_ms": 1.5, "backward_ms": 3.0,
 //                "input_grad_ms": 1.5, "weight_grad_ms": 1.5,          (optional)
 //                "optimizer_ms": 0.4,                                   (optional)
@@ -42,9 +43,14 @@ struct KindStats {
   // ascending; the first is the minimum, the last the maximum). Sampled simulation draws from it
   // when present (sim: Note [Sampled durations]), else from p10/median/p90.
   std::vector<double> quantiles_ms;
+  // Optional mean of the samples. The simulator uses means instead of samples when ranks share
+  // cores (sim: Note [Shared cores]); without it, the mean of the quantile function.
+  std::optional<double> mean_ms;
+  // mean_ms, else the trapezoid mean of quantiles_ms, else the median.
+  [[nodiscard]] double mean_or_estimate_ms() const noexcept;
   friend bool operator==(const KindStats& a, const KindStats& b) noexcept {
     return a.median_ms == b.median_ms && a.p10_ms == b.p10_ms && a.p90_ms == b.p90_ms &&
-           a.samples == b.samples && a.quantiles_ms == b.quantiles_ms;
+           a.samples == b.samples && a.quantiles_ms == b.quantiles_ms && a.mean_ms == b.mean_ms;
   }
 };
 
@@ -122,6 +128,11 @@ struct CostTable {
   // allocator caches, data), bytes; the simulator adds it to each rank's predicted peak.
   // Executor profiles measure it (Note [Runtime memory] in exec/src/run_report.hpp).
   std::int64_t runtime_memory_bytes = 0;
+  // CPU cores the measured node's ranks shared when they were more than the cores (0: every
+  // rank had its own device or cores). The compute times are then dedicated-core times
+  // recovered from the shared ones, and the simulator shares this many cores between a node's
+  // ranks unless the cluster says otherwise (Note [Shared cores] in sim/src/engine.cpp).
+  std::int32_t cores_per_node = 0;
   std::vector<StageCost> stages;  // stages[i].stage == i
   std::optional<P2PCost> p2p;
   std::vector<RankPeakMemory> peak_memory;  // measured, executor profiles only
@@ -129,7 +140,8 @@ struct CostTable {
   friend bool operator==(const CostTable& a, const CostTable& b) noexcept {
     return a.source == b.source && a.compute_overhead_ms == b.compute_overhead_ms &&
            a.comm_overhead_ms == b.comm_overhead_ms &&
-           a.runtime_memory_bytes == b.runtime_memory_bytes && a.stages == b.stages &&
+           a.runtime_memory_bytes == b.runtime_memory_bytes &&
+           a.cores_per_node == b.cores_per_node && a.stages == b.stages &&
            a.p2p == b.p2p && a.peak_memory == b.peak_memory;
   }
 };

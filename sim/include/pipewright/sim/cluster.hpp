@@ -41,6 +41,11 @@ struct Cluster {
   std::int32_t nodes = 1;
   std::int32_t ranks_per_node = 0;       // 0: all ranks on one node (any count)
   std::int64_t device_memory_bytes = 0;  // 0: unlimited
+  // Compute units a node's ranks share (CPU cores when training on CPUs): with more ranks of a
+  // node computing than this, each computes at cores / computing speed (processor sharing,
+  // Note [Shared cores] in sim/src/engine.cpp). 0: every rank has its own device; then a
+  // profile's cores_per_node applies, if any.
+  std::int32_t cores_per_node = 0;
   Link intra_node;
   Link inter_node;
   CollectiveAlgorithm collective = CollectiveAlgorithm::kRing;

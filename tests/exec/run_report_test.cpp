@@ -1,0 +1,141 @@
+// make_profile's estimators on hand-made rank records: dedicated-core times on an oversubscribed
+// host (Note [Shared cores in profiles]), the p2p filter (Note [Measured p2p time]), the batch
+// overhead (Note [Comm overhead]) and the runtime memory (Note [Runtime memory]).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "run_report.hpp"
+
+namespace pipewright::exec {
+namespace {
+
+using sched::Action;
+using sched::ActionKind;
+
+constexpr std::int64_t kMs = 1'000'000;  // ns
+
+sched::PlanShape two_stages(int microbatches = 1) {
+  sched::PlanShape shape;
+  shape.ranks = 2;
+  shape.stages = 2;
+  shape.microbatches = microbatches;
+  shape.stage_to_rank = {0, 1};
+  return shape;
+}
+
+TimedAction timed(Action a, double start_ms, double end_ms, std::int64_t step = 0,
+                  std::int64_t bytes = 0) {
+  TimedAction t;
+  t.action = a;
+  t.step = step;
+  t.start_ns = static_cast<std::int64_t>(start_ms * kMs);
+  t.end_ns = static_cast<std::int64_t>(end_ms * kMs);
+  t.bytes = bytes;
+  return t;
+}
+
+Action f(int stage, int mb) { return Action::compute(stage, ActionKind::kForward, mb); }
+
+RankRecord rank(int r, std::int64_t cpus, std::vector<TimedAction> actions) {
+  RankRecord rec;
+  rec.world_rank = r;
+  rec.host_id = 42;
+  rec.cpus = cpus;
+  rec.actions = std::move(actions);
+  return rec;
+}
+
+ReportContext context() {
+  ReportContext ctx;
+  ctx.world_size = 2;
+  ctx.warmup_steps = 0;
+  return ctx;
+}
+
+// Two ranks on one 1-core host: rank 0's F over [0, 4] ms, rank 1's over [2, 6] ms. Both compute
+// on [2, 4] at half speed, so each did 2 + 2 * 0.5 = 3 ms of work.
+TEST(MakeProfile, OversubscribedHostGivesDedicatedCoreTimes) {
+  const std::vector<RankRecord> records{rank(0, 1, {timed(f(0, 0), 0, 4)}),
+                                        rank(1, 1, {timed(f(1, 0), 2, 6)})};
+  const auto t = make_profile(records, two_stages(), context());
+  EXPECT_EQ(t.cores_per_node, 1);
+  EXPECT_NEAR(t.stages[0].forward_ms, 3.0, 1e-9);
+  EXPECT_NEAR(t.stages[1].forward_ms, 3.0, 1e-9);
+}
+
+TEST(MakeProfile, EnoughCoresOrGpusKeepMeasuredTimes) {
+  std::vector<RankRecord> records{rank(0, 2, {timed(f(0, 0), 0, 4)}),
+                                  rank(1, 2, {timed(f(1, 0), 2, 6)})};
+  auto t = make_profile(records, two_stages(), context());
+  EXPECT_EQ(t.cores_per_node, 2);
+  EXPECT_NEAR(t.stages[0].forward_ms, 4.0, 1e-9);
+  EXPECT_NEAR(t.stages[1].forward_ms, 4.0, 1e-9);
+  for (auto& r : records) r.cpus = 0;  // computed on GPUs: no shared cores
+  t = make_profile(records, two_stages(), context());
+  EXPECT_EQ(t.cores_per_node, 0);
+  EXPECT_NEAR(t.stages[0].forward_ms, 4.0, 1e-9);
+  // Ranks on different hosts do not share cores.
+  records = {rank(0, 1, {timed(f(0, 0), 0, 4)}), rank(1, 1, {timed(f(1, 0), 2, 6)})};
+  records[1].host_id = 7;
+  t = make_profile(records, two_stages(), context());
+  EXPECT_EQ(t.cores_per_node, 1);
+  EXPECT_NEAR(t.stages[0].forward_ms, 4.0, 1e-9);
+  EXPECT_NEAR(t.stages[1].forward_ms, 4.0, 1e-9);
+}
+
+// Messages: the p2p cost comes from transfers whose receive was posted before the send started
+// (microbatch 0: 0.3 ms); a receive posted after the send started (microbatch 1) is left out. The
+// batch overhead is the median of batches that did not wait for data: rank 0's send-only
+// batches (0.1 and 0.2 ms) and rank 1's RECV_F1 batch, whose send had ended (0.15 ms).
+TEST(MakeProfile, P2PFilterCommOverheadAndRuntimeMemory) {
+  const auto send = [](int mb) { return Action::comm(0, ActionKind::kSendF, mb, 1); };
+  const auto recv = [](int mb) { return Action::comm(1, ActionKind::kRecvF, mb, 0); };
+  std::vector<RankRecord> records{
+      rank(0, 2,
+           {timed(f(0, 0), 0, 1), timed(send(0), 1.0, 1.1, 0, 64), timed(f(0, 1), 1.1, 2),
+            timed(send(1), 2.0, 2.2, 0, 64)}),
+      rank(1, 2,
+           {timed(recv(0), 0.5, 1.3, 0, 64), timed(f(1, 0), 1.3, 2.3),
+            timed(recv(1), 2.5, 2.65, 0, 64), timed(f(1, 1), 2.65, 3.5)})};
+  records[0].baseline_rss_bytes = 100'000'000;
+  records[1].baseline_rss_bytes = 120'000'000;
+  records[0].stages = {LocalStageSizes{0, {1000}}};
+  records[1].stages = {LocalStageSizes{1, {3000}}};
+  const auto t = make_profile(records, two_stages(2), context());
+  ASSERT_TRUE(t.p2p.has_value());
+  ASSERT_TRUE(t.p2p->per_message_ms.has_value());
+  EXPECT_NEAR(*t.p2p->per_message_ms, 0.3, 1e-9);
+  EXPECT_EQ(t.p2p->stats->samples, 1);
+  EXPECT_NEAR(t.comm_overhead_ms, 0.15, 1e-9);
+  // The median over ranks of (baseline RSS - parameter bytes).
+  EXPECT_EQ(t.runtime_memory_bytes, (100'000'000 - 1000 + 120'000'000 - 3000) / 2);
+  EXPECT_EQ(t.stages[0].output_bytes, 64);
+  EXPECT_EQ(t.stages[1].param_bytes, 3000);
+}
+
+TEST(MakeProfile, RecordRoundTripKeepsHostAndCpus) {
+  RankRecord r = rank(3, 8, {timed(f(1, 2), 1, 2, 5, 7)});
+  r.host_id = 123456789;
+  r.peak_rss_bytes = 11;
+  r.baseline_rss_bytes = 10;
+  r.stages = {LocalStageSizes{1, {4, 8}}};
+  const RankRecord d = decode_record(encode_record(r));
+  EXPECT_EQ(d.world_rank, 3);
+  EXPECT_EQ(d.host_id, 123456789);
+  EXPECT_EQ(d.cpus, 8);
+  EXPECT_EQ(d.peak_rss_bytes, 11);
+  EXPECT_EQ(d.baseline_rss_bytes, 10);
+  ASSERT_EQ(d.stages.size(), 1U);
+  EXPECT_EQ(d.stages[0].param_bytes, (std::vector<std::int64_t>{4, 8}));
+  ASSERT_EQ(d.actions.size(), 1U);
+  EXPECT_EQ(d.actions[0].action, f(1, 2));
+  EXPECT_EQ(d.actions[0].step, 5);
+  EXPECT_EQ(d.actions[0].bytes, 7);
+  EXPECT_GT(usable_cpus(), 0);
+  EXPECT_GE(this_host_id(), 0);
+}
+
+}  // namespace
+}  // namespace pipewright::exec
