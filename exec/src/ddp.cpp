@@ -111,19 +111,15 @@ const sched::BucketAssignment& Ddp::buckets_of(int id) const {
 }
 
 void Ddp::open_step(Stage& st) {
-  // Install (or re-install) the gradient aliases: a .grad that is not our alias (undefined, or
-  // replaced by someone) is copied into the bucket first, so no accumulated value is lost.
+  // A .grad that someone set to a tensor other than our alias is moved into the bucket, so no
+  // accumulated value is lost; an undefined one stays undefined until the first accumulation
+  // (Note [DDP gradient buckets]).
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < st.trainable.size(); ++i) {
     torch::Tensor& g = st.trainable[i].mutable_grad();
-    torch::Tensor& alias = st.grad_alias[i];
-    if (g.defined() && g.data_ptr() == alias.data_ptr()) continue;
-    if (g.defined()) {
-      alias.copy_(g);
-    } else {
-      alias.zero_();
-    }
-    g = alias;
+    if (!g.defined() || g.data_ptr() == st.grad_alias[i].data_ptr()) continue;
+    st.grad_alias[i].copy_(g);
+    g = st.grad_alias[i];
   }
   std::fill(st.accumulations.begin(), st.accumulations.end(), 0);
   for (std::size_t b = 0; b < st.buckets.size(); ++b) {
@@ -145,6 +141,14 @@ void Ddp::on_grad_accumulated(Stage& st, std::size_t param) noexcept {
   if (!st.step_open || hook_error_) return;  // backward outside a training step: ignore
   try {
     const int n = ++st.accumulations[param];
+    torch::Tensor& g = st.trainable[param].mutable_grad();
+    torch::Tensor& alias = st.grad_alias[param];
+    if (g.defined() && g.data_ptr() != alias.data_ptr()) {
+      // First accumulation of the step into an undefined .grad: autograd made a new tensor.
+      torch::NoGradGuard no_grad;
+      alias.copy_(g);
+      g = alias;
+    }
     if (n != options_.num_microbatches) return;
     Bucket& b = st.buckets[st.assignment.bucket_of_param[param]];
     if (--b.pending == 0 && options_.overlap) launch_ready(st, /*in_backward=*/true);
@@ -178,6 +182,19 @@ void Ddp::reduce_grad(int stage_id) {
   rethrow_hook_error();
   Stage& st = stage(stage_id);
   if (!st.step_open) open_step(st);  // no backward ran this step: reduce zero gradients
+  {
+    // Parameters without a gradient this step contribute zeros.
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < st.trainable.size(); ++i) {
+      if (st.accumulations[i] > 0) continue;
+      torch::Tensor& g = st.trainable[i].mutable_grad();
+      if (g.defined() && g.data_ptr() == st.grad_alias[i].data_ptr()) {
+        continue;  // installed at open_step: holds what the user put there
+      }
+      st.grad_alias[i].zero_();
+      g = st.grad_alias[i];
+    }
+  }
   // Whatever was not started during backward (unused parameters, or overlap off) starts now,
   // still in index order.
   for (std::size_t b = st.next_launch; b < st.buckets.size(); ++b) launch(st, b, false);
@@ -185,7 +202,6 @@ void Ddp::reduce_grad(int stage_id) {
   for (auto& bucket : st.buckets) {
     detail::timed_wait(bucket.work, options_.timeout, stats_);
     bucket.work.reset();
-    bucket.flat.div_(static_cast<double>(dp_->size()));
   }
   st.step_open = false;
 }

@@ -5,11 +5,14 @@
 // Note [DDP gradient buckets]
 // - Buckets: sched::assign_buckets over the stage's trainable parameters (reverse registration
 //   order, first bucket min(1 MiB, cap), then the cap), so the simulator models the same ones.
-// - Each parameter's .grad is an alias of its slice of the bucket's flat buffer, so the autograd
-//   engine accumulates the microbatches' gradients directly in the buffer and the all-reduce runs
-//   on it in place: no copies in or out. If something replaces a .grad (an optimizer's zero_grad
-//   that sets it to None), before_backward copies it back into the buffer and re-installs the
-//   alias.
+// - Each parameter's gradient lives in its slice of the bucket's flat buffer (an alias tensor),
+//   so the all-reduce runs on the buffer in place. The optimizer's zero_grad leaves .grad
+//   undefined; the first accumulation of a step then hands autograd's new gradient to the post
+//   hook, which copies it into the alias and installs the alias as .grad, so later microbatches
+//   accumulate in the buffer directly. Nothing zeroes the buffers (parameters without a gradient
+//   in a step are zeroed at reduce_grad), and the replicas' average needs no pass either: the
+//   interpreter divides every replica's loss by dp (gradient_divisor), so the all-reduced sum is
+//   the average (for dp a power of two this is bit-identical to dividing afterwards).
 // - Readiness: a post hook on each parameter's gradient accumulator (the AccumulateGrad node)
 //   counts the accumulations of the step. A gradient is final when it has been accumulated once
 //   per microbatch; for zero-bubble plans that happens in the W of the last microbatch, for the
@@ -17,8 +20,9 @@
 //   communication. When every gradient of bucket b is final the buckets are started in index
 //   order (b only after b - 1, so every replica issues the collectives in the same order),
 //   asynchronously, and backward continues.
-// - reduce_grad(s) starts what is left (parameters without a gradient this step, or every
-//   bucket when overlap is off), waits for stage s's buckets only, and divides by dp.
+// - reduce_grad(s) zeroes the slices of parameters that got no gradient this step, starts what
+//   is left (their buckets, or every bucket when overlap is off) and waits for stage s's buckets
+//   only.
 // - on_start broadcasts parameters and buffers from replica 0; --check-replicas N compares a hash
 //   of every stage's parameters across replicas after every N-th step.
 #pragma once
@@ -60,6 +64,8 @@ class Ddp final : public DataParallelAlgorithm {
   void after_backward(int stage, int microbatch, bool last) override;
   void reduce_grad(int stage) override;
   void after_optimizer_step(std::int64_t step) override;
+  // Every replica's loss is divided by dp, so the all-reduced sum is the average.
+  [[nodiscard]] int gradient_divisor() const override { return dp_->size(); }
   [[nodiscard]] DataParallelStats stats() const override { return stats_; }
 
   // The bucket assignment of a local stage (for tests and the simulator cross-check).

@@ -479,7 +479,8 @@ void Interpreter::do_forward(const Action& a, std::int64_t step,
     auto l = loss_(ms.outputs[static_cast<std::size_t>(st.loss_output)], y);
     loss_sum_ += l.detach().to(torch::kDouble).item<double>();
     ++loss_count_;
-    ms.loss = l / static_cast<double>(plan_.shape.microbatches);
+    ms.loss = l / (static_cast<double>(plan_.shape.microbatches) *
+                   static_cast<double>(hooks_->gradient_divisor()));
   }
   // Hand the outputs to consumers on this rank now; remote consumers get them with SEND_F.
   for (std::size_t k = 0; k < st.consumers.size(); ++k) {

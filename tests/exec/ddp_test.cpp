@@ -86,8 +86,10 @@ std::vector<ReplicaResult> run_ddp(const DdpCase& c, const Mlp& init) {
       for (int mb = 0; mb < c.microbatches; ++mb) {
         auto xi = x.narrow(0, mb * mb_rows, mb_rows).clone().requires_grad_(true);
         inputs.push_back(xi);
+        // As the interpreter does: each microbatch's loss over microbatches x the divisor.
         losses.push_back(torch::mse_loss(m.forward(xi), y.narrow(0, mb * mb_rows, mb_rows)) /
-                         static_cast<double>(c.microbatches));
+                         (static_cast<double>(c.microbatches) *
+                          static_cast<double>(ddp.gradient_divisor())));
       }
       const std::int64_t at_start = ddp.stats().collectives;
       const int last = c.microbatches - 1;
@@ -195,9 +197,21 @@ TEST(Ddp, BucketsFollowTheSharedAssignment) {
     const auto expect = sched::assign_buckets(
         {kHidden * kIn * 4, kHidden * 4, kOut * kHidden * 4, kOut * 4}, 200, 200);
     EXPECT_EQ(ddp.buckets_of(0), expect);
-    // The gradients are aliases of the buckets' flat buffers.
+    // After a backward the gradients are aliases of the buckets' flat buffers: parameters of
+    // one bucket share a storage, parameters of different buckets do not.
+    auto [x, y] = make_data(4, kIn, kOut, 9);
     ddp.before_backward(0, 0, true);
-    for (const auto& p : m.params) EXPECT_TRUE(p.grad().defined());
+    (torch::mse_loss(m.forward(x), y) / static_cast<double>(ddp.gradient_divisor())).backward();
+    ddp.after_backward(0, 0, true);
+    ddp.reduce_grad(0);
+    for (std::size_t i = 0; i < m.params.size(); ++i) {
+      ASSERT_TRUE(m.params[i].grad().defined());
+      for (std::size_t j = 0; j < m.params.size(); ++j) {
+        const bool same = m.params[i].grad().storage().data() ==
+                          m.params[j].grad().storage().data();
+        EXPECT_EQ(same, expect.bucket_of_param[i] == expect.bucket_of_param[j]) << i << " " << j;
+      }
+    }
   });
 }
 
