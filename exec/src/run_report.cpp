@@ -27,8 +27,12 @@ using sched::ActionKind;
 }  // namespace
 
 std::vector<std::int64_t> encode_record(const RankRecord& r) {
-  std::vector<std::int64_t> out{kRecordMagic,       r.world_rank, r.peak_rss_bytes,
-                                r.baseline_rss_bytes, r.host_id,      r.cpus,
+  std::vector<std::int64_t> out{kRecordMagic,
+                                r.world_rank,
+                                r.peak_rss_bytes,
+                                r.baseline_rss_bytes,
+                                r.host_id,
+                                r.cpus,
                                 static_cast<std::int64_t>(r.stages.size())};
   for (const auto& s : r.stages) {
     out.push_back(s.stage);

@@ -98,9 +98,8 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
   const json j = detail::parse_json_text(text, origin);
   JsonObject root(origin, "", j);
   root.check_known({"format", "version", "name", "nodes", "ranks_per_node", "cores_per_node",
-                    "device_memory_bytes",
-                    "intra_node", "inter_node", "collective", "placement", "rank_nodes",
-                    "description", "collective_links", "calibration"});
+                    "device_memory_bytes", "intra_node", "inter_node", "collective", "placement",
+                    "rank_nodes", "description", "collective_links", "calibration"});
   const std::string format = root.string("format");
   PW_CHECK(format == kClusterFormat, ParseError,
            origin << ": /format must be \"" << kClusterFormat << "\", got \"" << format << "\"");

@@ -316,8 +316,8 @@ class Engine {
   // done) on the same rank, the RECV_F (RECV_B) of the edge otherwise. Stage s's rows are
   // deps_[f_deps_begin_[s] .. f_deps_begin_[s + 1]) (b_deps_begin_ likewise).
   std::vector<std::int32_t> deps_, f_deps_begin_, b_deps_begin_;
-  std::vector<std::vector<Op>> ops_;                             // per rank
-  std::vector<std::vector<std::int32_t>> explicit_reduce_;       // per rank: stage has REDUCE_GRAD
+  std::vector<std::vector<Op>> ops_;                        // per rank
+  std::vector<std::vector<std::int32_t>> explicit_reduce_;  // per rank: stage has REDUCE_GRAD
 
   // Integer nanosecond costs.
   std::vector<std::int64_t> f_ns_, b_ns_, i_ns_, w_ns_, opt_ns_, act_bytes_;
@@ -361,10 +361,10 @@ class Engine {
   // Shared cores (Note [Shared cores]): on when some node has more computing ranks than cores.
   bool shared_ = false;
   std::int32_t cores_ = 0;
-  std::int64_t now_ = 0;                // the event clock
+  std::int64_t now_ = 0;  // the event clock
   std::vector<Node> nodes_;
-  std::vector<std::int32_t> node_of_;   // per rank: index into nodes_
-  std::vector<std::int32_t> weight_;    // per rank: its replicas on the same node (itself included)
+  std::vector<std::int32_t> node_of_;  // per rank: index into nodes_
+  std::vector<std::int32_t> weight_;   // per rank: its replicas on the same node (itself included)
   std::vector<Event> heap_;
   std::int64_t seq_ = 0;
   SimResult result_;
@@ -817,7 +817,7 @@ bool Engine::run_compute(std::int32_t r, RankState& st, const Op& op, std::int32
     return false;
   }
   PW_ASSERT(start == now_, "engine: rank " << r << " starts a compute action at " << start
-                                            << " ns, behind the event clock at " << now_ << " ns");
+                                           << " ns, behind the event clock at " << now_ << " ns");
   Node& nd = nodes_[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(r)])];
   advance(nd);
   st.run_start = start;

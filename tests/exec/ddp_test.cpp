@@ -87,9 +87,9 @@ std::vector<ReplicaResult> run_ddp(const DdpCase& c, const Mlp& init) {
         auto xi = x.narrow(0, mb * mb_rows, mb_rows).clone().requires_grad_(true);
         inputs.push_back(xi);
         // As the interpreter does: each microbatch's loss over microbatches x the divisor.
-        losses.push_back(torch::mse_loss(m.forward(xi), y.narrow(0, mb * mb_rows, mb_rows)) /
-                         (static_cast<double>(c.microbatches) *
-                          static_cast<double>(ddp.gradient_divisor())));
+        losses.push_back(
+            torch::mse_loss(m.forward(xi), y.narrow(0, mb * mb_rows, mb_rows)) /
+            (static_cast<double>(c.microbatches) * static_cast<double>(ddp.gradient_divisor())));
       }
       const std::int64_t at_start = ddp.stats().collectives;
       const int last = c.microbatches - 1;
@@ -207,8 +207,8 @@ TEST(Ddp, BucketsFollowTheSharedAssignment) {
     for (std::size_t i = 0; i < m.params.size(); ++i) {
       ASSERT_TRUE(m.params[i].grad().defined());
       for (std::size_t j = 0; j < m.params.size(); ++j) {
-        const bool same = m.params[i].grad().storage().data() ==
-                          m.params[j].grad().storage().data();
+        const bool same =
+            m.params[i].grad().storage().data() == m.params[j].grad().storage().data();
         EXPECT_EQ(same, expect.bucket_of_param[i] == expect.bucket_of_param[j]) << i << " " << j;
       }
     }

@@ -342,7 +342,8 @@ TEST(Engine, SharedCoresUseMeansNotSamples) {
   // An explicit mean wins over the quantiles: F = 2 ms is F = B on every stage.
   for (auto& s : costs.stages) s.forward_stats->mean_ms = 2.0;
   const auto two = simulate(one_f_one_b(4, 8), costs, c, opt);
-  EXPECT_EQ(two.makespan_ns, simulate(one_f_one_b(4, 8), uniform_costs(4, 2, 2), c, opt).makespan_ns);
+  EXPECT_EQ(two.makespan_ns,
+            simulate(one_f_one_b(4, 8), uniform_costs(4, 2, 2), c, opt).makespan_ns);
   // Never faster than dedicated devices, never faster than the work on 2 cores.
   opt.sample_durations_seed.reset();
   const auto own = simulate(one_f_one_b(4, 8), uniform_costs(4, 1, 2), Cluster{}, opt);

@@ -141,8 +141,8 @@ struct CostTable {
     return a.source == b.source && a.compute_overhead_ms == b.compute_overhead_ms &&
            a.comm_overhead_ms == b.comm_overhead_ms &&
            a.runtime_memory_bytes == b.runtime_memory_bytes &&
-           a.cores_per_node == b.cores_per_node && a.stages == b.stages &&
-           a.p2p == b.p2p && a.peak_memory == b.peak_memory;
+           a.cores_per_node == b.cores_per_node && a.stages == b.stages && a.p2p == b.p2p &&
+           a.peak_memory == b.peak_memory;
   }
 };
 
