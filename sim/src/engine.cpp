@@ -33,14 +33,18 @@
 // through compute: a rank whose next compute action can start at t > now yields until the event
 // clock reaches t; starting or ending a compute action updates the node's running actions
 // (progress so far at the old speed, then new end events at the new speed; superseded end
-// events carry an old version and are dropped). Communication actions still run ahead, as
-// before. Without sharing (no cores given, or no node with more ranks than cores) none of this
-// runs and results are those of dedicated devices, bit for bit.
-// With sharing, each kind costs the mean of its measured distribution (KindStats::mean_ms) and
-// sampled simulation draws nothing: on an oversubscribed host most of the spread of measured
-// times is the OS scheduler's time slices, during which the other ranks run; sampling it on top
-// of processor sharing counts that delay twice (p = 4 on 2 cores, bench/fidelity.sh: sampled
-// replay +25..+42% against the measured step, medians -6..-28%, means -21..+1%).
+// events carry an old version and are dropped). A rank's send stream is an activity too: the
+// bytes of a SEND move with its work at the same shared speed (a transfer's progress thread
+// needs a core; measured on p = 4 runs, replay without it left ranks computing at half speed
+// where the real ones mostly waited for messages), so arrivals are known only when the send
+// completes. Receives and the other communication actions still run ahead, as before. Without
+// sharing (no cores given, or no node with more ranks than cores) none of this runs and results are
+// those of dedicated devices, bit for bit. With sharing, each kind costs the mean of its measured
+// distribution (KindStats::mean_ms) and sampled simulation draws nothing: on an oversubscribed host
+// most of the spread of measured times is the OS scheduler's time slices, during which the other
+// ranks run; sampling it on top of processor sharing counts that delay twice (p = 4 on 2 cores,
+// bench/fidelity.sh: sampled replay +25..+42% against the measured step, medians -6..-28%, means
+// -21..+1%).
 //
 // Dependencies: F(s, m) needs, for every producer stage q, F(q, m) when q is on the same rank
 // and otherwise the rank's own RECV_F of that activation; B/I(s, m) need F(s, m) and, for every
@@ -57,6 +61,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -172,7 +177,8 @@ class SlotArray {
 
 // kResume: run the rank from its current action; kDone: its running compute action (shared
 // cores only) ends unless `version` is stale.
-enum class EventKind : std::uint8_t { kResume, kDone };
+// kSendStart / kSendDone: the rank's send stream (shared cores only).
+enum class EventKind : std::uint8_t { kResume, kDone, kSendStart, kSendDone };
 struct Event {
   std::int64_t time_ns;
   std::int64_t seq;
@@ -203,18 +209,15 @@ struct RankState {
   std::int32_t live_microbatches = 0;
   std::int64_t peak_activation_bytes = 0;
   std::int32_t peak_microbatches = 0;
-  // Shared cores: the running compute action's start, predecessor and work left (ns at full
-  // speed), and the version of its end event.
+  // Shared cores: the running compute action's start and predecessor.
   std::int64_t run_start = 0;
   std::int64_t run_pred = -1;
-  double run_left = 0;
-  std::uint32_t run_version = 0;
   bool finished = false;
 };
 
 // Shared cores: the computing ranks of one node (Note [Shared cores]).
 struct Node {
-  std::vector<std::int32_t> running;  // ranks in a compute action
+  std::vector<std::int32_t> running;  // activities: rank r computing (r), sending (R + r)
   std::int32_t load = 0;              // computing ranks, counting co-located replicas
   double rate = 1.0;                  // speed of each running action (work ns per ns)
   std::int64_t last = 0;              // time of the last change
@@ -281,6 +284,10 @@ class Engine {
   void advance(Node& nd);
   void reschedule(Node& nd);
   void complete(std::int32_t r, std::uint32_t version);
+  void start_send(std::int32_t r);
+  void begin_activity(std::int32_t a, std::int64_t work);
+  void end_activity(std::int32_t a);
+  void complete_send(std::int32_t r, std::uint32_t version);
   void step_forward(std::int32_t r, RankState& st);
   void setup_shared_cores();
   void end_of_step(std::int32_t r, RankState& st, std::int32_t step);
@@ -365,6 +372,20 @@ class Engine {
   std::vector<Node> nodes_;
   std::vector<std::int32_t> node_of_;  // per rank: index into nodes_
   std::vector<std::int32_t> weight_;   // per rank: its replicas on the same node (itself included)
+  // Per activity (compute of rank r: r; send stream of rank r: R + r): work left in ns at full
+  // speed, and the version of its end event.
+  std::vector<double> act_left_;
+  std::vector<std::uint32_t> act_version_;
+  // Per rank, shared cores: SEND actions waiting for or on the send stream, in order.
+  struct PendingSend {
+    std::size_t pos;  // index into the rank's ops
+    std::int32_t step;
+    std::int64_t ready;  // the rank reached it (after the batch overhead)
+    std::int64_t pred;   // the rank's last compute then
+  };
+  std::vector<std::deque<PendingSend>> sends_;
+  std::vector<std::uint8_t> send_state_;  // 0 idle, 1 start event pending, 2 running
+  std::vector<std::int64_t> send_start_;
   std::vector<Event> heap_;
   std::int64_t seq_ = 0;
   SimResult result_;
@@ -818,15 +839,74 @@ bool Engine::run_compute(std::int32_t r, RankState& st, const Op& op, std::int32
   }
   PW_ASSERT(start == now_, "engine: rank " << r << " starts a compute action at " << start
                                            << " ns, behind the event clock at " << now_ << " ns");
-  Node& nd = nodes_[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(r)])];
-  advance(nd);
   st.run_start = start;
   st.run_pred = pred;
-  st.run_left = static_cast<double>(work);
-  nd.load += weight_[static_cast<std::size_t>(r)];
-  nd.running.push_back(r);
-  reschedule(nd);
+  begin_activity(r, work);
   return false;
+}
+
+// Activity a joins its node's running set with `work` ns at full speed.
+void Engine::begin_activity(std::int32_t a, std::int64_t work) {
+  const std::int32_t r = a % R_;
+  Node& nd = nodes_[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(r)])];
+  advance(nd);
+  act_left_[static_cast<std::size_t>(a)] = static_cast<double>(work);
+  nd.load += weight_[static_cast<std::size_t>(r)];
+  nd.running.push_back(a);
+  reschedule(nd);
+}
+
+void Engine::end_activity(std::int32_t a) {
+  const std::int32_t r = a % R_;
+  Node& nd = nodes_[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(r)])];
+  advance(nd);
+  nd.running.erase(std::find(nd.running.begin(), nd.running.end(), a));
+  nd.load -= weight_[static_cast<std::size_t>(r)];
+  ++act_version_[static_cast<std::size_t>(a)];
+  reschedule(nd);
+}
+
+// Shared cores: the next queued SEND of rank r takes the send stream when the rank has reached
+// it and the previous send is done; it moves the bytes at the speed its node's load leaves it.
+void Engine::start_send(std::int32_t r) {
+  const auto k = static_cast<std::size_t>(r);
+  if (send_state_[k] != 0 || sends_[k].empty()) return;
+  auto& st = ranks_[k];
+  const PendingSend& ps = sends_[k].front();
+  const std::int64_t start = std::max(ps.ready, st.send_free);
+  if (start > now_) {
+    send_state_[k] = 1;
+    push_event(start, r, EventKind::kSendStart, 0);
+    return;
+  }
+  send_state_[k] = 2;
+  send_start_[k] = now_;
+  begin_activity(R_ + r, message_ns(ops_[k][ps.pos], ps.step));
+}
+
+void Engine::complete_send(std::int32_t r, std::uint32_t version) {
+  const auto k = static_cast<std::size_t>(r);
+  const auto a = static_cast<std::size_t>(R_ + r);
+  if (version != act_version_[a]) return;  // stale
+  end_activity(R_ + r);
+  const PendingSend ps = sends_[k].front();
+  sends_[k].pop_front();
+  send_state_[k] = 0;
+  auto& st = ranks_[k];
+  auto& rr = result_.per_rank[k];
+  const Op& op = ops_[k][ps.pos];
+  const std::int64_t start = send_start_[k];
+  const auto pred = st.send_free > ps.ready ? st.last_send : ps.pred;
+  const auto idx = record(op, r, ps.step, Stream::kSend, start, now_, pred);
+  st.send_free = now_;
+  st.last_send = idx;
+  rr.send_ns += now_ - start;
+  auto& step_end = result_.step_end_ns[static_cast<std::size_t>(ps.step)];
+  step_end = std::max(step_end, now_);
+  if (st.finished) rr.finish_ns = std::max(rr.finish_ns, now_);
+  set_slot(slot_base(ps.step) + eslot(op.kind == ActionKind::kSendF ? 0 : 2, op.edge, op.mb), now_,
+           idx);
+  start_send(r);
 }
 
 void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
@@ -874,7 +954,7 @@ void Engine::push_event(std::int64_t t, std::int32_t r, EventKind kind, std::uin
 void Engine::advance(Node& nd) {
   if (!nd.running.empty() && now_ > nd.last) {
     const double done = static_cast<double>(now_ - nd.last) * nd.rate;
-    for (auto q : nd.running) ranks_[static_cast<std::size_t>(q)].run_left -= done;
+    for (auto a : nd.running) act_left_[static_cast<std::size_t>(a)] -= done;
   }
   nd.last = now_;
 }
@@ -883,24 +963,19 @@ void Engine::advance(Node& nd) {
 // (the old ones are recognised as stale by their version).
 void Engine::reschedule(Node& nd) {
   nd.rate = nd.load > cores_ ? static_cast<double>(cores_) / static_cast<double>(nd.load) : 1.0;
-  for (auto q : nd.running) {
-    auto& qs = ranks_[static_cast<std::size_t>(q)];
-    const double left = std::max(0.0, qs.run_left);
-    push_event(now_ + static_cast<std::int64_t>(std::ceil(left / nd.rate)), q, EventKind::kDone,
-               ++qs.run_version);
+  for (auto a : nd.running) {
+    const auto k = static_cast<std::size_t>(a);
+    const double left = std::max(0.0, act_left_[k]);
+    push_event(now_ + static_cast<std::int64_t>(std::ceil(left / nd.rate)), a % R_,
+               a < R_ ? EventKind::kDone : EventKind::kSendDone, ++act_version_[k]);
   }
 }
 
 // The end event of rank r's running compute action.
 void Engine::complete(std::int32_t r, std::uint32_t version) {
   auto& st = ranks_[static_cast<std::size_t>(r)];
-  if (version != st.run_version) return;  // stale: the speed changed since it was scheduled
-  Node& nd = nodes_[static_cast<std::size_t>(node_of_[static_cast<std::size_t>(r)])];
-  advance(nd);
-  nd.running.erase(std::find(nd.running.begin(), nd.running.end(), r));
-  nd.load -= weight_[static_cast<std::size_t>(r)];
-  reschedule(nd);
-  ++st.run_version;
+  if (version != act_version_[static_cast<std::size_t>(r)]) return;  // stale: the speed changed
+  end_activity(r);
   finish_compute(r, st, ops_[static_cast<std::size_t>(r)][st.pos], st.step, st.run_start, now_,
                  st.run_pred);
   step_forward(r, st);
@@ -967,6 +1042,12 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       const bool fwd = op.kind == ActionKind::kSendF;
       if (!need(fwd ? fdone(op.stage, op.mb) : bdone(op.stage, op.mb))) return false;
       st.time += comm_overhead_ns_ & -static_cast<std::int64_t>(op.batch_head);
+      if (shared_) {  // the send stream competes for the node's cores (Note [Shared cores])
+        sends_[static_cast<std::size_t>(r)].push_back(
+            PendingSend{st.pos, step, st.time, st.last_compute});
+        start_send(r);
+        return true;
+      }
       const std::int64_t start = std::max(st.time, st.send_free);
       const std::int64_t end = start + message_ns(op, step);
       const auto pred = st.send_free > st.time ? st.last_send : st.last_compute;
@@ -1128,6 +1209,11 @@ void Engine::setup_shared_cores() {
   }
   for (auto l : load) shared_ = shared_ || l > cores_;
   nodes_.assign(cluster_node.size(), Node{});
+  act_left_.assign(2 * static_cast<std::size_t>(R_), 0.0);
+  act_version_.assign(2 * static_cast<std::size_t>(R_), 0);
+  sends_.assign(static_cast<std::size_t>(R_), {});
+  send_state_.assign(static_cast<std::size_t>(R_), 0);
+  send_start_.assign(static_cast<std::size_t>(R_), 0);
 }
 
 void Engine::throw_deadlock() const {
@@ -1214,10 +1300,20 @@ SimResult Engine::run() {
     const Event ev = heap_.back();
     heap_.pop_back();
     now_ = ev.time_ns;
-    if (ev.kind == EventKind::kDone) {
-      complete(ev.rank, ev.version);
-    } else {
-      resume(ev.rank);
+    switch (ev.kind) {
+      case EventKind::kResume:
+        resume(ev.rank);
+        break;
+      case EventKind::kDone:
+        complete(ev.rank, ev.version);
+        break;
+      case EventKind::kSendStart:
+        send_state_[static_cast<std::size_t>(ev.rank)] = 0;
+        start_send(ev.rank);
+        break;
+      case EventKind::kSendDone:
+        complete_send(ev.rank, ev.version);
+        break;
     }
   }
   for (const auto& st : ranks_) {

@@ -278,6 +278,33 @@ TEST(Engine, SharedCoresHandDerived) {
   EXPECT_EQ(r.per_rank[0].busy_ns, 9 * kMs);  // wall time in compute, shared or not
 }
 
+// Shared cores with message cost: a send's bytes move at the speed the node leaves it, like
+// compute (hand-derived; GPipe p=2 m=2, F=1, B=2, every message 1 ms of work, one core):
+//   r0 F0 [0,1]; r0 F1 and SEND_F0 share: both [1,3]; r1 F0 and r0 SEND_F1 share: both [3,5];
+//   r1 F1 [5,6], B0 [6,8]; r1 B1 and SEND_B0 share until the send ends at 10 (B1 has 1 ms left);
+//   r1 B1 and r0 B0 share: B1 ends 12; r0 B0 (1 ms left) and SEND_B1 share: both end 14;
+//   r0 B1 [14,16].
+TEST(Engine, SharedCoresChargeSendsHandDerived) {
+  Cluster one_core;
+  one_core.cores_per_node = 1;
+  SimOptions opt;
+  opt.p2p_override_ms = 1.0;
+  opt.record_actions = true;
+  const auto r = simulate(gpipe(2, 2), uniform_costs(2, 1, 2), one_core, opt);
+  EXPECT_EQ(r.makespan_ns, 16 * kMs);
+  std::vector<std::tuple<std::int32_t, std::string, std::int64_t, std::int64_t>> got;
+  for (const auto& t : r.actions) {
+    if (t.stream == Stream::kCompute || t.stream == Stream::kSend)
+      got.emplace_back(t.rank, sched::to_string(t.action), t.start_ns / kMs, t.end_ns / kMs);
+  }
+  std::sort(got.begin(), got.end());
+  const decltype(got) want{{0, "0B0", 10, 14}, {0, "0B1", 14, 16},     {0, "0F0", 0, 1},
+                           {0, "0F1", 1, 3},   {0, "0SEND_F0", 1, 3},  {0, "0SEND_F1", 3, 5},
+                           {1, "1B0", 6, 8},   {1, "1B1", 8, 12},      {1, "1F0", 3, 5},
+                           {1, "1F1", 5, 6},   {1, "1SEND_B0", 8, 10}, {1, "1SEND_B1", 12, 14}};
+  EXPECT_EQ(got, want);
+}
+
 // One core and free messages: some rank can always compute, so the step is the total work.
 // Cores >= ranks: exactly the dedicated-device result. A profile's cores_per_node applies when
 // the cluster has none; the cluster's wins.
