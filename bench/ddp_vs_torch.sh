@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # DDP step time of pipewright vs PyTorch's DistributedDataParallel, both in one run (issue 7).
 #
-#   bench/ddp_vs_torch.sh [PIPEWRIGHT_BIN] [STEPS]      (default build/bin/pipewright, 30 steps)
+#   [REPEATS=3] bench/ddp_vs_torch.sh [PIPEWRIGHT_BIN] [STEPS]   (default build/bin/pipewright, 30)
 #
 # Model: 4-layer MLP 1024-1024-1024-1024-1024 (Linear + ReLU), MSE, SGD lr 0.01, batch 64 per
 # replica, Gloo on 127.0.0.1, one thread per process, dp = 2 and 4. Step times are medians over
-# the steps after the first 5. Prints, per dp: both medians and the ratio (target <= 0.8); the
+# the steps after the first 5 of REPEATS alternating runs per side. Prints, per dp: both medians and the ratio (target <= 0.8); the
 # fraction of all-reduce time hidden behind backward, 1 - wait(overlap) / wait(no overlap), from
 # pipewright's own counters (a run with --no-ddp-overlap gives the unhidden wait); and the bytes
 # per step of DDP vs SlowMo with --localsgd-frequency 3 (48 steps, target <= 1/3).
@@ -13,6 +13,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${1:-$root/build/bin/pipewright}"
 steps="${2:-30}"
+repeats="${REPEATS:-3}"
 work="$(mktemp -d /tmp/pw_ddp_bench.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
@@ -35,18 +36,25 @@ pw_run() {
     --batch-size 64 --microbatches 1 --steps "$nsteps" --loss mse --optimizer sgd --lr 0.01 \
     --data-x "$work/x.npy" --data-y "$work/y.npy" --no-shuffle --backend gloo "$@" 2>&1
 }
-step_ms() { grep -E '^\[rank 0\].*step [0-9]+/[0-9]+ ' | sed -E 's/.* step ([0-9.]+) ms.*/\1/' | tail -n +6 | median; }
 field() { grep -E '^\[rank 0\].*data-parallel' | sed -E "s/.* ([0-9.e+]+) $1.*/\\1/"; }
 
 printf '%-4s %14s %14s %8s %10s\n' dp pipewright_ms torch_ms ratio hidden
 for dp in 2 4; do
-  pw_log="$(pw_run "$dp" "$steps")"
-  pw_ms="$(step_ms <<<"$pw_log")"
+  # REPEATS alternating runs of each side (default 3), so that a change in the shared host's load
+  # hits both; the medians are over the pooled steps of all runs.
+  pw_steps="" torch_steps=""
+  for _ in $(seq "$repeats"); do
+    pw_log="$(pw_run "$dp" "$steps")"
+    pw_steps+="$(grep -E '^\[rank 0\].*step [0-9]+/[0-9]+ ' <<<"$pw_log" |
+      sed -E 's/.* step ([0-9.]+) ms.*/\1/' | tail -n +6)"$'\n'
+    torch_steps+="$(/usr/bin/python3 "$root/bench/ddp_torch_reference.py" "$dp" "$steps" 64 \
+      "$work/x.npy" "$work/y.npy" 2>/dev/null | awk '{print $4}' | tail -n +6)"$'\n'
+  done
+  pw_ms="$(grep -v '^$' <<<"$pw_steps" | median)"
+  torch_ms="$(grep -v '^$' <<<"$torch_steps" | median)"
   wait_ovl="$(grep -E '^\[rank 0\].*data-parallel' <<<"$pw_log" | sed -E 's/.*comm wait ([0-9.]+) ms\/step.*/\1/')"
   nov_log="$(pw_run "$dp" "$steps" --no-ddp-overlap)"
   wait_nov="$(grep -E '^\[rank 0\].*data-parallel' <<<"$nov_log" | sed -E 's/.*comm wait ([0-9.]+) ms\/step.*/\1/')"
-  torch_ms="$(/usr/bin/python3 "$root/bench/ddp_torch_reference.py" "$dp" "$steps" 64 \
-    "$work/x.npy" "$work/y.npy" 2>/dev/null | awk '{print $4}' | tail -n +6 | median)"
   awk -v dp="$dp" -v a="$pw_ms" -v b="$torch_ms" -v wo="$wait_ovl" -v wn="$wait_nov" \
     'BEGIN { h = (wn > 0) ? 1 - wo / wn : 0;
              printf "%-4s %14.2f %14.2f %8.3f %9.1f%%\n", dp, a, b, a / b, 100 * h }'
