@@ -113,8 +113,13 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
   if (root.has("ranks_per_node"))
     c.ranks_per_node = static_cast<std::int32_t>(root.integer("ranks_per_node", 1));
   if (root.has("device_memory_bytes")) c.device_memory_bytes = root.integer("device_memory_bytes");
-  if (root.has("cores_per_node"))
-    c.cores_per_node = static_cast<std::int32_t>(root.integer("cores_per_node", 0));
+  if (root.has("cores_per_node")) {
+    const std::int64_t cores = root.integer("cores_per_node", 0);
+    PW_CHECK(
+        cores <= (1 << 20), ParseError,
+        origin << ": " << root.field("cores_per_node") << " must be <= 1048576, got " << cores);
+    c.cores_per_node = static_cast<std::int32_t>(cores);
+  }
   if (root.has("intra_node")) c.intra_node = read_link(root, "intra_node");
   c.inter_node = root.has("inter_node") ? read_link(root, "inter_node") : c.intra_node;
   if (root.has("collective_links")) {

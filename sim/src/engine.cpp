@@ -218,7 +218,7 @@ struct RankState {
 // Shared cores: the computing ranks of one node (Note [Shared cores]).
 struct Node {
   std::vector<std::int32_t> running;  // activities: rank r computing (r), sending (R + r)
-  std::int32_t load = 0;              // computing ranks, counting co-located replicas
+  std::int32_t load = 0;              // busy activities, counting co-located replicas
   double rate = 1.0;                  // speed of each running action (work ns per ns)
   std::int64_t last = 0;              // time of the last change
 };

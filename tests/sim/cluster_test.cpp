@@ -58,6 +58,7 @@ TEST(Cluster, BadInputsNameTheField) {
   const std::string head = R"({"format": "pipewright-cluster", "version": 1, )";
   expect_error(head + R"("nodes": 0})", "/nodes");
   expect_error(head + R"("cores_per_node": -2})", "/cores_per_node");
+  expect_error(head + R"("cores_per_node": 5000000000})", "/cores_per_node must be <= 1048576");
   expect_error(head + R"("intra_node": {"latency_ms": -1}})", "/intra_node/latency_ms");
   expect_error(head + R"("inter_node": {"bandwidth_gb_per_s": "fast"}})",
                "/inter_node/bandwidth_gb_per_s");
