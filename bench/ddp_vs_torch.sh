@@ -5,7 +5,10 @@
 #
 # Model: 4-layer MLP 1024-1024-1024-1024-1024 (Linear + ReLU), MSE, SGD lr 0.01, batch 64 per
 # replica, Gloo on 127.0.0.1, one thread per process, dp = 2 and 4. Step times are medians over
-# the steps after the first 5 of REPEATS alternating runs per side. Prints, per dp: both medians and the ratio (target <= 0.8); the
+# the steps after the first 5 of REPEATS alternating runs per side. Prints, per dp: both medians and the ratio (target <= 0.8),
+# pipewright's default (DDP buckets all-reduced through shared memory among the replicas of this
+# host, Note [Shared-memory all-reduce]) and with --no-shm-collectives (every byte through
+# Gloo's TCP pairs, as PyTorch's DDP does), with its own ratio; the
 # fraction of all-reduce time hidden behind backward, 1 - wait(overlap) / wait(no overlap), from
 # pipewright's own counters (a run with --no-ddp-overlap gives the unhidden wait); and the bytes
 # per step of DDP vs SlowMo with --localsgd-frequency 3 (48 steps, target <= 1/3).
@@ -38,26 +41,32 @@ pw_run() {
 }
 field() { grep -E '^\[rank 0\].*data-parallel' | sed -E "s/.* ([0-9.e+]+) $1.*/\\1/"; }
 
-printf '%-4s %14s %14s %8s %10s\n' dp pipewright_ms torch_ms ratio hidden
+printf '%-4s %14s %14s %8s %10s %14s %10s\n' dp pipewright_ms torch_ms ratio hidden \
+  pw_gloo_tcp_ms ratio_tcp
 for dp in 2 4; do
   # REPEATS alternating runs of each side (default 3), so that a change in the shared host's load
   # hits both; the medians are over the pooled steps of all runs.
-  pw_steps="" torch_steps=""
+  pw_steps="" torch_steps="" tcp_steps=""
   for _ in $(seq "$repeats"); do
     pw_log="$(pw_run "$dp" "$steps")"
     pw_steps+="$(grep -E '^\[rank 0\].*step [0-9]+/[0-9]+ ' <<<"$pw_log" |
+      sed -E 's/.* step ([0-9.]+) ms.*/\1/' | tail -n +6)"$'\n'
+    tcp_log="$(pw_run "$dp" "$steps" --no-shm-collectives)"
+    tcp_steps+="$(grep -E '^\[rank 0\].*step [0-9]+/[0-9]+ ' <<<"$tcp_log" |
       sed -E 's/.* step ([0-9.]+) ms.*/\1/' | tail -n +6)"$'\n'
     torch_steps+="$(/usr/bin/python3 "$root/bench/ddp_torch_reference.py" "$dp" "$steps" 64 \
       "$work/x.npy" "$work/y.npy" 2>/dev/null | awk '{print $4}' | tail -n +6)"$'\n'
   done
   pw_ms="$(grep -v '^$' <<<"$pw_steps" | median)"
   torch_ms="$(grep -v '^$' <<<"$torch_steps" | median)"
+  tcp_ms="$(grep -v '^$' <<<"$tcp_steps" | median)"
   wait_ovl="$(grep -E '^\[rank 0\].*data-parallel' <<<"$pw_log" | sed -E 's/.*comm wait ([0-9.]+) ms\/step.*/\1/')"
   nov_log="$(pw_run "$dp" "$steps" --no-ddp-overlap)"
   wait_nov="$(grep -E '^\[rank 0\].*data-parallel' <<<"$nov_log" | sed -E 's/.*comm wait ([0-9.]+) ms\/step.*/\1/')"
   awk -v dp="$dp" -v a="$pw_ms" -v b="$torch_ms" -v wo="$wait_ovl" -v wn="$wait_nov" \
-    'BEGIN { h = (wn > 0) ? 1 - wo / wn : 0;
-             printf "%-4s %14.2f %14.2f %8.3f %9.1f%%\n", dp, a, b, a / b, 100 * h }'
+    -v c="$tcp_ms" 'BEGIN { h = (wn > 0) ? 1 - wo / wn : 0;
+             printf "%-4s %14.2f %14.2f %8.3f %9.1f%% %14.2f %10.3f\n", dp, a, b, a / b,
+                    100 * h, c, c / b }'
 done
 
 # Communication volume: DDP vs SlowMo (LocalSGD every 3 steps, slow step every 48), 48 steps.

@@ -187,6 +187,9 @@ void setup_run(CLI::App& app) {
                   "Write measured per-stage costs for `pipewright simulate --profile`");
   sub->add_option("--warmup-steps", c.warmup_steps, "Steps left out of --profile statistics")
       ->capture_default_str();
+  sub->add_flag_function(
+      "--no-shm-collectives", [&c](std::int64_t) { c.shm_collectives = false; },
+      "gloo: all-reduce DDP buckets through Gloo (TCP) even when the replicas share a host");
   sub->add_option("--timeout", c.timeout_s, "Deadline of every wait, seconds")
       ->capture_default_str();
   sub->add_option("--log-every", flags->log_every, "Log every N-th step (and the last)")

@@ -1,5 +1,9 @@
 #include "pipewright/exec/communicator.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <sstream>
 
 namespace pipewright::exec {
@@ -62,5 +66,14 @@ class CompletedWork final : public Work {
 }  // namespace
 
 WorkPtr completed_work() { return std::make_shared<CompletedWork>(); }
+
+std::shared_ptr<void> Communicator::allocate_collective_buffer(std::size_t bytes) {
+  constexpr std::size_t kAlign = 64;
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
 
 }  // namespace pipewright::exec

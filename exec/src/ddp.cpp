@@ -64,11 +64,24 @@ void Ddp::on_start(std::vector<StageParams>& stages) {
     st->assignment =
         sched::assign_buckets(bytes, options_.bucket_cap_bytes, options_.first_bucket_cap_bytes);
     st->buckets.resize(st->assignment.buckets.size());
+    const auto device = st->trainable.front().device();
     for (std::size_t b = 0; b < st->buckets.size(); ++b) {
-      // On the parameters' device (cuda:<d> with --backend nccl): the gradients alias it.
-      st->buckets[b].flat = torch::zeros(
-          {st->assignment.buckets[b].bytes / static_cast<std::int64_t>(sizeof(float))},
-          torch::TensorOptions().dtype(torch::kFloat).device(st->trainable.front().device()));
+      const std::int64_t numel =
+          st->assignment.buckets[b].bytes / static_cast<std::int64_t>(sizeof(float));
+      if (device.is_cpu()) {
+        // Memory the communicator chose (shared memory among replicas of one host with Gloo:
+        // Note [Shared-memory all-reduce]), zero-filled; the tensor keeps it alive.
+        std::shared_ptr<void> mem =
+            dp_->allocate_collective_buffer(static_cast<std::size_t>(numel) * sizeof(float));
+        void* data = mem.get();
+        st->buckets[b].flat = torch::from_blob(
+            data, {numel}, [mem = std::move(mem)](void*) mutable { mem.reset(); },
+            torch::TensorOptions().dtype(torch::kFloat));
+      } else {
+        // On the parameters' device (cuda:<d> with --backend nccl): the gradients alias it.
+        st->buckets[b].flat =
+            torch::zeros({numel}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+      }
     }
     st->accumulations.assign(st->trainable.size(), 0);
     st->grad_alias.resize(st->trainable.size());
@@ -204,6 +217,13 @@ void Ddp::reduce_grad(int stage_id) {
     bucket.work.reset();
   }
   st.step_open = false;
+}
+
+bool Ddp::clear_gradients(int stage_id) {
+  // set_to_none: the next step's first accumulation copies into the bucket instead of adding to
+  // a zeroed one (libtorch 1.13's Optimizer::zero_grad() zeroes, one more pass over the bucket).
+  for (auto& g : stage(stage_id).trainable) g.mutable_grad().reset();
+  return true;
 }
 
 void Ddp::after_optimizer_step(std::int64_t step) {

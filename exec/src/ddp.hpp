@@ -6,13 +6,16 @@
 // - Buckets: sched::assign_buckets over the stage's trainable parameters (reverse registration
 //   order, first bucket min(1 MiB, cap), then the cap), so the simulator models the same ones.
 // - Each parameter's gradient lives in its slice of the bucket's flat buffer (an alias tensor),
-//   so the all-reduce runs on the buffer in place. The optimizer's zero_grad leaves .grad
-//   undefined; the first accumulation of a step then hands autograd's new gradient to the post
-//   hook, which copies it into the alias and installs the alias as .grad, so later microbatches
-//   accumulate in the buffer directly. Nothing zeroes the buffers (parameters without a gradient
-//   in a step are zeroed at reduce_grad), and the replicas' average needs no pass either: the
-//   interpreter divides every replica's loss by dp (gradient_divisor), so the all-reduced sum is
-//   the average (for dp a power of two this is bit-identical to dividing afterwards).
+//   so the all-reduce runs on the buffer in place. Buckets on the CPU come from
+//   Communicator::allocate_collective_buffer (shared memory among the replicas of one host with
+//   Gloo, Note [Shared-memory all-reduce]). After the optimizer step, clear_gradients() leaves
+//   .grad undefined (instead of the optimizer's zero_grad, which zeroes); the first accumulation of
+//   a step then hands autograd's new gradient to the post hook, which copies it into the alias and
+//   installs the alias as .grad, so later microbatches accumulate in the buffer directly. Nothing
+//   zeroes the buffers (parameters without a gradient in a step are zeroed at reduce_grad), and the
+//   replicas' average needs no pass either: the interpreter divides every replica's loss by dp
+//   (gradient_divisor), so the all-reduced sum is the average (for dp a power of two this is
+//   bit-identical to dividing afterwards).
 // - Readiness: a post hook on each parameter's gradient accumulator (the AccumulateGrad node)
 //   counts the accumulations of the step. A gradient is final when it has been accumulated once
 //   per microbatch; for zero-bubble plans that happens in the W of the last microbatch, for the
@@ -64,6 +67,7 @@ class Ddp final : public DataParallelAlgorithm {
   void after_backward(int stage, int microbatch, bool last) override;
   void reduce_grad(int stage) override;
   void after_optimizer_step(std::int64_t step) override;
+  [[nodiscard]] bool clear_gradients(int stage) override;
   // Every replica's loss is divided by dp, so the all-reduced sum is the average.
   [[nodiscard]] int gradient_divisor() const override { return dp_->size(); }
   [[nodiscard]] DataParallelStats stats() const override { return stats_; }

@@ -34,6 +34,9 @@ class DataParallelHooks {
   virtual void after_backward(int stage, int microbatch, bool last) = 0;
   virtual void reduce_grad(int stage) = 0;
   virtual void after_optimizer_step(std::int64_t step) = 0;
+  // After stage s's optimizer step: clears s's gradients for the next step and returns true, or
+  // returns false and the interpreter calls the optimizer's zero_grad().
+  [[nodiscard]] virtual bool clear_gradients(int /*stage*/) { return false; }
   // The loss of each microbatch is divided by (microbatches x this) before backward: DDP folds
   // its average over replicas in here (Note [DDP gradient buckets]), the others leave it at 1.
   [[nodiscard]] virtual int gradient_divisor() const { return 1; }

@@ -16,17 +16,23 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <fstream>
 #include <limits>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 
 #include "backends.hpp"
 #include "comm_errors.hpp"
 #include "pipewright/graph/error.hpp"
+#include "shm_collectives.hpp"
 
 namespace pipewright::exec::detail {
 
@@ -93,6 +99,19 @@ c10d::ReduceOp reduce_op(ReduceOp op) {
 std::string first_line(const std::string& s) {
   auto line = s.substr(0, s.find('\n'));
   return line.size() > 300 ? line.substr(0, 300) + "..." : line;
+}
+
+// Ranks with equal identities can map each other's POSIX shared memory: same host name, same
+// boot, same /dev/shm file system (containers on one machine have their own).
+std::string host_identity() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  struct stat st {};
+  const bool has_shm = ::stat("/dev/shm", &st) == 0;
+  return std::string(host) + "|" + boot + "|" +
+         (has_shm ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) : "no-shm");
 }
 
 bool contains(const std::string& s, const char* needle) {
@@ -317,6 +336,11 @@ class GlooCommunicator final : public Communicator {
   }
 
   WorkPtr all_reduce(const BufferView& buf, ReduceOp op, const OpContext& ctx) override {
+    if (shm_ && !buf.device.is_cuda()) {
+      if (ShmBuffer* b = shm_->find(buf.data, buf.bytes())) {
+        return shm_->all_reduce(b, buf, op, op_prefix(self(), "all_reduce", ctx));
+      }
+    }
     auto tensors = wrap(buf, "all_reduce");
     c10d::AllreduceOptions opts;
     opts.reduceOp = reduce_op(op);
@@ -345,6 +369,55 @@ class GlooCommunicator final : public Communicator {
 
   WorkPtr barrier(const OpContext& ctx) override {
     return collective("barrier", ctx, {}, [&](std::vector<at::Tensor>&) { return pg_->barrier(); });
+  }
+
+  // Note [Shared-memory all-reduce]. Every member publishes its host identity; when all match,
+  // rank 0 creates the shared object and names it, the others map it and report back, and only
+  // if every member succeeded is it used (else every member falls back to heap memory, so the
+  // group agrees on which path each all-reduce takes). Rank 0 unlinks the name once all have
+  // mapped it, so nothing is left in /dev/shm even if the job is killed.
+  std::shared_ptr<void> allocate_collective_buffer(std::size_t bytes) override {
+    if (!options_.shm_collectives || size() == 1) {
+      return Communicator::allocate_collective_buffer(bytes);
+    }
+    const std::string key = "shm/" + std::to_string(alloc_seq_++) + "/";
+    auto store = c10::make_intrusive<c10d::PrefixStore>(name_, root_store_);
+    auto put = [&](const std::string& k, const std::string& v) {
+      store->set(key + k, std::vector<std::uint8_t>(v.begin(), v.end()));
+    };
+    auto get = [&](const std::string& k) {
+      const auto v = store->get(key + k);
+      return std::string(v.begin(), v.end());
+    };
+    const std::string host = host_identity();
+    put("host/" + std::to_string(rank_), host);
+    bool same_host = true;
+    for (int r = 0; r < size(); ++r)
+      same_host = same_host && get("host/" + std::to_string(r)) == host;
+    if (!same_host) return Communicator::allocate_collective_buffer(bytes);
+
+    std::shared_ptr<ShmBuffer> buffer;
+    std::string name;
+    std::string error;
+    if (rank_ == 0) {
+      std::random_device rd;
+      name = "/pipewright-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
+             std::to_string(alloc_seq_);
+      buffer = ShmBuffer::create(name, size(), bytes, &error);
+      put("name", buffer ? name : std::string());
+    } else {
+      name = get("name");
+      if (!name.empty()) buffer = ShmBuffer::open(name, self(), size(), bytes, &error);
+    }
+    put("ok/" + std::to_string(rank_), buffer ? "1" : "0");
+    bool all_ok = true;
+    for (int r = 0; r < size(); ++r) all_ok = all_ok && get("ok/" + std::to_string(r)) == "1";
+    if (rank_ == 0 && buffer) ShmBuffer::unlink(name);
+    if (!all_ok) return Communicator::allocate_collective_buffer(bytes);
+    if (!shm_) shm_ = std::make_unique<ShmCollectives>(rank_, members_, options_.timeout);
+    shm_->add(buffer);
+    void* data = buffer->slot(rank_);
+    return std::shared_ptr<void>(std::move(buffer), data);  // keeps the mapping alive
   }
 
   std::unique_ptr<Communicator> split(const std::vector<int>& members) override {
@@ -421,6 +494,8 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<::gloo::transport::Device> device_;  // shared by the world and its splits
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::int64_t split_seq_ = 0;
+  std::int64_t alloc_seq_ = 0;
+  std::unique_ptr<ShmCollectives> shm_;  // created with the first shared buffer
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/action.hpp"
+#include "run_report.hpp"
 
 namespace pipewright::exec {
 
@@ -378,10 +379,14 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
     }
     const auto& a = actions_[i];
     ActionTiming timing{a, step, 0, 0, 0};
+    // Note [Measured activation memory]
+    const bool measure_heap = options_.record_timings && a.kind == ActionKind::kForward;
+    const std::int64_t heap_before = measure_heap ? heap_bytes_in_use() : 0;
     timing.start_ns = options_.record_timings ? now_ns() : 0;
     exec_action(a, step, x_mbs, y_mbs, &timing);
     if (options_.record_timings) {
       timing.end_ns = now_ns();
+      if (measure_heap) timing.bytes = heap_bytes_in_use() - heap_before;
       timings_.push_back(timing);
     }
   }
@@ -434,7 +439,7 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
         auto& st = local(a.stage);
         if (st.optimizer) {
           st.optimizer->step();
-          st.optimizer->zero_grad();
+          if (!hooks_->clear_gradients(a.stage)) st.optimizer->zero_grad();
         }
         // after_optimizer_step runs once per step, after the rank's last OPTIM.
         bool last = true;

@@ -78,7 +78,7 @@ struct ActionTiming {
   std::int64_t step = 0;
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
-  std::int64_t bytes = 0;  // payload of SEND/RECV actions
+  std::int64_t bytes = 0;  // payload of SEND/RECV actions; for F, heap bytes the forward kept
 };
 
 struct InterpreterOptions {

@@ -507,6 +507,7 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
   }
   CommOptions comm_opts;
   comm_opts.timeout = timeout;
+  comm_opts.shm_collectives = c.shm_collectives;
   if (backend == Backend::kNccl) {
     comm_opts.device_map = parse_device_map(c.device_map, p.world.local_world_size);
   }

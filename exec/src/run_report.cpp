@@ -1,5 +1,6 @@
 #include "run_report.hpp"
 
+#include <malloc.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -105,6 +106,11 @@ std::int64_t usable_cpus() {
   }
   const unsigned n = std::thread::hardware_concurrency();
   return n > 0 ? static_cast<std::int64_t>(n) : 1;
+}
+
+std::int64_t heap_bytes_in_use() {
+  const struct mallinfo2 mi = ::mallinfo2();
+  return static_cast<std::int64_t>(mi.uordblks + mi.hblkhd);
 }
 
 std::int64_t peak_rss_bytes() {
@@ -379,6 +385,10 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   const int pp = shape.ranks;
   std::vector<std::map<ActionKind, std::vector<double>>> times(static_cast<std::size_t>(stages));
   std::vector<std::vector<double>> out_bytes(static_cast<std::size_t>(stages));
+  // Note [Measured activation memory]: heap bytes each F left allocated, and the size of the
+  // activation each RECV_F brought in (held by the stage's state until the backward).
+  std::vector<std::vector<double>> kept_bytes(static_cast<std::size_t>(stages));
+  std::vector<std::vector<double>> in_bytes(static_cast<std::size_t>(stages));
   std::map<TransferKey, std::pair<const TimedAction*, const TimedAction*>> transfers;
   sched::CostTable table;
   table.source = "executor";
@@ -401,6 +411,10 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
       const auto s = static_cast<std::size_t>(a.action.stage);
       if (uses_core(a.action.kind)) times[s][a.action.kind].push_back(sharing.compute_ms(ri, a));
       if (a.action.kind == ActionKind::kSendF) out_bytes[s].push_back(static_cast<double>(a.bytes));
+      if (a.action.kind == ActionKind::kRecvF) in_bytes[s].push_back(static_cast<double>(a.bytes));
+      if (a.action.kind == ActionKind::kForward) {
+        kept_bytes[s].push_back(static_cast<double>(a.bytes));
+      }
       if (sched::is_comm(a.action.kind) && a.bytes > 0) {
         auto& slot = transfers[transfer_key(a.action, a.step, replica)];
         (sched::is_send(a.action.kind) ? slot.first : slot.second) = &a;
@@ -444,8 +458,12 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
     }
     const auto ob = stats_of(out_bytes[static_cast<std::size_t>(s)]);
     st.output_bytes = static_cast<std::int64_t>(ob.median_ms);
-    if (static_cast<std::size_t>(s) < ctx.activation_bytes.size()) {
-      st.activation_bytes = ctx.activation_bytes[static_cast<std::size_t>(s)];
+    const auto kept = stats_of(kept_bytes[static_cast<std::size_t>(s)]);
+    if (kept.samples > 0 && kept.median_ms > 0) {
+      st.activation_bytes = static_cast<std::int64_t>(
+          kept.median_ms + stats_of(in_bytes[static_cast<std::size_t>(s)]).median_ms);
+    } else if (static_cast<std::size_t>(s) < ctx.activation_bytes.size()) {
+      st.activation_bytes = ctx.activation_bytes[static_cast<std::size_t>(s)];  // the model's
     }
   }
   table.comm_overhead_ms = comm_overhead_ms(records, transfers, pp, ctx.warmup_steps);

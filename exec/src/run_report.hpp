@@ -25,7 +25,7 @@ struct TimedAction {
   std::int64_t step = 0;
   std::int64_t start_ns = 0;  // steady_clock
   std::int64_t end_ns = 0;
-  std::int64_t bytes = 0;
+  std::int64_t bytes = 0;  // SEND/RECV: payload; F: heap bytes it left allocated
 };
 
 struct LocalStageSizes {
@@ -71,12 +71,25 @@ struct RankRecord {
 // the predicted peak is comparable with the measured peak RSS, also for configurations that
 // were not run (the runtime does not depend on the partition).
 
+// Note [Measured activation memory]: the model file's activation_bytes is an analytic estimate
+// (for the small GPT of bench/fidelity.sh it is ~9x below what libtorch's autograd actually
+// saves: attention scores and probabilities, GELU and LayerNorm inputs, ...). A profile
+// therefore carries the measured value: the change of malloc's bytes in use across each F
+// action (what the forward left allocated for its backward, output included) plus the size of
+// the activation the stage received for that microbatch (allocated by RECV_F, held until the
+// backward); the median over the measured steps. Allocator statistics, not RSS: RSS moves in
+// pages and lags frees. Stages without a measured F keep the model's estimate.
+
 // Flat int64 encoding for the communicator, and back. decode throws InternalError on garbage.
 [[nodiscard]] std::vector<std::int64_t> encode_record(const RankRecord& record);
 [[nodiscard]] RankRecord decode_record(const std::vector<std::int64_t>& data);
 
 // This process's peak resident set size (VmHWM) in bytes, or 0 when /proc is unavailable.
 [[nodiscard]] std::int64_t peak_rss_bytes();
+// Bytes currently allocated through malloc (glibc mallinfo2: arena + mmapped chunks), which is
+// where libtorch's CPU allocator gets its memory. The interpreter records its change across each
+// F action: what the forward left allocated for the backward (Note [Measured activation memory]).
+[[nodiscard]] std::int64_t heap_bytes_in_use();
 
 struct ReportContext {
   std::string plan_description;  // "1F1B pp=2 m=4" or the plan file

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <thread>
@@ -69,8 +70,8 @@ TEST(Backend, FakeThroughTheFactory) {
 }
 
 // Runs body on n threads, each with its own Gloo world communicator.
-void run_gloo(int n, const std::function<void(int, Communicator&)>& body,
-              bool final_barrier = true) {
+void run_gloo(int n, const std::function<void(int, Communicator&)>& body, bool final_barrier = true,
+              bool shm_collectives = true) {
   MemoryStore store;
   std::vector<std::string> errors(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
@@ -82,6 +83,7 @@ void run_gloo(int n, const std::function<void(int, Communicator&)>& body,
         w.world_size = n;
         CommOptions opts;
         opts.timeout = kLong;
+        opts.shm_collectives = shm_collectives;
         rendezvous(store, w, kLong);
         auto comm = make_communicator(Backend::kGloo, w, &store, opts);
         body(r, *comm);
@@ -165,6 +167,100 @@ TEST(GlooThreads, RecvTimeoutNamesPeerAndContext) {
         } catch (const TimeoutError& e) {
           const std::string msg = e.what();
           EXPECT_NE(msg.find("rank 0: recv from rank 1 (RECV_F stage 1 microbatch 3 step 4)"),
+                    std::string::npos)
+              << msg;
+        }
+      },
+      false);
+}
+
+// Note [Shared-memory all-reduce]: buffers from allocate_collective_buffer are reduced through
+// shared memory (ranks are threads here, each mapping the object separately, as processes do).
+void shared_buffer_all_reduces(int n, bool shm) {
+  std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+  run_gloo(
+      n,
+      [&](int rank, Communicator& comm) {
+        constexpr std::size_t kCount = 1003;  // not a multiple of n or of a cache line
+        auto a = comm.allocate_collective_buffer(kCount * sizeof(float));
+        auto b = comm.allocate_collective_buffer(64 * sizeof(double));
+        auto* x = static_cast<float*>(a.get());
+        auto* y = static_cast<double*>(b.get());
+        ASSERT_EQ(reinterpret_cast<std::uintptr_t>(x) % 64, 0u);
+        for (std::size_t i = 0; i < kCount; ++i) ASSERT_EQ(x[i], 0.0f) << i;  // zero-filled
+        for (int round = 0; round < 3; ++round) {
+          for (std::size_t i = 0; i < kCount; ++i) x[i] = float(rank + 1) * float(i + round);
+          for (std::size_t i = 0; i < 64; ++i) y[i] = rank == 1 ? double(i) : -1.0;
+          // A sub-range of `a` (elements 5 .. 1002), then all of `b` with max, then a heap
+          // buffer (Gloo's path), all in flight at once.
+          auto wa = comm.all_reduce({x + 5, kCount - 5, DType::kFloat32}, ReduceOp::kSum, {});
+          auto wb = comm.all_reduce({y, 64, DType::kFloat64}, ReduceOp::kMax, {});
+          std::vector<float> heap{float(rank)};
+          auto wh = comm.all_reduce({heap.data(), 1, DType::kFloat32}, ReduceOp::kSum, {});
+          wa->wait(kLong);
+          wb->wait(kLong);
+          wh->wait(kLong);
+          const float ranks_sum = float(n * (n + 1) / 2);
+          for (std::size_t i = 0; i < 5; ++i) {
+            ASSERT_EQ(x[i], float(rank + 1) * float(i + round)) << "outside the range " << i;
+          }
+          for (std::size_t i = 5; i < kCount; ++i) {
+            ASSERT_EQ(x[i], ranks_sum * float(i + round)) << "rank " << rank << " element " << i;
+          }
+          for (std::size_t i = 0; i < 64; ++i) ASSERT_EQ(y[i], double(i)) << i;
+          EXPECT_EQ(heap[0], float(n * (n - 1) / 2));
+        }
+        // Inexact sums: every replica must hold the same bits.
+        for (std::size_t i = 0; i < kCount; ++i) x[i] = 0.1f * float(rank + 1) + 1e-3f * float(i);
+        comm.all_reduce({x, kCount, DType::kFloat32}, ReduceOp::kSum, {})->wait(kLong);
+        results[static_cast<std::size_t>(rank)].assign(x, x + kCount);
+      },
+      true, shm);
+  for (int r = 1; r < n; ++r) EXPECT_EQ(results[static_cast<std::size_t>(r)], results[0]) << r;
+}
+
+TEST(GlooThreads, SharedMemoryAllReduce) {
+  for (int n : {2, 3, 4}) shared_buffer_all_reduces(n, true);
+}
+
+TEST(GlooThreads, CollectiveBufferWithoutSharedMemory) { shared_buffer_all_reduces(3, false); }
+
+TEST(GlooThreads, SharedMemoryAllReduceTimeoutNamesTheMissingRank) {
+  run_gloo(
+      3,
+      [](int rank, Communicator& comm) {
+        auto a = comm.allocate_collective_buffer(256 * sizeof(float));
+        if (rank == 2) return;  // never joins the all-reduce
+        auto* x = static_cast<float*>(a.get());
+        try {
+          comm.all_reduce({x, 256, DType::kFloat32}, ReduceOp::kSum, OpContext{7, 0, -1, "bucket"})
+              ->wait(milliseconds(300));
+          ADD_FAILURE() << "expected TimeoutError";
+        } catch (const TimeoutError& e) {
+          const std::string msg = e.what();
+          EXPECT_NE(
+              msg.find("rank " + std::to_string(rank) + ": all_reduce (bucket stage 0 step 7)"),
+              std::string::npos)
+              << msg;
+          EXPECT_NE(msg.find("waiting for rank 2"), std::string::npos) << msg;
+        }
+      },
+      false);
+}
+
+TEST(GlooThreads, SharedMemoryAllReduceRejectsMismatchedRanges) {
+  run_gloo(
+      2,
+      [](int rank, Communicator& comm) {
+        auto a = comm.allocate_collective_buffer(256 * sizeof(float));
+        auto* x = static_cast<float*>(a.get());
+        try {
+          comm.all_reduce({x + (rank == 0 ? 0 : 16), 128, DType::kFloat32}, ReduceOp::kSum, {})
+              ->wait(kLong);
+          ADD_FAILURE() << "expected BackendError";
+        } catch (const BackendError& e) {
+          const std::string msg = e.what();
+          EXPECT_NE(msg.find("rank " + std::to_string(1 - rank) + " all-reduces another part"),
                     std::string::npos)
               << msg;
         }

@@ -2,7 +2,8 @@
 # Multi-process communicator tests (ctest label mp): real processes on 127.0.0.1, each case
 # bounded by `timeout`, so every test ends by itself.
 #   comm_mp.sh PIPEWRIGHT_BIN COMM_WORKER CASE [N]
-# CASE: launch-gloo | mpirun-mpi | mpirun-gloo | fault-launch | fault-direct | fault-mpi |
+# CASE: launch-gloo | mpirun-mpi | mpirun-gloo | fault-launch | fault-direct | fault-shared |
+#       fault-mpi |
 #       absent-launch | absent-master
 set -u
 pw=$1 worker=$2 case=$3 n=${4:-2}
@@ -44,11 +45,14 @@ case $case in
     head -n 1 < <(grep '^pipewright launch:' "$err") | grep -Eq \
       '^pipewright launch: rank 1 died with signal 9 \(SIGKILL\)' ||
       fail "the launcher's first message does not name rank 1's SIGKILL" ;;
-  fault-direct)  # no launcher: the survivors must notice by themselves within 10 s
+  fault-direct|fault-shared)  # no launcher: the survivors must notice by themselves within 10 s
+    # fault-shared: rank 1 dies between shared-memory all-reduces (no p2p), and the survivors
+    # must say that its process is gone.
+    mode=fault; [[ $case == fault-shared ]] && mode=fault-shared
     port=$(free_port) pids=()
     for ((r = 0; r < n; r++)); do
       RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout -k 5 60 \
-        "$worker" --backend gloo --mode fault --victim 1 --timeout-ms 5000 \
+        "$worker" --backend gloo --mode $mode --victim 1 --timeout-ms 5000 \
         >"$out.$r" 2>"$err.$r" &
       pids+=($!)
     done
@@ -62,7 +66,10 @@ case $case in
       [[ $rc -eq 3 || $rc -eq 4 ]] || fail "rank $r exit $rc, expected 3 (peer) or 4 (timeout)"
       [[ $((SECONDS - died)) -le 10 ]] || fail "rank $r took more than 10 s to fail"
     done
-    expect "rank 0: error: .*(peer rank 1|rank 1|ranks \[.*1.*\])" ;;
+    expect "rank 0: error: .*(peer rank 1|rank 1|ranks \[.*1.*\])"
+    if [[ $case == fault-shared ]]; then
+      expect "rank 0: error: .*peer rank 1 died \(its process [0-9]+ is gone\) during a shared-memory all-reduce"
+    fi ;;
   fault-mpi)
     run nonzero 30 "${mpirun_cmd[@]}" "$n" "$worker" --backend mpi --mode fault --victim 1 \
       --timeout-ms 5000

@@ -4,7 +4,7 @@
 // split against closed-form results. Exit codes follow pipewright's contract (3 peer failure,
 // 4 timeout, 1 check failure).
 //
-//   comm_worker --backend gloo|mpi [--timeout-ms T] [--mode checks|fault|absent]
+//   comm_worker --backend gloo|mpi [--timeout-ms T] [--mode checks|fault|fault-shared|absent]
 //               [--victim R] [--absent R]
 //   checks: all operations, then "rank R: all checks passed"
 //   fault:  training-like loop of all_reduce + ring exchange; rank --victim SIGKILLs itself at
@@ -110,6 +110,19 @@ void run_checks(ex::Communicator& comm, milliseconds t) {
   std::vector<std::int64_t> l{me + 5};
   comm.all_reduce({l.data(), 1, ex::DType::kInt64}, ex::ReduceOp::kMin, {})->wait(t);
   CHECK_EQ_MSG(l[0], 5, "all_reduce int64 min");
+  // A buffer from allocate_collective_buffer (shared memory among Gloo ranks of one host), 1 MB.
+  {
+    const std::size_t count = 1 << 18;
+    auto mem = comm.allocate_collective_buffer(count * sizeof(float));
+    auto* g = static_cast<float*>(mem.get());
+    for (int round = 0; round < 2; ++round) {
+      for (std::size_t i = 0; i < count; ++i) g[i] = float(me + 1) * float((i + round) % 7);
+      comm.all_reduce({g, count, ex::DType::kFloat32}, ex::ReduceOp::kSum, {})->wait(t);
+      CHECK_EQ_MSG(g[5], tri * float((5 + round) % 7), "collective-buffer all_reduce");
+      CHECK_EQ_MSG(g[count - 1], tri * float((count - 1 + round) % 7),
+                   "collective-buffer all_reduce tail");
+    }
+  }
   // reduce and broadcast from every root.
   for (int root = 0; root < n; ++root) {
     std::vector<std::int32_t> v{me, 1};
@@ -161,23 +174,30 @@ void run_checks(ex::Communicator& comm, milliseconds t) {
   comm.barrier({})->wait(t);
 }
 
-void run_fault(ex::Communicator& comm, milliseconds t, int victim) {
+// `shared`: only all-reduces of a collective buffer (shared memory under Gloo), no p2p.
+void run_fault(ex::Communicator& comm, milliseconds t, int victim, bool shared) {
   const int n = comm.size(), me = comm.rank();
-  std::vector<float> grad(1 << 16, 1.0f), act(1 << 12), in(1 << 12);
+  std::vector<float> act(1 << 12), in(1 << 12);
+  const std::size_t count = 1 << 16;
+  auto mem = comm.allocate_collective_buffer(count * sizeof(float));
+  float* grad = static_cast<float*>(mem.get());
+  std::fill(grad, grad + count, 1.0f);
   for (int step = 0; step < 100000; ++step) {
     if (me == victim && step == 20) {
       std::cerr << "rank " << me << ": killing myself with SIGKILL at step " << step << std::endl;
       ::kill(::getpid(), SIGKILL);
     }
-    ex::OpContext ctx{step, me, 0, "SEND_F"};
-    auto s = comm.send({act.data(), act.size(), ex::DType::kFloat32}, (me + 1) % n, 1, ctx);
-    ctx.what = "RECV_F";
-    comm.recv({in.data(), in.size(), ex::DType::kFloat32}, (me + n - 1) % n, 1, ctx)->wait(t);
-    s->wait(t);
-    comm.all_reduce({grad.data(), grad.size(), ex::DType::kFloat32}, ex::ReduceOp::kSum,
+    if (!shared) {
+      ex::OpContext ctx{step, me, 0, "SEND_F"};
+      auto s = comm.send({act.data(), act.size(), ex::DType::kFloat32}, (me + 1) % n, 1, ctx);
+      ctx.what = "RECV_F";
+      comm.recv({in.data(), in.size(), ex::DType::kFloat32}, (me + n - 1) % n, 1, ctx)->wait(t);
+      s->wait(t);
+    }
+    comm.all_reduce({grad, count, ex::DType::kFloat32}, ex::ReduceOp::kSum,
                     ex::OpContext{step, me, -1, "allreduce bucket 0"})
         ->wait(t);
-    std::fill(grad.begin(), grad.end(), 1.0f);
+    std::fill(grad, grad + count, 1.0f);
     std::this_thread::sleep_for(milliseconds(10));
   }
 }
@@ -212,8 +232,8 @@ int main(int argc, char** argv) {
       }
       std::cout << "rank " << rank << ": all checks passed (" << comm->backend_name() << ", "
                 << comm->size() << " ranks)" << std::endl;
-    } else if (args.mode == "fault") {
-      run_fault(*comm, timeout, args.victim);
+    } else if (args.mode == "fault" || args.mode == "fault-shared") {
+      run_fault(*comm, timeout, args.victim, args.mode == "fault-shared");
     } else if (args.mode == "absent") {
       comm->barrier({})->wait(timeout);
     } else {

@@ -115,6 +115,23 @@ TEST(MakeProfile, P2PFilterCommOverheadAndRuntimeMemory) {
   EXPECT_EQ(t.stages[1].param_bytes, 3000);
 }
 
+// Note [Measured activation memory]: a stage's activation bytes are the median of what its F
+// actions left allocated plus the median size of the activation it received; a stage whose
+// forwards recorded nothing keeps the model's estimate.
+TEST(MakeProfile, ActivationBytesAreMeasured) {
+  const auto recv = [](int mb) { return Action::comm(1, ActionKind::kRecvF, mb, 0); };
+  std::vector<RankRecord> records{
+      rank(0, 2, {timed(f(0, 0), 0, 1, 0, 0), timed(f(0, 1), 1, 2, 0, 0)}),
+      rank(1, 2,
+           {timed(recv(0), 0, 1, 0, 64), timed(f(1, 0), 1, 2, 0, 1000), timed(recv(1), 2, 3, 0, 64),
+            timed(f(1, 1), 3, 4, 0, 3000), timed(f(1, 2), 4, 5, 0, 1200)})};
+  ReportContext ctx = context();
+  ctx.activation_bytes = {555, 777};
+  const auto t = make_profile(records, two_stages(3), ctx);
+  EXPECT_EQ(t.stages[0].activation_bytes, 555);  // nothing measured: the model's
+  EXPECT_EQ(t.stages[1].activation_bytes, 1200 + 64);
+}
+
 TEST(MakeProfile, RecordRoundTripKeepsHostAndCpus) {
   RankRecord r = rank(3, 8, {timed(f(1, 2), 1, 2, 5, 7)});
   r.host_id = 123456789;

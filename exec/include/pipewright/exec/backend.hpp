@@ -37,6 +37,10 @@ struct CommOptions {
   // Gloo: network interface to bind ("eth0"); empty -> 127.0.0.1 when master_addr is a loopback
   // address, else the address this host's name resolves to.
   std::string gloo_interface;
+  // Gloo: buffers from Communicator::allocate_collective_buffer() live in shared memory when
+  // every member of the communicator is on this host, and all_reduce() of them runs there
+  // (Note [Shared-memory all-reduce]). False: plain heap memory, every byte through Gloo.
+  bool shm_collectives = true;
   // Fake backend: the world the communicator of WorldInfo::rank is taken from (required).
   FakeWorld* fake_world = nullptr;
   // NCCL: CUDA device of each local rank (empty -> device = local rank).

@@ -83,6 +83,14 @@ class Communicator {
   virtual WorkPtr broadcast(const BufferView& buf, int root, const OpContext& ctx) = 0;
   virtual WorkPtr barrier(const OpContext& ctx) = 0;
 
+  // Memory for a buffer that this communicator's all_reduce() will work on, zero-filled, at
+  // least 64-byte aligned. A backend that can reach its peers' copies directly (Gloo among ranks
+  // of one host: shared memory, Note [Shared-memory all-reduce]) reduces such buffers in place
+  // instead of sending them; all_reduce() of any other buffer is unchanged. Collective: every
+  // rank calls it with the same size, in the same order relative to its other collective calls,
+  // and later all-reduces the same part of it. The default is ordinary heap memory.
+  [[nodiscard]] virtual std::shared_ptr<void> allocate_collective_buffer(std::size_t bytes);
+
   // Groups the point-to-point operations issued between begin_p2p_batch() and end_p2p_batch()
   // so that a rendezvous transport (NCCL) posts them together and paired send/recv cannot
   // deadlock. Buffered backends may ignore it.

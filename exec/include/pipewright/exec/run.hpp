@@ -49,6 +49,9 @@ struct RunConfig {
   // nccl: CUDA device per local rank, "2,3,0,1" or "0:2,1:3" (default: device = local rank).
   std::string device_map;
   double timeout_s = 300;
+  // gloo: all-reduce DDP buckets through shared memory when the replicas share a host
+  // (Note [Shared-memory all-reduce]); false: every byte through Gloo.
+  bool shm_collectives = true;
   WorldFlags world;
   // Measurement (written by world rank 0).
   std::string trace_path;         // Chrome Trace Event JSON, every rank in one file (pid = rank)

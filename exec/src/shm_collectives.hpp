@@ -1,0 +1,117 @@
+// Shared-memory all-reduce among the ranks of one host (Note [Shared-memory all-reduce]).
+// No torch: raw buffers, POSIX shared memory and futexes. Private to exec/.
+//
+// Note [Shared-memory all-reduce]: c10d's Gloo moves every byte of an all-reduce through TCP
+// loopback, which on a CPU host costs two kernel copies per byte sent and a progress thread that
+// competes with backward for the cores; NCCL and Open MPI both switch to shared memory inside a
+// node. pipewright does the same for buffers the communicator allocated itself
+// (Communicator::allocate_collective_buffer, used by DDP's gradient buckets): each such buffer is
+// one POSIX shared-memory object holding a slot per rank, rank r's buffer *is* its slot, and an
+// all-reduce works on the peers' slots in place:
+//   1. barrier: every rank's input is final (and all ranks name the same offset and count);
+//   2. rank r reduces chunk r of the range over all slots, in rank order, into its own slot;
+//   3. barrier; rank r copies every other chunk from its owner's slot;
+//   4. barrier: nobody reuses its slot before every peer has copied from it.
+// Each chunk is reduced by exactly one rank and copied bit for bit, so replicas stay identical.
+// Per rank that is (size + 1) / size reads and (size + 1) / size writes of the buffer, against
+// 2 (size - 1) / size sends plus as many receives through the kernel for Gloo's ring.
+// The operations run in FIFO order on one worker thread per communicator (so they are
+// asynchronous, like c10d's), and every wait has a deadline: a peer that never arrives is named
+// in a TimeoutError, and one whose process is gone (the slot records each rank's pid) in a
+// PeerError within ~0.1 s.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipewright/exec/communicator.hpp"
+
+namespace pipewright::exec::detail {
+
+// One collective buffer: `size` slots of `slot_bytes` bytes after a small header, in one
+// shared-memory object mapped by every rank of the group.
+class ShmBuffer {
+ public:
+  // Rank 0 creates the object under `name` (which must not exist), others open it. Returns null
+  // and sets *error when the object cannot be created, sized (posix_fallocate, so a full
+  // /dev/shm is an error now, not a SIGBUS later) or mapped.
+  static std::shared_ptr<ShmBuffer> create(const std::string& name, int size,
+                                           std::size_t slot_bytes, std::string* error);
+  static std::shared_ptr<ShmBuffer> open(const std::string& name, int rank, int size,
+                                         std::size_t slot_bytes, std::string* error);
+  // Removes the name (the mapping stays valid); rank 0 calls it once every peer has mapped.
+  static void unlink(const std::string& name) noexcept;
+
+  ShmBuffer(const ShmBuffer&) = delete;
+  ShmBuffer& operator=(const ShmBuffer&) = delete;
+  ~ShmBuffer();
+
+  [[nodiscard]] std::byte* slot(int r) const noexcept;
+  [[nodiscard]] std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+
+  struct Header;
+  [[nodiscard]] Header& header() const noexcept;
+
+ private:
+  ShmBuffer(void* base, std::size_t mapped_bytes, int size, std::size_t slot_bytes,
+            std::size_t header_bytes) noexcept;
+  void* base_;
+  std::size_t mapped_bytes_;
+  int size_;
+  std::size_t slot_bytes_;
+  std::size_t header_bytes_;
+};
+
+// Runs all-reduces on registered ShmBuffers, in order, on a worker thread.
+class ShmCollectives {
+ public:
+  // `global_ranks[r]` names communicator rank r in messages; `timeout` bounds every barrier.
+  ShmCollectives(int rank, std::vector<int> global_ranks, std::chrono::milliseconds timeout);
+  ShmCollectives(const ShmCollectives&) = delete;
+  ShmCollectives& operator=(const ShmCollectives&) = delete;
+  ~ShmCollectives();
+
+  // Records this rank's pid in `buffer` (peer-death detection) and makes it eligible.
+  void add(std::shared_ptr<ShmBuffer> buffer);
+  // The registered buffer whose slot of this rank contains [data, data + bytes), or null.
+  [[nodiscard]] ShmBuffer* find(const void* data, std::size_t bytes) const noexcept;
+
+  // In-place all-reduce of `buf` (which find() located in `buffer`). `prefix` starts error
+  // messages ("rank 1: all_reduce (step 3 stage 0 DDP ...)").
+  [[nodiscard]] WorkPtr all_reduce(ShmBuffer* buffer, const BufferView& buf, ReduceOp op,
+                                   std::string prefix);
+
+  struct Job;  // one queued all-reduce and its completion (the Work's shared state)
+
+ private:
+  void run_worker();
+  void execute(Job& job);
+  // Waits until every rank has arrived at barrier number `epoch` of `buffer`.
+  void barrier(ShmBuffer& buffer, std::uint64_t epoch, const std::string& prefix,
+               std::chrono::steady_clock::time_point deadline);
+
+  int rank_;
+  std::vector<int> global_ranks_;
+  std::chrono::milliseconds timeout_;
+  std::vector<std::shared_ptr<ShmBuffer>> buffers_;
+  std::vector<std::uint64_t> epochs_;  // per buffer: barriers this rank has entered
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stop_ = false;
+  bool failed_ = false;  // a barrier failed: later jobs fail at once, the worker is detached
+  std::string failure_;
+  std::thread worker_;
+};
+
+}  // namespace pipewright::exec::detail
