@@ -188,6 +188,9 @@ void setup_run(CLI::App& app) {
   sub->add_option("--warmup-steps", c.warmup_steps, "Steps left out of --profile statistics")
       ->capture_default_str();
   sub->add_flag_function(
+      "--no-prepost-receives", [&c](std::int64_t) { c.prepost_receives = false; },
+      "Post each receive at its RECV action instead of when the step starts (ablation)");
+  sub->add_flag_function(
       "--no-shm-collectives", [&c](std::int64_t) { c.shm_collectives = false; },
       "gloo: all-reduce DDP buckets through Gloo (TCP) even when the replicas share a host");
   sub->add_option("--timeout", c.timeout_s, "Deadline of every wait, seconds")

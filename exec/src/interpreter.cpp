@@ -335,6 +335,9 @@ void Interpreter::agree_shapes(const torch::Tensor& x_example, std::int64_t step
       auto* h = header.data_ptr<std::int64_t>();
       std::int64_t pos = 0;
       h[pos++] = static_cast<std::int64_t>(outs.size());
+      auto& sent = edge_meta_[{s, c}];  // the shapes of the gradients that will come back
+      sent.clear();
+      for (const auto& [slot, k] : outs) sent.push_back(metas.at(static_cast<std::size_t>(k)));
       for (const auto& [slot, k] : outs) {
         const auto& m = metas.at(static_cast<std::size_t>(k));
         PW_CHECK(pos + 2 + static_cast<std::int64_t>(m.shape.size()) <= kHeaderInts, ConfigError,
@@ -369,6 +372,7 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
                    << plan_.shape.microbatches);
   loss_sum_ = 0;
   loss_count_ = 0;
+  if (options_.prepost_receives) prepost_receives(step);
   for (std::size_t i = 0; i < actions_.size(); ++i) {
     std::size_t run_end = i;
     while (run_end < actions_.size() && is_remote_p2p(actions_[run_end])) ++run_end;
@@ -643,7 +647,17 @@ void Interpreter::do_recv(const Action& a, std::int64_t step, ActionTiming* timi
   const auto opts = torch::TensorOptions().device(options_.device);
   std::vector<torch::Tensor> bufs;
   std::vector<WorkPtr> works;
-  if (!backward) {
+  const auto index = static_cast<std::size_t>(&a - actions_.data());
+  if (&a >= actions_.data() && index < posted_.size() && !posted_[index].works.empty()) {
+    bufs = std::move(posted_[index].bufs);
+    works = std::move(posted_[index].works);
+    posted_[index] = Posted{};
+    if (backward) {
+      PW_CHECK(ms.forward_done, InvalidPlanError,
+               "rank " << pipe_rank_ << " step " << step << ": " << sched::to_string(a)
+                       << " before its forward");
+    }
+  } else if (!backward) {
     const auto& metas = edge_meta(peer, a.stage);
     for (std::size_t i = 0; i < metas.size(); ++i) {
       bufs.push_back(torch::empty(metas[i].shape, opts.dtype(metas[i].dtype)));
@@ -685,6 +699,38 @@ void Interpreter::do_recv(const Action& a, std::int64_t step, ActionTiming* timi
     deferred_recvs_->push_back(std::move(finish));
   } else {
     finish();
+  }
+}
+
+// Note [Pre-posted receives]: Gloo's transport is a rendezvous: a send's data leaves only once
+// the receiver's matching receive has been posted and its "ready" message has been handled by
+// the sender's I/O thread. Posting each receive at its RECV action therefore delays every
+// message that arrives early until the receiver gets there, plus a round trip through two I/O
+// threads that, with all cores busy computing, wait for a time slice (~4-5 ms measured here).
+// Posting the whole step's receives when the step starts lets data flow as soon as it is sent,
+// which is also what the simulator assumes. Buffers are allocated from the agreed shapes (a
+// gradient has its activation's shape and dtype); each RECV action then only waits.
+void Interpreter::prepost_receives(std::int64_t step) {
+  posted_.assign(actions_.size(), Posted{});
+  const auto opts = torch::TensorOptions().device(options_.device);
+  for (std::size_t i = 0; i < actions_.size(); ++i) {
+    const Action& a = actions_[i];
+    if ((a.kind != ActionKind::kRecvF && a.kind != ActionKind::kRecvB) || !is_remote_p2p(a)) {
+      continue;
+    }
+    const bool backward = a.kind == ActionKind::kRecvB;
+    const int peer = a.peer_stage;
+    const auto ctx = context(a, step);
+    Posted& p = posted_[i];
+    // Forward: what `peer` sends to this stage; backward: gradients of what this stage sent.
+    const auto& metas = backward ? edge_meta(a.stage, peer) : edge_meta(peer, a.stage);
+    for (std::size_t k = 0; k < metas.size(); ++k) {
+      p.bufs.push_back(torch::empty(metas[k].shape, opts.dtype(metas[k].dtype)));
+      const std::int64_t t = backward
+                                 ? tag(a.stage, peer, true, a.microbatch, static_cast<int>(k))
+                                 : tag(peer, a.stage, false, a.microbatch, static_cast<int>(k));
+      p.works.push_back(pipe_->recv(view_of(p.bufs.back()), rank_of(peer), t, ctx));
+    }
   }
 }
 

@@ -85,6 +85,9 @@ struct InterpreterOptions {
   std::chrono::milliseconds timeout{300'000};
   torch::Device device{torch::kCPU};
   bool record_timings = false;
+  // Post every remote receive of a step when the step starts (Note [Pre-posted receives]).
+  // Only for buffered transports (Gloo, MPI, fake): NCCL's receives occupy its stream in order.
+  bool prepost_receives = false;
   int world_rank = 0;  // for messages
 };
 
@@ -178,6 +181,14 @@ class Interpreter {
   std::vector<Pending> pending_;
   // Inside run_p2p_batch: do_recv posts its receives and leaves the wait here.
   std::vector<std::function<void()>>* deferred_recvs_ = nullptr;
+  // Note [Pre-posted receives]: per action index, the buffers and Works of a receive posted at
+  // the start of the step (empty when not pre-posted).
+  struct Posted {
+    std::vector<torch::Tensor> bufs;
+    std::vector<WorkPtr> works;
+  };
+  std::vector<Posted> posted_;
+  void prepost_receives(std::int64_t step);
   std::vector<ActionTiming> timings_;
   double loss_sum_ = 0;
   int loss_count_ = 0;

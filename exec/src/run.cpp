@@ -532,6 +532,7 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
   iopts.device = p.device;
   iopts.record_timings = !c.trace_path.empty() || !c.profile_path.empty();
   iopts.world_rank = p.world.rank;
+  iopts.prepost_receives = c.prepost_receives && backend != Backend::kNccl;
   const LossKind loss_kind = p.loss;
   Interpreter interp(
       p.plan, mesh.pp_index, std::move(setups), mesh.pipe.get(), hooks,

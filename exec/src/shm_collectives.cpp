@@ -51,15 +51,12 @@ std::size_t header_bytes_for(int size) {
   return round_up(kLine + kLine * static_cast<std::size_t>(size), kPage);
 }
 
-std::string errno_text(const char* what) {
-  return std::string(what) + ": " + std::strerror(errno);
-}
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value,
            const struct timespec* timeout) {
   // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
-  return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, timeout, nullptr,
-                 0);
+  return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, timeout, nullptr, 0);
 }
 
 // Sum of `n` float32 inputs into dst, in input order, blockwise so the partial sums stay in L1.
@@ -84,9 +81,8 @@ void sum_float(float* dst, const float* const* in, int n, std::size_t count) {
 // aligned to 64 bytes so no two owners write one cache line.
 std::pair<std::size_t, std::size_t> chunk(std::size_t count, std::size_t elem, int size, int c) {
   const std::size_t align = std::max<std::size_t>(1, kLine / elem);
-  const std::size_t per = round_up((count + static_cast<std::size_t>(size) - 1) /
-                                       static_cast<std::size_t>(size),
-                                   align);
+  const std::size_t per = round_up(
+      (count + static_cast<std::size_t>(size) - 1) / static_cast<std::size_t>(size), align);
   const std::size_t begin = std::min(count, per * static_cast<std::size_t>(c));
   return {begin, std::min(count, begin + per)};
 }
@@ -305,8 +301,8 @@ WorkPtr ShmCollectives::all_reduce(ShmBuffer* buffer, const BufferView& buf, Red
   for (std::size_t i = 0; i < buffers_.size(); ++i) {
     if (buffers_[i].get() == buffer) job->index = i;
   }
-  job->offset_bytes = static_cast<std::size_t>(static_cast<const std::byte*>(buf.data) -
-                                               buffer->slot(rank_));
+  job->offset_bytes =
+      static_cast<std::size_t>(static_cast<const std::byte*>(buf.data) - buffer->slot(rank_));
   job->count = buf.count;
   job->dtype = buf.dtype;
   job->op = op;
@@ -417,8 +413,7 @@ void ShmCollectives::execute(Job& job) {
                          " all-reduces another part of the shared buffer (offset " +
                          std::to_string(other.offset.load()) + " bytes, " +
                          std::to_string(other.count.load()) + " elements; this rank: offset " +
-                         std::to_string(job.offset_bytes) + ", " + std::to_string(job.count) +
-                         ")");
+                         std::to_string(job.offset_bytes) + ", " + std::to_string(job.count) + ")");
     }
   }
 

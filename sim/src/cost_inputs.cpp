@@ -117,7 +117,7 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
   t.runtime_memory_bytes = measured.runtime_memory_bytes;
   t.p2p = measured.p2p;
   const std::size_t S = measured.stages.size();
-  std::vector<double> f(S), b(S), in(S), w(S), opt(S), f_spread(S), b_spread(S);
+  std::vector<double> f(S), b(S), in(S), w(S), opt(S), act(S), f_spread(S), b_spread(S);
   bool split = true, has_opt = true;
   for (std::size_t s = 0; s < S; ++s) {
     const auto& c = measured.stages[s];
@@ -128,6 +128,7 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
     w[s] = c.weight_grad_or_default_ms();
     has_opt = has_opt && c.optimizer_ms.has_value();
     opt[s] = c.optimizer_ms.value_or(0);
+    act[s] = static_cast<double>(c.activation_bytes);
   }
   auto fwd = [](const graph::NodeCost& c) { return c.forward_ms; };
   auto bwd = [](const graph::NodeCost& c) { return c.backward_ms; };
@@ -143,6 +144,8 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
   const auto ni = spread(model, from, in, inp);
   const auto nw = spread(model, from, w, wgt);
   const auto no = spread(model, from, opt, par);
+  auto acts = [](const graph::NodeCost& c) { return static_cast<double>(c.activation_bytes); };
+  const auto na = spread(model, from, act, acts);
   // Relative spread (p10, p90 over median) of a kind's stats, weighted by each source stage's
   // share of the new stage's time.
   auto stats = [&](const std::vector<double>& node_ms, const std::vector<int>& nodes,
@@ -179,7 +182,7 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
   };
   for (auto& c : t.stages) {
     const auto& nodes = to.graph.stages[static_cast<std::size_t>(c.stage)].nodes;
-    double sf = 0, sb = 0, si = 0, sw = 0, so = 0;
+    double sf = 0, sb = 0, si = 0, sw = 0, so = 0, sa = 0;
     for (int n : nodes) {
       const auto k = static_cast<std::size_t>(n);
       sf += nf[k];
@@ -187,7 +190,9 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
       si += ni[k];
       sw += nw[k];
       so += no[k];
+      sa += na[k];
     }
+    c.activation_bytes = static_cast<std::int64_t>(sa + 0.5);
     c.forward_ms = sf;
     c.backward_ms = sb;
     c.forward_stats = stats(nf, nodes, &sched::StageCost::forward_stats, sf);

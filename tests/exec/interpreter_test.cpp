@@ -107,7 +107,8 @@ struct RunResult {
 // Runs `plan` with one thread per rank; stage s is layer s. skip_to >= 0 adds an input from
 // stage 0 to stage skip_to.
 RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, const torch::Tensor& x,
-                        const torch::Tensor& y, int steps, int skip_to) {
+                        const torch::Tensor& y, int steps, int skip_to,
+                        bool prepost_receives = false) {
   const int ranks = plan.shape.ranks;
   const int stages = plan.shape.stages;
   const int m = plan.shape.microbatches;
@@ -148,6 +149,7 @@ RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, con
         InterpreterOptions opts;
         opts.timeout = std::chrono::milliseconds(20'000);
         opts.world_rank = r;
+        opts.prepost_receives = prepost_receives;
         Interpreter interp(plan, r, std::move(setups), comms[static_cast<std::size_t>(r)].get(),
                            &hooks, mse, opts);
         interp.agree_shapes(xs[0]);
@@ -211,6 +213,9 @@ TEST_P(InterpreterEquivalence, MatchesFullBatchTraining) {
   const auto got = run_pipelined(plan, init, x, y, kSteps, -1);
   const auto want = reference(init, x, y, kSteps, -1);
   EXPECT_LE(max_diff(got.weights, want), 1e-5);
+  // Note [Pre-posted receives]: every receive of a step posted when it starts.
+  const auto pre = run_pipelined(plan, init, x, y, kSteps, -1, /*prepost_receives=*/true);
+  EXPECT_LE(max_diff(pre.weights, want), 1e-5);
   EXPECT_GT(max_diff(init, want), 1e-3);  // training moved the weights
   EXPECT_GT(got.losses[0], got.losses[kSteps - 1]);
 }
@@ -249,6 +254,8 @@ TEST(Interpreter, SkipEdgeDag) {
   const auto got = run_pipelined(plan, init, x, y, 3, 2);
   const auto want = reference(init, x, y, 3, 2);
   EXPECT_LE(max_diff(got.weights, want), 1e-5);
+  const auto pre = run_pipelined(plan, init, x, y, 3, 2, /*prepost_receives=*/true);
+  EXPECT_LE(max_diff(pre.weights, want), 1e-5);
 }
 
 TEST(Interpreter, MissingPeerTimesOutNamingStageMicrobatchStep) {

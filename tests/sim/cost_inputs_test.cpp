@@ -96,6 +96,7 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
   for (auto& c : measured.stages) {
     c.forward_ms *= 3;
     c.backward_ms *= 2;
+    c.activation_bytes *= 7;  // measured activations: 7x the model's formulas
     c.input_grad_ms.reset();
     c.weight_grad_ms.reset();
     c.optimizer_ms = static_cast<double>(c.param_bytes) / 1e6;
@@ -116,6 +117,8 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
     EXPECT_NEAR(t.stages[s].forward_stats->p90_ms, 1.1 * t.stages[s].forward_ms, 1e-9);
     EXPECT_FALSE(t.stages[s].backward_stats.has_value());  // not measured
     EXPECT_EQ(t.stages[s].output_bytes, est.stages[s].output_bytes);
+    EXPECT_NEAR(static_cast<double>(t.stages[s].activation_bytes),
+                7.0 * static_cast<double>(est.stages[s].activation_bytes), 1.0);
     opt += *t.stages[s].optimizer_ms;
   }
   for (const auto& c : measured.stages) opt_measured += *c.optimizer_ms;

@@ -52,6 +52,8 @@ struct RunConfig {
   // gloo: all-reduce DDP buckets through shared memory when the replicas share a host
   // (Note [Shared-memory all-reduce]); false: every byte through Gloo.
   bool shm_collectives = true;
+  // Post each step's receives when it starts (Note [Pre-posted receives]; ignored for nccl).
+  bool prepost_receives = true;
   WorldFlags world;
   // Measurement (written by world rank 0).
   std::string trace_path;         // Chrome Trace Event JSON, every rank in one file (pid = rank)

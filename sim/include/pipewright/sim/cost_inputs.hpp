@@ -41,9 +41,11 @@ namespace pipewright::sim {
 // measured on partition `from` of the same model, before running `to`. Each measured stage's
 // F, B, I, W times are spread over its nodes in proportion to the model's cost annotations
 // (graph/ FLOP formulas), which fixes the per-node scale the host actually achieves; the
-// optimizer time is spread in proportion to parameter bytes. The nodes of each stage of `to`
-// then sum these per-node times. Distributions (p10/p90) keep the relative spread of the
-// source stages, weighted by their share. Byte sizes come from `to` (costs_from_partition);
+// optimizer time is spread in proportion to parameter bytes, and the measured activation bytes
+// (Note [Measured activation memory] in exec/) in proportion to the model's activation
+// estimates. The nodes of each stage of `to` then sum these per-node values. Distributions
+// (p10/p90) keep the relative spread of the source stages, weighted by their share. Other byte
+// sizes come from `to` (costs_from_partition);
 // p2p, comm_overhead_ms, compute_overhead_ms and runtime_memory_bytes are copied from the
 // profile; measured peak memory is dropped (it belonged to other ranks). Throws
 // InvalidGraphError when a partition does not belong to `model`, ConfigError when the profile's
