@@ -123,19 +123,26 @@ CommunicationMeasurements measure_communication(const CalibrationConfig& config)
     if (me == 0) out.p2p.push_back(summarise(bytes, std::move(samples)));
   }
 
-  // All-reduce over every rank.
+  // All-reduce over every rank, on the kind of buffer DDP's buckets use (shared memory among the
+  // ranks of one host with Gloo: Note [Shared-memory all-reduce]).
+  const auto coll_mem = comm->allocate_collective_buffer(static_cast<std::size_t>(max_bytes));
+  float* coll = static_cast<float*>(coll_mem.get());
   for (const std::int64_t bytes : sizes) {
     const int reps = repetitions(bytes, config.iterations);
     std::vector<double> samples;
     for (int it = 0; it < reps + 2; ++it) {
       OpContext ctx{it, -1, -1, "calibrate allreduce " + std::to_string(bytes) + " B"};
-      std::fill_n(buffer.begin(), bytes / 4, 1.0f);
+      std::fill_n(coll, bytes / 4, 1.0f);
       comm->barrier(ctx)->wait(timeout);
       const auto t0 = Clock::now();
-      comm->all_reduce(view(bytes), ReduceOp::kSum, ctx)->wait(timeout);
+      comm->all_reduce(BufferView{coll, static_cast<std::size_t>(bytes / 4), DType::kFloat32, {}},
+                       ReduceOp::kSum, ctx)
+          ->wait(timeout);
       const double t = ms_since(t0);
-      PW_CHECK(buffer[0] == static_cast<float>(world.world_size), BackendError,
-               "calibrate: all-reduce of " << bytes << " B returned " << buffer[0] << " instead of "
+      PW_CHECK(coll[0] == static_cast<float>(world.world_size) &&
+                   coll[bytes / 4 - 1] == static_cast<float>(world.world_size),
+               BackendError,
+               "calibrate: all-reduce of " << bytes << " B returned " << coll[0] << " instead of "
                                            << world.world_size);
       if (it >= 2) samples.push_back(t);
     }
