@@ -6,8 +6,9 @@
 #
 #   replay    profile each configuration's own run (run --profile) and predict it
 #             (`pipewright compare`: median step of 31 steps with sampled durations)
-#   transfer  before running a configuration, predict it from the profile of ONE run
-#             (1F1B, p=2, m=8, same backend) moved to its partition (`pipewright
+#   transfer  before running a configuration, predict it from the profile of ONE other
+#             configuration (1F1B, p=2, m=8, same backend; re-measured right before each
+#             target unless REFRESH_REF=0) moved to its partition (`pipewright
 #             transfer-profile`) and the cluster measured by `pipewright calibrate`
 #
 # Prints one row per configuration and, per backend and overall, the mean absolute percentage
@@ -69,14 +70,18 @@ for backend in $backends; do
   cal="$work/$backend.cluster.json"
   "$pw" --log-level warn calibrate --backend "$backend" --nproc 2 -o "$cal"
   ref="$work/$backend.ref"
-  run "$backend" 1F1B 2 1 8 "$ref"
+  [ "${REFRESH_REF:-1}" = 1 ] || run "$backend" 1F1B 2 1 8 "$ref"
   for spec in GPipe:1 1F1B:1 Interleaved1F1B:2 InterleavedZeroBubble:2; do
     sched="${spec%:*}"; v="${spec#*:}"
     for p in $ps; do
       for m in $ms; do
         pre="$work/$backend.$sched.$p.$m"
         "$pw" --log-level warn schedule "$sched" -p "$p" -m "$m" -v "$v" -o "$pre.plan.csv"
-        # Transfer: predicted before the configuration runs.
+        # Transfer: predicted before the configuration runs, from the reference configuration's
+        # profile (1F1B p=2 m=8) measured just before (REFRESH_REF=1, the default: this shared
+        # host's speed drifts by up to 1.7x within minutes, which a reference measured once at
+        # the start would carry into every prediction) or once per backend (REFRESH_REF=0).
+        [ "${REFRESH_REF:-1}" = 1 ] && run "$backend" 1F1B 2 1 8 "$ref"
         "$pw" --log-level warn transfer-profile --model "$work/model.json" --from "$work/part2.json" \
           --profile "$ref.profile.json" --to "$work/part$((p * v)).json" -o "$pre.xfer.json"
         "$pw" --log-level warn simulate "$pre.plan.csv" --reduce-grad --blocking-recv \
