@@ -197,7 +197,7 @@ void ShmBuffer::unlink(const std::string& name) noexcept { ::shm_unlink(name.c_s
 
 struct ShmCollectives::Job {
   ShmBuffer* buffer = nullptr;
-  std::size_t index = 0;  // in buffers_
+  std::uint64_t* epoch = nullptr;  // the buffer's barrier counter (epochs_)
   std::size_t offset_bytes = 0;
   std::size_t count = 0;
   DType dtype = DType::kFloat32;
@@ -299,8 +299,9 @@ WorkPtr ShmCollectives::all_reduce(ShmBuffer* buffer, const BufferView& buf, Red
   auto job = std::make_shared<Job>();
   job->buffer = buffer;
   for (std::size_t i = 0; i < buffers_.size(); ++i) {
-    if (buffers_[i].get() == buffer) job->index = i;
+    if (buffers_[i].get() == buffer) job->epoch = &epochs_[i];
   }
+  PW_ASSERT(job->epoch != nullptr, "all_reduce of a shared buffer this communicator did not add");
   job->offset_bytes =
       static_cast<std::size_t>(static_cast<const std::byte*>(buf.data) - buffer->slot(rank_));
   job->count = buf.count;
@@ -398,7 +399,7 @@ void ShmCollectives::execute(Job& job) {
   const int size = b.size();
   const std::size_t elem = dtype_size(job.dtype);
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  std::uint64_t& epoch = epochs_[job.index];
+  std::uint64_t& epoch = *job.epoch;
 
   auto& me = rank_state(h, rank_);
   me.offset.store(job.offset_bytes, std::memory_order_relaxed);

@@ -103,7 +103,9 @@ class ShmCollectives {
   std::vector<int> global_ranks_;
   std::chrono::milliseconds timeout_;
   std::vector<std::shared_ptr<ShmBuffer>> buffers_;
-  std::vector<std::uint64_t> epochs_;  // per buffer: barriers this rank has entered
+  // Per buffer: barriers this rank has entered. A deque so that a Job's pointer into it stays
+  // valid while add() appends (the worker only touches its Job's counter).
+  std::deque<std::uint64_t> epochs_;
 
   std::mutex mu_;
   std::condition_variable cv_;
