@@ -101,8 +101,9 @@ std::string first_line(const std::string& s) {
   return line.size() > 300 ? line.substr(0, 300) + "..." : line;
 }
 
-// Ranks with equal identities can map each other's POSIX shared memory: same host name, same
-// boot, same /dev/shm file system (containers on one machine have their own).
+// Ranks with equal identities can map each other's POSIX shared memory and see each other's
+// pids (peer-death detection): same host name, same boot, same /dev/shm file system (containers
+// on one machine have their own) and same pid namespace.
 std::string host_identity() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -110,8 +111,11 @@ std::string host_identity() {
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
   struct stat st {};
   const bool has_shm = ::stat("/dev/shm", &st) == 0;
+  char pid_ns[128] = {};
+  const auto n = ::readlink("/proc/self/ns/pid", pid_ns, sizeof pid_ns - 1);
   return std::string(host) + "|" + boot + "|" +
-         (has_shm ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) : "no-shm");
+         (has_shm ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) : "no-shm") + "|" +
+         (n > 0 ? std::string(pid_ns, static_cast<std::size_t>(n)) : "no-pid-ns");
 }
 
 bool contains(const std::string& s, const char* needle) {
