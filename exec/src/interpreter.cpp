@@ -643,39 +643,21 @@ void Interpreter::do_recv(const Action& a, std::int64_t step, ActionTiming* timi
   auto& ms = state(a.stage, a.microbatch);
   const bool backward = a.kind == ActionKind::kRecvB;
   if (rank_of(peer) == pipe_rank_) return;  // handed over in memory when it was produced
-  const auto ctx = context(a, step);
-  const auto opts = torch::TensorOptions().device(options_.device);
-  std::vector<torch::Tensor> bufs;
-  std::vector<WorkPtr> works;
-  const auto index = static_cast<std::size_t>(&a - actions_.data());
-  if (&a >= actions_.data() && index < posted_.size() && !posted_[index].works.empty()) {
-    bufs = std::move(posted_[index].bufs);
-    works = std::move(posted_[index].works);
-    posted_[index] = Posted{};
-    if (backward) {
-      PW_CHECK(ms.forward_done, InvalidPlanError,
-               "rank " << pipe_rank_ << " step " << step << ": " << sched::to_string(a)
-                       << " before its forward");
-    }
-  } else if (!backward) {
-    const auto& metas = edge_meta(peer, a.stage);
-    for (std::size_t i = 0; i < metas.size(); ++i) {
-      bufs.push_back(torch::empty(metas[i].shape, opts.dtype(metas[i].dtype)));
-      works.push_back(pipe_->recv(view_of(bufs.back()), rank_of(peer),
-                                  tag(peer, a.stage, false, a.microbatch, static_cast<int>(i)),
-                                  ctx));
-    }
-  } else {
+  if (backward) {
     PW_CHECK(ms.forward_done, InvalidPlanError,
              "rank " << pipe_rank_ << " step " << step << ": " << sched::to_string(a)
                      << " before its forward");
-    int i = 0;
-    for (const auto& [slot, k] : edge_outputs(st, peer)) {
-      bufs.push_back(torch::empty_like(ms.outputs[static_cast<std::size_t>(k)]));
-      works.push_back(pipe_->recv(view_of(bufs.back()), rank_of(peer),
-                                  tag(a.stage, peer, true, a.microbatch, i++), ctx));
-    }
   }
+  Posted posted;
+  const auto index = static_cast<std::size_t>(&a - actions_.data());
+  if (&a >= actions_.data() && index < posted_.size() && !posted_[index].works.empty()) {
+    posted = std::move(posted_[index]);  // Note [Pre-posted receives]
+    posted_[index] = Posted{};
+  } else {
+    posted = post_receive(a, step);
+  }
+  std::vector<torch::Tensor> bufs = std::move(posted.bufs);
+  std::vector<WorkPtr> works = std::move(posted.works);
   auto finish = [this, &st, &ms, backward, peer, timing, bufs, works] {
     for (const auto& w : works) w->wait(options_.timeout);
     for (const auto& b : bufs) {
@@ -712,26 +694,31 @@ void Interpreter::do_recv(const Action& a, std::int64_t step, ActionTiming* timi
 // gradient has its activation's shape and dtype); each RECV action then only waits.
 void Interpreter::prepost_receives(std::int64_t step) {
   posted_.assign(actions_.size(), Posted{});
-  const auto opts = torch::TensorOptions().device(options_.device);
   for (std::size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
-    if ((a.kind != ActionKind::kRecvF && a.kind != ActionKind::kRecvB) || !is_remote_p2p(a)) {
-      continue;
-    }
-    const bool backward = a.kind == ActionKind::kRecvB;
-    const int peer = a.peer_stage;
-    const auto ctx = context(a, step);
-    Posted& p = posted_[i];
-    // Forward: what `peer` sends to this stage; backward: gradients of what this stage sent.
-    const auto& metas = backward ? edge_meta(a.stage, peer) : edge_meta(peer, a.stage);
-    for (std::size_t k = 0; k < metas.size(); ++k) {
-      p.bufs.push_back(torch::empty(metas[k].shape, opts.dtype(metas[k].dtype)));
-      const std::int64_t t = backward
-                                 ? tag(a.stage, peer, true, a.microbatch, static_cast<int>(k))
-                                 : tag(peer, a.stage, false, a.microbatch, static_cast<int>(k));
-      p.works.push_back(pipe_->recv(view_of(p.bufs.back()), rank_of(peer), t, ctx));
+    if ((a.kind == ActionKind::kRecvF || a.kind == ActionKind::kRecvB) && is_remote_p2p(a)) {
+      posted_[i] = post_receive(a, step);
     }
   }
+}
+
+// Buffers of the agreed shapes for one remote RECV_F / RECV_B, and their posted receives.
+Interpreter::Posted Interpreter::post_receive(const Action& a, std::int64_t step) {
+  const bool backward = a.kind == ActionKind::kRecvB;
+  const int peer = a.peer_stage;
+  const auto ctx = context(a, step);
+  const auto opts = torch::TensorOptions().device(options_.device);
+  Posted p;
+  // Forward: what `peer` sends to this stage; backward: gradients of what this stage sent it
+  // (edge_outputs order, like the sender's).
+  const auto& metas = backward ? edge_meta(a.stage, peer) : edge_meta(peer, a.stage);
+  for (std::size_t k = 0; k < metas.size(); ++k) {
+    p.bufs.push_back(torch::empty(metas[k].shape, opts.dtype(metas[k].dtype)));
+    const std::int64_t t = backward ? tag(a.stage, peer, true, a.microbatch, static_cast<int>(k))
+                                    : tag(peer, a.stage, false, a.microbatch, static_cast<int>(k));
+    p.works.push_back(pipe_->recv(view_of(p.bufs.back()), rank_of(peer), t, ctx));
+  }
+  return p;
 }
 
 bool Interpreter::is_remote_p2p(const Action& a) const {

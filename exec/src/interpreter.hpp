@@ -189,6 +189,7 @@ class Interpreter {
   };
   std::vector<Posted> posted_;
   void prepost_receives(std::int64_t step);
+  [[nodiscard]] Posted post_receive(const sched::Action& a, std::int64_t step);
   std::vector<ActionTiming> timings_;
   double loss_sum_ = 0;
   int loss_count_ = 0;

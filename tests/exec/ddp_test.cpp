@@ -184,6 +184,15 @@ TEST(Ddp, NoOverlapAblationGivesTheSameResult) {
   expect_matches_reference({2, 2, 104, Backward::kFull, false, 2});
 }
 
+// One microbatch's backward through DDP's hooks, then REDUCE_GRAD (stage 0, data from `seed`).
+void one_microbatch_step(Ddp& ddp, Mlp& m, std::uint64_t seed) {
+  auto [x, y] = make_data(4, kIn, kOut, seed);
+  ddp.before_backward(0, 0, true);
+  (torch::mse_loss(m.forward(x), y) / static_cast<double>(ddp.gradient_divisor())).backward();
+  ddp.after_backward(0, 0, true);
+  ddp.reduce_grad(0);
+}
+
 TEST(Ddp, BucketsFollowTheSharedAssignment) {
   const Mlp init = Mlp::init(kIn, kHidden, kOut, 7);
   run_replicas(2, [&](int, Communicator& comm) {
@@ -199,11 +208,7 @@ TEST(Ddp, BucketsFollowTheSharedAssignment) {
     EXPECT_EQ(ddp.buckets_of(0), expect);
     // After a backward the gradients are aliases of the buckets' flat buffers: parameters of
     // one bucket share a storage, parameters of different buckets do not.
-    auto [x, y] = make_data(4, kIn, kOut, 9);
-    ddp.before_backward(0, 0, true);
-    (torch::mse_loss(m.forward(x), y) / static_cast<double>(ddp.gradient_divisor())).backward();
-    ddp.after_backward(0, 0, true);
-    ddp.reduce_grad(0);
+    one_microbatch_step(ddp, m, 9);
     for (std::size_t i = 0; i < m.params.size(); ++i) {
       ASSERT_TRUE(m.params[i].grad().defined());
       for (std::size_t j = 0; j < m.params.size(); ++j) {
@@ -211,6 +216,30 @@ TEST(Ddp, BucketsFollowTheSharedAssignment) {
             m.params[i].grad().storage().data() == m.params[j].grad().storage().data();
         EXPECT_EQ(same, expect.bucket_of_param[i] == expect.bucket_of_param[j]) << i << " " << j;
       }
+    }
+  });
+}
+
+// After the optimizer step DDP leaves .grad undefined (set to none) instead of letting the
+// optimizer zero the buckets; the next step's gradients land in the same bucket storage.
+TEST(Ddp, ClearGradientsSetsThemToNoneAndTheBucketsAreReused) {
+  const Mlp init = Mlp::init(kIn, kHidden, kOut, 5);
+  run_replicas(2, [&](int r, Communicator& comm) {
+    Mlp m = init.clone();
+    Ddp ddp(&comm, DdpOptions{});
+    std::vector<StageParams> sp{m.stage_params()};
+    ddp.on_start(sp);
+    std::vector<const void*> storage;
+    for (int step = 0; step < 2; ++step) {
+      one_microbatch_step(ddp, m, 60 + r + step);
+      for (std::size_t i = 0; i < m.params.size(); ++i) {
+        ASSERT_TRUE(m.params[i].grad().defined());
+        if (step == 0) storage.push_back(m.params[i].grad().data_ptr());
+        EXPECT_EQ(m.params[i].grad().data_ptr(), storage[i]) << i;
+      }
+      EXPECT_TRUE(ddp.clear_gradients(0));
+      for (const auto& p : m.params) EXPECT_FALSE(p.grad().defined());
+      ddp.after_optimizer_step(step);
     }
   });
 }

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -102,6 +103,8 @@ Weights reference(const Weights& init, const torch::Tensor& x, const torch::Tens
 struct RunResult {
   Weights weights;
   std::vector<double> losses;  // per step, from the loss stage's rank
+  // Smallest heap growth recorded for an F action (Note [Measured activation memory]).
+  std::int64_t min_forward_kept_bytes = std::numeric_limits<std::int64_t>::max();
 };
 
 // Runs `plan` with one thread per rank; stage s is layer s. skip_to >= 0 adds an input from
@@ -150,6 +153,7 @@ RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, con
         opts.timeout = std::chrono::milliseconds(20'000);
         opts.world_rank = r;
         opts.prepost_receives = prepost_receives;
+        opts.record_timings = true;
         Interpreter interp(plan, r, std::move(setups), comms[static_cast<std::size_t>(r)].get(),
                            &hooks, mse, opts);
         interp.agree_shapes(xs[0]);
@@ -161,6 +165,11 @@ RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, con
           }
         }
         std::lock_guard<std::mutex> lock(mu);
+        for (const auto& t : interp.timings()) {
+          if (t.action.kind == sched::ActionKind::kForward) {
+            result.min_forward_kept_bytes = std::min(result.min_forward_kept_bytes, t.bytes);
+          }
+        }
         for (const auto& sp : interp.stage_params()) {
           result.weights.w[static_cast<std::size_t>(sp.stage)] = sp.params[0].detach();
           result.weights.b[static_cast<std::size_t>(sp.stage)] = sp.params[1].detach();
@@ -238,6 +247,25 @@ INSTANTIATE_TEST_SUITE_P(Schedules, InterpreterEquivalence,
                                            Case{ScheduleKind::kInterleavedZeroBubble, 2, 2, 4},
                                            Case{ScheduleKind::kInterleavedZeroBubble, 4, 2, 8}),
                          case_name);
+
+// Note [Measured activation memory]: with timings on, each F records the heap bytes it left
+// allocated, at least its output (the heap is process-wide, so one rank: no other thread's
+// allocations in between).
+TEST(Interpreter, ForwardRecordsTheHeapBytesItKeeps) {
+  torch::set_num_threads(1);
+  sched::ScheduleSpec spec;
+  spec.kind = ScheduleKind::kGPipe;
+  spec.ranks = 1;
+  spec.microbatches = 4;
+  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  const auto init = init_weights(1);
+  torch::manual_seed(5);
+  auto x = torch::randn({16, kWidth});
+  auto y = torch::randn({16, kWidth});
+  const auto got = run_pipelined(plan, init, x, y, 2, -1);
+  EXPECT_GE(got.min_forward_kept_bytes, 4 * kWidth * static_cast<std::int64_t>(sizeof(float)));
+  EXPECT_LT(got.min_forward_kept_bytes, std::numeric_limits<std::int64_t>::max());
+}
 
 TEST(Interpreter, SkipEdgeDag) {
   torch::set_num_threads(1);
