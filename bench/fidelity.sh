@@ -6,6 +6,9 @@
 #
 #   replay    profile each configuration's own run (run --profile) and predict it
 #             (`pipewright compare`: median step of 31 steps with sampled durations)
+#   trace     trace-driven replay (`compare --trace-replay`): each measured step simulated with
+#             its own measured compute durations and the profile's communication costs, median
+#             step against median step (the model's error without the host's drift between steps)
 #   transfer  before running a configuration, predict it from the profile of ONE other
 #             configuration (1F1B, p=2, m=8, same backend; re-measured right before each
 #             target unless REFRESH_REF=0) moved to its partition (`pipewright
@@ -63,8 +66,9 @@ run() {
 
 rows="$work/rows.tsv"
 : >"$rows"
-printf "%-7s %-22s %2s %2s %2s %10s %10s %8s %10s %8s %8s %8s %8s %8s\n" backend schedule p v m \
-  measured_ms replay_ms replay% transfer_ms transfer% mem_rep% mem_xfer% rep_med% xfer_med%
+printf "%-7s %-22s %2s %2s %2s %10s %10s %8s %10s %8s %8s %8s %8s %8s %8s %8s\n" backend schedule \
+  p v m measured_ms replay_ms replay% transfer_ms transfer% mem_rep% mem_xfer% rep_med% xfer_med% \
+  trace% trace_st%
 for backend in $backends; do
   if [ "$backend" = mpi ] && ! command -v mpirun >/dev/null; then continue; fi
   cal="$work/$backend.cluster.json"
@@ -92,6 +96,9 @@ for backend in $backends; do
         "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
           --profile "$pre.profile.json" --skip-steps "$warmup" --sampled-steps 0 \
           --json "$pre.compare_med.json" >/dev/null
+        "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
+          --profile "$pre.profile.json" --skip-steps "$warmup" --trace-replay \
+          --json "$pre.compare_trace.json" >/dev/null
         "$py" - "$pre" "$backend" "$sched" "$p" "$v" "$m" >>"$rows" <<'PY'
 import json, re, sys
 pre, backend, sched, p, v, m = sys.argv[1:]
@@ -102,6 +109,9 @@ xtxt = open(pre + ".xfer.txt").read()
 xfer = float(re.search(r"median step over \d+ steps with sampled durations: ([0-9.]+) ms", xtxt).group(1))
 xfer_med = float(re.search(r"makespan ([0-9.]+) ms", xtxt).group(1))
 replay_med = json.load(open(pre + ".compare_med.json"))["predicted_step_ms"]
+ct = json.load(open(pre + ".compare_trace.json"))
+trace = ct["predicted_step_ms"]
+trace_steps = ct.get("per_step_mape", float("nan"))
 meas_mem = {r["rank"]: r["peak_bytes"] for r in json.load(open(pre + ".profile.json"))["peak_memory"]}
 xm = {r["rank"]: r["peak_memory_bytes"] for r in json.load(open(pre + ".xfer.metrics.json"))["ranks"]}
 def mem_err(pred):
@@ -112,9 +122,10 @@ print("\t".join(map(str, [backend, sched, p, v, m, measured, replay,
                           100 * (replay - measured) / measured, xfer,
                           100 * (xfer - measured) / measured, mem_err(rep_mem), mem_err(xm),
                           100 * (replay_med - measured) / measured,
-                          100 * (xfer_med - measured) / measured])))
+                          100 * (xfer_med - measured) / measured,
+                          100 * (trace - measured) / measured, 100 * trace_steps])))
 PY
-        tail -1 "$rows" | awk -F'\t' '{printf "%-7s %-22s %2s %2s %2s %10.2f %10.2f %+8.2f %10.2f %+8.2f %8.2f %8.2f %+8.2f %+8.2f\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14}'
+        tail -1 "$rows" | awk -F'\t' '{printf "%-7s %-22s %2s %2s %2s %10.2f %10.2f %+8.2f %10.2f %+8.2f %8.2f %8.2f %+8.2f %+8.2f %+8.2f %8.2f\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16}'
       done
     done
   done
@@ -132,8 +143,12 @@ def summary(name, sel):
     mx = [float(r[11]) for r in sel]
     rm = [abs(float(r[12])) for r in sel]
     xm = [abs(float(r[13])) for r in sel]
+    tr = [abs(float(r[14])) for r in sel]
+    ts = [float(r[15]) for r in sel]
     print(f"{name:<8} n={len(sel):2d}  replay MAPE {sum(rep)/len(rep):5.2f}% max {max(rep):5.2f}% "
           f"(medians only {sum(rm)/len(rm):5.2f}%)  "
+          f"trace replay MAPE {sum(tr)/len(tr):5.2f}% max {max(tr):5.2f}% "
+          f"(per step {sum(ts)/len(ts):5.2f}%)  "
           f"transfer MAPE {sum(xf)/len(xf):5.2f}% max {max(xf):5.2f}% "
           f"(medians only {sum(xm)/len(xm):5.2f}%)  "
           f"memory (worst rank) replay mean {sum(mr)/len(mr):5.2f}% max {max(mr):5.2f}%  "

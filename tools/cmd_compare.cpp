@@ -2,10 +2,12 @@
 // with the profile (or with replay costs taken from the trace itself) and lines the prediction
 // up with the executor's measured trace (sim/compare.hpp).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "commands.hpp"
 #include "pipewright/graph/error.hpp"
@@ -28,8 +30,16 @@ struct CompareArgs {
   std::string svg_out;
   std::int32_t sampled_steps = 31;
   bool posted_recv = false;
+  bool trace_replay = false;
   sim::CompareOptions options;
 };
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 void run_compare(const CompareArgs& a) {
   sched::AnyPlan any = sched::load_plan(a.plan_file);
@@ -58,10 +68,35 @@ void run_compare(const CompareArgs& a) {
   sim::CompareReport report = sim::compare(predicted, measured, &costs, a.options);
   // With measured distributions (executor profiles), predict the step time as the median over
   // steps with sampled durations (Note [Sampled durations]); per-action lines stay at medians.
-  if (a.sampled_steps > 0) {
+  if (a.trace_replay) {
+    // Note [Trace-driven replay]: each measured step from its own compute durations.
+    const std::int32_t cores =
+        cluster.cores_per_node > 0 ? cluster.cores_per_node : costs.cores_per_node;
+    std::vector<std::int32_t> node_of_rank;
+    for (std::int32_t r = 0; r < plan.shape.ranks; ++r)
+      node_of_rank.push_back(cluster.node_of(cluster.global_rank(r, 0, plan.shape.ranks, 1)));
+    const sim::TraceReplay replay = sim::replay_from_trace(
+        measured, plan.shape.stages, plan.shape.microbatches, cores, node_of_rank, a.options);
+    sim::SimOptions step_options = so;
+    step_options.steps = 1;
+    step_options.record_actions = false;
+    for (std::size_t k = 0; k < replay.steps.size(); ++k) {
+      step_options.replay_durations_ns = replay.durations_ns[k];
+      const sim::SimResult r = sim::simulate(plan, costs, cluster, step_options);
+      report.per_step_predicted_ms.push_back(
+          static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns[0]) / 1e6);
+    }
+    report.step_numbers = replay.steps;
+    report.per_step_measured_ms = replay.measured_step_ms;
+    const double step_ms = median_of(report.per_step_predicted_ms);
+    for (auto& rc : report.per_rank) rc.predicted_idle_ms += step_ms - report.predicted_step_ms;
+    report.predicted_step_ms = step_ms;
+    report.prediction = "trace";
+  } else if (a.sampled_steps > 0) {
     const double step_ms = sim::median_step_ms(plan, costs, cluster, so, a.sampled_steps);
     for (auto& rc : report.per_rank) rc.predicted_idle_ms += step_ms - report.predicted_step_ms;
     report.predicted_step_ms = step_ms;
+    report.prediction = "sampled";
   }
   if (!a.svg_out.empty()) write_output(a.svg_out, sim::compare_svg(predicted, measured, report));
   if (!a.json_out.empty()) write_output(a.json_out, sim::to_json(report));
@@ -91,6 +126,10 @@ void setup_compare(CLI::App& app) {
                   "predict the step time as the median of N steps with durations drawn from the "
                   "profile's measured distributions (0: medians only)")
       ->capture_default_str();
+  cmd->add_flag("--trace-replay", a->trace_replay,
+                "trace-driven replay: simulate each measured step with its own measured compute "
+                "durations (communication from the profile) and compare the median step "
+                "(Note [Trace-driven replay]; overrides --sampled-steps)");
   cmd->add_flag("--posted-recv", a->posted_recv,
                 "simulate posted (non-blocking) receives instead of the executor's blocking ones");
   cmd->add_option("--json", a->json_out, "write the report as JSON (- for stdout)");

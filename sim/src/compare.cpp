@@ -232,6 +232,103 @@ sched::CostTable costs_from_trace(const sched::Trace& measured, std::int32_t sta
   return t;
 }
 
+double CompareReport::per_step_mape() const noexcept {
+  double sum = 0;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < per_step_predicted_ms.size() && i < per_step_measured_ms.size();
+       ++i) {
+    if (per_step_measured_ms[i] <= 0) continue;
+    sum += std::fabs(per_step_predicted_ms[i] - per_step_measured_ms[i]) / per_step_measured_ms[i];
+    ++n;
+  }
+  return n > 0 ? sum / static_cast<double>(n) : 0;
+}
+
+TraceReplay replay_from_trace(const sched::Trace& measured, std::int32_t stages,
+                              std::int32_t microbatches, std::int32_t cores,
+                              const std::vector<std::int32_t>& node_of_rank,
+                              const CompareOptions& options) {
+  std::vector<StepView> steps = steps_of(measured);
+  PW_CHECK(!steps.empty(), ConfigError, "the measured trace has no slices");
+  if (static_cast<std::int64_t>(steps.size()) > options.skip_steps) {
+    steps.erase(steps.begin(), steps.begin() + options.skip_steps);
+  }
+  auto node_of = [&](std::int32_t rank) {
+    return rank >= 0 && static_cast<std::size_t>(rank) < node_of_rank.size()
+               ? node_of_rank[static_cast<std::size_t>(rank)]
+               : 0;
+  };
+  std::map<std::int32_t, std::int32_t> per_node;
+  for (std::int32_t r = 0; r < trace_ranks(measured); ++r) ++per_node[node_of(r)];
+  bool shared = false;
+  for (const auto& [node, n] : per_node) shared = shared || (cores > 0 && n > cores);
+
+  TraceReplay out;
+  std::map<std::int64_t, std::size_t> index;  // step -> position in out
+  for (const auto& st : steps) {
+    index[st.step] = out.steps.size();
+    out.steps.push_back(st.step);
+    out.measured_step_ms.push_back((st.end_us - st.start_us) / 1e3);
+    out.durations_ns.emplace_back(
+        static_cast<std::size_t>(stages) * kReplaySlots * static_cast<std::size_t>(microbatches),
+        -1);
+  }
+  // Per (step, node): the compute slices, for the number of computing ranks over time.
+  std::map<std::pair<std::int64_t, std::int32_t>, std::vector<std::pair<double, int>>> edges;
+  std::vector<const TraceSlice*> used;
+  for (const auto& s : measured.slices) {
+    if (s.stream != TraceStream::kCompute || index.count(s.step) == 0) continue;
+    if (!is_compute_category(s.category) && s.category != "OPTIM") continue;
+    PW_CHECK(s.stage >= 0 && s.stage < stages, ConfigError,
+             "plan/trace mismatch: the measured trace has stage "
+                 << s.stage << " (" << s.name << ", step " << s.step << ") but the plan has "
+                 << stages << " stages");
+    PW_CHECK(s.category == "OPTIM" || (s.microbatch >= 0 && s.microbatch < microbatches),
+             ConfigError,
+             "plan/trace mismatch: the measured trace has microbatch "
+                 << s.microbatch << " (" << s.name << ", step " << s.step << ") but the plan has "
+                 << microbatches << " microbatches");
+    used.push_back(&s);
+    if (shared) {
+      auto& e = edges[{s.step, node_of(s.rank)}];
+      e.emplace_back(s.start_us, +1);
+      e.emplace_back(s.start_us + s.duration_us, -1);
+    }
+  }
+  for (auto& [key, e] : edges) std::sort(e.begin(), e.end());
+  for (const TraceSlice* s : used) {
+    double us = s->duration_us;
+    if (shared) {
+      // Work at full speed: the integral of min(1, C / n(t)) over the slice, n(t) the node's
+      // ranks inside a compute slice (this one included).
+      const auto& e = edges[{s->step, node_of(s->rank)}];
+      const double a = s->start_us, b = s->start_us + s->duration_us;
+      double work = 0, t = a;
+      int n = 0;
+      for (const auto& [x, d] : e) {
+        if (x > a) {
+          const double hi = std::min(x, b);
+          if (hi > t) work += (hi - t) * std::min(1.0, static_cast<double>(cores) / std::max(n, 1));
+          t = std::max(t, hi);
+        }
+        if (x >= b) break;
+        n += d;
+      }
+      if (b > t) work += (b - t) * std::min(1.0, static_cast<double>(cores) / std::max(n, 1));
+      us = work;
+    }
+    const int slot = s->category == "F"   ? 0
+                     : s->category == "B" ? 1
+                     : s->category == "I" ? 2
+                     : s->category == "W" ? 3
+                                          : 4;
+    auto& table = out.durations_ns[index[s->step]];
+    table[replay_index(s->stage, slot, slot == 4 ? 0 : s->microbatch, microbatches)] =
+        std::llround(us * 1e3);
+  }
+  return out;
+}
+
 std::string to_json(const CompareReport& r) {
   using nlohmann::ordered_json;
   ordered_json j;
@@ -243,7 +340,20 @@ std::string to_json(const CompareReport& r) {
   j["predicted_step_ms"] = r.predicted_step_ms;
   j["measured_step_ms"] = r.measured_step_ms;
   j["step_error"] = r.step_error();
+  j["prediction"] = r.prediction;
   j["matched_actions"] = r.matched_actions;
+  if (!r.per_step_predicted_ms.empty()) {
+    ordered_json steps = ordered_json::array();
+    for (std::size_t i = 0; i < r.per_step_predicted_ms.size(); ++i) {
+      ordered_json e;
+      e["step"] = i < r.step_numbers.size() ? r.step_numbers[i] : static_cast<std::int64_t>(i);
+      e["predicted_ms"] = r.per_step_predicted_ms[i];
+      e["measured_ms"] = i < r.per_step_measured_ms.size() ? r.per_step_measured_ms[i] : 0.0;
+      steps.push_back(e);
+    }
+    j["per_step"] = steps;
+    j["per_step_mape"] = r.per_step_mape();
+  }
   ordered_json ranks = ordered_json::array();
   for (const auto& rc : r.per_rank) {
     ordered_json e;
@@ -282,6 +392,12 @@ std::string to_text(const CompareReport& r) {
                 r.schedule.c_str(), r.ranks, r.steps_used, r.predicted_step_ms, r.measured_step_ms,
                 100 * r.step_error());
   os << line;
+  if (!r.per_step_predicted_ms.empty()) {
+    std::snprintf(line, sizeof line,
+                  "trace-driven replay of %zu steps: mean absolute per-step error %.2f%%\n",
+                  r.per_step_predicted_ms.size(), 100 * r.per_step_mape());
+    os << line;
+  }
   os << "rank  busy pred/meas (ms)   idle pred/meas (ms)   peak memory pred/meas (MiB)\n";
   for (const auto& rc : r.per_rank) {
     std::string mem = "-";

@@ -347,6 +347,11 @@ class Engine {
   // The fixed cost unless sampling (kept inline: the engine's hot path).
   std::int64_t duration(std::int64_t fixed, std::size_t s, int slot, std::int32_t mb,
                         std::int32_t step) const noexcept {
+    if (!opt_.replay_durations_ns.empty()) {
+      const std::int64_t v =
+          opt_.replay_durations_ns[replay_index(static_cast<std::int32_t>(s), slot, mb, M_)];
+      if (v >= 0) return v;
+    }
     return sample_ ? sampled_duration(fixed, s, slot, mb, step) : fixed;
   }
   std::int64_t sampled_duration(std::int64_t fixed, std::size_t s, int slot, std::int32_t mb,
@@ -422,6 +427,14 @@ void Engine::validate_inputs() const {
            "--slowmo-frequency must be >= 1, got " << dp.slowmo_frequency);
   PW_CHECK(opt_.micro_batch_size >= 0, ConfigError,
            "--micro-batch-size must be >= 0, got " << opt_.micro_batch_size);
+  if (!opt_.replay_durations_ns.empty()) {
+    const auto want = static_cast<std::size_t>(shape.stages) * kReplaySlots *
+                      static_cast<std::size_t>(shape.microbatches);
+    PW_CHECK(opt_.replay_durations_ns.size() == want, ConfigError,
+             "replay durations: " << opt_.replay_durations_ns.size() << " entries for a plan of "
+                                  << shape.stages << " stages x " << shape.microbatches
+                                  << " microbatches (want " << want << ")");
+  }
   if (opt_.p2p_override_ms) {
     PW_CHECK(std::isfinite(*opt_.p2p_override_ms) && *opt_.p2p_override_ms >= 0, ConfigError,
              "--p2p-ms must be a finite number >= 0, got " << *opt_.p2p_override_ms);

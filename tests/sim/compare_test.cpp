@@ -121,5 +121,96 @@ TEST(Compare, SvgHasBothPanels) {
   EXPECT_EQ(svg.find("<svg", 1), std::string::npos);  // one document, panels are groups
 }
 
+// Trace-driven replay (Note [Trace-driven replay]): a step simulated with the durations of a
+// measured step reproduces that step, whatever the costs say.
+TEST(TraceReplay, EachStepIsPredictedFromItsOwnDurations) {
+  auto plan = testing::one_f_one_b(2, 4);
+  auto truth = testing::uniform_costs(2, 1.0, 2.0);
+  truth.stages[1].forward_ms = 1.5;  // not what the replay's costs say
+  SimResult r = simulate(plan, truth, Cluster{}, SimOptions{});
+  sched::Trace m = measured_from(r, 1.25);  // step 0: 2.5x (warm-up), step 1: 1.25x
+  CompareOptions opt;
+  opt.skip_steps = 0;
+  TraceReplay replay = replay_from_trace(m, 2, 4, 0, {}, opt);
+  ASSERT_EQ(replay.steps.size(), 2U);
+  EXPECT_EQ(replay.steps[1], 1);
+  const double makespan_ms = static_cast<double>(r.makespan_ns) / 1e6;
+  EXPECT_NEAR(replay.measured_step_ms[1], 1.25 * makespan_ms, 1e-6);
+  // F of stage 1, microbatch 2 in step 1: 1.5 ms x 1.25.
+  EXPECT_EQ(replay.durations_ns[1][replay_index(1, 0, 2, 4)], 1875000);
+  EXPECT_EQ(replay.durations_ns[1][replay_index(0, 1, 3, 4)], 2500000);  // B: 2 ms x 1.25
+  EXPECT_EQ(replay.durations_ns[1][replay_index(0, 2, 0, 4)], -1);       // no I in a 1F1B plan
+  const auto wrong = testing::uniform_costs(2, 7.0, 9.0);
+  for (std::size_t k = 0; k < 2; ++k) {
+    SimOptions so;
+    so.replay_durations_ns = replay.durations_ns[k];
+    const SimResult p = simulate(plan, wrong, Cluster{}, so);
+    EXPECT_NEAR(static_cast<double>(p.makespan_ns) / 1e6, replay.measured_step_ms[k], 1e-5)
+        << "step " << k;
+  }
+  // Without the override the wrong costs give a different step.
+  const SimResult plain = simulate(plan, wrong, Cluster{}, SimOptions{});
+  EXPECT_GT(static_cast<double>(plain.makespan_ns) / 1e6, 2 * replay.measured_step_ms[1]);
+}
+
+TEST(TraceReplay, SharedCoresTurnWallTimeIntoWork) {
+  // Three ranks on one node with 2 cores, each computing one F over [0, 3 ms] of step 0: each
+  // did 2 ms of work (3 ms at 2/3 speed). Rank 2's second F runs alone: its wall time is work.
+  sched::Trace m;
+  m.ranks = 3;
+  auto add = [&](int rank, int mb, double start_us, double dur_us) {
+    sched::TraceSlice s;
+    s.name = std::to_string(rank) + "F" + std::to_string(mb);
+    s.category = "F";
+    s.rank = rank;
+    s.stage = rank;
+    s.microbatch = mb;
+    s.step = 0;
+    s.start_us = start_us;
+    s.duration_us = dur_us;
+    m.slices.push_back(s);
+  };
+  for (int r = 0; r < 3; ++r) add(r, 0, 0, 3000);
+  add(2, 1, 3000, 1000);
+  CompareOptions opt;
+  opt.skip_steps = 0;
+  TraceReplay shared = replay_from_trace(m, 3, 2, 2, {0, 0, 0}, opt);
+  EXPECT_EQ(shared.durations_ns[0][replay_index(0, 0, 0, 2)], 2000000);
+  EXPECT_EQ(shared.durations_ns[0][replay_index(2, 0, 0, 2)], 2000000);
+  EXPECT_EQ(shared.durations_ns[0][replay_index(2, 0, 1, 2)], 1000000);
+  // One rank per node, or no core count: wall time.
+  TraceReplay own = replay_from_trace(m, 3, 2, 2, {0, 1, 2}, opt);
+  EXPECT_EQ(own.durations_ns[0][replay_index(0, 0, 0, 2)], 3000000);
+  TraceReplay none = replay_from_trace(m, 3, 2, 0, {0, 0, 0}, opt);
+  EXPECT_EQ(none.durations_ns[0][replay_index(1, 0, 0, 2)], 3000000);
+  // A stage or microbatch the plan does not have is named.
+  try {
+    (void)replay_from_trace(m, 2, 2, 0, {}, opt);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("stage 2 (2F0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)replay_from_trace(m, 3, 1, 0, {}, opt), ConfigError);
+  // A table of the wrong size is rejected by the simulator.
+  SimOptions so;
+  so.replay_durations_ns.assign(3, 0);
+  EXPECT_THROW(
+      (void)simulate(testing::one_f_one_b(2, 4), testing::uniform_costs(2, 1, 2), Cluster{}, so),
+      ConfigError);
+}
+
+TEST(TraceReplay, ReportListsEveryStep) {
+  CompareReport rep;
+  rep.prediction = "trace";
+  rep.step_numbers = {2, 3};
+  rep.per_step_predicted_ms = {10.0, 22.0};
+  rep.per_step_measured_ms = {10.0, 20.0};
+  EXPECT_NEAR(rep.per_step_mape(), 0.05, 1e-12);
+  const std::string json = to_json(rep);
+  EXPECT_NE(json.find("\"per_step_mape\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"prediction\": \"trace\""), std::string::npos) << json;
+  EXPECT_NE(to_text(rep).find("mean absolute per-step error 5.00%"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pipewright::sim

@@ -57,7 +57,39 @@ struct CompareReport {
   std::vector<RankComparison> per_rank;
   std::vector<ActionComparison> largest;  // by |end error|, largest first (top_k)
   std::int64_t matched_actions = 0;
+  // How predicted_step_ms was made: "medians", "sampled" (median of steps with sampled
+  // durations) or "trace" (Note [Trace-driven replay]; then per step, in step order, both times).
+  std::string prediction = "medians";
+  std::vector<std::int64_t> step_numbers;
+  std::vector<double> per_step_predicted_ms;
+  std::vector<double> per_step_measured_ms;
+  // Mean of |predicted - measured| / measured over the steps (trace-driven replay), or 0.
+  [[nodiscard]] double per_step_mape() const noexcept;
 };
+
+// Note [Trace-driven replay]: the profile replay predicts a step from per-kind distributions
+// pooled over the run, so how fast this shared host happened to be during each step (it drifts
+// by tens of percent within a run here) is part of its error. A trace-driven replay (as Lumos and
+// dPRO do) takes every compute action's own measured duration in each measured step (F, B, I, W
+// and OPTIM; wall time, or with shared cores the dedicated-core work recovered from it as in
+// Note [Shared cores in profiles], exec/src/run_report.hpp) and simulates that step alone with the
+// profile's communication costs; its error is the error of the simulator's dependency,
+// communication and core-sharing model, not of the host's drift. compare reports the median
+// predicted step against the median measured step, and the per-step errors.
+struct TraceReplay {
+  std::vector<std::int64_t> steps;       // the kept measured steps
+  std::vector<double> measured_step_ms;  // their durations
+  // Per kept step: SimOptions::replay_durations_ns for a plan of `stages` x `microbatches`.
+  std::vector<std::vector<std::int64_t>> durations_ns;
+};
+
+// The kept steps of `measured` as replay tables. `cores` > 0 with more of the trace's ranks on
+// one node (`node_of_rank`, by rank) than cores: durations are converted to dedicated-core work.
+// Throws ConfigError naming the slice when the trace has a stage or microbatch the plan has not.
+[[nodiscard]] TraceReplay replay_from_trace(const sched::Trace& measured, std::int32_t stages,
+                                            std::int32_t microbatches, std::int32_t cores,
+                                            const std::vector<std::int32_t>& node_of_rank,
+                                            const CompareOptions& options);
 
 // Compares one simulated step with the measured trace. Throws ConfigError naming the mismatch
 // when the trace does not belong to the plan (rank count, a compute action of the plan missing

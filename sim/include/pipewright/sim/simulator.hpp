@@ -70,7 +70,21 @@ struct SimOptions {
   // noisy sums, longer than the same max over medians; simulating several steps with sampled
   // durations and taking the median step time (median_step_ms) predicts it.
   std::optional<std::uint64_t> sample_durations_seed;
+  // Trace-driven replay (Note [Trace-driven replay] in sim/compare.hpp): when not empty, the
+  // duration in ns of every compute action of the simulated step(s), at
+  // replay_index(stage, kind slot, microbatch, M) (slots F 0, B 1, I 2, W 3, OPTIM 4 at
+  // microbatch 0); entries < 0 fall back to the costs. Overrides sampled durations. With shared
+  // cores the entries are work at full speed, like the costs.
+  std::vector<std::int64_t> replay_durations_ns;
 };
+
+inline constexpr int kReplaySlots = 5;
+[[nodiscard]] inline std::size_t replay_index(std::int32_t stage, int slot, std::int32_t mb,
+                                              std::int32_t microbatches) noexcept {
+  return (static_cast<std::size_t>(stage) * kReplaySlots + static_cast<std::size_t>(slot)) *
+             static_cast<std::size_t>(microbatches) +
+         static_cast<std::size_t>(mb < 0 ? 0 : mb);
+}
 
 enum class Stream : std::uint8_t { kCompute = 0, kSend = 1, kRecv = 2, kDpAllReduce = 3 };
 
