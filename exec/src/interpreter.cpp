@@ -420,7 +420,19 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
         do_forward(a, step, x_mbs, y_mbs);
         break;
       case ActionKind::kFullBackward:
-        do_backward(a, step, true, true);
+        if (step == options_.split_backward_step && a.microbatch % 2 == 0 &&
+            options_.record_timings && timing != nullptr) {
+          // Note [Measured split backward]: I, recorded here, then W in the caller's timing.
+          do_backward(a, step, true, false);
+          ActionTiming input{a, step, timing->start_ns, now_ns(), 0};
+          input.action.kind = ActionKind::kBackwardInput;
+          timings_.push_back(input);
+          timing->action.kind = ActionKind::kBackwardWeight;
+          timing->start_ns = now_ns();
+          do_backward(a, step, false, true);
+        } else {
+          do_backward(a, step, true, true);
+        }
         break;
       case ActionKind::kBackwardInput:
         do_backward(a, step, true, false);

@@ -88,6 +88,10 @@ struct InterpreterOptions {
   // Post every remote receive of a step when the step starts (Note [Pre-posted receives]).
   // Only for buffered transports (Gloo, MPI, fake): NCCL's receives occupy its stream in order.
   bool prepost_receives = false;
+  // Note [Measured split backward] (run_report.hpp): in this step (a warm-up step of a profiled
+  // run whose plan has no I/W), the full backward of every even microbatch runs as I then W and
+  // is recorded as two actions. -1: never.
+  std::int64_t split_backward_step = -1;
   int world_rank = 0;  // for messages
 };
 

@@ -533,6 +533,20 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
   iopts.record_timings = !c.trace_path.empty() || !c.profile_path.empty();
   iopts.world_rank = p.world.rank;
   iopts.prepost_receives = c.prepost_receives && backend != Backend::kNccl;
+  // Note [Measured split backward]: a profiled plan without I/W measures them in its last
+  // warm-up step, so that zero-bubble plans can be predicted from its profile.
+  if (!c.profile_path.empty()) {
+    bool full = false, split = false;
+    for (const auto& list : p.plan.per_rank) {
+      for (const auto& act : list) {
+        full = full || act.kind == sched::ActionKind::kFullBackward;
+        split = split || act.kind == sched::ActionKind::kBackwardInput ||
+                act.kind == sched::ActionKind::kBackwardWeight;
+      }
+    }
+    const std::int64_t warmup = std::min<std::int64_t>(c.warmup_steps, c.steps - 1);
+    if (full && !split && warmup >= 1) iopts.split_backward_step = warmup - 1;
+  }
   const LossKind loss_kind = p.loss;
   Interpreter interp(
       p.plan, mesh.pp_index, std::move(setups), mesh.pipe.get(), hooks,

@@ -395,6 +395,16 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   table.stages.resize(static_cast<std::size_t>(stages));
   for (int s = 0; s < stages; ++s) table.stages[static_cast<std::size_t>(s)].stage = s;
   const Sharing sharing(records);
+  // Note [Measured split backward]: the last warm-up step with I or W actions, if any.
+  std::int64_t split_step = -1;
+  for (const auto& r : records) {
+    for (const auto& a : r.actions) {
+      if (a.step < ctx.warmup_steps && (a.action.kind == ActionKind::kBackwardInput ||
+                                        a.action.kind == ActionKind::kBackwardWeight))
+        split_step = std::max(split_step, a.step);
+    }
+  }
+  std::vector<std::map<ActionKind, std::vector<double>>> split(static_cast<std::size_t>(stages));
   table.cores_per_node = static_cast<std::int32_t>(sharing.cores);
   for (std::size_t ri = 0; ri < records.size(); ++ri) {
     const auto& r = records[ri];
@@ -407,7 +417,13 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
       for (auto b : sz.param_bytes) st.param_bytes += b;
     }
     for (const auto& a : r.actions) {
-      if (a.step < ctx.warmup_steps) continue;
+      if (a.step < ctx.warmup_steps) {
+        // Note [Measured split backward]: the warm-up step whose even full backwards ran split.
+        const auto k = a.action.kind;
+        if (uses_core(k) && a.action.stage >= 0 && a.action.stage < stages && a.step == split_step)
+          split[static_cast<std::size_t>(a.action.stage)][k].push_back(sharing.compute_ms(ri, a));
+        continue;
+      }
       const auto s = static_cast<std::size_t>(a.action.stage);
       if (uses_core(a.action.kind)) times[s][a.action.kind].push_back(sharing.compute_ms(ri, a));
       if (a.action.kind == ActionKind::kSendF) out_bytes[s].push_back(static_cast<double>(a.bytes));
@@ -450,6 +466,33 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
     if (!st.input_grad_ms || !st.weight_grad_ms) {
       st.input_grad_ms.reset();
       st.weight_grad_ms.reset();
+    }
+    auto& sp = split[static_cast<std::size_t>(s)];
+    if (b.samples > 0 && i.samples == 0 && w.samples == 0 &&
+        !sp[ActionKind::kBackwardInput].empty() && !sp[ActionKind::kBackwardWeight].empty()) {
+      // Note [Measured split backward]: I and W as fractions of B (or of F when every backward
+      // of the step ran split) in the split warm-up step, applied to the measured B (or F).
+      const bool by_b = !sp[ActionKind::kFullBackward].empty();
+      const double anchor =
+          stats_of(sp[by_b ? ActionKind::kFullBackward : ActionKind::kForward]).median_ms;
+      const sched::KindStats& base = by_b ? b : f;
+      if (anchor > 0 && base.samples > 0) {
+        auto scaled = [&](ActionKind k) {
+          const double r = stats_of(sp[k]).median_ms / anchor;
+          sched::KindStats out = base;
+          out.median_ms *= r;
+          out.p10_ms *= r;
+          out.p90_ms *= r;
+          for (auto& q : out.quantiles_ms) q *= r;
+          if (out.mean_ms) *out.mean_ms *= r;
+          out.samples = static_cast<std::int64_t>(sp[k].size());
+          return out;
+        };
+        st.input_grad_stats = scaled(ActionKind::kBackwardInput);
+        st.weight_grad_stats = scaled(ActionKind::kBackwardWeight);
+        st.input_grad_ms = st.input_grad_stats->median_ms;
+        st.weight_grad_ms = st.weight_grad_stats->median_ms;
+      }
     }
     const auto o = stats_of(t[ActionKind::kOptimizerStep]);
     if (o.samples > 0) {

@@ -80,6 +80,17 @@ struct RankRecord {
 // backward); the median over the measured steps. Allocator statistics, not RSS: RSS moves in
 // pages and lags frees. Stages without a measured F keep the model's estimate.
 
+// Note [Measured split backward]: zero-bubble plans split B into I (input gradients) and W
+// (weight gradients), and with libtorch's autograd I + W costs much more than B (each walks the
+// stage's whole backward graph: measured ~1.6-2x B on the fidelity GPT), so a profile without
+// them predicts zero-bubble plans far too fast (halving B, the old default, was off by 25-50%).
+// A profiled run (`run --profile`) whose plan has B and no I/W therefore runs the full backward
+// of every even microbatch as I then W in its last warm-up step (same gradients; warm-up steps
+// are not in the profile's statistics) and records them as I and W actions. make_profile turns
+// them into I and W costs: the ratio of their medians to the median B of the odd microbatches in
+// that step (to F's when every backward ran split, m = 1), times the measured B (F)
+// distribution, so host drift between the warm-up and the measured steps cancels.
+
 // Flat int64 encoding for the communicator, and back. decode throws InternalError on garbage.
 [[nodiscard]] std::vector<std::int64_t> encode_record(const RankRecord& record);
 [[nodiscard]] RankRecord decode_record(const std::vector<std::int64_t>& data);

@@ -2,10 +2,13 @@
 // Pipelined training of a small MLP must give the same weights as full-batch training of the same
 // model in one piece, for every schedule; faults surface as pipewright errors with context.
 #include <gtest/gtest.h>
+
 #include <torch/torch.h>
+#include <map>
 
 #include <exception>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -105,13 +108,15 @@ struct RunResult {
   std::vector<double> losses;  // per step, from the loss stage's rank
   // Smallest heap growth recorded for an F action (Note [Measured activation memory]).
   std::int64_t min_forward_kept_bytes = std::numeric_limits<std::int64_t>::max();
+  // Recorded actions per (step, kind).
+  std::map<std::pair<std::int64_t, sched::ActionKind>, int> recorded;
 };
 
 // Runs `plan` with one thread per rank; stage s is layer s. skip_to >= 0 adds an input from
 // stage 0 to stage skip_to.
 RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, const torch::Tensor& x,
                         const torch::Tensor& y, int steps, int skip_to,
-                        bool prepost_receives = false) {
+                        bool prepost_receives = false, std::int64_t split_backward_step = -1) {
   const int ranks = plan.shape.ranks;
   const int stages = plan.shape.stages;
   const int m = plan.shape.microbatches;
@@ -153,6 +158,7 @@ RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, con
         opts.timeout = std::chrono::milliseconds(20'000);
         opts.world_rank = r;
         opts.prepost_receives = prepost_receives;
+        opts.split_backward_step = split_backward_step;
         opts.record_timings = true;
         Interpreter interp(plan, r, std::move(setups), comms[static_cast<std::size_t>(r)].get(),
                            &hooks, mse, opts);
@@ -166,6 +172,7 @@ RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, con
         }
         std::lock_guard<std::mutex> lock(mu);
         for (const auto& t : interp.timings()) {
+          ++result.recorded[{t.step, t.action.kind}];
           if (t.action.kind == sched::ActionKind::kForward) {
             result.min_forward_kept_bytes = std::min(result.min_forward_kept_bytes, t.bytes);
           }
@@ -265,6 +272,35 @@ TEST(Interpreter, ForwardRecordsTheHeapBytesItKeeps) {
   const auto got = run_pipelined(plan, init, x, y, 2, -1);
   EXPECT_GE(got.min_forward_kept_bytes, 4 * kWidth * static_cast<std::int64_t>(sizeof(float)));
   EXPECT_LT(got.min_forward_kept_bytes, std::numeric_limits<std::int64_t>::max());
+}
+
+// Note [Measured split backward]: in the split step, even microbatches' B run as I then W
+// (recorded as such), with the same training result.
+TEST(Interpreter, SplitBackwardStepRecordsInputAndWeightGradients) {
+  torch::set_num_threads(1);
+  sched::ScheduleSpec spec;
+  spec.kind = ScheduleKind::k1F1B;
+  spec.ranks = 2;
+  spec.microbatches = 4;
+  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  const auto init = init_weights(2);
+  torch::manual_seed(7);
+  auto x = torch::randn({8, kWidth});
+  auto y = torch::randn({8, kWidth});
+  const auto got = run_pipelined(plan, init, x, y, 3, -1, false, /*split_backward_step=*/1);
+  const auto want = reference(init, x, y, 3, -1);
+  EXPECT_LE(max_diff(got.weights, want), 1e-5);
+  using K = sched::ActionKind;
+  auto count = [&](std::int64_t step, K k) {
+    auto it = got.recorded.find({step, k});
+    return it == got.recorded.end() ? 0 : it->second;
+  };
+  EXPECT_EQ(count(0, K::kFullBackward), 8);  // 2 stages x 4 microbatches
+  EXPECT_EQ(count(0, K::kBackwardInput), 0);
+  EXPECT_EQ(count(1, K::kFullBackward), 4);  // odd microbatches
+  EXPECT_EQ(count(1, K::kBackwardInput), 4);
+  EXPECT_EQ(count(1, K::kBackwardWeight), 4);
+  EXPECT_EQ(count(2, K::kBackwardWeight), 0);
 }
 
 TEST(Interpreter, SkipEdgeDag) {

@@ -132,6 +132,35 @@ TEST(MakeProfile, ActivationBytesAreMeasured) {
   EXPECT_EQ(t.stages[1].activation_bytes, 1200 + 64);
 }
 
+// Note [Measured split backward]: warm-up step 0 ran microbatch 0's backward as I (1 ms) then
+// W (3 ms) and microbatch 1's as B (2 ms); the measured step's B takes 4 ms, so I = 4 x 1/2 and
+// W = 4 x 3/2, with B's spread. A stage whose warm-up ran no split keeps no I/W.
+TEST(MakeProfile, SplitWarmupStepGivesInputAndWeightCosts) {
+  const auto c = [](int stage, ActionKind k, int mb) { return Action::compute(stage, k, mb); };
+  std::vector<RankRecord> records{
+      rank(0, 2,
+           {timed(f(0, 0), 0, 1, 0), timed(c(0, ActionKind::kBackwardInput, 0), 1, 2, 0),
+            timed(c(0, ActionKind::kBackwardWeight, 0), 2, 5, 0),
+            timed(c(0, ActionKind::kFullBackward, 1), 5, 7, 0), timed(f(0, 0), 10, 11, 1),
+            timed(c(0, ActionKind::kFullBackward, 0), 11, 15, 1),
+            timed(c(0, ActionKind::kFullBackward, 1), 15, 19, 1)}),
+      rank(1, 2,
+           {timed(f(1, 0), 0, 1, 0), timed(c(1, ActionKind::kFullBackward, 0), 1, 3, 0),
+            timed(f(1, 0), 10, 11, 1), timed(c(1, ActionKind::kFullBackward, 0), 11, 13, 1)})};
+  ReportContext ctx = context();
+  ctx.warmup_steps = 1;
+  const auto t = make_profile(records, two_stages(2), ctx);
+  EXPECT_DOUBLE_EQ(t.stages[0].backward_ms, 4.0);
+  ASSERT_TRUE(t.stages[0].input_grad_ms && t.stages[0].weight_grad_ms);
+  EXPECT_NEAR(*t.stages[0].input_grad_ms, 2.0, 1e-9);
+  EXPECT_NEAR(*t.stages[0].weight_grad_ms, 6.0, 1e-9);
+  ASSERT_TRUE(t.stages[0].weight_grad_stats);
+  EXPECT_NEAR(t.stages[0].weight_grad_stats->p90_ms, 6.0, 1e-9);
+  EXPECT_EQ(t.stages[0].weight_grad_stats->samples, 1);
+  EXPECT_FALSE(t.stages[1].input_grad_ms);
+  EXPECT_FALSE(t.stages[1].weight_grad_ms);
+}
+
 TEST(MakeProfile, RecordRoundTripKeepsHostAndCpus) {
   RankRecord r = rank(3, 8, {timed(f(1, 2), 1, 2, 5, 7)});
   r.host_id = 123456789;
