@@ -85,7 +85,16 @@ for backend in $backends; do
         # profile (1F1B p=2 m=8) measured just before (REFRESH_REF=1, the default: this shared
         # host's speed drifts by up to 1.7x within minutes, which a reference measured once at
         # the start would carry into every prediction) or once per backend (REFRESH_REF=0).
-        [ "${REFRESH_REF:-1}" = 1 ] && run "$backend" 1F1B 2 1 8 "$ref"
+        if [ "${REFRESH_REF:-1}" = 1 ]; then
+          run "$backend" 1F1B 2 1 8 "$ref"
+          # The noise floor: the reference's median step against its previous run's (the error
+          # of predicting a configuration by its own earlier measurement on this host).
+          "$pw" --log-level warn compare --plan "$ref.plan.csv" --measured "$ref.trace.json" \
+            --profile "$ref.profile.json" --skip-steps "$warmup" --sampled-steps 0 \
+            --json "$ref.compare.json" >/dev/null
+          "$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["measured_step_ms"])' \
+            "$ref.compare.json" >>"$work/$backend.ref_steps"
+        fi
         "$pw" --log-level warn transfer-profile --model "$work/model.json" --from "$work/part2.json" \
           --profile "$ref.profile.json" --to "$work/part$((p * v)).json" -o "$pre.xfer.json"
         "$pw" --log-level warn simulate "$pre.plan.csv" --reduce-grad --blocking-recv \
@@ -159,4 +168,13 @@ for b in sorted(set(r[0] for r in rows)):
 for p in sorted(set(r[2] for r in rows)):
     summary("p=" + p, [r for r in rows if r[2] == p])
 summary("all", rows)
+import glob
+for f in sorted(glob.glob(sys.argv[1].rsplit("/", 1)[0] + "/*.ref_steps")):
+    ms = [float(x) for x in open(f) if x.strip()]
+    d = [abs(b - a) / b for a, b in zip(ms, ms[1:])]
+    if d:
+        name = f.rsplit("/", 1)[1].split(".")[0]
+        print(f"noise floor ({name}): the reference 1F1B p=2 m=8 measured {len(ms)} times, "
+              f"|change| between consecutive runs mean {100 * sum(d) / len(d):5.2f}% "
+              f"max {100 * max(d):5.2f}%")
 PY

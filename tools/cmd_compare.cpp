@@ -3,6 +3,7 @@
 // up with the executor's measured trace (sim/compare.hpp).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -64,12 +65,12 @@ void run_compare(const CompareArgs& a) {
   // pipewright's executor waits for every receive of a p2p batch before its next action
   // (Note [p2p batches]), i.e. blocking receives; --posted-recv simulates torch's semantics.
   so.blocking_recv = !a.posted_recv;
-  const sim::SimResult predicted = sim::simulate(plan, costs, cluster, so);
-  sim::CompareReport report = sim::compare(predicted, measured, &costs, a.options);
-  // With measured distributions (executor profiles), predict the step time as the median over
-  // steps with sampled durations (Note [Sampled durations]); per-action lines stay at medians.
+  sim::SimResult predicted;
+  sim::CompareReport report;
   if (a.trace_replay) {
-    // Note [Trace-driven replay]: each measured step from its own compute durations.
+    // Note [Trace-driven replay]: each measured step from its own compute durations; the
+    // per-rank and per-action lines and the SVG show the replay of the step whose measured time
+    // is closest to the median.
     const std::int32_t cores =
         cluster.cores_per_node > 0 ? cluster.cores_per_node : costs.cores_per_node;
     std::vector<std::int32_t> node_of_rank;
@@ -79,24 +80,43 @@ void run_compare(const CompareArgs& a) {
         measured, plan.shape.stages, plan.shape.microbatches, cores, node_of_rank, a.options);
     sim::SimOptions step_options = so;
     step_options.steps = 1;
-    step_options.record_actions = false;
+    std::vector<double> per_step;
     for (std::size_t k = 0; k < replay.steps.size(); ++k) {
       step_options.replay_durations_ns = replay.durations_ns[k];
+      step_options.record_actions = false;
       const sim::SimResult r = sim::simulate(plan, costs, cluster, step_options);
-      report.per_step_predicted_ms.push_back(
+      per_step.push_back(
           static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns[0]) / 1e6);
     }
+    const double measured_median = median_of(replay.measured_step_ms);
+    std::size_t chosen = 0;
+    for (std::size_t k = 1; k < replay.steps.size(); ++k) {
+      if (std::fabs(replay.measured_step_ms[k] - measured_median) <
+          std::fabs(replay.measured_step_ms[chosen] - measured_median))
+        chosen = k;
+    }
+    step_options.record_actions = true;
+    step_options.replay_durations_ns = replay.durations_ns.at(chosen);
+    predicted = sim::simulate(plan, costs, cluster, step_options);
+    report = sim::compare(predicted, measured, &costs, a.options);
     report.step_numbers = replay.steps;
     report.per_step_measured_ms = replay.measured_step_ms;
-    const double step_ms = median_of(report.per_step_predicted_ms);
+    report.per_step_predicted_ms = per_step;
+    const double step_ms = median_of(per_step);
     for (auto& rc : report.per_rank) rc.predicted_idle_ms += step_ms - report.predicted_step_ms;
     report.predicted_step_ms = step_ms;
     report.prediction = "trace";
-  } else if (a.sampled_steps > 0) {
-    const double step_ms = sim::median_step_ms(plan, costs, cluster, so, a.sampled_steps);
-    for (auto& rc : report.per_rank) rc.predicted_idle_ms += step_ms - report.predicted_step_ms;
-    report.predicted_step_ms = step_ms;
-    report.prediction = "sampled";
+  } else {
+    predicted = sim::simulate(plan, costs, cluster, so);
+    report = sim::compare(predicted, measured, &costs, a.options);
+    // With measured distributions (executor profiles), predict the step time as the median over
+    // steps with sampled durations (Note [Sampled durations]); per-action lines stay at medians.
+    if (a.sampled_steps > 0) {
+      const double step_ms = sim::median_step_ms(plan, costs, cluster, so, a.sampled_steps);
+      for (auto& rc : report.per_rank) rc.predicted_idle_ms += step_ms - report.predicted_step_ms;
+      report.predicted_step_ms = step_ms;
+      report.prediction = "sampled";
+    }
   }
   if (!a.svg_out.empty()) write_output(a.svg_out, sim::compare_svg(predicted, measured, report));
   if (!a.json_out.empty()) write_output(a.json_out, sim::to_json(report));
