@@ -258,6 +258,12 @@ TraceReplay replay_from_trace(const sched::Trace& measured, std::int32_t stages,
                ? node_of_rank[static_cast<std::size_t>(rank)]
                : 0;
   };
+  PW_CHECK(node_of_rank.empty() ||
+               static_cast<std::int32_t>(node_of_rank.size()) == trace_ranks(measured),
+           ConfigError,
+           "plan/trace mismatch: the plan has " << node_of_rank.size()
+                                                << " ranks but the measured trace has "
+                                                << trace_ranks(measured));
   std::map<std::int32_t, std::int32_t> per_node;
   for (std::int32_t r = 0; r < trace_ranks(measured); ++r) ++per_node[node_of(r)];
   bool shared = false;

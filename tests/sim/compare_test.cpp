@@ -191,6 +191,13 @@ TEST(TraceReplay, SharedCoresTurnWallTimeIntoWork) {
     EXPECT_NE(std::string(e.what()).find("stage 2 (2F0"), std::string::npos) << e.what();
   }
   EXPECT_THROW((void)replay_from_trace(m, 3, 1, 0, {}, opt), ConfigError);
+  try {
+    (void)replay_from_trace(m, 3, 2, 2, {0, 0}, opt);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("2 ranks but the measured trace has 3"), std::string::npos)
+        << e.what();
+  }
   // A table of the wrong size is rejected by the simulator.
   SimOptions so;
   so.replay_durations_ns.assign(3, 0);

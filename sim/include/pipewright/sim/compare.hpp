@@ -85,7 +85,9 @@ struct TraceReplay {
 
 // The kept steps of `measured` as replay tables. `cores` > 0 with more of the trace's ranks on
 // one node (`node_of_rank`, by rank) than cores: durations are converted to dedicated-core work.
-// Throws ConfigError naming the slice when the trace has a stage or microbatch the plan has not.
+// Throws ConfigError when node_of_rank is not empty and its size (the plan's ranks) is not the
+// trace's rank count, and naming the slice when the trace has a stage or microbatch the plan has
+// not.
 [[nodiscard]] TraceReplay replay_from_trace(const sched::Trace& measured, std::int32_t stages,
                                             std::int32_t microbatches, std::int32_t cores,
                                             const std::vector<std::int32_t>& node_of_rank,
