@@ -405,6 +405,7 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
   ctx.schedule = p.plan.shape.schedule;
   ctx.world_size = p.world.world_size;
   ctx.warmup_steps = std::min<std::int64_t>(c.warmup_steps, c.steps - 1);
+  ctx.p2p_uses_core = parse_backend(c.backend) != Backend::kMpi;
   for (const auto& st : p.partition.graph.stages)
     ctx.activation_bytes.push_back(st.activation_bytes);
   if (!c.trace_path.empty()) {

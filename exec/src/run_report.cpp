@@ -317,6 +317,17 @@ class HostShare {
   [[nodiscard]] double work_ns(std::int64_t start, std::int64_t end, int k) const {
     return std::max(0.0, integral(end, k) - integral(start, k));
   }
+  // Whether a core was free (fewer ranks computing than cores) throughout [start, end).
+  [[nodiscard]] bool core_free(std::int64_t start, std::int64_t end) const {
+    if (times_.empty()) return true;
+    auto j = static_cast<std::size_t>(std::upper_bound(times_.begin(), times_.end(), start) -
+                                      times_.begin());
+    if (j > 0 && count_[j - 1] >= cores_) return false;
+    for (; j < times_.size() && times_[j] < end; ++j) {
+      if (count_[j] >= cores_) return false;
+    }
+    return true;
+  }
 
  private:
   [[nodiscard]] double share(std::size_t seg, int k) const noexcept {
@@ -370,6 +381,12 @@ struct Sharing {
     if (h == nullptr) return static_cast<double>(a.end_ns - a.start_ns) / 1e6;
     return h->work_ns(a.start_ns, a.end_ns, 0) / 1e6;
   }
+  // Whether the host of record i had a core free for its receiver throughout [start, end)
+  // (always on GPUs and hosts with enough cores).
+  [[nodiscard]] bool core_free(std::size_t i, std::int64_t start, std::int64_t end) const {
+    const HostShare* h = of_record[i];
+    return h == nullptr || h->core_free(start, end);
+  }
   [[nodiscard]] double transfer_ms(std::size_t i, std::int64_t start, std::int64_t end) const {
     const HostShare* h = of_record[i];
     if (h == nullptr) return static_cast<double>(std::max<std::int64_t>(0, end - start)) / 1e6;
@@ -406,6 +423,7 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   }
   std::vector<std::map<ActionKind, std::vector<double>>> split(static_cast<std::size_t>(stages));
   table.cores_per_node = static_cast<std::int32_t>(sharing.cores);
+  table.p2p_uses_core = ctx.p2p_uses_core;
   for (std::size_t ri = 0; ri < records.size(); ++ri) {
     const auto& r = records[ri];
     const int replica = r.world_rank / pp;
@@ -533,14 +551,23 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
     }
     return std::size_t{0};
   };
-  std::vector<double> p2p, p2p_all;
+  // Without a progress thread (MPI: the receiver's own polls move the data, p2p_uses_core
+  // false), a message waited for on an oversubscribed host also measures how long the receiver
+  // waited for a core, which the simulator's core sharing produces itself: the message's own
+  // time comes from the transfers during which a core was free (when there are >= 5 of them).
+  std::vector<double> p2p, p2p_all, p2p_free;
   for (const auto& [key, pair] : transfers) {
     if (pair.first == nullptr || pair.second == nullptr) continue;
     const auto ready = std::max(pair.first->start_ns, pair.second->start_ns);
-    const double ms = sharing.transfer_ms(record_of(pair.second), ready, pair.second->end_ns);
+    const std::size_t ri = record_of(pair.second);
+    const double ms = sharing.transfer_ms(ri, ready, pair.second->end_ns);
     p2p_all.push_back(ms);
-    if (pair.second->start_ns <= pair.first->start_ns) p2p.push_back(ms);
+    if (pair.second->start_ns <= pair.first->start_ns) {
+      p2p.push_back(ms);
+      if (sharing.core_free(ri, ready, pair.second->end_ns)) p2p_free.push_back(ms);
+    }
   }
+  if (!ctx.p2p_uses_core && p2p_free.size() >= 5) p2p = p2p_free;
   if (p2p.empty()) p2p = p2p_all;
   if (!p2p.empty()) {
     sched::P2PCost c;

@@ -109,6 +109,9 @@ struct ReportContext {
   std::int64_t warmup_steps = 1;
   // Per stage, from the partition (model cost annotations): kept activation bytes.
   std::vector<std::int64_t> activation_bytes;
+  // Whether the backend moves point-to-point bytes on a progress thread of its own (Gloo) rather
+  // than in the ranks' polls (MPI): the profile's p2p_uses_core.
+  bool p2p_uses_core = true;
 };
 
 // The trace of every rank (pid = world rank, tid = stream), times relative to the earliest

@@ -207,6 +207,12 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
              origin << ": /cores_per_node must be in [0, 1048576], got " << c);
     t.cores_per_node = static_cast<std::int32_t>(c);
   }
+  if (root.has("p2p_uses_core")) {
+    const json& v = root.at("p2p_uses_core");
+    PW_CHECK(v.is_boolean(), ParseError,
+             origin << ": /p2p_uses_core must be true or false, got " << v.dump());
+    t.p2p_uses_core = v.get<bool>();
+  }
 
   const json& stages = root.at("stages");
   PW_CHECK(stages.is_array(), ParseError, origin << ": /stages must be an array");
@@ -296,6 +302,7 @@ std::string to_json(const CostTable& t) {
   if (t.comm_overhead_ms != 0) j["comm_overhead_ms"] = t.comm_overhead_ms;
   if (t.runtime_memory_bytes != 0) j["runtime_memory_bytes"] = t.runtime_memory_bytes;
   if (t.cores_per_node != 0) j["cores_per_node"] = t.cores_per_node;
+  if (!t.p2p_uses_core) j["p2p_uses_core"] = false;
   json stages = json::array();
   for (const StageCost& s : t.stages) {
     json js{{"stage", s.stage},

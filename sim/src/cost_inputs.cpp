@@ -116,6 +116,8 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
   t.comm_overhead_ms = measured.comm_overhead_ms;
   t.runtime_memory_bytes = measured.runtime_memory_bytes;
   t.p2p = measured.p2p;
+  t.cores_per_node = measured.cores_per_node;
+  t.p2p_uses_core = measured.p2p_uses_core;
   const std::size_t S = measured.stages.size();
   std::vector<double> f(S), b(S), in(S), w(S), opt(S), act(S), f_spread(S), b_spread(S);
   bool split = true, has_opt = true;

@@ -37,7 +37,10 @@
 // bytes of a SEND move with its work at the same shared speed (a transfer's progress thread
 // needs a core; measured on p = 4 runs, replay without it left ranks computing at half speed
 // where the real ones mostly waited for messages), so arrivals are known only when the send
-// completes. Receives and the other communication actions still run ahead, as before. Without
+// completes (only when the profile says transfers need a core, CostTable::p2p_uses_core: with
+// Open MPI the ranks' own polls make progress, and a message is a fixed delay; on p = 4 Open MPI
+// runs, counting it as work over-predicted trace-driven replays by a further 4-15 points).
+// Receives and the other communication actions still run ahead, as before. Without
 // sharing (no cores given, or no node with more ranks than cores) none of this runs and results are
 // those of dedicated devices, bit for bit. With sharing, each kind costs the mean of its measured
 // distribution (KindStats::mean_ms) and sampled simulation draws nothing: on an oversubscribed host
@@ -1055,7 +1058,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       const bool fwd = op.kind == ActionKind::kSendF;
       if (!need(fwd ? fdone(op.stage, op.mb) : bdone(op.stage, op.mb))) return false;
       st.time += comm_overhead_ns_ & -static_cast<std::int64_t>(op.batch_head);
-      if (shared_) {  // the send stream competes for the node's cores (Note [Shared cores])
+      if (shared_ && costs_.p2p_uses_core) {  // competes for the node's cores (Note [Shared cores])
         sends_[static_cast<std::size_t>(r)].push_back(
             PendingSend{st.pos, step, st.time, st.last_compute});
         start_send(r);

@@ -115,6 +115,36 @@ TEST(MakeProfile, P2PFilterCommOverheadAndRuntimeMemory) {
   EXPECT_EQ(t.stages[1].param_bytes, 3000);
 }
 
+// Without a progress thread (MPI), on an oversubscribed host, the message time comes from the
+// waited-for transfers during which a core was free: two ranks on one core; rank 0 computes
+// over [0, 1] and [10, 11]; 5 transfers during rank 0's idle time take 0.2 ms, one during its
+// compute 0.9 ms (the receiver waited for the core). With a progress thread (Gloo) all count.
+TEST(MakeProfile, MessagesWithoutProgressThreadAreTimedWhileACoreIsFree) {
+  const auto send = [](int mb) { return Action::comm(0, ActionKind::kSendF, mb, 1); };
+  const auto recv = [](int mb) { return Action::comm(1, ActionKind::kRecvF, mb, 0); };
+  std::vector<TimedAction> r0{timed(f(0, 0), 0, 1), timed(f(0, 1), 10, 11)};
+  std::vector<TimedAction> r1;
+  for (int mb = 0; mb < 5; ++mb) {
+    const double t = 2 + mb;
+    r0.push_back(timed(send(mb), t, t + 0.1, 0, 64));
+    r1.push_back(timed(recv(mb), t - 0.5, t + 0.2, 0, 64));
+  }
+  r0.push_back(timed(send(5), 10.0, 10.1, 0, 64));
+  r1.push_back(timed(recv(5), 9.5, 10.9, 0, 64));
+  std::vector<RankRecord> records{rank(0, 1, r0), rank(1, 1, r1)};
+  ReportContext ctx = context();
+  ctx.p2p_uses_core = false;
+  auto t = make_profile(records, two_stages(6), ctx);
+  EXPECT_FALSE(t.p2p_uses_core);
+  ASSERT_TRUE(t.p2p && t.p2p->per_message_ms);
+  EXPECT_EQ(t.p2p->stats->samples, 5);
+  EXPECT_NEAR(*t.p2p->per_message_ms, 0.2, 1e-9);
+  ctx.p2p_uses_core = true;
+  t = make_profile(records, two_stages(6), ctx);
+  EXPECT_TRUE(t.p2p_uses_core);
+  EXPECT_EQ(t.p2p->stats->samples, 6);
+}
+
 // Note [Measured activation memory]: a stage's activation bytes are the median of what its F
 // actions left allocated plus the median size of the activation it received; a stage whose
 // forwards recorded nothing keeps the model's estimate.

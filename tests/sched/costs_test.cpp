@@ -148,6 +148,23 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
   bad = t;
   bad.cores_per_node = -1;
   EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
+  // p2p_uses_core: written only when false, read back, must be a boolean.
+  EXPECT_EQ(text.find("p2p_uses_core"), std::string::npos);
+  auto mpi = t;
+  mpi.p2p_uses_core = false;
+  const std::string mpi_text = to_json(mpi);
+  EXPECT_NE(mpi_text.find("\"p2p_uses_core\": false"), std::string::npos);
+  EXPECT_EQ(parse_costs(mpi_text, "t.json"), mpi);
+  std::string wrong = mpi_text;
+  wrong.replace(wrong.find("false"), 5, "\"no\"");
+  try {
+    (void)parse_costs(wrong, "w.json");
+    FAIL() << "no error";
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("w.json: /p2p_uses_core must be true or false"),
+              std::string::npos)
+        << e.what();
+  }
   bad = t;
   bad.comm_overhead_ms = -1;
   EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);

@@ -305,6 +305,34 @@ TEST(Engine, SharedCoresChargeSendsHandDerived) {
   EXPECT_EQ(got, want);
 }
 
+// Transfers without a progress thread (CostTable::p2p_uses_core false, Open MPI) are fixed
+// delays that take no core: F 1, B 2, messages 1 ms, one core. Rank 1's B1 [6, ...] and rank 0's
+// B0 [7, ...] share the core from 7: B1 ends at 9, B0 at 10, B1's gradient arrives at 10 and
+// rank 0's B1 runs [10, 12].
+TEST(Engine, SharedCoresMessagesWithoutProgressThreadAreDelays) {
+  Cluster one_core;
+  one_core.cores_per_node = 1;
+  SimOptions opt;
+  opt.p2p_override_ms = 1.0;
+  opt.blocking_recv = true;
+  opt.record_actions = true;
+  auto costs = uniform_costs(2, 1, 2);
+  costs.p2p_uses_core = false;
+  const auto r = simulate(gpipe(2, 2), costs, one_core, opt);
+  EXPECT_EQ(r.makespan_ns, 12 * kMs);
+  std::vector<std::tuple<std::int32_t, std::string, std::int64_t, std::int64_t>> got;
+  for (const auto& t : r.actions) {
+    if (t.stream == Stream::kCompute || t.stream == Stream::kSend)
+      got.emplace_back(t.rank, sched::to_string(t.action), t.start_ns / kMs, t.end_ns / kMs);
+  }
+  std::sort(got.begin(), got.end());
+  const decltype(got) want{{0, "0B0", 7, 10}, {0, "0B1", 10, 12},    {0, "0F0", 0, 1},
+                           {0, "0F1", 1, 2},  {0, "0SEND_F0", 1, 2}, {0, "0SEND_F1", 2, 3},
+                           {1, "1B0", 4, 6},  {1, "1B1", 6, 9},      {1, "1F0", 2, 3},
+                           {1, "1F1", 3, 4},  {1, "1SEND_B0", 6, 7}, {1, "1SEND_B1", 9, 10}};
+  EXPECT_EQ(got, want);
+}
+
 // One core and free messages: some rank can always compute, so the step is the total work.
 // Cores >= ranks: exactly the dedicated-device result. A profile's cores_per_node applies when
 // the cluster has none; the cluster's wins.

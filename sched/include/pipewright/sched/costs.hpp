@@ -8,7 +8,7 @@
 // JSON form (docs/simulator.md has the full description):
 //   {"format": "pipewright-profile", "version": 1, "source": "executor",
 //    "compute_overhead_ms": 0, "comm_overhead_ms": 0.3, "runtime_memory_bytes": 0,
-//    "cores_per_node": 2,                                                (optional)
+//    "cores_per_node": 2, "p2p_uses_core": true,                         (optional)
 //    "stages": [{"stage": 0, "forward_ms": 1.5, "backward_ms": 3.0,
 //                "input_grad_ms": 1.5, "weight_grad_ms": 1.5,          (optional)
 //                "optimizer_ms": 0.4,                                   (optional)
@@ -133,6 +133,11 @@ struct CostTable {
   // recovered from the shared ones, and the simulator shares this many cores between a node's
   // ranks unless the cluster says otherwise (Note [Shared cores] in sim/src/engine.cpp).
   std::int32_t cores_per_node = 0;
+  // With shared cores: whether a point-to-point transfer needs a core of the host for its
+  // duration (true: a progress thread moves the bytes, as Gloo's I/O threads do) or is a delay
+  // only (false: the ranks' own polls make progress, as with Open MPI; their waiting is in the
+  // measured times already). Executor profiles record it per backend (Note [Shared cores]).
+  bool p2p_uses_core = true;
   std::vector<StageCost> stages;  // stages[i].stage == i
   std::optional<P2PCost> p2p;
   std::vector<RankPeakMemory> peak_memory;  // measured, executor profiles only
@@ -141,8 +146,8 @@ struct CostTable {
     return a.source == b.source && a.compute_overhead_ms == b.compute_overhead_ms &&
            a.comm_overhead_ms == b.comm_overhead_ms &&
            a.runtime_memory_bytes == b.runtime_memory_bytes &&
-           a.cores_per_node == b.cores_per_node && a.stages == b.stages && a.p2p == b.p2p &&
-           a.peak_memory == b.peak_memory;
+           a.cores_per_node == b.cores_per_node && a.p2p_uses_core == b.p2p_uses_core &&
+           a.stages == b.stages && a.p2p == b.p2p && a.peak_memory == b.peak_memory;
   }
 };
 
