@@ -2,13 +2,11 @@
 // with the profile (or with replay costs taken from the trace itself) and lines the prediction
 // up with the executor's measured trace (sim/compare.hpp).
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <cmath>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <variant>
-#include <vector>
 
 #include "commands.hpp"
 #include "pipewright/graph/error.hpp"
@@ -34,13 +32,6 @@ struct CompareArgs {
   bool trace_replay = false;
   sim::CompareOptions options;
 };
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 void run_compare(const CompareArgs& a) {
   sched::AnyPlan any = sched::load_plan(a.plan_file);
@@ -68,44 +59,10 @@ void run_compare(const CompareArgs& a) {
   sim::SimResult predicted;
   sim::CompareReport report;
   if (a.trace_replay) {
-    // Note [Trace-driven replay]: each measured step from its own compute durations; the
-    // per-rank and per-action lines and the SVG show the replay of the step whose measured time
-    // is closest to the median.
-    const std::int32_t cores =
-        cluster.cores_per_node > 0 ? cluster.cores_per_node : costs.cores_per_node;
-    std::vector<std::int32_t> node_of_rank;
-    for (std::int32_t r = 0; r < plan.shape.ranks; ++r)
-      node_of_rank.push_back(cluster.node_of(cluster.global_rank(r, 0, plan.shape.ranks, 1)));
-    const sim::TraceReplay replay = sim::replay_from_trace(
-        measured, plan.shape.stages, plan.shape.microbatches, cores, node_of_rank, a.options);
-    sim::SimOptions step_options = so;
-    step_options.steps = 1;
-    std::vector<double> per_step;
-    for (std::size_t k = 0; k < replay.steps.size(); ++k) {
-      step_options.replay_durations_ns = replay.durations_ns[k];
-      step_options.record_actions = false;
-      const sim::SimResult r = sim::simulate(plan, costs, cluster, step_options);
-      per_step.push_back(
-          static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns[0]) / 1e6);
-    }
-    const double measured_median = median_of(replay.measured_step_ms);
-    std::size_t chosen = 0;
-    for (std::size_t k = 1; k < replay.steps.size(); ++k) {
-      if (std::fabs(replay.measured_step_ms[k] - measured_median) <
-          std::fabs(replay.measured_step_ms[chosen] - measured_median))
-        chosen = k;
-    }
-    step_options.record_actions = true;
-    step_options.replay_durations_ns = replay.durations_ns.at(chosen);
-    predicted = sim::simulate(plan, costs, cluster, step_options);
-    report = sim::compare(predicted, measured, &costs, a.options);
-    report.step_numbers = replay.steps;
-    report.per_step_measured_ms = replay.measured_step_ms;
-    report.per_step_predicted_ms = per_step;
-    const double step_ms = median_of(per_step);
-    for (auto& rc : report.per_rank) rc.predicted_idle_ms += step_ms - report.predicted_step_ms;
-    report.predicted_step_ms = step_ms;
-    report.prediction = "trace";
+    // Note [Trace-driven replay]: each measured step from its own compute durations.
+    auto replay = sim::compare_trace_replay(plan, costs, cluster, so, measured, a.options);
+    predicted = std::move(replay.predicted);
+    report = std::move(replay.report);
   } else {
     predicted = sim::simulate(plan, costs, cluster, so);
     report = sim::compare(predicted, measured, &costs, a.options);

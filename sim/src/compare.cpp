@@ -26,6 +26,16 @@ bool is_compute_category(const std::string& category) {
   return category == "F" || category == "B" || category == "I" || category == "W";
 }
 
+// The replay slot of a compute slice's category (F 0, B 1, I 2, W 3, OPTIM 4), or -1.
+int kind_slot(const std::string& category) {
+  return category == "F"       ? 0
+         : category == "B"     ? 1
+         : category == "I"     ? 2
+         : category == "W"     ? 3
+         : category == "OPTIM" ? 4
+                               : -1;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -195,12 +205,8 @@ sched::CostTable costs_from_trace(const sched::Trace& measured, std::int32_t sta
   std::vector<std::array<std::vector<double>, 4>> samples(static_cast<std::size_t>(stages));
   for (const auto& s : measured.slices) {
     if (kept.count(s.step) == 0 || s.stream != TraceStream::kCompute) continue;
-    const int k = s.category == "F"   ? 0
-                  : s.category == "B" ? 1
-                  : s.category == "I" ? 2
-                  : s.category == "W" ? 3
-                                      : -1;
-    if (k < 0) continue;
+    const int k = kind_slot(s.category);
+    if (k < 0 || k > 3) continue;
     PW_CHECK(s.stage >= 0 && s.stage < stages, ConfigError,
              "plan/trace mismatch: the measured trace has stage "
                  << s.stage << " (" << s.name << ") but the plan has " << stages << " stages");
@@ -284,7 +290,7 @@ TraceReplay replay_from_trace(const sched::Trace& measured, std::int32_t stages,
   std::vector<const TraceSlice*> used;
   for (const auto& s : measured.slices) {
     if (s.stream != TraceStream::kCompute || index.count(s.step) == 0) continue;
-    if (!is_compute_category(s.category) && s.category != "OPTIM") continue;
+    if (kind_slot(s.category) < 0) continue;
     PW_CHECK(s.stage >= 0 && s.stage < stages, ConfigError,
              "plan/trace mismatch: the measured trace has stage "
                  << s.stage << " (" << s.name << ", step " << s.step << ") but the plan has "
@@ -323,15 +329,56 @@ TraceReplay replay_from_trace(const sched::Trace& measured, std::int32_t stages,
       if (b > t) work += (b - t) * std::min(1.0, static_cast<double>(cores) / std::max(n, 1));
       us = work;
     }
-    const int slot = s->category == "F"   ? 0
-                     : s->category == "B" ? 1
-                     : s->category == "I" ? 2
-                     : s->category == "W" ? 3
-                                          : 4;
+    const int slot = kind_slot(s->category);
     auto& table = out.durations_ns[index[s->step]];
     table[replay_index(s->stage, slot, slot == 4 ? 0 : s->microbatch, microbatches)] =
         std::llround(us * 1e3);
   }
+  return out;
+}
+
+TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
+                                           const sched::CostTable& costs, const Cluster& cluster,
+                                           const SimOptions& options, const sched::Trace& measured,
+                                           const CompareOptions& compare_options) {
+  const std::int32_t cores =
+      cluster.cores_per_node > 0 ? cluster.cores_per_node : costs.cores_per_node;
+  std::vector<std::int32_t> node_of_rank;
+  for (std::int32_t r = 0; r < plan.shape.ranks; ++r)
+    node_of_rank.push_back(cluster.node_of(cluster.global_rank(r, 0, plan.shape.ranks, 1)));
+  const TraceReplay replay = replay_from_trace(measured, plan.shape.stages, plan.shape.microbatches,
+                                               cores, node_of_rank, compare_options);
+  SimOptions step_options = options;
+  step_options.steps = 1;
+  step_options.record_actions = false;
+  std::vector<double> per_step;
+  for (const auto& durations : replay.durations_ns) {
+    step_options.replay_durations_ns = durations;
+    const SimResult r = simulate(plan, costs, cluster, step_options);
+    per_step.push_back(
+        static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns[0]) / 1e6);
+  }
+  // The lines per rank and action (and the SVG) show the step closest to the measured median.
+  const double measured_median = median(replay.measured_step_ms);
+  std::size_t chosen = 0;
+  for (std::size_t k = 1; k < replay.steps.size(); ++k) {
+    if (std::fabs(replay.measured_step_ms[k] - measured_median) <
+        std::fabs(replay.measured_step_ms[chosen] - measured_median))
+      chosen = k;
+  }
+  step_options.record_actions = true;
+  step_options.replay_durations_ns = replay.durations_ns.at(chosen);
+  TraceReplayComparison out;
+  out.predicted = simulate(plan, costs, cluster, step_options);
+  out.report = compare(out.predicted, measured, &costs, compare_options);
+  auto& report = out.report;
+  report.step_numbers = replay.steps;
+  report.per_step_measured_ms = replay.measured_step_ms;
+  report.per_step_predicted_ms = per_step;
+  const double step_ms = median(per_step);
+  for (auto& rc : report.per_rank) rc.predicted_idle_ms += step_ms - report.predicted_step_ms;
+  report.predicted_step_ms = step_ms;
+  report.prediction = "trace";
   return out;
 }
 

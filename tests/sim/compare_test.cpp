@@ -206,6 +206,41 @@ TEST(TraceReplay, SharedCoresTurnWallTimeIntoWork) {
       ConfigError);
 }
 
+// End to end: steps measured at 1x, 1.5x and 1.1x the truth, replayed with the wrong costs:
+// each step is predicted exactly, the median step is the 1.1x one, and its replay is recorded.
+TEST(TraceReplay, CompareReplaysEveryStepAndShowsTheMedianOne) {
+  auto plan = testing::one_f_one_b(2, 4);
+  SimResult r = simulate(plan, testing::uniform_costs(2, 1.0, 2.0), Cluster{}, SimOptions{});
+  sched::Trace pred = sched::parse_trace(trace_json(r, "test"), "pred");
+  sched::Trace m;
+  m.info = pred.info;
+  m.ranks = pred.ranks;
+  const double scale[] = {1.0, 1.5, 1.1};
+  for (int step = 0; step < 3; ++step) {
+    for (auto s : pred.slices) {
+      s.start_us = 100000.0 * step + s.start_us * scale[step];
+      s.duration_us *= scale[step];
+      s.step = step;
+      m.slices.push_back(s);
+    }
+  }
+  CompareOptions opt;
+  opt.skip_steps = 0;
+  SimOptions so;
+  const auto got =
+      compare_trace_replay(plan, testing::uniform_costs(2, 5.0, 5.0), Cluster{}, so, m, opt);
+  const double makespan_ms = static_cast<double>(r.makespan_ns) / 1e6;
+  ASSERT_EQ(got.report.per_step_predicted_ms.size(), 3U);
+  for (int k = 0; k < 3; ++k)
+    EXPECT_NEAR(got.report.per_step_predicted_ms[k], scale[k] * makespan_ms, 1e-5) << k;
+  EXPECT_NEAR(got.report.predicted_step_ms, 1.1 * makespan_ms, 1e-5);
+  EXPECT_NEAR(got.report.step_error(), 0.0, 1e-6);
+  EXPECT_NEAR(got.report.per_step_mape(), 0.0, 1e-6);
+  EXPECT_EQ(got.report.prediction, "trace");
+  EXPECT_NEAR(static_cast<double>(got.predicted.makespan_ns) / 1e6, 1.1 * makespan_ms, 1e-5);
+  EXPECT_FALSE(got.predicted.actions.empty());
+}
+
 TEST(TraceReplay, ReportListsEveryStep) {
   CompareReport rep;
   rep.prediction = "trace";

@@ -100,6 +100,18 @@ struct TraceReplay {
 [[nodiscard]] CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
                                     const sched::CostTable* costs, const CompareOptions& options);
 
+// Note [Trace-driven replay], end to end: every kept step of `measured` simulated alone (one
+// step, `options` otherwise) with its replay table; the report's predicted_step_ms is the median
+// of those steps, its per-step fields are filled, and its per-rank / per-action lines come from
+// `predicted`, the recorded replay of the step whose measured time is closest to the median.
+struct TraceReplayComparison {
+  SimResult predicted;
+  CompareReport report;
+};
+[[nodiscard]] TraceReplayComparison compare_trace_replay(
+    const sched::LoweredPlan& plan, const sched::CostTable& costs, const Cluster& cluster,
+    const SimOptions& options, const sched::Trace& measured, const CompareOptions& compare_options);
+
 // Replay costs taken from the measured trace itself: per stage, the median F, B, I and W
 // durations over the steps kept (used by `compare` when no --profile is given). Byte sizes are
 // zero (the trace has none). Throws ConfigError when a stage of the plan never ran.
