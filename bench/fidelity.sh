@@ -20,6 +20,7 @@
 #
 #   bench/fidelity.sh [BUILD_DIR]          (default build/)
 #   BACKENDS="gloo" PS="2" MS="8" STEPS=12 WARMUP=2 bench/fidelity.sh   (a subset)
+#   KEEP=1 bench/fidelity.sh               (keep every plan, trace and profile; prints where)
 # On your own cluster: run the same commands with your launcher (mpirun/torchrun) and model.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,7 +35,11 @@ mbs="${MBS:-4}"
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 work="$(mktemp -d /tmp/pw_fidelity.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
+if [ "${KEEP:-0}" = 1 ]; then
+  echo "keeping plans, traces and profiles in $work" >&2
+else
+  trap 'rm -rf "$work"' EXIT
+fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 "$pw" --log-level warn model gpt --layers 8 --hidden 64 --heads 4 --seq 32 --vocab 128 \

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -394,6 +395,47 @@ struct Sharing {
   }
 };
 
+// Note [Correlated sampling] (sim/src/engine.cpp): the share of the variance of
+// x = log(duration / median of its stage and kind) that is common to the actions of a group
+// (a step, or a rank in a step), estimated by one-way analysis of variance: within-group
+// variance sw = sum (x - group mean)^2 / (N - G), between-group variance
+// sb = (sum n_g (group mean - mean)^2 / (G - 1) - sw) / n0, n0 = (N - sum n_g^2 / N) / (G - 1);
+// the share is sb / (sb + sw), clamped to [0, 1], and 0 without at least two groups of two.
+struct Sample {
+  double x = 0;
+  std::int64_t step = 0;
+  int rank = 0;
+};
+[[nodiscard]] double shared_variance(const std::vector<Sample>& xs, bool per_rank) {
+  std::map<std::pair<std::int64_t, int>, std::pair<double, int>> groups;  // sum, count
+  double sum = 0;
+  for (const auto& v : xs) {
+    auto& g = groups[{v.step, per_rank ? v.rank : 0}];
+    g.first += v.x;
+    ++g.second;
+    sum += v.x;
+  }
+  const auto n = static_cast<double>(xs.size());
+  const auto k = static_cast<double>(groups.size());
+  if (k < 2 || n < 2 * k) return 0;
+  const double mean = sum / n;
+  double within = 0, between = 0, sizes2 = 0;
+  for (const auto& v : xs) {
+    const auto& g = groups[{v.step, per_rank ? v.rank : 0}];
+    const double d = v.x - g.first / g.second;
+    within += d * d;
+  }
+  for (const auto& [key, g] : groups) {
+    const double d = g.first / g.second - mean;
+    between += g.second * d * d;
+    sizes2 += static_cast<double>(g.second) * g.second;
+  }
+  const double sw = within / (n - k);
+  const double n0 = (n - sizes2 / n) / (k - 1);
+  const double sb = std::max(0.0, (between / (k - 1) - sw) / n0);
+  return sb + sw > 0 ? std::clamp(sb / (sb + sw), 0.0, 1.0) : 0;
+}
+
 }  // namespace
 
 sched::CostTable make_profile(const std::vector<RankRecord>& records, const sched::PlanShape& shape,
@@ -458,6 +500,22 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   }
   std::sort(table.peak_memory.begin(), table.peak_memory.end(),
             [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  {  // Note [Correlated sampling]: how the measured compute times of a step move together.
+    std::map<std::pair<std::size_t, ActionKind>, double> median;
+    for (std::size_t s = 0; s < times.size(); ++s)
+      for (const auto& [kind, v] : times[s]) median[{s, kind}] = stats_of(v).median_ms;
+    std::vector<Sample> xs;
+    for (std::size_t ri = 0; ri < records.size(); ++ri) {
+      for (const auto& a : records[ri].actions) {
+        if (a.step < ctx.warmup_steps || !uses_core(a.action.kind)) continue;
+        const double ms = sharing.compute_ms(ri, a);
+        const double med = median[{static_cast<std::size_t>(a.action.stage), a.action.kind}];
+        if (ms > 0 && med > 0) xs.push_back({std::log(ms / med), a.step, records[ri].world_rank});
+      }
+    }
+    table.step_correlation = shared_variance(xs, false);
+    table.rank_step_correlation = std::max(table.step_correlation, shared_variance(xs, true));
+  }
   for (int s = 0; s < stages; ++s) {
     auto& st = table.stages[static_cast<std::size_t>(s)];
     auto& t = times[static_cast<std::size_t>(s)];
@@ -551,10 +609,14 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
     }
     return std::size_t{0};
   };
-  // Without a progress thread (MPI: the receiver's own polls move the data, p2p_uses_core
-  // false), a message waited for on an oversubscribed host also measures how long the receiver
-  // waited for a core, which the simulator's core sharing produces itself: the message's own
-  // time comes from the transfers during which a core was free (when there are >= 5 of them).
+  // On an oversubscribed host a message waited for also measures how long the receiver (MPI: its
+  // own polls move the data, p2p_uses_core false) or the progress threads (Gloo) waited for a
+  // core, which the simulator's core sharing produces itself (as a delay, or as the send's share
+  // of the cores): the message's own time comes from the transfers during which a core was free
+  // (when there are >= 5 of them). Scaling the others by the share left to a progress thread
+  // (transfer_ms) is not enough: the OS hands a core over in time slices of milliseconds, not
+  // in proportion, and on p = 4 Gloo runs their median was 4x the core-free one (0.65 / 0.17 ms),
+  // which charged every send that much core time in the simulator.
   std::vector<double> p2p, p2p_all, p2p_free;
   for (const auto& [key, pair] : transfers) {
     if (pair.first == nullptr || pair.second == nullptr) continue;
@@ -567,7 +629,7 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
       if (sharing.core_free(ri, ready, pair.second->end_ns)) p2p_free.push_back(ms);
     }
   }
-  if (!ctx.p2p_uses_core && p2p_free.size() >= 5) p2p = p2p_free;
+  if (p2p_free.size() >= 5) p2p = p2p_free;
   if (p2p.empty()) p2p = p2p_all;
   if (!p2p.empty()) {
     sched::P2PCost c;

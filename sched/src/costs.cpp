@@ -134,6 +134,12 @@ void validate(const CostTable& t, std::string_view origin) {
   check_number(origin, "/comm_overhead_ms", t.comm_overhead_ms);
   check_number(origin, "/runtime_memory_bytes", t.runtime_memory_bytes);
   check_number(origin, "/cores_per_node", static_cast<std::int64_t>(t.cores_per_node));
+  PW_CHECK(t.step_correlation >= 0 && t.step_correlation <= 1, ParseError,
+           origin << ": /step_correlation must be in [0, 1], got " << t.step_correlation);
+  PW_CHECK(t.rank_step_correlation >= t.step_correlation && t.rank_step_correlation <= 1,
+           ParseError,
+           origin << ": /rank_step_correlation must be in [/step_correlation, 1] = ["
+                  << t.step_correlation << ", 1], got " << t.rank_step_correlation);
   for (std::size_t i = 0; i < t.stages.size(); ++i) {
     const StageCost& s = t.stages[i];
     const std::string p = "/stages/" + std::to_string(i);
@@ -213,6 +219,9 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
              origin << ": /p2p_uses_core must be true or false, got " << v.dump());
     t.p2p_uses_core = v.get<bool>();
   }
+  if (root.has("step_correlation")) t.step_correlation = root.number("step_correlation");
+  if (root.has("rank_step_correlation"))
+    t.rank_step_correlation = root.number("rank_step_correlation");
 
   const json& stages = root.at("stages");
   PW_CHECK(stages.is_array(), ParseError, origin << ": /stages must be an array");
@@ -303,6 +312,8 @@ std::string to_json(const CostTable& t) {
   if (t.runtime_memory_bytes != 0) j["runtime_memory_bytes"] = t.runtime_memory_bytes;
   if (t.cores_per_node != 0) j["cores_per_node"] = t.cores_per_node;
   if (!t.p2p_uses_core) j["p2p_uses_core"] = false;
+  if (t.step_correlation != 0) j["step_correlation"] = t.step_correlation;
+  if (t.rank_step_correlation != 0) j["rank_step_correlation"] = t.rank_step_correlation;
   json stages = json::array();
   for (const StageCost& s : t.stages) {
     json js{{"stage", s.stage},

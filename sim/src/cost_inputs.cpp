@@ -118,6 +118,8 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
   t.p2p = measured.p2p;
   t.cores_per_node = measured.cores_per_node;
   t.p2p_uses_core = measured.p2p_uses_core;
+  t.step_correlation = measured.step_correlation;
+  t.rank_step_correlation = measured.rank_step_correlation;
   const std::size_t S = measured.stages.size();
   std::vector<double> f(S), b(S), in(S), w(S), opt(S), act(S), f_spread(S), b_spread(S);
   bool split = true, has_opt = true;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "pipewright/sched/costs.hpp"
 #include "run_report.hpp"
 
 namespace pipewright::exec {
@@ -115,11 +116,12 @@ TEST(MakeProfile, P2PFilterCommOverheadAndRuntimeMemory) {
   EXPECT_EQ(t.stages[1].param_bytes, 3000);
 }
 
-// Without a progress thread (MPI), on an oversubscribed host, the message time comes from the
-// waited-for transfers during which a core was free: two ranks on one core; rank 0 computes
-// over [0, 1] and [10, 11]; 5 transfers during rank 0's idle time take 0.2 ms, one during its
-// compute 0.9 ms (the receiver waited for the core). With a progress thread (Gloo) all count.
-TEST(MakeProfile, MessagesWithoutProgressThreadAreTimedWhileACoreIsFree) {
+// On an oversubscribed host the message time comes from the waited-for transfers during which a
+// core was free, with or without a progress thread (Gloo / MPI): two ranks on one core; rank 0
+// computes over [0, 1] and [10, 11]; 5 transfers during rank 0's idle time take 0.2 ms, one
+// during its compute 0.9 ms (the receiver waited for the core). With fewer than 5 such
+// transfers, all waited-for ones count.
+TEST(MakeProfile, MessagesOnAnOversubscribedHostAreTimedWhileACoreIsFree) {
   const auto send = [](int mb) { return Action::comm(0, ActionKind::kSendF, mb, 1); };
   const auto recv = [](int mb) { return Action::comm(1, ActionKind::kRecvF, mb, 0); };
   std::vector<TimedAction> r0{timed(f(0, 0), 0, 1), timed(f(0, 1), 10, 11)};
@@ -142,7 +144,47 @@ TEST(MakeProfile, MessagesWithoutProgressThreadAreTimedWhileACoreIsFree) {
   ctx.p2p_uses_core = true;
   t = make_profile(records, two_stages(6), ctx);
   EXPECT_TRUE(t.p2p_uses_core);
-  EXPECT_EQ(t.p2p->stats->samples, 6);
+  EXPECT_EQ(t.p2p->stats->samples, 5);
+  EXPECT_NEAR(*t.p2p->per_message_ms, 0.2, 1e-9);
+  records[0].actions.erase(records[0].actions.begin() + 2);  // 4 core-free transfers left
+  t = make_profile(records, two_stages(6), ctx);
+  EXPECT_EQ(t.p2p->stats->samples, 5);
+  EXPECT_NEAR(t.p2p->stats->quantiles_ms.back(), 0.45, 1e-9);  // 0.9 at a half share
+}
+
+// Note [Correlated sampling]: how much of the spread of the compute times a step (all ranks) or
+// a rank in a step shares. Two ranks with their own cores, 8 steps of 4 forwards each
+// (durations 1 + small jitter): when every step scales all its forwards by its own factor,
+// nearly all the variance is the step's; when each rank's factor is its own, the (rank, step)
+// shares it but the step alone does not; with jitter only, neither.
+TEST(MakeProfile, StepAndRankStepCorrelationsOfComputeTimes) {
+  const auto make = [](auto factor) {
+    std::vector<RankRecord> records;
+    for (int r = 0; r < 2; ++r) {
+      std::vector<TimedAction> acts;
+      double t = 0;
+      for (int step = 0; step < 8; ++step) {
+        for (int mb = 0; mb < 4; ++mb) {
+          const double jitter = 0.01 * ((mb * 7 + step * 3 + r * 5) % 5);
+          const double d = factor(r, step) * (1 + jitter);
+          acts.push_back(timed(f(r, mb), t, t + d, step));
+          t += d + 0.1;
+        }
+      }
+      records.push_back(rank(r, 2, acts));
+    }
+    return make_profile(records, two_stages(4), context());
+  };
+  const auto by_step = make([](int, int step) { return 1.0 + 0.2 * (step % 4); });
+  EXPECT_GT(by_step.step_correlation, 0.9);
+  EXPECT_GE(by_step.rank_step_correlation, by_step.step_correlation);
+  const auto by_rank_step = make([](int r, int step) { return 1.0 + 0.2 * ((step + 2 * r) % 4); });
+  EXPECT_LT(by_rank_step.step_correlation, 0.2);
+  EXPECT_GT(by_rank_step.rank_step_correlation, 0.9);
+  const auto none = make([](int, int) { return 1.0; });
+  EXPECT_LT(none.rank_step_correlation, 0.2);
+  const auto table = sched::parse_costs(sched::to_json(by_rank_step), "t");
+  EXPECT_EQ(table.rank_step_correlation, by_rank_step.rank_step_correlation);
 }
 
 // Note [Measured activation memory]: a stage's activation bytes are the median of what its F

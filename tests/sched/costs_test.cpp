@@ -168,6 +168,30 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
   bad = t;
   bad.comm_overhead_ms = -1;
   EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
+  // Correlations (Note [Correlated sampling]): written when not 0, read back, in [0, 1] with
+  // rank_step_correlation >= step_correlation.
+  EXPECT_EQ(text.find("correlation"), std::string::npos);
+  auto corr = t;
+  corr.step_correlation = 0.25;
+  corr.rank_step_correlation = 0.5;
+  const std::string corr_text = to_json(corr);
+  EXPECT_EQ(parse_costs(corr_text, "t.json"), corr);
+  const auto expect_error = [](const std::string& json_text, const std::string& what) {
+    try {
+      (void)parse_costs(json_text, "c.json");
+      FAIL() << "no error for " << what;
+    } catch (const ParseError& e) {
+      EXPECT_NE(std::string(e.what()).find("c.json: " + what), std::string::npos) << e.what();
+    }
+  };
+  expect_error(
+      replace(corr_text, "\"rank_step_correlation\": 0.5", "\"rank_step_correlation\": 0.125"),
+      "/rank_step_correlation must be in [/step_correlation, 1]");
+  expect_error(
+      replace(corr_text, "\"rank_step_correlation\": 0.5", "\"rank_step_correlation\": 1.5"),
+      "/rank_step_correlation");
+  expect_error(replace(corr_text, "\"step_correlation\": 0.25", "\"step_correlation\": -0.25"),
+               "/step_correlation");
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -251,6 +253,49 @@ TEST(Engine, SampledDurationsAreDeterministicAndFollowTheQuantiles) {
   const double med = median_step_ms(plan, costs, Cluster{}, SimOptions{}, 31);
   EXPECT_EQ(med, median_step_ms(plan, costs, Cluster{}, SimOptions{}, 31));
   EXPECT_GT(med, static_cast<double>(plain.makespan_ns) / 1e6);
+}
+
+// Note [Correlated sampling]: with the profile's correlations at 1, every forward of a step is
+// drawn at one quantile (the same duration everywhere); with only the rank-step one at 1, each
+// rank's forwards share theirs; a shared slowdown lengthens the median step less than
+// independent draws do (no max over independent noise).
+TEST(Engine, CorrelatedSamplingSharesAStepsDraws) {
+  const auto plan = one_f_one_b(4, 8);
+  auto costs = uniform_costs(4, 1, 2);
+  for (auto& c : costs.stages) {
+    std::vector<double> q;
+    for (int k = 0; k <= 20; ++k) q.push_back(0.5 + k * 0.05);  // uniform on [0.5, 1.5]
+    c.forward_stats = sched::KindStats{1, 0.6, 1.4, 100, q, {}};
+  }
+  SimOptions opt;
+  opt.record_actions = true;
+  opt.sample_durations_seed = 7;
+  const auto forwards = [&](const sched::CostTable& t) {
+    std::map<std::int32_t, std::set<std::int64_t>> per_stage;  // stage -> distinct durations
+    for (const auto& a : run(plan, t, opt).actions)
+      if (a.action.kind == ActionKind::kForward)
+        per_stage[a.action.stage].insert(a.end_ns - a.start_ns);
+    return per_stage;
+  };
+  const auto independent = forwards(costs);
+  EXPECT_GT(independent.at(0).size(), 1u);
+  auto step = costs;
+  step.step_correlation = step.rank_step_correlation = 1;
+  std::set<std::int64_t> all;
+  for (const auto& [s, d] : forwards(step)) all.insert(d.begin(), d.end());
+  EXPECT_EQ(all.size(), 1u);
+  EXPECT_GE(*all.begin(), kMs / 2);
+  EXPECT_LE(*all.begin(), 3 * kMs / 2);
+  auto rank_step = costs;
+  rank_step.rank_step_correlation = 1;
+  all.clear();
+  for (const auto& [s, d] : forwards(rank_step)) {
+    EXPECT_EQ(d.size(), 1u) << "stage " << s;
+    all.insert(d.begin(), d.end());
+  }
+  EXPECT_GT(all.size(), 1u);
+  EXPECT_LT(median_step_ms(plan, step, Cluster{}, SimOptions{}, 31),
+            median_step_ms(plan, costs, Cluster{}, SimOptions{}, 31));
 }
 
 // Shared cores (Note [Shared cores]), hand-derived: p=2, m=2 GPipe, F=1, B=2, no message cost,

@@ -138,6 +138,14 @@ struct CostTable {
   // only (false: the ranks' own polls make progress, as with Open MPI; their waiting is in the
   // measured times already). Executor profiles record it per backend (Note [Shared cores]).
   bool p2p_uses_core = true;
+  // How much of the spread of measured compute times is shared by the actions of one step
+  // (step_correlation, all ranks: the host's speed during that step) and of one rank in one
+  // step (rank_step_correlation >= step_correlation: that process's speed), as fractions of
+  // the variance of log(duration / its kind's and stage's median), in [0, 1]. Sampled
+  // simulation draws correlated durations with them (Note [Correlated sampling] in
+  // sim/src/engine.cpp); 0 and 0: independent draws. Executor profiles measure them.
+  double step_correlation = 0;
+  double rank_step_correlation = 0;
   std::vector<StageCost> stages;  // stages[i].stage == i
   std::optional<P2PCost> p2p;
   std::vector<RankPeakMemory> peak_memory;  // measured, executor profiles only
@@ -147,7 +155,9 @@ struct CostTable {
            a.comm_overhead_ms == b.comm_overhead_ms &&
            a.runtime_memory_bytes == b.runtime_memory_bytes &&
            a.cores_per_node == b.cores_per_node && a.p2p_uses_core == b.p2p_uses_core &&
-           a.stages == b.stages && a.p2p == b.p2p && a.peak_memory == b.peak_memory;
+           a.step_correlation == b.step_correlation &&
+           a.rank_step_correlation == b.rank_step_correlation && a.stages == b.stages &&
+           a.p2p == b.p2p && a.peak_memory == b.peak_memory;
   }
 };
 

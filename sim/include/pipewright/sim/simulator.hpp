@@ -68,7 +68,9 @@ struct SimOptions {
   // of the median, with a counter-based generator seeded by (seed, step, stage, microbatch,
   // kind), so results stay deterministic. On a noisy host a step's critical path is a max over
   // noisy sums, longer than the same max over medians; simulating several steps with sampled
-  // durations and taking the median step time (median_step_ms) predicts it.
+  // durations and taking the median step time (median_step_ms) predicts it. The draws of one
+  // step (and of one rank in it) are correlated as the profile measured (Note [Correlated
+  // sampling] in sim/src/engine.cpp).
   std::optional<std::uint64_t> sample_durations_seed;
   // Trace-driven replay (Note [Trace-driven replay] in sim/compare.hpp): when not empty, the
   // duration in ns of every compute action of the simulated step(s), at
