@@ -21,6 +21,8 @@
 #   bench/fidelity.sh [BUILD_DIR]          (default build/)
 #   BACKENDS="gloo" PS="2" MS="8" STEPS=12 WARMUP=2 bench/fidelity.sh   (a subset)
 #   KEEP=1 bench/fidelity.sh               (keep every plan, trace and profile; prints where)
+#   REPEAT=3 bench/fidelity.sh             (run every configuration 3 times, each after its own
+#                                           reference run; each column is the median over the 3)
 # On your own cluster: run the same commands with your launcher (mpirun/torchrun) and model.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,6 +33,7 @@ ps="${PS:-2 4}"
 ms="${MS:-4 8 16}"
 steps="${STEPS:-12}"
 warmup="${WARMUP:-2}"
+repeat="${REPEAT:-1}"
 mbs="${MBS:-4}"
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -84,36 +87,38 @@ for backend in $backends; do
     sched="${spec%:*}"; v="${spec#*:}"
     for p in $ps; do
       for m in $ms; do
-        pre="$work/$backend.$sched.$p.$m"
-        "$pw" --log-level warn schedule "$sched" -p "$p" -m "$m" -v "$v" -o "$pre.plan.csv"
-        # Transfer: predicted before the configuration runs, from the reference configuration's
-        # profile (1F1B p=2 m=8) measured just before (REFRESH_REF=1, the default: this shared
-        # host's speed drifts by up to 1.7x within minutes, which a reference measured once at
-        # the start would carry into every prediction) or once per backend (REFRESH_REF=0).
-        if [ "${REFRESH_REF:-1}" = 1 ]; then
-          run "$backend" 1F1B 2 1 8 "$ref"
-          # The noise floor: the reference's median step against its previous run's (the error
-          # of predicting a configuration by its own earlier measurement on this host).
-          "$pw" --log-level warn compare --plan "$ref.plan.csv" --measured "$ref.trace.json" \
-            --profile "$ref.profile.json" --skip-steps "$warmup" --sampled-steps 0 \
-            --json "$ref.compare.json" >/dev/null
-          "$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["measured_step_ms"])' \
-            "$ref.compare.json" >>"$work/$backend.ref_steps"
-        fi
-        "$pw" --log-level warn transfer-profile --model "$work/model.json" --from "$work/part2.json" \
-          --profile "$ref.profile.json" --to "$work/part$((p * v)).json" -o "$pre.xfer.json"
-        "$pw" --log-level warn simulate "$pre.plan.csv" --reduce-grad --blocking-recv \
-          --profile "$pre.xfer.json" --cluster "$cal" --sampled-steps 31 --metrics "$pre.xfer.metrics.json" >"$pre.xfer.txt"
-        run "$backend" "$sched" "$p" "$v" "$m" "$pre"
-        "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
-          --profile "$pre.profile.json" --skip-steps "$warmup" --json "$pre.compare.json" >/dev/null
-        "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
-          --profile "$pre.profile.json" --skip-steps "$warmup" --sampled-steps 0 \
-          --json "$pre.compare_med.json" >/dev/null
-        "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
-          --profile "$pre.profile.json" --skip-steps "$warmup" --trace-replay \
-          --json "$pre.compare_trace.json" >/dev/null
-        "$py" - "$pre" "$backend" "$sched" "$p" "$v" "$m" >>"$rows" <<'PY'
+        : >"$work/reps.tsv"
+        for rep in $(seq "$repeat"); do
+          pre="$work/$backend.$sched.$p.$m.r$rep"
+          "$pw" --log-level warn schedule "$sched" -p "$p" -m "$m" -v "$v" -o "$pre.plan.csv"
+          # Transfer: predicted before the configuration runs, from the reference configuration's
+          # profile (1F1B p=2 m=8) measured just before (REFRESH_REF=1, the default: this shared
+          # host's speed drifts by up to 1.7x within minutes, which a reference measured once at
+          # the start would carry into every prediction) or once per backend (REFRESH_REF=0).
+          if [ "${REFRESH_REF:-1}" = 1 ]; then
+            run "$backend" 1F1B 2 1 8 "$ref"
+            # The noise floor: the reference's median step against its previous run's (the error
+            # of predicting a configuration by its own earlier measurement on this host).
+            "$pw" --log-level warn compare --plan "$ref.plan.csv" --measured "$ref.trace.json" \
+              --profile "$ref.profile.json" --skip-steps "$warmup" --sampled-steps 0 \
+              --json "$ref.compare.json" >/dev/null
+            "$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["measured_step_ms"])' \
+              "$ref.compare.json" >>"$work/$backend.ref_steps"
+          fi
+          "$pw" --log-level warn transfer-profile --model "$work/model.json" --from "$work/part2.json" \
+            --profile "$ref.profile.json" --to "$work/part$((p * v)).json" -o "$pre.xfer.json"
+          "$pw" --log-level warn simulate "$pre.plan.csv" --reduce-grad --blocking-recv \
+            --profile "$pre.xfer.json" --cluster "$cal" --sampled-steps 31 --metrics "$pre.xfer.metrics.json" >"$pre.xfer.txt"
+          run "$backend" "$sched" "$p" "$v" "$m" "$pre"
+          "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
+            --profile "$pre.profile.json" --skip-steps "$warmup" --json "$pre.compare.json" >/dev/null
+          "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
+            --profile "$pre.profile.json" --skip-steps "$warmup" --sampled-steps 0 \
+            --json "$pre.compare_med.json" >/dev/null
+          "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
+            --profile "$pre.profile.json" --skip-steps "$warmup" --trace-replay \
+            --json "$pre.compare_trace.json" >/dev/null
+          "$py" - "$pre" "$backend" "$sched" "$p" "$v" "$m" >>"$work/reps.tsv" <<'PY'
 import json, re, sys
 pre, backend, sched, p, v, m = sys.argv[1:]
 c = json.load(open(pre + ".compare.json"))
@@ -139,14 +144,23 @@ print("\t".join(map(str, [backend, sched, p, v, m, measured, replay,
                           100 * (xfer_med - measured) / measured,
                           100 * (trace - measured) / measured, 100 * trace_steps])))
 PY
+        done
+        # REPEAT > 1: each column is the median over the repetitions (errors: of the signed
+        # errors, each transfer predicted from the reference run just before its target).
+        "$py" - "$work/reps.tsv" >>"$rows" <<'PY'
+import statistics, sys
+reps = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+cols = list(zip(*reps))
+print("\t".join(list(reps[0][:5]) + [str(statistics.median(map(float, c))) for c in cols[5:]]))
+PY
         tail -1 "$rows" | awk -F'\t' '{printf "%-7s %-22s %2s %2s %2s %10.2f %10.2f %+8.2f %10.2f %+8.2f %8.2f %8.2f %+8.2f %+8.2f %+8.2f %8.2f\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16}'
       done
     done
   done
 done
 
-"$py" - "$rows" <<'PY'
-import sys
+"$py" - "$rows" "$repeat" <<'PY'
+import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 def summary(name, sel):
     if not sel:
@@ -182,4 +196,10 @@ for f in sorted(glob.glob(sys.argv[1].rsplit("/", 1)[0] + "/*.ref_steps")):
         print(f"noise floor ({name}): the reference 1F1B p=2 m=8 measured {len(ms)} times, "
               f"|change| between consecutive runs mean {100 * sum(d) / len(d):5.2f}% "
               f"max {100 * max(d):5.2f}%")
+        r = int(sys.argv[2])
+        blocks = [statistics.median(ms[i:i + r]) for i in range(0, len(ms) - r + 1, r)]
+        d = [abs(b - a) / b for a, b in zip(blocks, blocks[1:])]
+        if r > 1 and d:
+            print(f"noise floor ({name}), medians of {r} runs: |change| between consecutive "
+                  f"medians mean {100 * sum(d) / len(d):5.2f}% max {100 * max(d):5.2f}%")
 PY
