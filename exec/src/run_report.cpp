@@ -554,13 +554,7 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
       const sched::KindStats& base = by_b ? b : f;
       if (anchor > 0 && base.samples > 0) {
         auto scaled = [&](ActionKind k) {
-          const double r = stats_of(sp[k]).median_ms / anchor;
-          sched::KindStats out = base;
-          out.median_ms *= r;
-          out.p10_ms *= r;
-          out.p90_ms *= r;
-          for (auto& q : out.quantiles_ms) q *= r;
-          if (out.mean_ms) *out.mean_ms *= r;
+          sched::KindStats out = base.scaled(stats_of(sp[k]).median_ms / anchor);
           out.samples = static_cast<std::int64_t>(sp[k].size());
           return out;
         };

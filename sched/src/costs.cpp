@@ -129,6 +129,16 @@ double KindStats::mean_or_estimate_ms() const noexcept {
   return median_ms;
 }
 
+KindStats KindStats::scaled(double r) const {
+  KindStats out = *this;
+  out.median_ms *= r;
+  out.p10_ms *= r;
+  out.p90_ms *= r;
+  for (auto& q : out.quantiles_ms) q *= r;
+  if (out.mean_ms) *out.mean_ms *= r;
+  return out;
+}
+
 void validate(const CostTable& t, std::string_view origin) {
   check_number(origin, "/compute_overhead_ms", t.compute_overhead_ms);
   check_number(origin, "/comm_overhead_ms", t.comm_overhead_ms);

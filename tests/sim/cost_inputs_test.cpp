@@ -132,5 +132,43 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
   EXPECT_THROW((void)transfer_profile(model, p4, measured, p2), ConfigError);
 }
 
+// Note [Input gradients of first stages]: the measured first stage has I ~ 0 and W = its whole
+// backward; its layers moved to a middle stage take the other stage's I / B and W / B (here
+// 0.7 and 1.0), and the new first stage takes the measured first stage's ratios (0.01, 1.1).
+TEST(CostInputs, TransferProfileGivesFirstStageLayersTheirOwnInputGradient) {
+  const auto model = small_gpt(6);
+  graph::PartitionOptions po;
+  po.stages = 2;
+  const auto p2 = graph::partition_model(model, po);
+  po.stages = 4;
+  const auto p4 = graph::partition_model(model, po);
+  sched::CostTable measured = costs_from_partition(model, p2);
+  const double ri[] = {0.01, 0.7}, rw[] = {1.1, 1.0};
+  for (std::size_t s = 0; s < 2; ++s) {
+    auto& c = measured.stages[s];
+    c.backward_ms *= 2;
+    c.input_grad_ms = ri[s] * c.backward_ms;
+    c.weight_grad_ms = rw[s] * c.backward_ms;
+    c.backward_stats =
+        sched::KindStats{c.backward_ms, 0.9 * c.backward_ms, 1.2 * c.backward_ms, 10, {}, {}};
+    c.input_grad_stats = c.backward_stats->scaled(ri[s]);
+    c.weight_grad_stats = c.backward_stats->scaled(rw[s]);
+  }
+  const auto t = transfer_profile(model, p2, measured, p4);
+  ASSERT_EQ(t.stages.size(), 4u);
+  for (std::size_t s = 0; s < 4; ++s) {
+    const auto& c = t.stages[s];
+    const double b = c.backward_ms;
+    const double want_i = s == 0 ? 0.01 : 0.7, want_w = s == 0 ? 1.1 : 1.0;
+    ASSERT_TRUE(c.input_grad_ms && c.weight_grad_ms) << "stage " << s;
+    // Within 2%: I, W and B are spread over a stage's layers by the model's own per-layer
+    // estimates of each, whose ratios differ a little from layer to layer.
+    EXPECT_NEAR(*c.input_grad_ms, want_i * b, 0.02 * want_i * b) << "stage " << s;
+    EXPECT_NEAR(*c.weight_grad_ms, want_w * b, 0.02 * want_w * b) << "stage " << s;
+    ASSERT_TRUE(c.input_grad_stats.has_value()) << "stage " << s;
+    EXPECT_NEAR(c.input_grad_stats->p90_ms, 1.2 * *c.input_grad_ms, 1e-9 * b) << "stage " << s;
+  }
+}
+
 }  // namespace
 }  // namespace pipewright::sim

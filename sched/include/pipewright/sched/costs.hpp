@@ -48,6 +48,8 @@ struct KindStats {
   std::optional<double> mean_ms;
   // mean_ms, else the trapezoid mean of quantiles_ms, else the median.
   [[nodiscard]] double mean_or_estimate_ms() const noexcept;
+  // The same distribution with every time multiplied by r (samples unchanged).
+  [[nodiscard]] KindStats scaled(double r) const;
   friend bool operator==(const KindStats& a, const KindStats& b) noexcept {
     return a.median_ms == b.median_ms && a.p10_ms == b.p10_ms && a.p90_ms == b.p90_ms &&
            a.samples == b.samples && a.quantiles_ms == b.quantiles_ms && a.mean_ms == b.mean_ms;
