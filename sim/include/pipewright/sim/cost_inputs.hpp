@@ -45,9 +45,10 @@ namespace pipewright::sim {
 // (Note [Measured activation memory] in exec/) in proportion to the model's activation
 // estimates. The nodes of each stage of `to` then sum these per-node values. Distributions
 // (p10/p90) keep the relative spread of the source stages, weighted by their share. Other byte
-// sizes come from `to` (costs_from_partition);
-// p2p, comm_overhead_ms, compute_overhead_ms and runtime_memory_bytes are copied from the
-// profile; measured peak memory is dropped (it belonged to other ranks). Throws
+// sizes come from `to` (costs_from_partition); first stages' I and W follow Note [Input
+// gradients of first stages] (sim/src/cost_inputs.cpp). p2p, comm_overhead_ms,
+// compute_overhead_ms, runtime_memory_bytes, cores_per_node, p2p_uses_core and the correlations
+// are copied from the profile; measured peak memory is dropped (it belonged to other ranks). Throws
 // InvalidGraphError when a partition does not belong to `model`, ConfigError when the profile's
 // stage count differs from `from`.
 [[nodiscard]] sched::CostTable transfer_profile(const graph::Model& model,
