@@ -12,6 +12,7 @@
 #include <sstream>
 #include <utility>
 
+#include "median.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sim/report.hpp"
 
@@ -34,13 +35,6 @@ int kind_slot(const std::string& category) {
          : category == "W"     ? 3
          : category == "OPTIM" ? 4
                                : -1;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 struct StepView {

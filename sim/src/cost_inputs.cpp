@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "median.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::sim {
@@ -109,10 +110,14 @@ std::vector<bool> fed_by_model_inputs_only(const graph::Partition& p) {
   return out;
 }
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0 : n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+// I and W of a stage as fractions of its B, with B's distribution scaled likewise.
+void split_backward(sched::StageCost& c, double input_ratio, double weight_ratio) {
+  c.input_grad_ms = input_ratio * c.backward_ms;
+  c.weight_grad_ms = weight_ratio * c.backward_ms;
+  if (c.backward_stats) {
+    c.input_grad_stats = c.backward_stats->scaled(input_ratio);
+    c.weight_grad_stats = c.backward_stats->scaled(weight_ratio);
+  }
 }
 
 }  // namespace
@@ -157,17 +162,9 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
   const bool regroup = !mid_i.empty() && !first_i.empty();
   sched::CostTable own = measured;  // first stages with their layers' own I and W
   if (regroup) {
-    for (std::size_t s = 0; s < S; ++s) {
-      auto& c = own.stages[s];
-      if (!from_first[s]) continue;
-      const double ri = median_of(mid_i), rw = median_of(mid_w);
-      c.input_grad_ms = ri * c.backward_ms;
-      c.weight_grad_ms = rw * c.backward_ms;
-      if (c.backward_stats) {
-        c.input_grad_stats = c.backward_stats->scaled(ri);
-        c.weight_grad_stats = c.backward_stats->scaled(rw);
-      }
-    }
+    const double ri = median(mid_i), rw = median(mid_w);
+    for (std::size_t s = 0; s < S; ++s)
+      if (from_first[s]) split_backward(own.stages[s], ri, rw);
   }
   std::vector<double> f(S), b(S), in(S), w(S), opt(S), act(S), f_spread(S), b_spread(S);
   bool has_opt = true;
@@ -254,15 +251,9 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
       c.input_grad_stats = stats(ni, nodes, &sched::StageCost::input_grad_stats, si);
       c.weight_grad_stats = stats(nw, nodes, &sched::StageCost::weight_grad_stats, sw);
       if (regroup && to_first[static_cast<std::size_t>(c.stage)]) {
-        const double ri = median_of(first_i), rw = median_of(first_w);
-        c.input_grad_ms = ri * sb;
-        c.weight_grad_ms = rw * sb;
         c.input_grad_stats.reset();
         c.weight_grad_stats.reset();
-        if (c.backward_stats) {
-          c.input_grad_stats = c.backward_stats->scaled(ri);
-          c.weight_grad_stats = c.backward_stats->scaled(rw);
-        }
+        split_backward(c, median(first_i), median(first_w));  // c.backward_ms == sb
       }
     } else {
       c.input_grad_ms.reset();

@@ -79,13 +79,15 @@ TEST(CostInputs, FromPartitionSumsStagesAndKeepsParameterSizes) {
   EXPECT_EQ(total, params);
 }
 
+graph::Partition balanced(const graph::Model& model, int stages) {
+  graph::PartitionOptions po;
+  po.stages = stages;
+  return graph::partition_model(model, po);
+}
+
 TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
   const auto model = small_gpt(6);
-  graph::PartitionOptions po;
-  po.stages = 2;
-  const auto p2 = graph::partition_model(model, po);
-  po.stages = 4;
-  const auto p4 = graph::partition_model(model, po);
+  const auto p2 = balanced(model, 2), p4 = balanced(model, 4);
   // A "measured" profile: every stage ran exactly 3x its estimate (F) and 2x (B), optimizer 1 ms
   // per MB of parameters, with a relative spread of +-10%.
   sched::CostTable measured = costs_from_partition(model, p2);
@@ -137,11 +139,7 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
 // 0.7 and 1.0), and the new first stage takes the measured first stage's ratios (0.01, 1.1).
 TEST(CostInputs, TransferProfileGivesFirstStageLayersTheirOwnInputGradient) {
   const auto model = small_gpt(6);
-  graph::PartitionOptions po;
-  po.stages = 2;
-  const auto p2 = graph::partition_model(model, po);
-  po.stages = 4;
-  const auto p4 = graph::partition_model(model, po);
+  const auto p2 = balanced(model, 2), p4 = balanced(model, 4);
   sched::CostTable measured = costs_from_partition(model, p2);
   const double ri[] = {0.01, 0.7}, rw[] = {1.1, 1.0};
   for (std::size_t s = 0; s < 2; ++s) {
