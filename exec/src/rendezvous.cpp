@@ -184,15 +184,39 @@ void rendezvous(Store& store, const WorldInfo& world, std::chrono::milliseconds 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<int> missing(static_cast<std::size_t>(world.world_size));
   for (int r = 0; r < world.world_size; ++r) missing[static_cast<std::size_t>(r)] = r;
+  const std::string failed = prefix + "/failed";
   auto pause = std::chrono::milliseconds(1);
   while (true) {
     missing.erase(std::remove_if(missing.begin(), missing.end(),
                                  [&](int r) { return store.check({base + std::to_string(r)}); }),
                   missing.end());
     if (missing.empty()) return;
+    if (store.check({failed})) break;  // another rank timed out first
     if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  // Note [Failing rendezvous together]: the ranks that joined fail with the same TimeoutError.
+  // Without this, the store's host (rank 0) could time out first, exit, and leave the others a
+  // broken connection (a PeerError, exit 3, instead of 4). The first to time out marks the
+  // rendezvous failed; each rank acknowledges and waits (at most 2 s) until every rank that joined
+  // has, so the store outlives the ones that still read it. A store already gone changes nothing.
+  try {
+    store.set(failed, std::vector<std::uint8_t>{static_cast<std::uint8_t>(1)});
+    store.set(prefix + "/failed_ack/" + std::to_string(world.rank),
+              std::vector<std::uint8_t>{static_cast<std::uint8_t>(1)});
+    const auto grace = std::chrono::steady_clock::now() +
+                       std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(2));
+    while (std::chrono::steady_clock::now() < grace) {
+      bool all = true;
+      for (int r = 0; r < world.world_size && all; ++r) {
+        const bool joined = std::find(missing.begin(), missing.end(), r) == missing.end();
+        all = !joined || store.check({prefix + "/failed_ack/" + std::to_string(r)});
+      }
+      if (all) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } catch (const Error&) {
   }
   throw TimeoutError("rank " + std::to_string(world.rank) + ": rendezvous " +
                      detail::timed_out_after(timeout) + ": ranks " + detail::rank_list(missing) +

@@ -179,6 +179,42 @@ TEST(Rendezvous, NamesTheRanksThatNeverJoined) {
   }
 }
 
+// Note [Failing rendezvous together]: the store's host (rank 0) times out long before rank 1
+// would; rank 1 still fails with the same TimeoutError (not a broken connection), at once, and
+// rank 0 leaves only after rank 1 has seen it.
+TEST(Rendezvous, RanksThatJoinedFailTogetherWhenTheFirstTimesOut) {
+  const int port = find_free_port();
+  std::vector<std::string> errors(2);
+  std::vector<double> seconds(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      WorldInfo w;
+      w.rank = r;
+      w.world_size = 3;  // rank 2 never comes
+      w.master_port = port;
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        auto store = make_tcp_store(w, milliseconds(10000));
+        rendezvous(*store, w, milliseconds(r == 0 ? 300 : 20000));
+      } catch (const TimeoutError& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = std::string("wrong error: ") + e.what();
+      }
+      seconds[static_cast<std::size_t>(r)] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("ranks [2] never joined (world size 3)"),
+              std::string::npos)
+        << errors[static_cast<std::size_t>(r)];
+  }
+  EXPECT_LT(seconds[1], 5.0);  // not its own 20 s deadline
+}
+
 TEST(Rendezvous, CompletesWhenEveryoneJoinsOverTcp) {
   const int port = find_free_port();
   std::vector<std::thread> threads;
