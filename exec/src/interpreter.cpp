@@ -2,7 +2,6 @@
 #include "interpreter.hpp"
 
 #include <algorithm>
-#include <ctime>
 #include <set>
 #include <sstream>
 #include <string>
@@ -23,13 +22,6 @@ using sched::ActionKind;
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
-}
-
-// CPU time of the calling thread (Note [CPU time] in run_report.hpp).
-std::int64_t thread_cpu_ns() {
-  timespec ts{};
-  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 // Start-up shape messages: [n, then per tensor: dtype, ndim, dims...], padded to this size.
@@ -394,13 +386,10 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
     // Note [Measured activation memory]
     const bool measure_heap = options_.record_timings && a.kind == ActionKind::kForward;
     const std::int64_t heap_before = measure_heap ? heap_bytes_in_use() : 0;
-    const bool compute = sched::is_compute(a.kind);
     timing.start_ns = options_.record_timings ? now_ns() : 0;
-    if (options_.record_timings && compute) timing.cpu_ns = thread_cpu_ns();
     exec_action(a, step, x_mbs, y_mbs, &timing);
     if (options_.record_timings) {
       timing.end_ns = now_ns();
-      if (compute && timing.cpu_ns >= 0) timing.cpu_ns = thread_cpu_ns() - timing.cpu_ns;
       if (measure_heap) timing.bytes = heap_bytes_in_use() - heap_before;
       timings_.push_back(timing);
     }
@@ -435,14 +424,11 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
             options_.record_timings && timing != nullptr) {
           // Note [Measured split backward]: I, recorded here, then W in the caller's timing.
           do_backward(a, step, true, false);
-          ActionTiming input{a, step, timing->start_ns, now_ns(), 0, -1};
-          const std::int64_t cpu = thread_cpu_ns();
-          if (timing->cpu_ns >= 0 && cpu >= 0) input.cpu_ns = cpu - timing->cpu_ns;
+          ActionTiming input{a, step, timing->start_ns, now_ns(), 0};
           input.action.kind = ActionKind::kBackwardInput;
           timings_.push_back(input);
           timing->action.kind = ActionKind::kBackwardWeight;
           timing->start_ns = now_ns();
-          timing->cpu_ns = timing->cpu_ns >= 0 ? thread_cpu_ns() : -1;
           do_backward(a, step, false, true);
         } else {
           do_backward(a, step, true, true);
@@ -771,7 +757,7 @@ void Interpreter::run_p2p_batch(std::size_t first, std::size_t last, std::int64_
   deferred_recvs_ = &finish;
   try {
     for (std::size_t i = first; i < last; ++i) {
-      timings.push_back(ActionTiming{actions_[i], step, start, 0, 0, -1});
+      timings.push_back(ActionTiming{actions_[i], step, start, 0, 0});
       exec_action(actions_[i], step, x_mbs, y_mbs, &timings.back());
     }
   } catch (...) {

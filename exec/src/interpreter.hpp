@@ -78,8 +78,7 @@ struct ActionTiming {
   std::int64_t step = 0;
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
-  std::int64_t bytes = 0;    // payload of SEND/RECV actions; for F, heap bytes the forward kept
-  std::int64_t cpu_ns = -1;  // compute actions: the calling thread's CPU time (Note [CPU time])
+  std::int64_t bytes = 0;  // payload of SEND/RECV actions; for F, heap bytes the forward kept
 };
 
 struct InterpreterOptions {

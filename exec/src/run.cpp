@@ -381,7 +381,7 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
     rec.stages.push_back(sz);
   }
   for (const auto& t : interp.timings()) {
-    rec.actions.push_back(TimedAction{t.action, t.step, t.start_ns, t.end_ns, t.bytes, t.cpu_ns});
+    rec.actions.push_back(TimedAction{t.action, t.step, t.start_ns, t.end_ns, t.bytes});
   }
   if (p.world.rank != 0) {
     send_i64s(world, 0, kTagRecordSize, kTagRecord, encode_record(rec), timeout,

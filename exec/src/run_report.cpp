@@ -45,7 +45,7 @@ std::vector<std::int64_t> encode_record(const RankRecord& r) {
   for (const auto& a : r.actions) {
     out.insert(out.end(),
                {a.action.stage, static_cast<std::int64_t>(a.action.kind), a.action.microbatch,
-                a.action.peer_stage, a.step, a.start_ns, a.end_ns, a.bytes, a.cpu_ns});
+                a.action.peer_stage, a.step, a.start_ns, a.end_ns, a.bytes});
   }
   return out;
 }
@@ -82,7 +82,6 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
     a.start_ns = next();
     a.end_ns = next();
     a.bytes = next();
-    a.cpu_ns = next();
     r.actions.push_back(a);
   }
   return r;
@@ -212,7 +211,6 @@ std::string make_trace_json(const std::vector<RankRecord>& records, const Report
       s.stage = a.action.stage;
       s.microbatch = a.action.microbatch;
       s.step = a.step;
-      if (a.cpu_ns >= 0) s.cpu_us = static_cast<double>(a.cpu_ns) / 1e3;
       const auto idx = builder.add_slice(std::move(s));
       if (sched::is_comm(a.action.kind) && a.bytes > 0) {
         // Flow arrows pair a send with its receive (replica index 0: see below).

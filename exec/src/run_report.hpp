@@ -25,8 +25,7 @@ struct TimedAction {
   std::int64_t step = 0;
   std::int64_t start_ns = 0;  // steady_clock
   std::int64_t end_ns = 0;
-  std::int64_t bytes = 0;    // SEND/RECV: payload; F: heap bytes it left allocated
-  std::int64_t cpu_ns = -1;  // compute actions: the thread's CPU time (Note [CPU time]), or -1
+  std::int64_t bytes = 0;  // SEND/RECV: payload; F: heap bytes it left allocated
 };
 
 struct LocalStageSizes {
@@ -59,16 +58,6 @@ struct RankRecord {
 // and cores_per_node = C (CPU runs only), and the simulator shares C cores between a node's
 // computing ranks (Note [Shared cores] in sim/src/engine.cpp), so one profile predicts runs with
 // fewer or more ranks per host than it was measured with.
-
-// Note [CPU time]: every compute action (F, B, I, W) also records the CPU time of the thread
-// that ran it (CLOCK_THREAD_CPUTIME_ID), shown as args.cpu_us in the executor's trace. With
-// dedicated cores it is the wall time less interrupts and page faults; on a host whose ranks
-// share cores it is the time the action held one, so cpu_us / dur shows how much the others
-// stretched it. Profiles do not use it as the action's work (Note [Shared cores in profiles]
-// still integrates min(1, C / n(t))): on p = 4 runs here CPU time was 0.78-1.08x that integral
-// per rank and kind, and predictions from it were 5-21% low for GPipe, zero-bubble and MPI
-// runs, because the CPU the ranks' other activity takes (Open MPI's polling receives, Gloo's
-// wake-ups) is then modelled nowhere.
 
 // This host's identity (FNV-1a of its hostname, >= 0) and the CPUs this process may run on.
 [[nodiscard]] std::int64_t this_host_id();

@@ -120,7 +120,6 @@ std::string TraceBuilder::to_json() const {
                         {"microbatch", s.microbatch},
                         {"kind", s.category},
                         {"step", s.step}}}});
-    if (s.cpu_us >= 0) events.back()["args"]["cpu_us"] = s.cpu_us;
   }
   // Flows in a canonical order too: by the send slice, then the receive slice.
   std::vector<std::pair<const TraceSlice*, const TraceSlice*>> flows;
@@ -222,10 +221,6 @@ Trace parse_trace(std::string_view text, std::string_view origin) {
         s.microbatch = a["microbatch"].get<int>();
       if (a.contains("step") && a["step"].is_number_integer())
         s.step = a["step"].get<std::int64_t>();
-      if (a.contains("cpu_us") && a["cpu_us"].is_number()) {
-        s.cpu_us = a["cpu_us"].get<double>();
-        PW_CHECK(s.cpu_us >= 0, ParseError, origin << ": " << p << "/args/cpu_us must be >= 0");
-      }
       if (s.category.empty() && a.contains("kind") && a["kind"].is_string())
         s.category = a["kind"].get<std::string>();
     }

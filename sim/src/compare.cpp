@@ -158,24 +158,16 @@ CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
     rc.predicted_idle_ms = rep.predicted_step_ms - rc.predicted_busy_ms;
     std::vector<double> busy;
     std::vector<double> idle;
-    std::vector<double> cpu;
-    bool has_cpu = true;
     for (const auto& st : steps) {
       double b = 0;
-      double c = 0;
       for (const auto& kv : st.compute) {
-        if (kv.first.first != r) continue;
-        b += kv.second->duration_us / 1e3;
-        c += kv.second->cpu_us / 1e3;
-        has_cpu = has_cpu && kv.second->cpu_us >= 0;
+        if (kv.first.first == r) b += kv.second->duration_us / 1e3;
       }
       busy.push_back(b);
-      cpu.push_back(c);
       idle.push_back((st.end_us - st.start_us) / 1e3 - b);
     }
     rc.measured_busy_ms = median(busy);
     rc.measured_idle_ms = median(idle);
-    if (has_cpu && !cpu.empty()) rc.measured_cpu_ms = median(cpu);
     rc.predicted_peak_bytes = pr.peak_memory_bytes;
     if (costs != nullptr) {
       for (const auto& pm : costs->peak_memory) {
@@ -417,7 +409,6 @@ std::string to_json(const CompareReport& r) {
     e["measured_busy_ms"] = rc.measured_busy_ms;
     e["predicted_idle_ms"] = rc.predicted_idle_ms;
     e["measured_idle_ms"] = rc.measured_idle_ms;
-    if (rc.measured_cpu_ms) e["measured_cpu_ms"] = *rc.measured_cpu_ms;
     if (rc.predicted_peak_bytes) e["predicted_peak_bytes"] = *rc.predicted_peak_bytes;
     if (rc.measured_peak_bytes) e["measured_peak_bytes"] = *rc.measured_peak_bytes;
     ranks.push_back(e);
@@ -454,10 +445,7 @@ std::string to_text(const CompareReport& r) {
                   r.per_step_predicted_ms.size(), 100 * r.per_step_mape());
     os << line;
   }
-  const bool cpu = std::any_of(r.per_rank.begin(), r.per_rank.end(),
-                               [](const RankComparison& rc) { return rc.measured_cpu_ms; });
-  os << "rank  busy pred/meas (ms)   idle pred/meas (ms)   " << (cpu ? "CPU meas (ms)   " : "")
-     << "peak memory pred/meas (MiB)\n";
+  os << "rank  busy pred/meas (ms)   idle pred/meas (ms)   peak memory pred/meas (MiB)\n";
   for (const auto& rc : r.per_rank) {
     std::string mem = "-";
     if (rc.predicted_peak_bytes && rc.measured_peak_bytes) {
@@ -467,15 +455,9 @@ std::string to_text(const CompareReport& r) {
                     static_cast<double>(*rc.measured_peak_bytes) / 1048576.0);
       mem = m;
     }
-    char cpu_col[32] = "";
-    if (cpu && rc.measured_cpu_ms) {
-      std::snprintf(cpu_col, sizeof cpu_col, "%-13.3f   ", *rc.measured_cpu_ms);
-    } else if (cpu) {
-      std::snprintf(cpu_col, sizeof cpu_col, "%-13s   ", "-");
-    }
-    std::snprintf(line, sizeof line, "%4d  %8.3f / %-8.3f   %8.3f / %-8.3f   %s%s\n", rc.rank,
+    std::snprintf(line, sizeof line, "%4d  %8.3f / %-8.3f   %8.3f / %-8.3f   %s\n", rc.rank,
                   rc.predicted_busy_ms, rc.measured_busy_ms, rc.predicted_idle_ms,
-                  rc.measured_idle_ms, cpu_col, mem.c_str());
+                  rc.measured_idle_ms, mem.c_str());
     os << line;
   }
   if (!r.largest.empty()) {

@@ -129,34 +129,5 @@ TEST(Trace, MalformedEventsNameThePointer) {
   EXPECT_THROW((void)parse_trace("not json", "t.json"), ParseError);
 }
 
-TEST(Trace, CpuTimeRoundTripsAndIsOptional) {
-  TraceBuilder b(TraceInfo{"executor", "plan.csv", "1F1B"}, 1);
-  TraceSlice f = slice("0F0", "F", 0, TraceStream::kCompute, 0, 1000, 0, 0);
-  f.cpu_us = 612.5;
-  b.add_slice(f);
-  b.add_slice(slice("0F1", "F", 0, TraceStream::kCompute, 1000, 500, 0, 1));
-  const std::string text = b.to_json();
-  const auto j = nlohmann::json::parse(text);
-  int with_cpu = 0;
-  for (const auto& e : j["traceEvents"]) {
-    if (e["ph"] == "X" && e["args"].contains("cpu_us")) ++with_cpu;
-  }
-  EXPECT_EQ(with_cpu, 1);  // written only when measured
-  const Trace t = parse_trace(text, "t.json");
-  ASSERT_EQ(t.slices.size(), 2u);
-  EXPECT_EQ(t.slices[0], f);
-  EXPECT_DOUBLE_EQ(t.slices[0].cpu_us, 612.5);
-  EXPECT_LT(t.slices[1].cpu_us, 0);
-  try {
-    (void)parse_trace(
-        R"({"traceEvents":[{"ph":"X","name":"0F0","pid":0,"tid":0,"ts":0,"dur":1,"args":{"cpu_us":-2}}]})",
-        "t.json");
-    FAIL();
-  } catch (const ParseError& e) {
-    EXPECT_NE(std::string(e.what()).find("t.json: /traceEvents/0/args/cpu_us"), std::string::npos)
-        << e.what();
-  }
-}
-
 }  // namespace
 }  // namespace pipewright::sched

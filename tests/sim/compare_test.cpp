@@ -72,25 +72,6 @@ TEST(Compare, SlowerMeasurementGivesNegativeErrorAndRanksLargestLast) {
   EXPECT_NE(json.find("\"step_error\""), std::string::npos);
 }
 
-TEST(Compare, MeasuredCpuTimeIsReportedPerRankWhenTheTraceHasIt) {
-  SimResult r = simulate_1f1b(1.0, 2.0);
-  sched::Trace m = measured_from(r, 1.0);
-  CompareReport without = compare(r, m, nullptr, CompareOptions{});
-  for (const auto& rc : without.per_rank) EXPECT_FALSE(rc.measured_cpu_ms);
-  EXPECT_EQ(to_text(without).find("CPU meas"), std::string::npos);
-  EXPECT_EQ(to_json(without).find("measured_cpu_ms"), std::string::npos);
-  // Each compute action held a core for 60% of its time (rank 1: not measured).
-  for (auto& s : m.slices) {
-    if (s.stream == sched::TraceStream::kCompute && s.rank == 0) s.cpu_us = 0.6 * s.duration_us;
-  }
-  CompareReport with = compare(r, m, nullptr, CompareOptions{});
-  ASSERT_TRUE(with.per_rank[0].measured_cpu_ms);
-  EXPECT_NEAR(*with.per_rank[0].measured_cpu_ms, 0.6 * with.per_rank[0].measured_busy_ms, 1e-6);
-  EXPECT_FALSE(with.per_rank[1].measured_cpu_ms);
-  EXPECT_NE(to_text(with).find("CPU meas (ms)"), std::string::npos) << to_text(with);
-  EXPECT_NE(to_json(with).find("\"measured_cpu_ms\""), std::string::npos);
-}
-
 TEST(Compare, MismatchedRankCountIsAnInputError) {
   SimResult r = simulate_1f1b(1.0, 2.0);
   sched::Trace m = measured_from(r, 1.0);

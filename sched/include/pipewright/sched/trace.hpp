@@ -38,14 +38,10 @@ struct TraceSlice {
   std::int32_t stage = -1;
   std::int32_t microbatch = -1;
   std::int64_t step = 0;
-  // Executor traces: the CPU time the rank's thread spent in a compute action (args "cpu_us";
-  // on a host whose ranks share cores, the time it held one). < 0: not measured.
-  double cpu_us = -1;
   friend bool operator==(const TraceSlice& a, const TraceSlice& b) noexcept {
     return a.name == b.name && a.category == b.category && a.rank == b.rank &&
            a.stream == b.stream && a.start_us == b.start_us && a.duration_us == b.duration_us &&
-           a.stage == b.stage && a.microbatch == b.microbatch && a.step == b.step &&
-           a.cpu_us == b.cpu_us;
+           a.stage == b.stage && a.microbatch == b.microbatch && a.step == b.step;
   }
 };
 

@@ -41,10 +41,6 @@ struct RankComparison {
   double measured_busy_ms = 0;
   double predicted_idle_ms = 0;
   double measured_idle_ms = 0;
-  // Executor traces with CPU times (args.cpu_us, Note [CPU time] in exec/src/run_report.hpp):
-  // median over steps of the CPU time of the rank's compute actions. Below measured_busy_ms when
-  // the rank's ranks shared cores (the rest of its busy time it waited for one).
-  std::optional<double> measured_cpu_ms;
   std::optional<std::int64_t> predicted_peak_bytes;
   std::optional<std::int64_t> measured_peak_bytes;
 };
