@@ -179,8 +179,8 @@ WorldInfo resolve_world(const WorldFlags& flags, const EnvMap& env) {
 void rendezvous(Store& store, const WorldInfo& world, std::chrono::milliseconds timeout,
                 const std::string& prefix) {
   const std::string base = prefix + "/joined/";
-  store.set(base + std::to_string(world.rank),
-            std::vector<std::uint8_t>{static_cast<std::uint8_t>(1)});
+  const std::vector<std::uint8_t> yes{static_cast<std::uint8_t>(1)};
+  store.set(base + std::to_string(world.rank), yes);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<int> missing(static_cast<std::size_t>(world.world_size));
   for (int r = 0; r < world.world_size; ++r) missing[static_cast<std::size_t>(r)] = r;
@@ -201,22 +201,17 @@ void rendezvous(Store& store, const WorldInfo& world, std::chrono::milliseconds 
   // broken connection (a PeerError, exit 3, instead of 4). The first to time out marks the
   // rendezvous failed; each rank acknowledges and waits (at most 2 s) until every rank that joined
   // has, so the store outlives the ones that still read it. A store already gone changes nothing.
+  const std::string ack = prefix + "/failed_ack/";
+  std::vector<std::string> acks;  // of every rank that joined
+  for (int r = 0; r < world.world_size; ++r) {
+    if (std::find(missing.begin(), missing.end(), r) == missing.end())
+      acks.push_back(ack + std::to_string(r));
+  }
   try {
-    store.set(failed, std::vector<std::uint8_t>{static_cast<std::uint8_t>(1)});
-    store.set(prefix + "/failed_ack/" + std::to_string(world.rank),
-              std::vector<std::uint8_t>{static_cast<std::uint8_t>(1)});
-    const auto grace = std::chrono::steady_clock::now() +
-                       std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(2));
-    while (std::chrono::steady_clock::now() < grace) {
-      bool all = true;
-      for (int r = 0; r < world.world_size && all; ++r) {
-        const bool joined = std::find(missing.begin(), missing.end(), r) == missing.end();
-        all = !joined || store.check({prefix + "/failed_ack/" + std::to_string(r)});
-      }
-      if (all) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  } catch (const Error&) {
+    store.set(failed, yes);
+    store.set(ack + std::to_string(world.rank), yes);
+    store.wait(acks, std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(2)));
+  } catch (const Error&) {  // a rank gone, the store gone: fail with our own error anyway
   }
   throw TimeoutError("rank " + std::to_string(world.rank) + ": rendezvous " +
                      detail::timed_out_after(timeout) + ": ranks " + detail::rank_list(missing) +
