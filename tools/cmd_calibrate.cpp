@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "exec_commands.hpp"
 #include "pipewright/exec/calibrate.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sim/calibration.hpp"
@@ -204,10 +205,7 @@ void run_worker(const CalibrateArgs& a) {
 
 void setup_calibrate(CLI::App& app) {
   auto a = std::make_shared<CalibrateArgs>();
-  auto* cmd = app.add_subcommand(
-      "calibrate",
-      "Measure point-to-point and all-reduce times between local ranks and write a cluster "
-      "description for the simulator");
+  auto* cmd = app.add_subcommand("calibrate", std::string(exec_command_description("calibrate")));
   cmd->add_option("--backend", a->backend, "gloo|mpi")->capture_default_str();
   cmd->add_option("--nproc", a->nproc, "local ranks to start (>= 2)")->capture_default_str();
   cmd->add_option("-o,--output", a->output,

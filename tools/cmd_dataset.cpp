@@ -11,6 +11,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "exec_commands.hpp"
 #include "pipewright/exec/bundled_data.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/generators.hpp"
@@ -55,7 +56,7 @@ struct ExportArgs {
 };
 
 void setup_dataset(CLI::App& app) {
-  auto* cmd = app.add_subcommand("dataset", "The bundled datasets (char-level language modelling)");
+  auto* cmd = app.add_subcommand("dataset", std::string(exec_command_description("dataset")));
   cmd->require_subcommand(1, 1);
 
   cmd->add_subcommand("list", "List the bundled datasets")->callback([] {

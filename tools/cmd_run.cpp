@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "exec_commands.hpp"
 #include "pipewright/exec/run.hpp"
 #include "pipewright/graph/error.hpp"
 
@@ -147,8 +148,7 @@ class Progress {
 void setup_run(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
   auto& c = flags->config;
-  auto* sub = app.add_subcommand(
-      "run", "Train a model with a pipeline schedule on pp x dp ranks (this process is one)");
+  auto* sub = app.add_subcommand("run", std::string(exec_command_description("run")));
   sub->config_formatter(std::make_shared<JsonOrTomlConfig>());
   sub->set_config("--config", "", "TOML or JSON file with the same keys as the long flags");
   sub->add_option("--model", c.model_path, "Model JSON")->required();

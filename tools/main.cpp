@@ -2,17 +2,29 @@
 // pipewright errors to exit codes (0 ok, 2 bad input/config, 3 peer failure, 4 timeout,
 // 1 internal) and prints the one-line message. Logs go to stderr (spdlog); results go to files
 // or stdout.
+//
+// Built twice (docs/architecture.md, "Two binaries, one command"): as `pipewright`, the front end
+// with every offline subcommand, linked without libtorch/MPI/Gloo/NCCL/CUDA; and, with
+// PIPEWRIGHT_EXECUTOR_BINARY defined, as `pipewright-exec`, with the subcommands that need the
+// executor (exec_commands.hpp) plus `launch`. The front end execs pipewright-exec, with the same
+// arguments, when one of those subcommands is named.
+#include <limits.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
+#include "exec_commands.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/version.hpp"
 
@@ -40,6 +52,82 @@ void set_fallthrough(CLI::App& app) {
   }
 }
 
+#ifndef PIPEWRIGHT_EXECUTOR_BINARY
+// Index in argv of the subcommand: the first argument that is not a global option or its value
+// (0 if there is none).
+int subcommand_index(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--log-level") {
+      ++i;
+    } else if (a.empty() || a[0] != '-') {
+      return i;
+    }
+  }
+  return 0;
+}
+
+bool is_executable(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
+
+// The executor binary: $PIPEWRIGHT_EXEC_BINARY, else beside this program, else in an installed
+// prefix's libexec/pipewright/. Empty if none is found.
+std::string find_exec_binary() {
+  if (const char* env = std::getenv("PIPEWRIGHT_EXEC_BINARY"); env != nullptr && *env != '\0') {
+    return env;  // checked by the caller, which names the variable
+  }
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return {};
+  std::string dir(buf, static_cast<std::size_t>(n));
+  dir.erase(dir.rfind('/') + 1);
+  const std::string name(pipewright::cli::kExecBinaryName);
+  for (const std::string& candidate : {dir + name, dir + "../libexec/pipewright/" + name}) {
+    if (is_executable(candidate)) return candidate;
+  }
+  return {};
+}
+
+// `pipewright run|calibrate|dataset ...`: becomes pipewright-exec with the same arguments (argv[0]
+// kept, so its messages still say "pipewright"). Returns only on failure, with the exit code.
+int forward_to_exec_binary(const std::string& subcommand, char** argv) {
+  const std::string path = find_exec_binary();
+  if (const char* env = std::getenv("PIPEWRIGHT_EXEC_BINARY");
+      env != nullptr && *env != '\0' && !is_executable(path)) {
+    std::cerr << "pipewright: error: PIPEWRIGHT_EXEC_BINARY='" << path
+              << "' is not an executable file (it names the executor binary, "
+              << pipewright::cli::kExecBinaryName << ")\n";
+    return 2;
+  }
+  if (path.empty()) {
+    std::cerr << "pipewright: error: '" << subcommand << "' needs the executor, "
+              << pipewright::cli::kExecBinaryName
+#ifdef PIPEWRIGHT_WITH_EXEC
+              << ", which is not beside this program nor in ../libexec/pipewright/ (set "
+                 "PIPEWRIGHT_EXEC_BINARY to its path)\n";
+#else
+              << ", and this build has none (configured with PIPEWRIGHT_WITH_EXEC=OFF: libtorch "
+                 "was not found)\n";
+#endif
+    return 2;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::execv(path.c_str(), argv);
+  std::cerr << "pipewright: error: cannot start the executor '" << path
+            << "': " << std::strerror(errno) << "\n";
+  return 1;
+}
+
+// The front end lists the executor's subcommands in its --help; they are never parsed here.
+void add_exec_placeholders(CLI::App& app) {
+  for (const auto& c : pipewright::cli::kExecCommands) {
+    app.add_subcommand(std::string(c.name), std::string(c.description))
+        ->prefix_command()
+        ->allow_extras();
+  }
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,6 +148,16 @@ int main(int argc, char** argv) {
   app.require_subcommand(1, 1);
 
   for (auto setup : pipewright::cli::registered_commands()) setup(app);
+#ifdef PIPEWRIGHT_EXECUTOR_BINARY
+  app.name("pipewright");
+#else
+  add_exec_placeholders(app);
+  if (const int sub = subcommand_index(argc, argv); sub > 0) {
+    for (const auto& c : pipewright::cli::kExecCommands) {
+      if (c.name == argv[sub]) return forward_to_exec_binary(argv[sub], argv);
+    }
+  }
+#endif
 
   // An unknown subcommand is bad input: name the valid ones.
   if (argc > 1 && argv[1][0] != '-' && !has_subcommand(app, argv[1])) {

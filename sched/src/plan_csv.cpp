@@ -36,6 +36,7 @@ std::string to_csv(const LoweredPlan& plan) { return csv_of(plan); }
 
 AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptions& options) {
   std::vector<std::vector<detail::ParsedCell>> rows;
+  std::vector<std::size_t> line_of_row;
   std::size_t line_start = 0;
   std::size_t line_no = 0;
   std::size_t last_nonempty = 0;  // rows up to here are kept (trailing empty lines dropped)
@@ -66,15 +67,16 @@ AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptio
         std::string error;
         std::size_t col = 0;
         auto action = try_parse_action(cell, &error, &col);
-        const std::string where = std::string(source) + ":" + std::to_string(line_no) + ":";
         if (!action) {
-          throw ParseError(where + std::to_string(offset + col) + ": " + error);
+          throw ParseError(std::string(source) + ":" + std::to_string(line_no) + ":" +
+                           std::to_string(offset + col) + ": " + error);
         }
-        row.push_back({*action, where + std::to_string(offset + 1)});
+        row.push_back({*action, offset + 1});
       }
       cell_start = cell_end + 1;
     }
     rows.push_back(std::move(row));
+    line_of_row.push_back(line_no);
     if (!line.empty()) last_nonempty = rows.size();
     line_start = line_end + 1;
   }
@@ -83,13 +85,17 @@ AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptio
   detail::Declared declared;
   if (options.stages >= 0) declared.stages = options.stages;
   if (options.microbatches >= 0) declared.microbatches = options.microbatches;
-  return detail::build_plan(rows, declared, source);
+  return detail::build_plan(rows, declared, source,
+                            [&](std::size_t r, std::size_t, std::size_t col) {
+                              return std::string(source) + ":" + std::to_string(line_of_row[r]) +
+                                     ":" + std::to_string(col);
+                            });
 }
 
 namespace detail {
 
 AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Declared& declared,
-                   std::string_view source) {
+                   std::string_view source, const CellLocator& where) {
   const auto ranks = static_cast<std::int32_t>(rows.size());
   if (declared.ranks) {
     PW_CHECK(*declared.ranks == ranks, ParseError,
@@ -100,8 +106,9 @@ AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Decla
   bool non_chain_peer = false;
   std::int32_t max_stage = -1;
   std::int32_t max_mb = -1;
-  for (const auto& row : rows) {
-    for (const auto& c : row) {
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (std::size_t i = 0; i < rows[r].size(); ++i) {
+      const ParsedCell& c = rows[r][i];
       const Action& a = c.action;
       max_stage = std::max(max_stage, a.stage);
       max_mb = std::max(max_mb, a.microbatch);
@@ -110,12 +117,13 @@ AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Decla
         max_stage = std::max(max_stage, a.peer_stage);
         if (a.peer_stage != Action::default_peer(a.stage, a.kind)) non_chain_peer = true;
         if (declared.lowered && !*declared.lowered) {
-          throw ParseError(c.where + ": " + to_string(a) +
+          throw ParseError(where(r, i, c.pos) + ": " + to_string(a) +
                            " is a communication action in a plan declared \"compute\"");
         }
       }
       if (is_comm(a.kind) && a.peer_stage < 0) {
-        throw ParseError(c.where + ": " + to_string(a) + ": stage " + std::to_string(a.stage) +
+        throw ParseError(where(r, i, c.pos) + ": " + to_string(a) + ": stage " +
+                         std::to_string(a.stage) +
                          " has no neighbour on that side; name the peer with '@<stage>'");
       }
       if (declared.stages) {
@@ -124,13 +132,13 @@ AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Decla
                                  : is_comm(a.kind) && a.peer_stage >= n ? a.peer_stage
                                                                         : -1;
         if (bad >= 0) {
-          throw ParseError(c.where + ": " + to_string(a) + ": stage " + std::to_string(bad) +
-                           " is out of range [0, " + std::to_string(n) + ")");
+          throw ParseError(where(r, i, c.pos) + ": " + to_string(a) + ": stage " +
+                           std::to_string(bad) + " is out of range [0, " + std::to_string(n) + ")");
         }
       }
       if (declared.microbatches && has_microbatch(a.kind) &&
           a.microbatch >= *declared.microbatches) {
-        throw ParseError(c.where + ": " + to_string(a) + ": microbatch " +
+        throw ParseError(where(r, i, c.pos) + ": " + to_string(a) + ": microbatch " +
                          std::to_string(a.microbatch) + " is out of range [0, " +
                          std::to_string(*declared.microbatches) + ")");
       }
@@ -147,20 +155,22 @@ AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Decla
   } else {
     shape.stage_to_rank.assign(idx(shape.stages), -1);
     for (std::int32_t r = 0; r < ranks; ++r) {
-      for (const auto& c : rows[idx(r)]) {
+      for (std::size_t i = 0; i < rows[idx(r)].size(); ++i) {
+        const ParsedCell& c = rows[idx(r)][i];
         auto& owner = shape.stage_to_rank[idx(c.action.stage)];
         if (owner >= 0 && owner != r) {
-          throw ParseError(c.where + ": stage " + std::to_string(c.action.stage) +
+          throw ParseError(where(idx(r), i, c.pos) + ": stage " + std::to_string(c.action.stage) +
                            " appears on rows " + std::to_string(owner) + " and " +
                            std::to_string(r) + " (a stage lives on exactly one rank)");
         }
         owner = r;
       }
     }
-    for (const auto& row : rows) {
-      for (const auto& c : row) {
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      for (std::size_t i = 0; i < rows[r].size(); ++i) {
+        const ParsedCell& c = rows[r][i];
         if (is_comm(c.action.kind) && shape.stage_to_rank[idx(c.action.peer_stage)] < 0) {
-          throw ParseError(c.where + ": " + to_string(c.action) + ": peer stage " +
+          throw ParseError(where(r, i, c.pos) + ": " + to_string(c.action) + ": peer stage " +
                            std::to_string(c.action.peer_stage) + " appears in no row");
         }
       }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,10 +13,16 @@
 
 namespace pipewright::sched::detail {
 
+// A parsed action and where it stood in its file, in the reader's own terms (CSV: the column;
+// JSON: the byte offset). The position is turned into text only when an error names the cell
+// (CellLocator), so reading stays linear in the file's size (Note [Lazy error positions]).
 struct ParsedCell {
   Action action;
-  std::string where;  // "file:line:col" (+ " /actions/r/i" for JSON), used in error messages
+  std::size_t pos = 0;
 };
+
+// "file:line:col" (+ ": /actions/r/i" for JSON) of cell `index` of row `row`, for error messages.
+using CellLocator = std::function<std::string(std::size_t row, std::size_t index, std::size_t pos)>;
 
 struct Declared {
   std::optional<std::int32_t> ranks;
@@ -30,6 +37,6 @@ struct Declared {
 // Throws ParseError naming the cell (or the source) for out-of-range stages and microbatches,
 // SEND/RECV in a plan declared compute-only, a stage found on two rows, and peers on no row.
 AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Declared& declared,
-                   std::string_view source);
+                   std::string_view source, const CellLocator& where);
 
 }  // namespace pipewright::sched::detail

@@ -202,16 +202,19 @@ class Reader {
     if (!actions.is_array() || actions.empty()) {
       fail({"actions"}, "expected an array with one array of action strings per rank");
     }
+    // Note [Lazy error positions]: the readers keep each action's byte offset and turn it into
+    // line:column only for the one cell an error names. Computing it for every action (as the
+    // first version did) scanned the text from its start per action: quadratic in the plan.
     const auto offsets = Locator(text_).string_offsets({"actions"});
     std::vector<std::vector<detail::ParsedCell>> rows(actions.size());
     for (std::size_t r = 0; r < actions.size(); ++r) {
-      const std::vector<std::string> at = {"actions", std::to_string(r)};
-      if (!actions[r].is_array()) fail(at, "expected an array of action strings");
+      if (!actions[r].is_array())
+        fail({"actions", std::to_string(r)}, "expected an array of action strings");
+      rows[r].reserve(actions[r].size());
       for (std::size_t i = 0; i < actions[r].size(); ++i) {
-        const std::vector<std::string> cell = {"actions", std::to_string(r), std::to_string(i)};
         const json& v = actions[r][i];
-        if (!v.is_string()) fail(cell, "expected an action string such as \"0F0\"");
-        const std::string s = v.get<std::string>();
+        if (!v.is_string()) fail(cell_path(r, i), "expected an action string such as \"0F0\"");
+        const auto& s = v.get_ref<const std::string&>();
         std::string error;
         std::size_t col = 0;
         auto action = try_parse_action(s, &error, &col);
@@ -219,16 +222,23 @@ class Reader {
         const std::size_t start = offsets.at(r).at(i) + 1;
         if (!action) {
           throw ParseError(std::string(source_) + ":" + line_col(text_, start + col - 1) + ": " +
-                           pointer(cell) + ": " + error);
+                           pointer(cell_path(r, i)) + ": " + error);
         }
-        rows[r].push_back({*action, std::string(source_) + ":" + line_col(text_, start - 1) + ": " +
-                                        pointer(cell)});
+        rows[r].push_back({*action, start - 1});
       }
     }
-    return detail::build_plan(rows, d, source_);
+    return detail::build_plan(rows, d, source_,
+                              [this](std::size_t r, std::size_t i, std::size_t pos) {
+                                return std::string(source_) + ":" + line_col(text_, pos) + ": " +
+                                       pointer(cell_path(r, i));
+                              });
   }
 
  private:
+  static std::vector<std::string> cell_path(std::size_t r, std::size_t i) {
+    return {"actions", std::to_string(r), std::to_string(i)};
+  }
+
   static std::string pointer(const std::vector<std::string>& path) {
     std::string out;
     for (const auto& p : path) out += "/" + p;

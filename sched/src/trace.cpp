@@ -1,10 +1,13 @@
 #include "pipewright/sched/trace.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "pipewright/graph/error.hpp"
@@ -19,6 +22,46 @@ constexpr TraceStream kAllStreams[] = {TraceStream::kCompute, TraceStream::kSend
 // Slices may touch (end == next start) but not overlap; 1 ns of slack absorbs the rounding of
 // nanosecond timestamps converted to floating-point microseconds.
 constexpr double kOverlapSlackUs = 1e-3;
+
+void append_int(std::string& out, std::int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  out.append(buf, r.ptr);
+}
+
+// Shortest text that reads back as the same double (as nlohmann's dump).
+void append_double(std::string& out, double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  out.append(buf, r.ptr);
+}
+
+void append_string(std::string& out, const std::string& s) {
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    return c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20;
+  });
+  if (plain) {
+    out += '"';
+    out += s;
+    out += '"';
+  } else {
+    out += json(s).dump();
+  }
+}
+
+// Stable counting sort of `items` by key(item) in [0, keys). Returns where each key's items
+// start in the sorted vector (keys + 1 entries).
+template <typename Key>
+std::vector<std::size_t> counting_sort(std::vector<std::size_t>& items, std::size_t keys, Key key) {
+  std::vector<std::size_t> start(keys + 1, 0);
+  for (std::size_t item : items) ++start[key(item) + 1];
+  for (std::size_t k = 0; k < keys; ++k) start[k + 1] += start[k];
+  std::vector<std::size_t> next(start.begin(), start.end() - 1);
+  std::vector<std::size_t> sorted(items.size());
+  for (std::size_t item : items) sorted[next[key(item)]++] = item;
+  items = std::move(sorted);
+  return start;
+}
 
 bool slice_order(const TraceSlice& a, const TraceSlice& b) {
   if (a.rank != b.rank) return a.rank < b.rank;
@@ -48,7 +91,7 @@ TraceBuilder::TraceBuilder(TraceInfo info, std::int32_t ranks)
     : info_(std::move(info)), ranks_(ranks) {}
 
 std::size_t TraceBuilder::add_slice(TraceSlice slice) {
-  PW_ASSERT(slice.duration_us >= 0 && std::isfinite(slice.start_us),
+  PW_ASSERT(slice.rank >= 0 && slice.duration_us >= 0 && std::isfinite(slice.start_us),
             "trace slice " << slice.name << " has start " << slice.start_us << " duration "
                            << slice.duration_us);
   slices_.push_back(std::move(slice));
@@ -61,12 +104,28 @@ void TraceBuilder::add_flow(std::size_t send_slice, std::size_t recv_slice) {
 }
 
 std::string TraceBuilder::to_json() const {
-  // Sort by (rank, stream, start) so the output does not depend on insertion order.
+  // Sort by (rank, stream, start, ...) so the output does not depend on insertion order. Linear
+  // for what the simulator and executor record: a stable counting sort by (rank, stream), then
+  // each stream sorted only if it is not already in time order (Note [Trace writing]).
+  std::int32_t ranks = ranks_;
+  for (const auto& s : slices_) ranks = std::max(ranks, s.rank + 1);
+  constexpr std::size_t kStreams = std::size(kAllStreams);
   std::vector<std::size_t> order(slices_.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [this](std::size_t a, std::size_t b) {
+  auto stream_of = [this](std::size_t i) {
+    return static_cast<std::size_t>(slices_[i].rank) * kStreams +
+           static_cast<std::size_t>(slices_[i].stream);
+  };
+  const std::vector<std::size_t> stream_start =
+      counting_sort(order, static_cast<std::size_t>(ranks) * kStreams, stream_of);
+  auto by_slice = [this](std::size_t a, std::size_t b) {
     return slice_order(slices_[a], slices_[b]);
-  });
+  };
+  for (std::size_t b = 0; b + 1 < stream_start.size(); ++b) {
+    const auto first = order.begin() + static_cast<std::ptrdiff_t>(stream_start[b]);
+    const auto last = order.begin() + static_cast<std::ptrdiff_t>(stream_start[b + 1]);
+    if (!std::is_sorted(first, last, by_slice)) std::stable_sort(first, last, by_slice);
+  }
   for (std::size_t k = 1; k < order.size(); ++k) {
     const TraceSlice& prev = slices_[order[k - 1]];
     const TraceSlice& cur = slices_[order[k]];
@@ -78,156 +137,355 @@ std::string TraceBuilder::to_json() const {
                   << cur.name << " at " << cur.start_us);
   }
 
-  json events = json::array();
-  std::int32_t ranks = ranks_;
-  for (const auto& s : slices_) ranks = std::max(ranks, s.rank + 1);
+  // Note [Trace writing]: the events are written by hand, one per line, straight into the output
+  // string: building a JSON document first cost ~4 KB of memory per event and ~22 s for the
+  // half-million-action plans of bench/cli_scale.sh; this is linear in the events, with no
+  // per-event allocation beyond the output itself.
+  std::string out;
+  out.reserve(256 + (slices_.size() + 2 * flows_.size()) * 160);
+  bool first = true;
+  auto begin_event = [&out, &first] {
+    out += first ? "\n" : ",\n";
+    first = false;
+  };
+  auto meta = [&](std::int32_t pid, int tid, std::string_view name, std::string_view arg_key,
+                  const std::string& arg_value_json) {
+    begin_event();
+    out += R"({"ph":"M","name":")";
+    out += name;
+    out += R"(","pid":)";
+    append_int(out, pid);
+    out += R"(,"tid":)";
+    append_int(out, tid);
+    out += R"(,"args":{")";
+    out += arg_key;
+    out += R"(":)";
+    out += arg_value_json;
+    out += "}}";
+  };
+  out += R"({"traceEvents": [)";
   for (std::int32_t r = 0; r < ranks; ++r) {
-    events.push_back({{"ph", "M"},
-                      {"name", "process_name"},
-                      {"pid", r},
-                      {"tid", 0},
-                      {"args", {{"name", "rank " + std::to_string(r)}}}});
-    events.push_back({{"ph", "M"},
-                      {"name", "process_sort_index"},
-                      {"pid", r},
-                      {"tid", 0},
-                      {"args", {{"sort_index", r}}}});
+    meta(r, 0, "process_name", "name", "\"rank " + std::to_string(r) + "\"");
+    meta(r, 0, "process_sort_index", "sort_index", std::to_string(r));
     for (TraceStream st : kAllStreams) {
       const int tid = static_cast<int>(st);
-      events.push_back({{"ph", "M"},
-                        {"name", "thread_name"},
-                        {"pid", r},
-                        {"tid", tid},
-                        {"args", {{"name", std::string(to_string(st))}}}});
-      events.push_back({{"ph", "M"},
-                        {"name", "thread_sort_index"},
-                        {"pid", r},
-                        {"tid", tid},
-                        {"args", {{"sort_index", tid}}}});
+      meta(r, tid, "thread_name", "name", "\"" + std::string(to_string(st)) + "\"");
+      meta(r, tid, "thread_sort_index", "sort_index", std::to_string(tid));
     }
   }
   for (std::size_t idx : order) {
     const TraceSlice& s = slices_[idx];
-    events.push_back({{"ph", "X"},
-                      {"name", s.name},
-                      {"cat", s.category},
-                      {"pid", s.rank},
-                      {"tid", static_cast<int>(s.stream)},
-                      {"ts", s.start_us},
-                      {"dur", s.duration_us},
-                      {"args",
-                       {{"stage", s.stage},
-                        {"microbatch", s.microbatch},
-                        {"kind", s.category},
-                        {"step", s.step}}}});
+    begin_event();
+    out += R"({"ph":"X","name":)";
+    append_string(out, s.name);
+    out += R"(,"cat":)";
+    append_string(out, s.category);
+    out += R"(,"pid":)";
+    append_int(out, s.rank);
+    out += R"(,"tid":)";
+    append_int(out, static_cast<int>(s.stream));
+    out += R"(,"ts":)";
+    append_double(out, s.start_us);
+    out += R"(,"dur":)";
+    append_double(out, s.duration_us);
+    out += R"(,"args":{"stage":)";
+    append_int(out, s.stage);
+    out += R"(,"microbatch":)";
+    append_int(out, s.microbatch);
+    out += R"(,"kind":)";
+    append_string(out, s.category);
+    out += R"(,"step":)";
+    append_int(out, s.step);
+    out += "}}";
   }
-  // Flows in a canonical order too: by the send slice, then the receive slice.
+  // Flows in a canonical order too: by the send slice, then the receive slice. Slices that
+  // compare equal share a class, so equal slices order their flows alike whatever their
+  // insertion order; two stable counting sorts (receive class, then send class) are linear.
+  std::vector<std::size_t> slice_class(slices_.size());
+  for (std::size_t k = 0, c = 0; k < order.size(); ++k) {
+    if (k > 0 && by_slice(order[k - 1], order[k])) ++c;
+    slice_class[order[k]] = c;
+  }
+  std::vector<std::size_t> flow_order(flows_.size());
+  std::iota(flow_order.begin(), flow_order.end(), 0);
+  counting_sort(flow_order, slices_.size(),
+                [&](std::size_t f) { return slice_class[flows_[f].second]; });
+  counting_sort(flow_order, slices_.size(),
+                [&](std::size_t f) { return slice_class[flows_[f].first]; });
   std::vector<std::pair<const TraceSlice*, const TraceSlice*>> flows;
   flows.reserve(flows_.size());
-  for (const auto& [a, b] : flows_) flows.emplace_back(&slices_[a], &slices_[b]);
-  std::stable_sort(flows.begin(), flows.end(), [](const auto& x, const auto& y) {
-    if (slice_order(*x.first, *y.first)) return true;
-    if (slice_order(*y.first, *x.first)) return false;
-    return slice_order(*x.second, *y.second);
-  });
+  for (std::size_t f : flow_order) {
+    flows.emplace_back(&slices_[flows_[f].first], &slices_[flows_[f].second]);
+  }
   std::int64_t id = 0;
   for (const auto& [send, recv] : flows) {
     ++id;
-    events.push_back({{"ph", "s"},
-                      {"name", send->name},
-                      {"cat", "p2p"},
-                      {"id", id},
-                      {"pid", send->rank},
-                      {"tid", static_cast<int>(send->stream)},
-                      {"ts", send->start_us}});
-    events.push_back({{"ph", "f"},
-                      {"bp", "e"},
-                      {"name", send->name},
-                      {"cat", "p2p"},
-                      {"id", id},
-                      {"pid", recv->rank},
-                      {"tid", static_cast<int>(recv->stream)},
-                      {"ts", recv->start_us}});
+    for (const bool start : {true, false}) {
+      const TraceSlice& at = start ? *send : *recv;
+      begin_event();
+      out += start ? R"({"ph":"s","name":)" : R"({"ph":"f","bp":"e","name":)";
+      append_string(out, send->name);
+      out += R"(,"cat":"p2p","id":)";
+      append_int(out, id);
+      out += R"(,"pid":)";
+      append_int(out, at.rank);
+      out += R"(,"tid":)";
+      append_int(out, static_cast<int>(at.stream));
+      out += R"(,"ts":)";
+      append_double(out, at.start_us);
+      out += "}";
+    }
   }
-  json root{{"traceEvents", std::move(events)},
-            {"displayTimeUnit", "ms"},
-            {"otherData",
-             {{"source", info_.source}, {"plan", info_.plan}, {"schedule", info_.schedule}}}};
-  return root.dump(1) + "\n";
+  out += "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": ";
+  out += json{{"source", info_.source}, {"plan", info_.plan}, {"schedule", info_.schedule}}.dump();
+  out += "}\n";
+  return out;
 }
 
-Trace parse_trace(std::string_view text, std::string_view origin) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    throw ParseError(std::string(origin) + ": invalid JSON: " + e.what());
+namespace {
+
+// Note [Streaming trace reader]: traces of frontier-size plans hold millions of events; a JSON
+// document of them took ~4 KB of memory per event. TraceReader reads the text with nlohmann's
+// SAX interface and keeps only the current event's fields, so reading is linear in time and the
+// memory is the slices themselves. Its errors are the document reader's, in the same order: a
+// syntax error anywhere first, then the root's shape, then the first bad event.
+class TraceReader {
+ public:
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  explicit TraceReader(std::string_view origin) : origin_(origin) {}
+
+  Trace finish(bool syntax_ok) {
+    if (!syntax_ok) throw ParseError(std::string(origin_) + ": invalid JSON: " + syntax_error_);
+    PW_CHECK(root_is_object_, ParseError, origin_ << ": / must be a JSON object");
+    PW_CHECK(events_is_array_, ParseError, origin_ << ": /traceEvents must be an array");
+    if (!event_error_.empty()) throw ParseError(event_error_);
+    if (other_seen_) trace_.info = other_;
+    return std::move(trace_);
   }
-  PW_CHECK(j.is_object(), ParseError, origin << ": / must be a JSON object");
-  PW_CHECK(j.contains("traceEvents") && j["traceEvents"].is_array(), ParseError,
-           origin << ": /traceEvents must be an array");
-  Trace t;
-  if (j.contains("otherData") && j["otherData"].is_object()) {
-    const json& o = j["otherData"];
-    auto str = [&o](const char* k) {
-      return o.contains(k) && o[k].is_string() ? o[k].get<std::string>() : std::string();
-    };
-    t.info.source = str("source");
-    t.info.plan = str("plan");
-    t.info.schedule = str("schedule");
+
+  // nlohmann SAX interface.
+  bool null() { return scalar(Value{}); }
+  bool boolean(bool) { return scalar(Value{}); }
+  bool number_integer(number_integer_t v) { return scalar(Value::integer(v)); }
+  bool number_unsigned(number_unsigned_t v) {
+    return scalar(Value::integer(static_cast<std::int64_t>(v)));
   }
-  const json& events = j["traceEvents"];
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const std::string p = "/traceEvents/" + std::to_string(i);
-    const json& e = events[i];
-    PW_CHECK(e.is_object(), ParseError, origin << ": " << p << " must be an object");
-    PW_CHECK(e.contains("ph") && e["ph"].is_string(), ParseError,
-             origin << ": " << p << "/ph is missing or not a string");
-    const std::string ph = e["ph"].get<std::string>();
-    auto need_int = [&](const char* k) {
-      PW_CHECK(e.contains(k) && e[k].is_number_integer(), ParseError,
-               origin << ": " << p << "/" << k << " is missing or not an integer");
-      return e[k].get<std::int64_t>();
-    };
-    auto need_num = [&](const char* k) {
-      PW_CHECK(e.contains(k) && e[k].is_number() && std::isfinite(e[k].get<double>()), ParseError,
-               origin << ": " << p << "/" << k << " is missing or not a number");
-      return e[k].get<double>();
-    };
-    if (ph == "M") {
-      if (e.value("name", "") == "process_name") {
-        t.ranks = std::max<std::int32_t>(t.ranks, static_cast<std::int32_t>(need_int("pid")) + 1);
+  bool number_float(number_float_t v, const string_t&) { return scalar(Value::number(v)); }
+  bool string(string_t& v) { return scalar(Value::text(std::move(v))); }
+  bool binary(binary_t&) { return scalar(Value{}); }
+  bool start_object(std::size_t) { return open(true); }
+  bool start_array(std::size_t) { return open(false); }
+  bool key(string_t& k) {
+    stack_.back().key = std::move(k);
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    syntax_error_ = e.what();
+    return false;
+  }
+
+ private:
+  struct Value {
+    enum Kind { kOther, kString, kInteger, kFloat } kind = kOther;
+    std::string s;
+    std::int64_t i = 0;
+    double d = 0;
+    static Value integer(std::int64_t v) {
+      Value x;
+      x.kind = kInteger;
+      x.i = v;
+      x.d = static_cast<double>(v);
+      return x;
+    }
+    static Value number(double v) {
+      Value x;
+      x.kind = kFloat;
+      x.d = v;
+      return x;
+    }
+    static Value text(std::string v) {
+      Value x;
+      x.kind = kString;
+      x.s = std::move(v);
+      return x;
+    }
+  };
+  enum class Role { kRoot, kEvents, kEvent, kArgs, kOtherData, kIgnored };
+  struct Frame {
+    Role role;
+    std::string key;  // objects: the key whose value comes next
+  };
+  // The fields of the event being read (present ones only).
+  struct Event {
+    std::optional<Value> ph, name, cat, pid, tid, ts, dur;
+    bool args = false;
+    std::optional<Value> stage, microbatch, step, kind;
+  };
+
+  static std::optional<Value>* event_field(Event& e, const std::string& k) {
+    if (k == "ph") return &e.ph;
+    if (k == "name") return &e.name;
+    if (k == "cat") return &e.cat;
+    if (k == "pid") return &e.pid;
+    if (k == "tid") return &e.tid;
+    if (k == "ts") return &e.ts;
+    if (k == "dur") return &e.dur;
+    return nullptr;
+  }
+  static std::optional<Value>* args_field(Event& e, const std::string& k) {
+    if (k == "stage") return &e.stage;
+    if (k == "microbatch") return &e.microbatch;
+    if (k == "step") return &e.step;
+    if (k == "kind") return &e.kind;
+    return nullptr;
+  }
+
+  // A value (a scalar, or a container being opened) at the current position.
+  // Returns the role of the container if `container` and it is one we read.
+  Role place(Value v, bool container, bool object) {
+    if (stack_.empty()) {
+      root_is_object_ = container && object;
+      return root_is_object_ ? Role::kRoot : Role::kIgnored;
+    }
+    Frame& parent = stack_.back();
+    switch (parent.role) {
+      case Role::kRoot:
+        if (parent.key == "traceEvents") {
+          events_is_array_ = container && !object;
+          if (events_is_array_) return Role::kEvents;
+        } else if (parent.key == "otherData") {
+          other_seen_ = container && object;
+          other_ = TraceInfo{"", "", ""};
+          if (other_seen_) return Role::kOtherData;
+        }
+        return Role::kIgnored;
+      case Role::kEvents: {
+        const std::size_t index = event_index_++;
+        if (container && object) {
+          event_ = Event{};
+          return Role::kEvent;
+        }
+        set_event_error(index, "", " must be an object");
+        return Role::kIgnored;
       }
-      continue;
+      case Role::kEvent:
+        if (parent.key == "args") {
+          event_.args = container && object;
+          event_.stage = event_.microbatch = event_.step = event_.kind = std::nullopt;
+          if (event_.args) return Role::kArgs;
+        }
+        if (auto* f = event_field(event_, parent.key)) *f = std::move(v);
+        return Role::kIgnored;
+      case Role::kArgs:
+        if (auto* f = args_field(event_, parent.key)) *f = std::move(v);
+        return Role::kIgnored;
+      case Role::kOtherData:
+        if (v.kind == Value::kString) {
+          if (parent.key == "source") other_.source = v.s;
+          if (parent.key == "plan") other_.plan = v.s;
+          if (parent.key == "schedule") other_.schedule = v.s;
+        }
+        return Role::kIgnored;
+      case Role::kIgnored:
+        return Role::kIgnored;
     }
-    if (ph != "X") continue;
-    TraceSlice s;
-    PW_CHECK(e.contains("name") && e["name"].is_string(), ParseError,
-             origin << ": " << p << "/name is missing or not a string");
-    s.name = e["name"].get<std::string>();
-    if (e.contains("cat") && e["cat"].is_string()) s.category = e["cat"].get<std::string>();
-    s.rank = static_cast<std::int32_t>(need_int("pid"));
-    const std::int64_t tid = need_int("tid");
-    PW_CHECK(tid >= 0 && tid <= 3, ParseError,
-             origin << ": " << p << "/tid must be a stream 0..3, got " << tid);
-    s.stream = static_cast<TraceStream>(tid);
-    s.start_us = need_num("ts");
-    s.duration_us = need_num("dur");
-    PW_CHECK(s.duration_us >= 0, ParseError, origin << ": " << p << "/dur must be >= 0");
-    if (e.contains("args") && e["args"].is_object()) {
-      const json& a = e["args"];
-      if (a.contains("stage") && a["stage"].is_number_integer()) s.stage = a["stage"].get<int>();
-      if (a.contains("microbatch") && a["microbatch"].is_number_integer())
-        s.microbatch = a["microbatch"].get<int>();
-      if (a.contains("step") && a["step"].is_number_integer())
-        s.step = a["step"].get<std::int64_t>();
-      if (s.category.empty() && a.contains("kind") && a["kind"].is_string())
-        s.category = a["kind"].get<std::string>();
-    }
-    t.ranks = std::max(t.ranks, s.rank + 1);
-    t.slices.push_back(std::move(s));
+    return Role::kIgnored;
   }
-  return t;
+
+  bool scalar(Value v) {
+    place(std::move(v), false, false);
+    return true;
+  }
+  bool open(bool object) {
+    const Role role = place(Value{}, true, object);
+    stack_.push_back(Frame{role, {}});
+    return true;
+  }
+  bool close() {
+    const Role role = stack_.back().role;
+    stack_.pop_back();
+    if (role == Role::kEvent) finish_event(event_index_ - 1);
+    return true;
+  }
+
+  void set_event_error(std::size_t index, const std::string& field, const std::string& why) {
+    if (!event_error_.empty()) return;
+    event_error_ = std::string(origin_) + ": /traceEvents/" + std::to_string(index) +
+                   (field.empty() ? "" : "/" + field) + why;
+  }
+
+  void finish_event(std::size_t index) {
+    if (!event_error_.empty()) return;  // only the first bad event is reported
+    const Event& e = event_;
+    auto is_int = [](const std::optional<Value>& v) { return v && v->kind == Value::kInteger; };
+    auto is_num = [](const std::optional<Value>& v) {
+      return v && (v->kind == Value::kInteger || v->kind == Value::kFloat) && std::isfinite(v->d);
+    };
+    auto is_str = [](const std::optional<Value>& v) { return v && v->kind == Value::kString; };
+    if (!is_str(e.ph)) return set_event_error(index, "ph", " is missing or not a string");
+    const std::string& ph = e.ph->s;
+    if (ph == "M") {
+      if (is_str(e.name) && e.name->s == "process_name") {
+        if (!is_int(e.pid)) return set_event_error(index, "pid", " is missing or not an integer");
+        trace_.ranks =
+            std::max<std::int32_t>(trace_.ranks, static_cast<std::int32_t>(e.pid->i) + 1);
+      }
+      return;
+    }
+    if (ph != "X") return;
+    TraceSlice s;
+    if (!is_str(e.name)) return set_event_error(index, "name", " is missing or not a string");
+    s.name = e.name->s;
+    if (is_str(e.cat)) s.category = e.cat->s;
+    if (!is_int(e.pid)) return set_event_error(index, "pid", " is missing or not an integer");
+    s.rank = static_cast<std::int32_t>(e.pid->i);
+    if (!is_int(e.tid)) return set_event_error(index, "tid", " is missing or not an integer");
+    if (e.tid->i < 0 || e.tid->i > 3) {
+      return set_event_error(index, "tid",
+                             " must be a stream 0..3, got " + std::to_string(e.tid->i));
+    }
+    s.stream = static_cast<TraceStream>(e.tid->i);
+    if (!is_num(e.ts)) return set_event_error(index, "ts", " is missing or not a number");
+    s.start_us = e.ts->d;
+    if (!is_num(e.dur)) return set_event_error(index, "dur", " is missing or not a number");
+    s.duration_us = e.dur->d;
+    if (s.duration_us < 0) return set_event_error(index, "dur", " must be >= 0");
+    if (e.args) {
+      if (is_int(e.stage)) s.stage = static_cast<std::int32_t>(e.stage->i);
+      if (is_int(e.microbatch)) s.microbatch = static_cast<std::int32_t>(e.microbatch->i);
+      if (is_int(e.step)) s.step = e.step->i;
+      if (s.category.empty() && is_str(e.kind)) s.category = e.kind->s;
+    }
+    trace_.ranks = std::max(trace_.ranks, s.rank + 1);
+    trace_.slices.push_back(std::move(s));
+  }
+
+  std::string_view origin_;
+  std::vector<Frame> stack_;
+  std::size_t event_index_ = 0;
+  Event event_;
+  bool root_is_object_ = false;
+  bool events_is_array_ = false;
+  bool other_seen_ = false;
+  TraceInfo other_;
+  std::string syntax_error_;
+  std::string event_error_;
+  Trace trace_;
+};
+
+}  // namespace
+
+Trace parse_trace(std::string_view text, std::string_view origin) {
+  TraceReader reader(origin);
+  const bool ok = json::sax_parse(text.begin(), text.end(), &reader);
+  return reader.finish(ok);
 }
 
 Trace load_trace(const std::string& path) {

@@ -159,9 +159,10 @@ CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
     std::vector<double> busy;
     std::vector<double> idle;
     for (const auto& st : steps) {
-      double b = 0;
-      for (const auto& kv : st.compute) {
-        if (kv.first.first == r) b += kv.second->duration_us / 1e3;
+      double b = 0;  // this rank's entries only (the map is ordered by rank first)
+      const auto end = st.compute.lower_bound({r + 1, std::string()});
+      for (auto it = st.compute.lower_bound({r, std::string()}); it != end; ++it) {
+        b += it->second->duration_us / 1e3;
       }
       busy.push_back(b);
       idle.push_back((st.end_us - st.start_us) / 1e3 - b);

@@ -180,6 +180,31 @@ TEST(Json, BadInputNamesLineColumnAndPointer) {
       << comm;
 }
 
+// Note [Lazy error positions]: positions are computed only for the cell an error names, so they
+// must still be right deep inside a large file (here the last cell of the last rank).
+TEST(Json, ErrorPositionsDeepInALargePlan) {
+  const ComputePlan plan = generate({ScheduleKind::kInterleaved1F1B, 8, 64, 2, {}});
+  std::string text = to_json(plan);
+  const std::string last = "\"" + to_string(plan.per_rank.back().back()) + "\"";
+  const std::size_t at = text.rfind(last);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, last.size(), "\"99B0\"");
+  std::size_t line = 1;
+  std::size_t line_start = 0;
+  for (std::size_t i = 0; i < at; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  const std::string want = "big.json:" + std::to_string(line) + ":" +
+                           std::to_string(at - line_start + 1) + ": /actions/7/" +
+                           std::to_string(plan.per_rank.back().size() - 1) +
+                           ": 99B0: stage 99 is out of range [0, 16)";
+  const std::string got = message_of([&] { (void)parse_json(text, "big.json"); });
+  EXPECT_NE(got.find(want), std::string::npos) << got << "\nwant: " << want;
+}
+
 TEST(TextGrid, UnitStepsWithIdleDots) {
   const ComputePlan plan = generate({ScheduleKind::k1F1B, 2, 2, 1, {}});
   EXPECT_EQ(to_text_grid(plan),
