@@ -99,7 +99,7 @@ for backend in $backends; do
             run "$backend" 1F1B 2 1 8 "$ref"
             # The noise floor: the reference's median step against its previous run's (the error
             # of predicting a configuration by its own earlier measurement on this host).
-            "$pw" --log-level warn compare --plan "$ref.plan.csv" --measured "$ref.trace.json" \
+            "$pw" --log-level warn compare --optimizer adamw --plan "$ref.plan.csv" --measured "$ref.trace.json" \
               --profile "$ref.profile.json" --skip-steps "$warmup" --sampled-steps 0 \
               --json "$ref.compare.json" >/dev/null
             "$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["measured_step_ms"])' \
@@ -107,15 +107,15 @@ for backend in $backends; do
           fi
           "$pw" --log-level warn transfer-profile --model "$work/model.json" --from "$work/part2.json" \
             --profile "$ref.profile.json" --to "$work/part$((p * v)).json" -o "$pre.xfer.json"
-          "$pw" --log-level warn simulate "$pre.plan.csv" --reduce-grad --blocking-recv \
+          "$pw" --log-level warn simulate "$pre.plan.csv" --optimizer adamw --blocking-recv \
             --profile "$pre.xfer.json" --cluster "$cal" --sampled-steps 31 --metrics "$pre.xfer.metrics.json" >"$pre.xfer.txt"
           run "$backend" "$sched" "$p" "$v" "$m" "$pre"
-          "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
+          "$pw" --log-level warn compare --optimizer adamw --plan "$pre.plan.csv" --measured "$pre.trace.json" \
             --profile "$pre.profile.json" --skip-steps "$warmup" --json "$pre.compare.json" >/dev/null
-          "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
+          "$pw" --log-level warn compare --optimizer adamw --plan "$pre.plan.csv" --measured "$pre.trace.json" \
             --profile "$pre.profile.json" --skip-steps "$warmup" --sampled-steps 0 \
             --json "$pre.compare_med.json" >/dev/null
-          "$pw" --log-level warn compare --plan "$pre.plan.csv" --measured "$pre.trace.json" \
+          "$pw" --log-level warn compare --optimizer adamw --plan "$pre.plan.csv" --measured "$pre.trace.json" \
             --profile "$pre.profile.json" --skip-steps "$warmup" --trace-replay \
             --json "$pre.compare_trace.json" >/dev/null
           "$py" - "$pre" "$backend" "$sched" "$p" "$v" "$m" >>"$work/reps.tsv" <<'PY'

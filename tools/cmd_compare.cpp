@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "commands.hpp"
+#include "job_flags.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/plan_io.hpp"
@@ -21,7 +22,7 @@ namespace pipewright::cli {
 namespace {
 
 struct CompareArgs {
-  std::string plan_file;
+  sched::JobSpec job;  // the job that ran: --plan, and the flags that shape the prediction
   std::string measured_file;
   std::string profile_file;
   std::string cluster_file;
@@ -34,24 +35,24 @@ struct CompareArgs {
 };
 
 void run_compare(const CompareArgs& a) {
-  sched::AnyPlan any = sched::load_plan(a.plan_file);
-  const sched::LoweredPlan plan =
-      sched::is_lowered(any)
-          ? std::get<sched::LoweredPlan>(std::move(any))
-          // as `pipewright run` lowers it: with REDUCE_GRAD and
-          // OPTIM, so the optimizer's measured time is predicted
-          : sched::lower(std::get<sched::ComputePlan>(any), sched::LowerOptions{false, true, true});
+  PW_CHECK(!a.job.plan_path.empty(), ConfigError, "--plan FILE is required: the plan that ran");
+  // The plan as `pipewright run` built it (sched::make_plan: with REDUCE_GRAD and OPTIM, so the
+  // optimizer's measured time is predicted), its shape taken from the file.
+  const sched::AnyPlan loaded = sched::load_plan(a.job.plan_path);
+  const sched::JobSpec job = sched::with_plan_shape(a.job, sched::shape_of(loaded));
+  sched::validate_job(job);
+  const sched::LoweredPlan plan = sched::make_plan(job, nullptr, &loaded);
+  const std::string& plan_file = job.plan_path;
   const sched::Trace measured = sched::load_trace(a.measured_file);
   const sched::CostTable costs = a.profile_file.empty()
                                      ? sim::costs_from_trace(measured, plan.shape.stages, a.options)
                                      : sched::load_costs(a.profile_file);
   PW_CHECK(static_cast<std::int32_t>(costs.stages.size()) == plan.shape.stages, ConfigError,
-           "plan/profile mismatch: " << a.plan_file << " has " << plan.shape.stages
-                                     << " stages but " << a.profile_file << " has "
-                                     << costs.stages.size());
+           "plan/profile mismatch: " << plan_file << " has " << plan.shape.stages << " stages but "
+                                     << a.profile_file << " has " << costs.stages.size());
   const sim::Cluster cluster =
       a.cluster_file.empty() ? sim::Cluster{} : sim::load_cluster(a.cluster_file);
-  sim::SimOptions so;
+  sim::SimOptions so = sim::sim_options(job);
   so.record_actions = true;
   // pipewright's executor waits for every receive of a p2p batch before its next action
   // (Note [p2p batches]), i.e. blocking receives; --posted-recv simulates torch's semantics.
@@ -84,9 +85,9 @@ void setup_compare(CLI::App& app) {
   auto a = std::make_shared<CompareArgs>();
   auto* cmd = app.add_subcommand(
       "compare", "Compare a simulated plan with an executor's measured trace (step-time error)");
-  cmd->add_option("--plan", a->plan_file, "the plan that ran (CSV or JSON)")
-      ->required()
-      ->check(CLI::ExistingFile);
+  // The job flags of `run` (job_flags.hpp): --plan is the plan that ran (required); the others
+  // (--optimizer, --dp, --dp-algorithm, --steps...) shape the prediction as they shaped the run.
+  add_job_flags(cmd, a->job);
   cmd->add_option("--measured", a->measured_file, "trace written by `pipewright run --trace`")
       ->required()
       ->check(CLI::ExistingFile);

@@ -415,7 +415,7 @@ void setup_launch(CLI::App& app) {
     const int code = run_launch(a);
     std::fflush(stdout);
     std::fflush(stderr);
-    if (code != 0) std::exit(code);  // the ranks' own exit code, not an exception category
+    if (code != 0) throw ExitStatus{code};  // the ranks' own exit code, not an error category
   });
 }
 

@@ -17,6 +17,7 @@
 
 #include "commands.hpp"
 #include "exec_commands.hpp"
+#include "job_flags.hpp"
 #include "pipewright/exec/run.hpp"
 #include "pipewright/graph/error.hpp"
 
@@ -73,55 +74,26 @@ struct RunFlags {
   std::string master_addr;
   int master_port = -1;
   std::int64_t log_every = 1;
+  bool dry_run = false;
+  std::string plan_out;
 };
 
-// Options whose presence matters (SlowMo options are rejected with --dp-algorithm ddp) go
-// through callbacks into std::optional fields.
-void add_data_parallel_flags(CLI::App* sub, exec::DataParallelConfig& d) {
-  sub->add_option_function<std::string>(
-      "--dp-algorithm", [&d](const std::string& s) { d.algorithm = exec::parse_dp_algorithm(s); },
-      "ddp|slowmo|localsgd (default ddp)");
-  sub->add_option("--bucket-cap-mb", d.bucket_cap_mb, "DDP bucket cap, MiB (fractions allowed)")
-      ->capture_default_str();
-  sub->add_flag_function(
-      "--no-ddp-overlap", [&d](std::int64_t) { d.ddp_overlap = false; },
-      "DDP: start every all-reduce at REDUCE_GRAD (ablation of the overlap)");
-  sub->add_option("--check-replicas", d.check_replicas,
-                  "Every N steps verify that replicas hold identical parameters (0: never)")
-      ->capture_default_str();
-  sub->add_option_function<std::int64_t>(
-      "--localsgd-frequency", [&d](std::int64_t v) { d.localsgd_frequency = v; },
-      "SlowMo/LocalSGD: average parameters every N steps (default 3)");
-  sub->add_option_function<std::int64_t>(
-      "--slowmo-frequency", [&d](std::int64_t v) { d.slowmo_frequency = v; },
-      "SlowMo: slow momentum step every N steps (default 48)");
-  sub->add_option_function<double>(
-      "--slowmo-momentum", [&d](double v) { d.slowmo_momentum = v; },
-      "SlowMo: slow momentum beta (default 0.5)");
-  sub->add_option_function<double>(
-      "--slowmo-lr", [&d](double v) { d.slowmo_lr = v; },
-      "SlowMo: slow learning rate alpha (default 1)");
-  sub->add_flag_function(
-      "--slowmo-memory-efficient", [&d](std::int64_t) { d.slowmo_memory_efficient = true; },
-      "SlowMo: shard the slow buffers over --slowmo-num-shards replicas (default)");
-  sub->add_flag_function(
-      "--no-slowmo-memory-efficient", [&d](std::int64_t) { d.slowmo_memory_efficient = false; },
-      "SlowMo: every replica keeps full slow buffers");
-  sub->add_option_function<int>(
-      "--slowmo-num-shards", [&d](int v) { d.slowmo_num_shards = v; },
-      "SlowMo: replicas holding shards of the slow buffers (default min(32, dp))");
-  sub->add_option_function<int>(
-      "--procs-per-node", [&d](int v) { d.procs_per_node = v; },
-      "SlowMo/LocalSGD: ranks per node (gradients all-reduced within a node)");
-  sub->add_option("--checkpoint-dir", d.checkpoint_dir,
-                  "Write checkpoints of the whole training state here (one file per rank)");
-  sub->add_option("--checkpoint-every", d.checkpoint_every,
-                  "Also checkpoint every N steps (0: after the last step only)")
-      ->capture_default_str();
-  sub->add_flag("--resume", d.resume,
-                "Resume from the last complete checkpoint in --checkpoint-dir");
-  sub->add_flag("--save-replicas", d.save_replicas,
-                "With --save, also write every replica's weights as <FILE>.replica<R>.safetensors");
+// `run --dry-run`: the resolved job in one paragraph on stdout.
+void print_dry_run(const exec::RunConfig& c, const exec::DryRun& d) {
+  const auto& sh = d.plan.shape;
+  std::printf("dry run: %s, model '%s'\n", sh.schedule.c_str(), d.model_name.c_str());
+  std::printf("ranks: pp %d x dp %d = %d, %d stages (%d per rank), %d microbatches, batch %lld\n",
+              c.pp, c.dp, c.pp * c.dp, sh.stages, c.stages_per_rank, sh.microbatches,
+              static_cast<long long>(c.batch_size));
+  std::printf("plan: %lld actions per replica, validated, no deadlock; dp %s\n",
+              static_cast<long long>(d.actions),
+              std::string(sched::to_string(c.data_parallel.algorithm)).c_str());
+  for (std::size_t r = 0; r < d.predicted_peak_bytes.size(); ++r) {
+    std::printf("  rank %zu: %d action(s), predicted peak memory %.1f MiB (partition estimate)\n",
+                r, static_cast<int>(d.plan.per_rank[r].size()),
+                static_cast<double>(d.predicted_peak_bytes[r]) / (1024.0 * 1024.0));
+  }
+  std::fflush(stdout);
 }
 
 class Progress {
@@ -151,26 +123,8 @@ void setup_run(CLI::App& app) {
   auto* sub = app.add_subcommand("run", std::string(exec_command_description("run")));
   sub->config_formatter(std::make_shared<JsonOrTomlConfig>());
   sub->set_config("--config", "", "TOML or JSON file with the same keys as the long flags");
-  sub->add_option("--model", c.model_path, "Model JSON")->required();
-  sub->add_option("--schedule", c.schedule,
-                  "GPipe|1F1B|Interleaved1F1B|LoopedBFS|InterleavedZeroBubble")
-      ->capture_default_str();
-  sub->add_option("--plan", c.plan_path, "Use this plan file (CSV/JSON) instead of --schedule");
-  sub->add_option("--partition", c.partition_path, "Use this partition JSON");
-  sub->add_option("--partition-method", c.partition_method, "uniform|balanced")
-      ->capture_default_str();
-  sub->add_option("--pp", c.pp, "Pipeline ranks")->capture_default_str();
-  sub->add_option("--dp", c.dp, "Data-parallel replicas")->capture_default_str();
-  sub->add_option("--stages-per-rank", c.stages_per_rank, "Stages per pipeline rank (v)")
-      ->capture_default_str();
-  sub->add_option("--microbatches", c.microbatches, "Microbatches per step")->capture_default_str();
-  sub->add_option("--batch-size", c.batch_size, "Samples per step per replica")->required();
-  sub->add_option("--steps", c.steps, "Training steps")->capture_default_str();
+  add_job_flags(sub, c);
   sub->add_option("--loss", c.loss, "mse|cross-entropy (default: the model's loss node)");
-  sub->add_option("--optimizer", c.optimizer, "sgd|adam|adamw")->capture_default_str();
-  sub->add_option("--lr", c.lr, "Learning rate")->capture_default_str();
-  sub->add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
-  sub->add_option("--weight-decay", c.weight_decay, "Weight decay")->capture_default_str();
   sub->add_option("--data-x", c.data_x, "Inputs, .npy (float32 or int64 rows)");
   sub->add_option("--data-y", c.data_y, "Targets, .npy");
   sub->add_option("--dataset", c.dataset, "Bundled dataset (e.g. sonnets)");
@@ -178,7 +132,10 @@ void setup_run(CLI::App& app) {
   sub->add_option("--seed", c.seed, "Seed of initialisation and shuffling")->capture_default_str();
   sub->add_option("--init", c.init_path, "Initial weights (safetensors)");
   sub->add_option("--save", c.save_path, "Write final weights (safetensors, rank 0)");
-  sub->add_option("--backend", c.backend, "gloo|mpi|nccl")->capture_default_str();
+  sub->add_option_function<std::string>(
+         "--backend", [&c](const std::string& b) { c.backend = exec::parse_backend(b); },
+         "gloo|mpi|nccl")
+      ->default_str(exec::to_string(c.backend));
   sub->add_option("--device-map", c.device_map,
                   "nccl: CUDA device of each local rank, '2,3,0,1' or '0:2,1:3' (default: the "
                   "local rank; docs/gpu.md)");
@@ -203,8 +160,24 @@ void setup_run(CLI::App& app) {
   sub->add_option("--local-world-size", flags->local_world_size, "Processes on this node");
   sub->add_option("--master-addr", flags->master_addr, "Rendezvous host (rank 0)");
   sub->add_option("--master-port", flags->master_port, "Rendezvous port");
-  // Data-parallel flags (docs/data-parallel.md) fill c.data_parallel here.
-  add_data_parallel_flags(sub, c.data_parallel);
+  sub->add_option("--check-replicas", c.check_replicas,
+                  "Every N steps verify that replicas hold identical parameters (0: never)")
+      ->capture_default_str();
+  sub->add_option("--checkpoint-dir", c.checkpoint_dir,
+                  "Write checkpoints of the whole training state here (one file per rank)");
+  sub->add_option("--checkpoint-every", c.checkpoint_every,
+                  "Also checkpoint every N steps (0: after the last step only)")
+      ->capture_default_str();
+  sub->add_flag("--resume", c.resume,
+                "Resume from the last complete checkpoint in --checkpoint-dir");
+  sub->add_flag("--save-replicas", c.save_replicas,
+                "With --save, also write every replica's weights as <FILE>.replica<R>.safetensors");
+  sub->add_flag("--dry-run", flags->dry_run,
+                "Resolve the job, build, validate and dry-run its plan, print a summary and exit "
+                "(no rendezvous, no training)");
+  sub->add_option("--plan-out", flags->plan_out,
+                  "Write the resolved job (every default filled) and its lowered plan as JSON "
+                  "(the same file as `simulate --plan-out` for the same job flags)");
 
   sub->callback([flags] {
     auto cfg = flags->config;
@@ -215,6 +188,14 @@ void setup_run(CLI::App& app) {
     if (flags->local_world_size >= 0) cfg.world.local_world_size = flags->local_world_size;
     if (!flags->master_addr.empty()) cfg.world.master_addr = flags->master_addr;
     if (flags->master_port >= 0) cfg.world.master_port = flags->master_port;
+    if (flags->dry_run || !flags->plan_out.empty()) {
+      const exec::DryRun dry = exec::dry_run_job(cfg);
+      if (!flags->plan_out.empty()) write_plan_out(flags->plan_out, cfg, dry.plan);
+      if (flags->dry_run) {
+        print_dry_run(cfg, dry);
+        return;
+      }
+    }
     Progress progress;
     PW_CHECK(flags->log_every >= 1, ConfigError, "--log-every must be >= 1");
     const auto every = flags->log_every;
@@ -236,7 +217,7 @@ void setup_run(CLI::App& app) {
       spdlog::info(
           "data-parallel ({}): {:.0f} wire bytes/step, {:.0f} payload bytes/step, {} "
           "collectives, buckets started in backward {} / at reduce {}, comm wait {:.3f} ms/step",
-          exec::to_string(cfg.data_parallel.algorithm), d.wire_bytes / steps,
+          std::string(sched::to_string(cfg.data_parallel.algorithm)), d.wire_bytes / steps,
           static_cast<double>(d.payload_bytes) / steps, d.collectives, d.buckets_in_backward,
           d.buckets_at_reduce, static_cast<double>(d.exposed_wait_ns) / 1e6 / steps);
     }

@@ -31,7 +31,8 @@ struct SearchArgs {
   std::optional<std::int64_t> global_batch;
   std::vector<std::string> schedules;
   std::vector<int> stages_per_rank = {2, 4, 8};
-  std::string optimizer = "adam";
+  std::string optimizer = std::string(sched::to_string(sched::JobSpec{}.optimizer));
+  double momentum = 0.0;
   int top_k = 10;
   bool json = false;
   bool no_progress = false;
@@ -81,7 +82,7 @@ std::string to_json(const sim::SearchResult& r) {
                       {"dp", c.dp},
                       {"stages_per_rank", c.v},
                       {"microbatches", c.microbatches},
-                      {"dp_algorithm", std::string(sim::to_string(c.dp_variant.algorithm))},
+                      {"dp_algorithm", std::string(sched::to_string(c.dp_variant.algorithm))},
                       {"bucket_cap_mb", c.dp_variant.bucket_cap_mb},
                       {"localsgd_frequency", c.dp_variant.localsgd_frequency},
                       {"slowmo_frequency", c.dp_variant.slowmo_frequency},
@@ -107,7 +108,8 @@ void run_search(const SearchArgs& a) {
   opt.stages_per_rank = a.stages_per_rank;
   for (int v : opt.stages_per_rank)
     PW_CHECK(v >= 1, ConfigError, "--stages-per-rank values must be >= 1, got " << v);
-  opt.optimizer = sim::parse_optimizer(a.optimizer);
+  opt.optimizer = sched::parse_optimizer(a.optimizer);
+  opt.momentum = a.momentum;
   PW_CHECK(a.top_k >= 1, ConfigError, "--top must be >= 1, got " << a.top_k);
   opt.top_k = a.top_k;
 
@@ -156,8 +158,10 @@ void setup_search(CLI::App& app) {
   cmd->add_option("--stages-per-rank", a->stages_per_rank, "V values for looped schedules")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--optimizer", a->optimizer, "sgd | sgd-momentum | adam | adamw (memory)")
-      ->check(CLI::IsMember({"sgd", "sgd-momentum", "adam", "adamw"}))
+  cmd->add_option("--momentum", a->momentum, "SGD momentum (memory: a momentum buffer when > 0)")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", a->optimizer, "sgd | adam | adamw (memory)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   cmd->add_option("--top,-k", a->top_k, "rows to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "machine-readable output");

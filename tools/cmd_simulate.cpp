@@ -1,7 +1,8 @@
-// `pipewright simulate [PLAN] [cost options] [--cluster C] [--dp D] [--metrics FILE|-]
-// [--trace FILE] [--timeline FILE.svg] [--text-timeline]`: times a plan with the simulator
-// (docs/simulator.md). PLAN is a plan file (CSV or JSON, compute-only plans are lowered), or the
-// plan is generated inline with --schedule/--ranks/--microbatches.
+// `pipewright simulate [PLAN] [job flags] [cost options] [--cluster C] [--metrics FILE|-]
+// [--trace FILE] [--timeline FILE.svg] [--text-timeline] [--plan-out FILE]`: times a job's plan
+// with the simulator (docs/simulator.md). The job flags are `pipewright run`'s (job_flags.hpp);
+// the plan is built by sched::make_plan exactly as run builds it (a PLAN file takes its shape
+// from the file; compute-only plans get REDUCE_GRAD and OPTIM).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -13,10 +14,12 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "job_flags.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/model.hpp"
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/job.hpp"
 #include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sched/schedule.hpp"
@@ -29,117 +32,64 @@ namespace pipewright::cli {
 namespace {
 
 struct SimulateArgs {
-  int sampled_steps = 0;
+  sched::JobSpec job;  // the same flags as `pipewright run` (job_flags.hpp)
   std::string plan_file;
-  // Inline generation.
-  std::string schedule;
-  int ranks = 0;
-  int microbatches = 0;
-  int stages_per_rank = 1;
-  bool reduce_grad = false;
+  int sampled_steps = 0;
   // Costs.
   std::vector<double> forward_ms, backward_ms, weight_ms;
   std::int64_t activation_bytes = 0, param_bytes = 0, output_bytes = 0;
-  std::string model_file, partition_file, profile_file;
-  std::string partition_method = "balanced";
+  std::string profile_file;
   std::optional<double> p2p_ms;
   std::optional<double> compute_overhead_ms;
-  // Cluster and training.
+  // Cluster.
   std::string cluster_file;
-  int dp = 1;
-  std::string dp_algorithm = "ddp";
-  double bucket_cap_mb = 25.0;
-  int localsgd_frequency = 1;
-  int slowmo_frequency = 1;
-  int steps = 1;
-  std::string optimizer = "adam";
-  std::int64_t micro_batch_size = 0;
   bool blocking_recv = false;
   // Outputs.
   std::string metrics;
   std::string trace;
   std::string timeline;
+  std::string plan_out;
   int text_width = 0;
   bool memory_timeline = false;
 };
 
-// A compute-only plan file is lowered; with --reduce-grad as `pipewright run` lowers it (with
-// REDUCE_GRAD and OPTIM, so a profile's optimizer time is charged).
-sched::LoweredPlan plan_from_file(const std::string& path, bool reduce_grad) {
-  sched::AnyPlan any = sched::load_plan(path);
-  if (sched::is_lowered(any)) return std::get<sched::LoweredPlan>(std::move(any));
-  return sched::lower(std::get<sched::ComputePlan>(any),
-                      sched::LowerOptions{false, reduce_grad, reduce_grad});
-}
-
-std::string describe_plan(const SimulateArgs& a, const sched::PlanShape& shape) {
-  if (!a.plan_file.empty()) return a.plan_file;
+std::string describe_plan(const sched::JobSpec& job, const sched::PlanShape& shape) {
+  if (!job.plan_path.empty()) return job.plan_path;
   return shape.schedule + " p=" + std::to_string(shape.ranks) +
-         " v=" + std::to_string(a.stages_per_rank) + " m=" + std::to_string(shape.microbatches);
+         " v=" + std::to_string(job.stages_per_rank) + " m=" + std::to_string(shape.microbatches);
 }
 
 void run_simulate(const SimulateArgs& a) {
-  const bool inline_plan = !a.schedule.empty();
-  PW_CHECK(inline_plan != !a.plan_file.empty(), ConfigError,
-           "give either a PLAN file or --schedule NAME --ranks P --microbatches M (not both)");
+  sched::JobSpec job = a.job;
+  PW_CHECK(a.plan_file.empty() || job.plan_path.empty(), ConfigError,
+           "give the plan file once: as PLAN or as --plan");
+  if (!a.plan_file.empty()) job.plan_path = a.plan_file;
   const int cost_sources = static_cast<int>(!a.forward_ms.empty() || !a.backward_ms.empty()) +
-                           static_cast<int>(!a.model_file.empty()) +
+                           static_cast<int>(!job.model_path.empty()) +
                            static_cast<int>(!a.profile_file.empty());
   PW_CHECK(cost_sources == 1, ConfigError,
            "give exactly one cost source: --forward-ms/--backward-ms, --model [--partition], or "
            "--profile");
-  PW_CHECK(a.partition_file.empty() || !a.model_file.empty(), ConfigError,
+  PW_CHECK(job.partition_path.empty() || !job.model_path.empty(), ConfigError,
            "--partition needs --model");
 
-  // Model and partition first: an inline plan takes the partition's stage DAG.
+  // A plan file gives the job its shape; then the model is partitioned into the plan's stages.
+  std::optional<sched::AnyPlan> loaded;
+  if (!job.plan_path.empty()) {
+    loaded = sched::load_plan(job.plan_path);
+    job = sched::with_plan_shape(job, sched::shape_of(*loaded));
+  }
+  sched::validate_job(job);
   std::optional<graph::Model> model;
   std::optional<graph::Partition> partition;
-  if (!a.model_file.empty()) {
-    model = graph::load_model(a.model_file);
-    if (!a.partition_file.empty()) {
-      partition = graph::load_partition(a.partition_file);
-      graph::check_partition_matches(*partition, *model, a.partition_file);
-    }
+  if (!job.model_path.empty()) {
+    model = graph::load_model(job.model_path);
+    partition = sched::resolve_partition(job, *model);
   }
-
-  sched::LoweredPlan plan;
-  if (inline_plan) {
-    sched::ScheduleSpec spec;
-    spec.kind = sched::parse_schedule_kind(a.schedule);
-    spec.ranks = a.ranks;
-    spec.microbatches = a.microbatches;
-    spec.stages_per_rank = a.stages_per_rank;
-    PW_CHECK(a.ranks >= 1 && a.microbatches >= 1, ConfigError,
-             "--schedule needs --ranks >= 1 and --microbatches >= 1");
-    if (model && !partition) {
-      auto opts = graph::PartitionOptions{};
-      opts.stages = a.ranks * a.stages_per_rank;
-      opts.method = *graph::parse_partition_method(a.partition_method);
-      partition = graph::partition_model(*model, opts);
-    }
-    if (partition) {
-      for (auto [from, to] : partition->graph.stage_dependencies()) {
-        if (to != from + 1) {
-          spec.stage_edges.clear();
-          for (auto [f, t] : partition->graph.stage_dependencies())
-            spec.stage_edges.push_back({f, t});
-          break;
-        }
-      }
-    }
-    sched::LowerOptions lower_opts;
-    lower_opts.reduce_grad = a.reduce_grad;
-    lower_opts.optimizer_step = a.reduce_grad;
-    plan = sched::lower(sched::generate(spec), lower_opts);
-  } else {
-    plan = plan_from_file(a.plan_file, a.reduce_grad);
-    if (model && !partition) {
-      auto opts = graph::PartitionOptions{};
-      opts.stages = plan.shape.stages;
-      opts.method = *graph::parse_partition_method(a.partition_method);
-      partition = graph::partition_model(*model, opts);
-    }
-  }
+  const sched::LoweredPlan plan =
+      sched::make_plan(job, partition ? &*partition : nullptr, loaded ? &*loaded : nullptr);
+  loaded.reset();
+  if (!a.plan_out.empty()) write_plan_out(a.plan_out, job, plan);
 
   sched::CostTable costs;
   if (!a.profile_file.empty()) {
@@ -161,17 +111,8 @@ void run_simulate(const SimulateArgs& a) {
   sim::Cluster cluster;
   if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);
 
-  sim::SimOptions opt;
-  opt.dp.replicas = a.dp;
-  opt.dp.algorithm = sim::parse_dp_algorithm(a.dp_algorithm);
-  opt.dp.bucket_cap_mb = a.bucket_cap_mb;
-  opt.dp.localsgd_frequency = a.localsgd_frequency;
-  opt.dp.slowmo_frequency = a.slowmo_frequency;
-  opt.steps = a.steps;
-  opt.optimizer = sim::parse_optimizer(a.optimizer);
-  opt.micro_batch_size = a.micro_batch_size > 0 ? a.micro_batch_size
-                         : model                ? model->micro_batch_size
-                                                : 0;
+  sim::SimOptions opt = sim::sim_options(job);
+  if (opt.micro_batch_size == 0 && model) opt.micro_batch_size = model->micro_batch_size;
   opt.blocking_recv = a.blocking_recv;
   opt.p2p_override_ms = a.p2p_ms;
   opt.record_memory_timeline = a.memory_timeline;
@@ -182,7 +123,7 @@ void run_simulate(const SimulateArgs& a) {
   std::vector<std::pair<std::string, std::string>> outputs;
   if (!a.metrics.empty()) outputs.emplace_back(a.metrics, sim::metrics_json(result));
   if (!a.trace.empty())
-    outputs.emplace_back(a.trace, sim::trace_json(result, describe_plan(a, plan.shape)));
+    outputs.emplace_back(a.trace, sim::trace_json(result, describe_plan(job, plan.shape)));
   if (!a.timeline.empty()) outputs.emplace_back(a.timeline, sim::svg_timeline(result));
   for (const auto& [path, text] : outputs) {
     write_output(path, text);
@@ -218,17 +159,8 @@ void setup_simulate(CLI::App& app) {
       "simulate", "Simulate a plan: step time, bubbles, memory, communication (docs/simulator.md)");
   cmd->add_option("plan", a->plan_file, "plan file (CSV or JSON); or generate with --schedule")
       ->check(CLI::ExistingFile);
-  auto* g = "Inline plan";
-  cmd->add_option("--schedule,-s", a->schedule, "generate: schedule name (e.g. 1F1B)")->group(g);
-  cmd->add_option("--ranks,-p", a->ranks, "generate: pipeline ranks P")->group(g);
-  cmd->add_option("--microbatches,-m", a->microbatches, "generate: microbatches M")->group(g);
-  cmd->add_option("--stages-per-rank,-v", a->stages_per_rank, "generate: stages per rank V")
-      ->capture_default_str()
-      ->group(g);
-  cmd->add_flag("--reduce-grad", a->reduce_grad,
-                "lower as `pipewright run` does: REDUCE_GRAD after each stage's last backward "
-                "(blocks on DDP there) and OPTIM per stage at the end of each rank")
-      ->group(g);
+  add_job_flags(cmd, a->job);
+  const char* g = nullptr;
   g = "Costs (one source)";
   cmd->add_option("--forward-ms", a->forward_ms,
                   "what-if: F per stage (one value or one per stage)")
@@ -245,18 +177,6 @@ void setup_simulate(CLI::App& app) {
       ->group(g);
   cmd->add_option("--param-bytes", a->param_bytes, "what-if: parameter bytes per stage")->group(g);
   cmd->add_option("--output-bytes", a->output_bytes, "what-if: bytes sent per message")->group(g);
-  cmd->add_option("--model", a->model_file, "model JSON (graph/); costs from its partition")
-      ->check(CLI::ExistingFile)
-      ->group(g);
-  cmd->add_option("--partition", a->partition_file,
-                  "partition JSON for --model (default: partition on the fly)")
-      ->check(CLI::ExistingFile)
-      ->group(g);
-  cmd->add_option("--partition-method", a->partition_method,
-                  "on-the-fly partitioner: uniform | balanced")
-      ->check(CLI::IsMember({"uniform", "balanced"}))
-      ->capture_default_str()
-      ->group(g);
   cmd->add_option("--profile", a->profile_file, "executor profile (pipewright-profile JSON)")
       ->check(CLI::ExistingFile)
       ->group(g);
@@ -269,35 +189,9 @@ void setup_simulate(CLI::App& app) {
   cmd->add_option("--cluster", a->cluster_file, "cluster JSON (pipewright-cluster)")
       ->check(CLI::ExistingFile)
       ->group(g);
-  cmd->add_option("--dp", a->dp, "data-parallel replicas")->capture_default_str()->group(g);
-  cmd->add_option("--dp-algorithm", a->dp_algorithm, "ddp | localsgd | slowmo")
-      ->check(CLI::IsMember({"ddp", "localsgd", "slowmo"}))
-      ->capture_default_str()
-      ->group(g);
-  cmd->add_option("--bucket-cap-mb", a->bucket_cap_mb, "DDP bucket cap (MiB)")
-      ->capture_default_str()
-      ->group(g);
-  cmd->add_option("--localsgd-frequency", a->localsgd_frequency,
-                  "LocalSGD/SlowMo: average parameters every N steps")
-      ->capture_default_str()
-      ->group(g);
-  cmd->add_option("--slowmo-frequency", a->slowmo_frequency,
-                  "SlowMo: slow-momentum reduce+broadcast every N steps")
-      ->capture_default_str()
-      ->group(g);
   cmd->add_option("--sampled-steps", a->sampled_steps,
                   "also print the median step time of N single steps whose durations are drawn "
                   "from the profile's measured distributions (docs/simulator.md)");
-  cmd->add_option("--steps", a->steps, "consecutive training steps to simulate")
-      ->capture_default_str()
-      ->group(g);
-  cmd->add_option("--optimizer", a->optimizer, "sgd | sgd-momentum | adam | adamw (memory)")
-      ->check(CLI::IsMember({"sgd", "sgd-momentum", "adam", "adamw"}))
-      ->capture_default_str()
-      ->group(g);
-  cmd->add_option("--micro-batch-size", a->micro_batch_size,
-                  "samples per microbatch (throughput; default: the model's)")
-      ->group(g);
   cmd->add_flag("--blocking-recv", a->blocking_recv,
                 "RECV blocks compute until the data arrives (default: posted receives)")
       ->group(g);
@@ -305,6 +199,10 @@ void setup_simulate(CLI::App& app) {
   cmd->add_option("--metrics", a->metrics, "metrics JSON file, or - for stdout")->group(g);
   cmd->add_option("--trace", a->trace, "Chrome/Perfetto trace JSON file")->group(g);
   cmd->add_option("--timeline", a->timeline, "SVG Gantt timeline file")->group(g);
+  cmd->add_option("--plan-out", a->plan_out,
+                  "write the resolved job (every default filled) and its lowered plan as JSON "
+                  "(the same file as `run --dry-run --plan-out` for the same job flags)")
+      ->group(g);
   cmd->add_option("--text-timeline", a->text_width,
                   "print a text timeline of this many columns (e.g. 100)")
       ->group(g);

@@ -16,6 +16,12 @@ namespace pipewright::cli {
 
 using CommandSetup = void (*)(CLI::App&);
 
+// Thrown by a subcommand whose exit status is not an error category (`launch` exits with its
+// ranks' status); main() returns `code` without printing anything.
+struct ExitStatus {
+  int code = 0;
+};
+
 // Returns true so it can initialise a static.
 bool register_command(CommandSetup setup);
 const std::vector<CommandSetup>& registered_commands();

@@ -176,6 +176,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     return app.exit(e);
+  } catch (const pipewright::cli::ExitStatus& e) {
+    std::fflush(stdout);
+    return e.code;
   } catch (const CLI::RequiredError& e) {
     if (app.get_subcommands().empty()) {
       std::cerr << "pipewright: a subcommand is required; valid subcommands: "

@@ -10,7 +10,7 @@
 
 namespace pipewright::exec {
 
-std::unique_ptr<DataParallelAlgorithm> make_data_parallel(const DataParallelConfig& config,
+std::unique_ptr<DataParallelAlgorithm> make_data_parallel(const DataParallelSpec& config,
                                                           const DataParallelContext& context) {
   PW_ASSERT(context.dp_comm != nullptr, "data parallelism needs a data-parallel communicator");
   if (config.algorithm == DpAlgorithm::kDdp) {
@@ -18,7 +18,7 @@ std::unique_ptr<DataParallelAlgorithm> make_data_parallel(const DataParallelConf
     o.bucket_cap_bytes = sched::bucket_cap_bytes_from_mb(config.bucket_cap_mb);
     o.num_microbatches = context.num_microbatches;
     o.overlap = config.ddp_overlap;
-    o.check_replicas = config.check_replicas;
+    o.check_replicas = context.check_replicas;
     o.timeout = context.timeout;
     o.first_step = context.first_step;
     return std::make_unique<Ddp>(context.dp_comm, o);
@@ -32,7 +32,7 @@ std::unique_ptr<DataParallelAlgorithm> make_data_parallel(const DataParallelConf
   o.num_shards = config.slowmo_num_shards_or_default(context.dp_comm->size());
   o.replicas_per_node = replicas_per_node(config.procs_per_node_or_default(), context.pp);
   o.learning_rate = context.learning_rate;
-  o.check_replicas = config.check_replicas;
+  o.check_replicas = context.check_replicas;
   o.timeout = context.timeout;
   o.first_step = context.first_step;
   return std::make_unique<SlowMo>(context.dp_comm, o);

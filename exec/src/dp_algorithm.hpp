@@ -1,7 +1,7 @@
 // Common base of pipewright's data-parallel algorithms (DDP, SlowMo/LocalSGD): the interpreter
 // seam (DataParallelHooks) plus what the run loop needs beyond it: communication counters and
 // the algorithm state that checkpoints carry. Also the factory that builds the algorithm of a
-// DataParallelConfig. Private to exec/ (names torch types).
+// DataParallelSpec. Private to exec/ (names torch types).
 #pragma once
 
 #include <torch/types.h>
@@ -45,11 +45,13 @@ struct DataParallelContext {
   double learning_rate = 0;  // the optimizer's lr: SlowMo's gamma
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   std::int64_t first_step = 0;  // index of the first step run (> 0 when resuming)
+  // Every N steps verify that the replicas hold bit-identical parameters (0 = never).
+  std::int64_t check_replicas = 0;
 };
 
-// Builds the algorithm of `config` (validated with validate_data_parallel beforehand).
+// Builds the algorithm of `config` (validated with sched::validate_job beforehand).
 [[nodiscard]] std::unique_ptr<DataParallelAlgorithm> make_data_parallel(
-    const DataParallelConfig& config, const DataParallelContext& context);
+    const DataParallelSpec& config, const DataParallelContext& context);
 
 namespace detail {
 

@@ -149,14 +149,13 @@ Interpreter::Interpreter(const sched::LoweredPlan& plan, int pipe_rank,
       last_backward_mb_[a.stage] = a.microbatch;
     }
   }
+  // Plans come from sched::make_plan / lower_for_run, which give every stage its REDUCE_GRAD
+  // and OPTIM; the interpreter adds no actions of its own.
   for (int s : got) {
-    if (has_reduce.count(s) == 0)
-      actions_.push_back(Action::stage_only(s, ActionKind::kReduceGrad));
-  }
-  for (int s : got) {
-    if (has_optim.count(s) == 0) {
-      actions_.push_back(Action::stage_only(s, ActionKind::kOptimizerStep));
-    }
+    PW_CHECK(has_reduce.count(s) != 0 && has_optim.count(s) != 0, InvalidPlanError,
+             "rank " << pipe_rank_ << ": the plan has no "
+                     << (has_reduce.count(s) == 0 ? "REDUCE_GRAD" : "OPTIM") << " for stage " << s
+                     << " (build plans with sched::make_plan or sched::lower_for_run)");
   }
   for (const auto& st : stages_) {
     for (const auto& in : st.inputs) {

@@ -99,70 +99,16 @@ std::vector<std::int64_t> recv_i64s(Communicator& comm, int src, std::int64_t si
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const RunConfig& c,
                                                         std::vector<torch::Tensor> params) {
   if (params.empty()) return nullptr;
-  if (c.optimizer == "sgd") {
+  if (c.optimizer == sched::Optimizer::kSgd) {
     return std::make_unique<torch::optim::SGD>(
         params, torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
   }
-  if (c.optimizer == "adam") {
+  if (c.optimizer == sched::Optimizer::kAdam) {
     return std::make_unique<torch::optim::Adam>(
         params, torch::optim::AdamOptions(c.lr).weight_decay(c.weight_decay));
   }
   return std::make_unique<torch::optim::AdamW>(
       params, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
-}
-
-bool is_chain(const std::vector<std::pair<int, int>>& deps, int stages) {
-  if (static_cast<int>(deps.size()) != stages - 1) return false;
-  for (int i = 0; i + 1 < stages; ++i) {
-    if (deps[static_cast<std::size_t>(i)] != std::make_pair(i, i + 1)) return false;
-  }
-  return true;
-}
-
-// Builds or loads the lowered plan and checks it against the partition.
-sched::LoweredPlan make_plan(const RunConfig& c, const graph::Partition& partition) {
-  const int stages = partition.num_stages();
-  const auto deps = partition.graph.stage_dependencies();
-  sched::LoweredPlan plan;
-  const std::string origin = c.plan_path.empty() ? std::string("generated plan") : c.plan_path;
-  if (c.plan_path.empty()) {
-    sched::ScheduleSpec spec;
-    spec.kind = sched::parse_schedule_kind(c.schedule);
-    spec.ranks = c.pp;
-    spec.microbatches = c.microbatches;
-    spec.stages_per_rank = c.stages_per_rank;
-    if (!is_chain(deps, stages)) {
-      for (const auto& [a, b] : deps) spec.stage_edges.push_back(sched::StageEdge{a, b});
-    }
-    plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
-  } else {
-    auto any = sched::load_plan(c.plan_path);
-    if (sched::is_lowered(any)) {
-      plan = std::get<sched::LoweredPlan>(any);
-    } else {
-      plan =
-          sched::lower(std::get<sched::ComputePlan>(any), sched::LowerOptions{false, true, true});
-    }
-  }
-  const auto& shape = plan.shape;
-  PW_CHECK(shape.ranks == c.pp, InvalidPlanError,
-           origin << ": the plan has " << shape.ranks << " ranks but --pp is " << c.pp);
-  PW_CHECK(shape.stages == stages, InvalidPlanError,
-           origin << ": the plan has " << shape.stages << " stages but the model '"
-                  << partition.model_name << "' is partitioned into " << stages
-                  << " stages (--pp x --stages-per-rank)");
-  PW_CHECK(shape.microbatches == c.microbatches, InvalidPlanError,
-           origin << ": the plan has " << shape.microbatches
-                  << " microbatches but --microbatches is " << c.microbatches);
-  const auto edges = shape.edges();
-  for (const auto& [a, b] : deps) {
-    PW_CHECK(std::find(edges.begin(), edges.end(), sched::StageEdge{a, b}) != edges.end(),
-             InvalidPlanError,
-             origin << ": stage " << b << " reads values of stage " << a
-                    << " in the partition, but the plan has no edge " << a << " -> " << b);
-  }
-  sched::check_valid(plan, origin);
-  return plan;
 }
 
 LossKind resolve_loss(const RunConfig& c, const graph::Model& model) {
@@ -202,32 +148,21 @@ struct Prepared {
   torch::Device device = torch::kCPU;
 };
 
-Prepared prepare(const RunConfig& c) {
+// Steps 1 of the order above that need no rendezvous: flags, model, partition, plan, loss, data.
+void prepare_job(const RunConfig& c, Prepared& p) {
   validate_run_config(c);
-  Prepared p;
   p.model = graph::load_model(c.model_path);
-  const int stages = c.pp * c.stages_per_rank;
-  if (!c.partition_path.empty()) {
-    p.partition = graph::load_partition(c.partition_path);
-    graph::check_partition_matches(p.partition, p.model, c.partition_path);
-    PW_CHECK(p.partition.num_stages() == stages, ConfigError,
-             c.partition_path << " has " << p.partition.num_stages() << " stages but --pp " << c.pp
-                              << " x --stages-per-rank " << c.stages_per_rank << " = " << stages);
-  } else {
-    graph::PartitionOptions opts;
-    opts.stages = stages;
-    auto method = graph::parse_partition_method(c.partition_method);
-    PW_CHECK(method.has_value() && *method != graph::PartitionMethod::kMemory, ConfigError,
-             "--partition-method must be uniform or balanced, got '" << c.partition_method << "'");
-    opts.method = *method;
-    p.partition = graph::partition_model(p.model, opts);
-  }
-  p.plan = make_plan(c, p.partition);
+  p.partition = sched::resolve_partition(c, p.model);
+  p.plan = sched::make_plan(c, &p.partition);
   p.loss = resolve_loss(c, p.model);
   p.data = load_data(c, p.model);
   check_dataset_matches_model(*p.data, p.model, p.loss);
   PW_CHECK(p.data->size() >= 1, ConfigError, "the training data has no samples");
-  validate_data_parallel(c.data_parallel, c.pp, c.dp);
+}
+
+Prepared prepare(const RunConfig& c) {
+  Prepared p;
+  prepare_job(c, p);
   p.world = resolve_world(c.world, current_environment());
   PW_CHECK(p.world.world_size == c.pp * c.dp, ConfigError,
            "world size " << p.world.world_size << " (from "
@@ -235,7 +170,7 @@ Prepared prepare(const RunConfig& c) {
                          << ") != --pp " << c.pp << " x --dp " << c.dp << " = " << c.pp * c.dp);
   p.pp_index = p.world.rank % c.pp;
   p.dp_index = p.world.rank / c.pp;
-  if (parse_backend(c.backend) == Backend::kNccl) {
+  if (c.backend == Backend::kNccl) {
     // Before any stage is built or peer contacted (issue 8): too few devices, a bad
     // --device-map or a build without NCCL exit 2 with the reason.
     const int device = nccl_rank_device(p.world.local_rank, p.world.local_world_size, c.device_map);
@@ -396,8 +331,8 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
   ReportContext ctx;
   std::ostringstream desc;
   if (c.plan_path.empty()) {
-    desc << c.schedule << " pp=" << c.pp << " v=" << c.stages_per_rank << " m=" << c.microbatches
-         << " dp=" << c.dp;
+    desc << sched::to_string(c.schedule) << " pp=" << c.pp << " v=" << c.stages_per_rank
+         << " m=" << c.microbatches << " dp=" << c.dp;
   } else {
     desc << c.plan_path;
   }
@@ -405,7 +340,7 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
   ctx.schedule = p.plan.shape.schedule;
   ctx.world_size = p.world.world_size;
   ctx.warmup_steps = std::min<std::int64_t>(c.warmup_steps, c.steps - 1);
-  ctx.p2p_uses_core = parse_backend(c.backend) != Backend::kMpi;
+  ctx.p2p_uses_core = c.backend != Backend::kMpi;
   for (const auto& st : p.partition.graph.stages)
     ctx.activation_bytes.push_back(st.activation_bytes);
   if (!c.trace_path.empty()) {
@@ -428,20 +363,15 @@ std::string replica_weights_path(const std::string& path, int replica) {
   return base + ".replica" + std::to_string(replica) + ext;
 }
 
-// What must not change between a checkpoint and its resume (everything but --steps and the
-// output/measurement paths), hashed (FNV-1a).
+// What must not change between a checkpoint and its resume: the job (its canonical JSON, every
+// default resolved) but --steps, and the executor settings that change what is trained (loss,
+// seed, initial weights, data), hashed (FNV-1a).
 std::uint64_t checkpoint_fingerprint(const RunConfig& c) {
-  const auto& d = c.data_parallel;
+  sched::JobSpec job = c;
+  job.steps = 1;
   std::ostringstream os;
-  os << c.model_path << '|' << c.partition_path << '|' << c.partition_method << '|' << c.plan_path
-     << '|' << c.schedule << '|' << c.pp << '|' << c.dp << '|' << c.stages_per_rank << '|'
-     << c.microbatches << '|' << c.batch_size << '|' << c.loss << '|' << c.optimizer << '|' << c.lr
-     << '|' << c.momentum << '|' << c.weight_decay << '|' << c.seed << '|' << c.init_path << '|'
-     << c.data_x << '|' << c.data_y << '|' << c.dataset << '|' << c.shuffle << '|'
-     << to_string(d.algorithm) << '|' << d.bucket_cap_mb << '|' << d.localsgd_frequency_or_default()
-     << '|' << d.slowmo_frequency_or_default() << '|' << d.slowmo_momentum_or_default() << '|'
-     << d.slowmo_lr_or_default() << '|' << d.slowmo_memory_efficient_or_default() << '|'
-     << d.slowmo_num_shards_or_default(c.dp) << '|' << d.procs_per_node_or_default();
+  os << sched::to_json(job) << '|' << c.loss << '|' << c.seed << '|' << c.init_path << '|'
+     << c.data_x << '|' << c.data_y << '|' << c.dataset << '|' << c.shuffle;
   std::uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char ch : os.str()) h = (h ^ ch) * 0x100000001b3ULL;
   return h;
@@ -451,29 +381,19 @@ std::uint64_t checkpoint_fingerprint(const RunConfig& c) {
 
 void validate_run_config(const RunConfig& c) {
   PW_CHECK(!c.model_path.empty(), ConfigError, "--model is required");
-  PW_CHECK(c.pp >= 1, ConfigError, "--pp must be >= 1, got " << c.pp);
-  PW_CHECK(c.dp >= 1, ConfigError, "--dp must be >= 1, got " << c.dp);
-  PW_CHECK(c.stages_per_rank >= 1, ConfigError,
-           "--stages-per-rank must be >= 1, got " << c.stages_per_rank);
-  PW_CHECK(c.microbatches >= 1, ConfigError, "--microbatches must be >= 1, got " << c.microbatches);
   PW_CHECK(c.batch_size >= 1, ConfigError, "--batch-size must be >= 1, got " << c.batch_size);
-  PW_CHECK(
-      c.batch_size % c.microbatches == 0, ConfigError,
-      "--batch-size " << c.batch_size << " is not a multiple of --microbatches " << c.microbatches);
-  PW_CHECK(c.steps >= 1, ConfigError, "--steps must be >= 1, got " << c.steps);
-  PW_CHECK(c.optimizer == "sgd" || c.optimizer == "adam" || c.optimizer == "adamw", ConfigError,
-           "--optimizer must be sgd, adam or adamw, got '" << c.optimizer << "'");
-  PW_CHECK(std::isfinite(c.lr) && c.lr > 0, ConfigError, "--lr must be > 0, got " << c.lr);
-  PW_CHECK(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1, ConfigError,
-           "--momentum must be in [0, 1), got " << c.momentum);
-  PW_CHECK(c.momentum == 0 || c.optimizer == "sgd", ConfigError,
-           "--momentum applies to --optimizer sgd only");
-  PW_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, ConfigError,
-           "--weight-decay must be >= 0, got " << c.weight_decay);
+  sched::validate_job(c);
   PW_CHECK(std::isfinite(c.timeout_s) && c.timeout_s > 0, ConfigError,
            "--timeout must be > 0 seconds, got " << c.timeout_s);
   PW_CHECK(c.warmup_steps >= 0, ConfigError, "--warmup-steps must be >= 0");
-  PW_CHECK(!c.data_parallel.save_replicas || !c.save_path.empty(), ConfigError,
+  PW_CHECK(c.check_replicas >= 0, ConfigError,
+           "--check-replicas must be >= 0 (0 = never), got " << c.check_replicas);
+  PW_CHECK(c.checkpoint_every >= 0, ConfigError,
+           "--checkpoint-every must be >= 0, got " << c.checkpoint_every);
+  PW_CHECK(!c.resume || !c.checkpoint_dir.empty(), ConfigError, "--resume needs --checkpoint-dir");
+  PW_CHECK(c.checkpoint_every == 0 || !c.checkpoint_dir.empty(), ConfigError,
+           "--checkpoint-every needs --checkpoint-dir");
+  PW_CHECK(!c.save_replicas || !c.save_path.empty(), ConfigError,
            "--save-replicas needs --save FILE");
   const bool npy = !c.data_x.empty() || !c.data_y.empty();
   PW_CHECK(npy != !c.dataset.empty(), ConfigError,
@@ -482,8 +402,22 @@ void validate_run_config(const RunConfig& c) {
            "--data-x and --data-y go together");
   PW_CHECK(c.loss.empty() || parse_loss_kind(c.loss).has_value(), ConfigError,
            "--loss must be mse or cross-entropy, got '" << c.loss << "'");
-  (void)parse_backend(c.backend);
-  if (c.plan_path.empty()) (void)sched::parse_schedule_kind(c.schedule);
+}
+
+DryRun dry_run_job(const RunConfig& c) {
+  Prepared p;
+  prepare_job(c, p);
+  DryRun out;
+  out.model_name = p.model.name;
+  for (const auto& list : p.plan.per_rank) out.actions += static_cast<std::int64_t>(list.size());
+  out.predicted_peak_bytes.assign(static_cast<std::size_t>(c.pp), 0);
+  for (int s = 0; s < p.partition.num_stages(); ++s) {
+    const int rank = p.plan.shape.stage_to_rank.at(static_cast<std::size_t>(s));
+    out.predicted_peak_bytes.at(static_cast<std::size_t>(rank)) +=
+        p.partition.graph.stages.at(static_cast<std::size_t>(s)).memory_bytes;
+  }
+  out.plan = std::move(p.plan);
+  return out;
 }
 
 RunResult run_training(const RunConfig& c, const std::function<void(const StepLog&)>& on_step) {
@@ -500,7 +434,7 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
   ShardedBatches batches(p.data->size(), c.dp, p.dp_index, c.seed, c.shuffle, c.batch_size);
 
   // Communication starts here.
-  const Backend backend = parse_backend(c.backend);
+  const Backend backend = c.backend;
   std::unique_ptr<Store> store;
   if (backend == Backend::kGloo || backend == Backend::kNccl) {
     store = make_tcp_store(p.world, timeout);
@@ -525,6 +459,7 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
     ctx.num_microbatches = c.microbatches;
     ctx.learning_rate = c.lr;
     ctx.timeout = timeout;
+    ctx.check_replicas = c.check_replicas;
     dp_algo = make_data_parallel(c.data_parallel, ctx);
     hooks = dp_algo.get();
   }
@@ -576,7 +511,6 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
 
   // Checkpoints (docs/data-parallel.md): resume from the last complete one, save every N steps
   // and after the last step.
-  const auto& dpc = c.data_parallel;
   TrainingState train_state;
   train_state.stages = stage_params;
   for (const auto& sp : stage_params)
@@ -584,10 +518,10 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
   train_state.dp_algorithm = dp_algo.get();
   const CheckpointIdentity ckpt_id{p.world.rank, p.world.world_size, checkpoint_fingerprint(c)};
   std::int64_t first_step = 0;
-  if (dpc.resume) {
-    const std::int64_t s = agree_resume_step(dpc.checkpoint_dir, p.world.rank, *world, timeout);
+  if (c.resume) {
+    const std::int64_t s = agree_resume_step(c.checkpoint_dir, p.world.rank, *world, timeout);
     if (s >= 0) {
-      load_checkpoint(dpc.checkpoint_dir, s, ckpt_id, train_state);
+      load_checkpoint(c.checkpoint_dir, s, ckpt_id, train_state);
       batches.seek(train_state.data);
       first_step = s;
       next_microbatches(&xs, &ys);  // the batch of step s
@@ -610,19 +544,18 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
       result.steps.push_back(log);
       if (on_step) on_step(log);
     }
-    if (!dpc.checkpoint_dir.empty() &&
-        ((dpc.checkpoint_every > 0 && (step + 1) % dpc.checkpoint_every == 0) ||
-         step + 1 == c.steps)) {
+    if (!c.checkpoint_dir.empty() &&
+        ((c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) || step + 1 == c.steps)) {
       train_state.completed_steps = step + 1;
       train_state.data = batches.position();
-      save_checkpoint(dpc.checkpoint_dir, train_state, ckpt_id, *world, timeout);
+      save_checkpoint(c.checkpoint_dir, train_state, ckpt_id, *world, timeout);
     }
   }
   if (dp_algo) result.data_parallel = dp_algo->stats();
   if (!c.save_path.empty()) {
     save_weights(c, p, *world, bodies, timeout, 0, c.save_path);
     if (p.world.rank == 0) result.written_files.push_back(c.save_path);
-    for (int d = 0; dpc.save_replicas && d < c.dp; ++d) {
+    for (int d = 0; c.save_replicas && d < c.dp; ++d) {
       const std::string path = replica_weights_path(c.save_path, d);
       save_weights(c, p, *world, bodies, timeout, d, path);
       if (p.world.rank == mesh_world_rank(0, d, c.pp)) result.written_files.push_back(path);

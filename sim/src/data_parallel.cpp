@@ -8,64 +8,30 @@
 #include "pipewright/sched/buckets.hpp"
 
 namespace pipewright::sim {
-namespace {
-
-struct OptimizerName {
-  Optimizer opt;
-  std::string_view name;
-  double state_factor;
-};
-constexpr std::array<OptimizerName, 4> kOptimizers = {{
-    {Optimizer::kSgd, "sgd", 0.0},
-    {Optimizer::kSgdMomentum, "sgd-momentum", 1.0},
-    {Optimizer::kAdam, "adam", 2.0},
-    {Optimizer::kAdamW, "adamw", 2.0},
-}};
-
-struct DpName {
-  DpAlgorithm algo;
-  std::string_view name;
-};
-constexpr std::array<DpName, 3> kDpAlgorithms = {{
-    {DpAlgorithm::kDdp, "ddp"},
-    {DpAlgorithm::kLocalSgd, "localsgd"},
-    {DpAlgorithm::kSlowMo, "slowmo"},
-}};
-
-}  // namespace
-
-Optimizer parse_optimizer(std::string_view name) {
-  for (const auto& o : kOptimizers) {
-    if (o.name == name) return o.opt;
-  }
-  throw ConfigError("--optimizer: unknown optimizer '" + std::string(name) +
-                    "'; valid: sgd, sgd-momentum, adam, adamw");
-}
-std::string_view to_string(Optimizer opt) noexcept {
-  for (const auto& o : kOptimizers) {
-    if (o.opt == opt) return o.name;
-  }
-  return "?";
-}
-double optimizer_state_factor(Optimizer opt) noexcept {
-  for (const auto& o : kOptimizers) {
-    if (o.opt == opt) return o.state_factor;
+double optimizer_state_factor(Optimizer opt, double momentum) noexcept {
+  switch (opt) {
+    case Optimizer::kSgd:
+      return momentum > 0 ? 1.0 : 0.0;
+    case Optimizer::kAdam:
+    case Optimizer::kAdamW:
+      return 2.0;
   }
   return 0.0;
 }
 
-DpAlgorithm parse_dp_algorithm(std::string_view name) {
-  for (const auto& d : kDpAlgorithms) {
-    if (d.name == name) return d.algo;
-  }
-  throw ConfigError("--dp-algorithm: unknown algorithm '" + std::string(name) +
-                    "'; valid: ddp, localsgd, slowmo");
-}
-std::string_view to_string(DpAlgorithm algo) noexcept {
-  for (const auto& d : kDpAlgorithms) {
-    if (d.algo == algo) return d.name;
-  }
-  return "?";
+SimOptions sim_options(const sched::JobSpec& job) {
+  const auto& d = job.data_parallel;
+  SimOptions o;
+  o.dp.replicas = job.dp;
+  o.dp.algorithm = d.algorithm;
+  o.dp.bucket_cap_mb = d.bucket_cap_mb;
+  o.dp.localsgd_frequency = static_cast<std::int32_t>(d.localsgd_frequency_or_default());
+  o.dp.slowmo_frequency = static_cast<std::int32_t>(d.slowmo_frequency_or_default());
+  o.optimizer = job.optimizer;
+  o.momentum = job.momentum;
+  o.steps = static_cast<std::int32_t>(job.steps);
+  o.micro_batch_size = job.micro_batch_size();
+  return o;
 }
 
 std::int64_t p2p_message_ns(const sched::PlanShape& shape, const sched::CostTable& costs,

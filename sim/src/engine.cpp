@@ -1339,7 +1339,7 @@ SimResult Engine::run() {
   result_.simulated_actions = static_cast<std::int64_t>(total_actions) * K_;
   if (record_) result_.actions.reserve(total_actions * static_cast<std::size_t>(K_) + 16);
 
-  const double opt_factor = optimizer_state_factor(opt_.optimizer);
+  const double opt_factor = optimizer_state_factor(opt_.optimizer, opt_.momentum);
   for (std::int32_t r = 0; r < R_; ++r) {
     auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
     rr.rank = r;

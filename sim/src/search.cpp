@@ -8,7 +8,7 @@
 
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/partition.hpp"
-#include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/job.hpp"
 #include "pipewright/sim/cost_inputs.hpp"
 
 namespace pipewright::sim {
@@ -109,7 +109,11 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
 
   SearchResult result;
   std::vector<SearchCandidate> fitting;
-  std::map<std::int32_t, std::shared_ptr<const sched::CostTable>> costs_by_stages;
+  struct Partitioned {
+    graph::Partition partition;
+    sched::CostTable costs;
+  };
+  std::map<std::int32_t, std::shared_ptr<const Partitioned>> by_stages;
   const std::int64_t total = [&] {
     std::int64_t t = 0;
     for (const auto& c : configs) t += c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1;
@@ -119,29 +123,35 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   for (const auto& c : configs) {
     const std::int64_t n_variants = c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1;
     result.enumerated += n_variants;
-    // Partition (cached per stage count) and plan; shapes the generators reject are skipped.
-    std::shared_ptr<const sched::CostTable> costs;
+    // The configuration as a job (its plan built as `run` builds it, over the partition's stage
+    // DAG); the partition is cached per stage count. Shapes the generators reject are skipped.
+    sched::JobSpec job;
+    job.schedule = c.kind;
+    job.pp = c.pp;
+    job.dp = c.dp;
+    job.stages_per_rank = c.v;
+    job.microbatches = c.m;
+    job.batch_size = mbs * c.m;
+    job.optimizer = opt.optimizer;
+    job.momentum = opt.momentum;
+    std::shared_ptr<const Partitioned> parted;
     sched::LoweredPlan plan;
     try {
       const std::int32_t stages = c.pp * c.v;
-      auto it = costs_by_stages.find(stages);
-      if (it == costs_by_stages.end()) {
+      auto it = by_stages.find(stages);
+      if (it == by_stages.end()) {
         graph::PartitionOptions po;
         po.stages = stages;
-        po.method = graph::PartitionMethod::kBalanced;
-        const auto part = graph::partition_model(model, po);
-        it = costs_by_stages
-                 .emplace(stages, std::make_shared<const sched::CostTable>(
-                                      costs_from_partition(model, part)))
+        po.method = job.partition_method;
+        auto part = graph::partition_model(model, po);
+        auto costs = costs_from_partition(model, part);
+        it = by_stages
+                 .emplace(stages, std::make_shared<const Partitioned>(
+                                      Partitioned{std::move(part), std::move(costs)}))
                  .first;
       }
-      costs = it->second;
-      sched::ScheduleSpec spec;
-      spec.kind = c.kind;
-      spec.ranks = c.pp;
-      spec.microbatches = c.m;
-      spec.stages_per_rank = c.v;
-      plan = sched::lower(sched::generate(spec));
+      parted = it->second;
+      plan = sched::make_plan(job, &parted->partition);
     } catch (const InputError&) {
       result.rejected_shape += n_variants;
       done += n_variants;
@@ -150,19 +160,19 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
     }
     for (std::int64_t k = 0; k < n_variants; ++k) {
       const DpVariant variant = c.dp > 1 ? variants[static_cast<std::size_t>(k)] : DpVariant{};
-      SimOptions so;
-      so.dp.replicas = c.dp;
-      so.dp.algorithm = variant.algorithm;
-      so.dp.bucket_cap_mb = variant.bucket_cap_mb;
-      so.dp.localsgd_frequency = variant.localsgd_frequency;
-      so.dp.slowmo_frequency = variant.slowmo_frequency;
-      so.steps = c.dp > 1 ? steps_for(variant) : 1;
-      so.optimizer = opt.optimizer;
+      sched::JobSpec vjob = job;
+      auto& d = vjob.data_parallel;
+      d.algorithm = variant.algorithm;
+      d.bucket_cap_mb = variant.bucket_cap_mb;
+      if (variant.algorithm != DpAlgorithm::kDdp) d.localsgd_frequency = variant.localsgd_frequency;
+      if (variant.algorithm == DpAlgorithm::kSlowMo) d.slowmo_frequency = variant.slowmo_frequency;
+      vjob.steps = c.dp > 1 ? steps_for(variant) : 1;
+      SimOptions so = sim_options(vjob);
       so.micro_batch_size = mbs;
       so.record_actions = false;
       Cluster cl = cluster;
       cl.device_memory_bytes = limit;
-      const SimResult r = simulate(plan, *costs, cl, so);
+      const SimResult r = simulate(plan, parted->costs, cl, so);
       ++result.simulated;
       result.simulated_actions += r.simulated_actions;
       SearchCandidate cand;

@@ -19,6 +19,7 @@
 #include "interpreter.hpp"
 #include "pipewright/exec/fake_communicator.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/sched/job.hpp"
 #include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/schedule.hpp"
 
@@ -219,7 +220,7 @@ TEST_P(InterpreterEquivalence, MatchesFullBatchTraining) {
   spec.ranks = c.ranks;
   spec.microbatches = c.m;
   spec.stages_per_rank = c.v;
-  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  const auto plan = sched::lower_for_run(sched::generate(spec));
   const int layers = c.ranks * c.v;
   const auto init = init_weights(layers);
   torch::manual_seed(11);
@@ -264,7 +265,7 @@ TEST(Interpreter, ForwardRecordsTheHeapBytesItKeeps) {
   spec.kind = ScheduleKind::kGPipe;
   spec.ranks = 1;
   spec.microbatches = 4;
-  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  const auto plan = sched::lower_for_run(sched::generate(spec));
   const auto init = init_weights(1);
   torch::manual_seed(5);
   auto x = torch::randn({16, kWidth});
@@ -282,7 +283,7 @@ TEST(Interpreter, SplitBackwardStepRecordsInputAndWeightGradients) {
   spec.kind = ScheduleKind::k1F1B;
   spec.ranks = 2;
   spec.microbatches = 4;
-  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  const auto plan = sched::lower_for_run(sched::generate(spec));
   const auto init = init_weights(2);
   torch::manual_seed(7);
   auto x = torch::randn({8, kWidth});
@@ -310,7 +311,7 @@ TEST(Interpreter, SkipEdgeDag) {
   spec.ranks = 3;
   spec.microbatches = 3;
   spec.stage_edges = {{0, 1}, {1, 2}, {0, 2}};
-  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  const auto plan = sched::lower_for_run(sched::generate(spec));
   const auto init = init_weights(3);
   torch::manual_seed(3);
   auto x = torch::randn({9, kWidth});
@@ -327,7 +328,7 @@ TEST(Interpreter, MissingPeerTimesOutNamingStageMicrobatchStep) {
   spec.kind = ScheduleKind::kGPipe;
   spec.ranks = 2;
   spec.microbatches = 2;
-  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  const auto plan = sched::lower_for_run(sched::generate(spec));
   FakeWorld world(2);
   auto comm1 = world.communicator(1);
   auto comm0 = world.communicator(0);  // rank 0 never runs
@@ -358,7 +359,7 @@ TEST(Interpreter, DeadPeerRaisesPeerError) {
   spec.kind = ScheduleKind::k1F1B;
   spec.ranks = 2;
   spec.microbatches = 2;
-  const auto plan = sched::lower(sched::generate(spec), sched::LowerOptions{false, true, true});
+  const auto plan = sched::lower_for_run(sched::generate(spec));
   const auto init = init_weights(2);
   torch::manual_seed(1);
   auto x = torch::randn({4, kWidth});

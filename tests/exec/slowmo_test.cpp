@@ -6,6 +6,7 @@
 
 #include "ddp.hpp"
 #include "dp_test_util.hpp"
+#include "pipewright/exec/data_parallel.hpp"
 #include "pipewright/graph/error.hpp"
 #include "slowmo.hpp"
 
@@ -284,6 +285,13 @@ TEST(SlowMo, RejectsBadOptions) {
   o.slowmo_frequency = 48;
   o.learning_rate = 0;
   EXPECT_THROW(SlowMo(comms[0].get(), o), ConfigError);
+}
+
+// Ranks per node -> replicas of a data-parallel group per node (rank = dp_index * pp + pp_index).
+TEST(SlowMo, ReplicasPerNode) {
+  EXPECT_EQ(replicas_per_node(4, 2), 2);
+  EXPECT_EQ(replicas_per_node(1, 2), 1);
+  EXPECT_EQ(replicas_per_node(3, 2), 1);
 }
 
 }  // namespace

@@ -181,16 +181,19 @@ TEST(Engine, MalformedPlansAndMismatchedCosts) {
 
 TEST(Engine, StaticMemoryPerOptimizer) {
   const auto costs = uniform_costs(2, 1, 1, 0, /*param_bytes=*/1000);
-  for (auto [opt, factor] : {std::pair{Optimizer::kSgd, 0}, std::pair{Optimizer::kSgdMomentum, 1},
-                             std::pair{Optimizer::kAdam, 2}, std::pair{Optimizer::kAdamW, 2}}) {
+  for (auto [opt, momentum, factor] :
+       {std::tuple{Optimizer::kSgd, 0.0, 0}, std::tuple{Optimizer::kSgd, 0.9, 1},
+        std::tuple{Optimizer::kAdam, 0.0, 2}, std::tuple{Optimizer::kAdamW, 0.0, 2}}) {
     SimOptions o;
     o.optimizer = opt;
+    o.momentum = momentum;
     const auto r = run(gpipe(2, 2), costs, o);
     EXPECT_EQ(r.per_rank[0].static_memory_bytes, 1000 * (2 + factor));
   }
   Cluster small;
   small.device_memory_bytes = 3500;
   SimOptions o;
+  o.optimizer = Optimizer::kAdam;
   const auto r = simulate(gpipe(2, 2), uniform_costs(2, 1, 1, 10, 1000), small, o);
   EXPECT_TRUE(r.per_rank[0].exceeds_memory);  // 4000 + 20 > 3500
 }

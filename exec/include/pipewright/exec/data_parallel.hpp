@@ -6,74 +6,17 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <string>
+
+#include "pipewright/sched/job.hpp"
 
 namespace pipewright::exec {
 
-enum class DpAlgorithm : std::uint8_t {
-  kDdp,       // gradients averaged every step (PyTorch DistributedDataParallel)
-  kSlowMo,    // fairscale SlowMo with the LocalSGD base algorithm
-  kLocalSgd,  // LocalSGD alone (SlowMo with slowmo_lr = 1, momentum = 0)
-};
-
-// "ddp", "slowmo", "localsgd". "sgp" (SlowMo's gossip base algorithm) is rejected with a
-// ConfigError saying it is not supported; anything else is a ConfigError listing the names.
-[[nodiscard]] DpAlgorithm parse_dp_algorithm(const std::string& name);
-[[nodiscard]] const char* to_string(DpAlgorithm algorithm) noexcept;
-
-struct DataParallelConfig {
-  DpAlgorithm algorithm = DpAlgorithm::kDdp;
-
-  // DDP. Bucket cap in MiB (fractions allowed); the first bucket is min(1 MiB, cap).
-  double bucket_cap_mb = 25.0;
-  // DDP ablation: launch every bucket's all-reduce at REDUCE_GRAD instead of during backward.
-  bool ddp_overlap = true;
-
-  // Every N steps verify that the replicas of each stage hold bit-identical parameters
-  // (0 = never). Fails with ReplicaDivergenceError naming the diverged replica.
-  std::int64_t check_replicas = 0;
-
-  // SlowMo / LocalSGD. Unset optionals take the defaults below; setting a SlowMo-only option
-  // with another algorithm is a ConfigError (validate_data_parallel).
-  std::optional<std::int64_t> localsgd_frequency;  // default 3
-  std::optional<std::int64_t> slowmo_frequency;    // default 48
-  std::optional<double> slowmo_momentum;           // default 0.5
-  std::optional<double> slowmo_lr;                 // default 1.0
-  std::optional<bool> slowmo_memory_efficient;     // default true
-  std::optional<int> slowmo_num_shards;            // default min(32, dp)
-  // Ranks per node (consecutive world ranks share a node). With several replicas of a stage on
-  // one node, SlowMo all-reduces gradients within the node every step and averages parameters
-  // only across nodes, as fairscale does. Default 1.
-  std::optional<int> procs_per_node;
-
-  // Checkpoints of the whole training state, one file per rank under checkpoint_dir.
-  std::string checkpoint_dir;         // empty: no checkpoints
-  std::int64_t checkpoint_every = 0;  // also every N steps (0: only after the last step)
-  bool resume = false;                // start from the last complete checkpoint in checkpoint_dir
-  bool save_replicas = false;         // --save also writes <FILE>.replica<R>.safetensors
-
-  [[nodiscard]] std::int64_t localsgd_frequency_or_default() const {
-    return localsgd_frequency.value_or(3);
-  }
-  [[nodiscard]] std::int64_t slowmo_frequency_or_default() const {
-    return slowmo_frequency.value_or(48);
-  }
-  // LocalSGD is SlowMo with these two fixed.
-  [[nodiscard]] double slowmo_momentum_or_default() const {
-    return algorithm == DpAlgorithm::kLocalSgd ? 0.0 : slowmo_momentum.value_or(0.5);
-  }
-  [[nodiscard]] double slowmo_lr_or_default() const {
-    return algorithm == DpAlgorithm::kLocalSgd ? 1.0 : slowmo_lr.value_or(1.0);
-  }
-  [[nodiscard]] bool slowmo_memory_efficient_or_default() const {
-    return slowmo_memory_efficient.value_or(true);
-  }
-  [[nodiscard]] int slowmo_num_shards_or_default(int dp) const {
-    return slowmo_num_shards.value_or(dp < 32 ? dp : 32);
-  }
-  [[nodiscard]] int procs_per_node_or_default() const { return procs_per_node.value_or(1); }
-};
+// The algorithm and its options are part of the job (sched::DataParallelSpec, shared with the
+// simulator); the executor's own settings (replica checks, checkpoints) are in exec::RunConfig.
+using sched::DataParallelSpec;
+using sched::DpAlgorithm;
+using sched::parse_dp_algorithm;
+using sched::to_string;
 
 // Communication counters of one rank's data-parallel algorithm, for logs and benchmarks.
 // wire_bytes models what the rank puts on the network with the usual algorithms: an all-reduce
@@ -93,15 +36,9 @@ struct DataParallelStats {
   double setup_wire_bytes = 0;
 };
 
-// Checks the configuration against the mesh (pp stages positions x dp replicas): bucket cap > 0,
-// frequencies >= 1, 0 <= momentum < 1, slowmo_lr > 0, 1 <= num_shards <= dp, procs_per_node
-// compatible with the mesh, SlowMo-only options only with slowmo/localsgd, check_replicas >= 0,
-// checkpoint_every >= 0, --resume only with a checkpoint dir. Throws ConfigError naming the flag.
-void validate_data_parallel(const DataParallelConfig& config, int pp, int dp);
-
 // Replicas of each data-parallel group that share a node, given procs_per_node ranks per node
 // and rank = dp_index * pp + pp_index: procs_per_node / pp when procs_per_node is a multiple of
-// pp, else 1 (validate_data_parallel rejects the other cases).
+// pp, else 1 (sched::validate_job rejects the other cases).
 [[nodiscard]] int replicas_per_node(int procs_per_node, int pp) noexcept;
 
 }  // namespace pipewright::exec

@@ -12,30 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "pipewright/exec/backend.hpp"
 #include "pipewright/exec/data_parallel.hpp"
 #include "pipewright/exec/rendezvous.hpp"
+#include "pipewright/sched/job.hpp"
+#include "pipewright/sched/plan.hpp"
 
 namespace pipewright::exec {
 
-struct RunConfig {
-  // Model, partition, plan.
-  std::string model_path;
-  std::string partition_path;                 // empty: partition the model (partition_method)
-  std::string partition_method = "balanced";  // "uniform" | "balanced"
-  std::string plan_path;                      // empty: generate `schedule` and lower it
-  std::string schedule = "1F1B";
-  int pp = 1;
-  int dp = 1;
-  int stages_per_rank = 1;
-  int microbatches = 1;
-  // Training.
-  std::int64_t batch_size = 0;  // per replica, per step; a multiple of microbatches
-  std::int64_t steps = 1;
-  std::string loss;               // "mse" | "cross-entropy"; empty: the model's loss node decides
-  std::string optimizer = "sgd";  // "sgd" (with momentum) | "adam" | "adamw"
-  double lr = 0.01;
-  double momentum = 0.0;
-  double weight_decay = 0.0;
+// The job (sched::JobSpec: model, partition, plan, shape, batch, optimizer, data-parallel
+// algorithm; shared with `pipewright simulate`) and how this run executes it.
+struct RunConfig : sched::JobSpec {
+  std::string loss;  // "mse" | "cross-entropy"; empty: the model's loss node decides
   std::uint64_t seed = 0;
   std::string init_path;  // safetensors with initial weights (names as in the model)
   std::string save_path;  // safetensors of the final weights, written by world rank 0
@@ -45,7 +33,7 @@ struct RunConfig {
   std::string dataset;
   bool shuffle = true;
   // Communication.
-  std::string backend = "gloo";  // "gloo" | "mpi" | "nccl"
+  Backend backend = Backend::kGloo;
   // nccl: CUDA device per local rank, "2,3,0,1" or "0:2,1:3" (default: device = local rank).
   std::string device_map;
   double timeout_s = 300;
@@ -59,8 +47,24 @@ struct RunConfig {
   std::string trace_path;         // Chrome Trace Event JSON, every rank in one file (pid = rank)
   std::string profile_path;       // pipewright-profile JSON for `pipewright simulate --profile`
   std::int64_t warmup_steps = 1;  // steps left out of the profile's statistics
-  // Data parallelism (issue 7).
-  DataParallelConfig data_parallel;
+  // Replicas and checkpoints (docs/data-parallel.md).
+  // Every N steps verify that the replicas of each stage hold bit-identical parameters
+  // (0 = never). Fails with ReplicaDivergenceError naming the diverged replica.
+  std::int64_t check_replicas = 0;
+  std::string checkpoint_dir;         // empty: no checkpoints; one file per rank under it
+  std::int64_t checkpoint_every = 0;  // also every N steps (0: only after the last step)
+  bool resume = false;                // start from the last complete checkpoint in checkpoint_dir
+  bool save_replicas = false;         // --save also writes <FILE>.replica<R>.safetensors
+};
+
+// What `pipewright run --dry-run` reports: the job resolved and its plan built, validated and
+// dry-run, with no rendezvous and no training.
+struct DryRun {
+  sched::LoweredPlan plan;
+  std::int64_t actions = 0;                        // every rank's actions
+  std::vector<std::int64_t> predicted_peak_bytes;  // per pipeline rank: the partition's estimate
+                                                   // of its stages (graph/ memory model)
+  std::string model_name;
 };
 
 // One step as logged by world rank 0.
@@ -79,8 +83,14 @@ struct RunResult {
   DataParallelStats data_parallel;         // this rank's data-parallel communication (dp > 1)
 };
 
-// Checks the flags that need no file or communication. Throws ConfigError naming the flag.
+// Checks the flags that need no file or communication (sched::validate_job, then the executor's
+// own). Throws ConfigError naming the flag.
 void validate_run_config(const RunConfig& config);
+
+// Everything a run checks before it talks to anyone: the flags, the model, the partition, the
+// plan (built with sched::make_plan: validated and dry-run for deadlocks) and the data against
+// the model. Throws what run_training would, with nothing started.
+[[nodiscard]] DryRun dry_run_job(const RunConfig& config);
 
 // Runs the training. `on_step` is called on world rank 0 after every step. Throws InputError
 // subclasses for bad input (before training), PeerError / TimeoutError when a peer fails.

@@ -35,7 +35,8 @@ struct SearchOptions {
   std::vector<sched::ScheduleKind> schedules;             // empty = all
   std::vector<std::int32_t> stages_per_rank = {2, 4, 8};  // for the looped schedules
   std::vector<DpVariant> dp_variants;                     // empty = default_dp_variants()
-  Optimizer optimizer = Optimizer::kAdam;
+  Optimizer optimizer = Optimizer::kSgd;  // memory: optimizer state (sched::JobSpec's default)
+  double momentum = 0.0;
   std::int32_t top_k = 10;
 };
 

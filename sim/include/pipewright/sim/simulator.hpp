@@ -24,35 +24,34 @@
 
 #include "pipewright/sched/action.hpp"
 #include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/job.hpp"
 #include "pipewright/sched/plan.hpp"
 #include "pipewright/sim/cluster.hpp"
 
 namespace pipewright::sim {
 
-enum class Optimizer { kSgd, kSgdMomentum, kAdam, kAdamW };
-// "sgd", "sgd-momentum", "adam", "adamw"; throws ConfigError listing the valid names.
-[[nodiscard]] Optimizer parse_optimizer(std::string_view name);
-[[nodiscard]] std::string_view to_string(Optimizer opt) noexcept;
+// The optimizer and the data-parallel algorithm are the job's (sched/job.hpp): one enum each
+// for the simulator and the executor.
+using sched::DpAlgorithm;
+using sched::Optimizer;
 // Optimizer state bytes per parameter byte (fp32 state, same dtype as the parameters):
-// sgd 0, sgd-momentum 1 (momentum buffer), adam / adamw 2 (exp_avg, exp_avg_sq).
-[[nodiscard]] double optimizer_state_factor(Optimizer opt) noexcept;
-
-enum class DpAlgorithm { kDdp, kLocalSgd, kSlowMo };
-[[nodiscard]] DpAlgorithm parse_dp_algorithm(std::string_view name);  // "ddp", "localsgd", "slowmo"
-[[nodiscard]] std::string_view to_string(DpAlgorithm algo) noexcept;
+// sgd 0 (1 with momentum: the momentum buffer), adam / adamw 2 (exp_avg, exp_avg_sq).
+[[nodiscard]] double optimizer_state_factor(Optimizer opt, double momentum) noexcept;
 
 struct DataParallelOptions {
   std::int32_t replicas = 1;  // dp
   DpAlgorithm algorithm = DpAlgorithm::kDdp;
   double bucket_cap_mb = 25.0;  // DDP (MiB, as torch's bucket_cap_mb)
   std::int64_t first_bucket_bytes = 1024 * 1024;
-  std::int32_t localsgd_frequency = 1;  // LocalSGD / SlowMo: average parameters every N steps
-  std::int32_t slowmo_frequency = 1;    // SlowMo: slow-momentum reduce + broadcast every N steps
+  // Defaults as sched::DataParallelSpec's (fairscale's); sim_options(job) fills them from a job.
+  std::int32_t localsgd_frequency = 3;  // LocalSGD / SlowMo: average parameters every N steps
+  std::int32_t slowmo_frequency = 48;   // SlowMo: slow-momentum reduce + broadcast every N steps
 };
 
 struct SimOptions {
   DataParallelOptions dp;
-  Optimizer optimizer = Optimizer::kAdam;
+  Optimizer optimizer = Optimizer::kSgd;
+  double momentum = 0.0;              // sgd: a momentum buffer when > 0
   std::int32_t steps = 1;             // consecutive training steps simulated back to back
   std::int64_t micro_batch_size = 0;  // samples per microbatch; 0 = unknown (no throughput)
   bool record_actions = true;         // keep per-action timings (trace, timelines, critical path)
@@ -79,6 +78,10 @@ struct SimOptions {
   // cores the entries are work at full speed, like the costs.
   std::vector<std::int64_t> replay_durations_ns;
 };
+
+// The simulator's options for a job: replicas, data-parallel algorithm and its options, steps,
+// optimizer, and the micro-batch size (batch_size / microbatches; 0 when the job has no batch).
+[[nodiscard]] SimOptions sim_options(const sched::JobSpec& job);
 
 inline constexpr int kReplaySlots = 5;
 [[nodiscard]] inline std::size_t replay_index(std::int32_t stage, int slot, std::int32_t mb,

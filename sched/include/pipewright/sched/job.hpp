@@ -1,0 +1,151 @@
+// The one description of a training job (docs/architecture.md, "One job, one plan"): what
+// `pipewright run` trains and what `pipewright simulate` (and search, compare) times, with one
+// set of defaults and one function that turns it into the lowered plan every rank runs.
+//
+// JobSpec holds what defines the job: the model and its partition, the plan (a schedule or a
+// plan file) and its shape, the batch, the optimizer and the data-parallel algorithm. Settings
+// of one way of running it (data files, backend, outputs, checkpoints) live with the executor
+// (exec::RunConfig extends JobSpec). `to_json` writes it back with every default filled in
+// (`run --dry-run --plan-out`, `simulate --plan-out`), and the checkpoint fingerprint hashes it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "pipewright/graph/partition.hpp"
+#include "pipewright/sched/plan.hpp"
+#include "pipewright/sched/plan_io.hpp"
+#include "pipewright/sched/schedule.hpp"
+
+namespace pipewright::graph {
+struct Model;
+}
+
+namespace pipewright::sched {
+
+enum class DpAlgorithm : std::uint8_t {
+  kDdp,       // gradients averaged every step (PyTorch DistributedDataParallel)
+  kSlowMo,    // fairscale SlowMo with the LocalSGD base algorithm
+  kLocalSgd,  // LocalSGD alone (SlowMo with slowmo_lr = 1, momentum = 0)
+};
+// "ddp", "slowmo", "localsgd". "sgp" (SlowMo's gossip base algorithm) is rejected saying it is
+// not supported; anything else is a ConfigError listing the names.
+[[nodiscard]] DpAlgorithm parse_dp_algorithm(std::string_view name);
+[[nodiscard]] std::string_view to_string(DpAlgorithm algorithm) noexcept;
+
+enum class Optimizer : std::uint8_t { kSgd, kAdam, kAdamW };
+// "sgd" (with --momentum), "adam", "adamw"; anything else is a ConfigError listing the names.
+[[nodiscard]] Optimizer parse_optimizer(std::string_view name);
+[[nodiscard]] std::string_view to_string(Optimizer optimizer) noexcept;
+
+// The data-parallel algorithm and its options. Unset optionals take the defaults of the
+// *_or_default accessors (fairscale's SlowMo defaults); setting an option that the algorithm
+// ignores is a ConfigError (validate_job), so the optionals record what the user said.
+struct DataParallelSpec {
+  DpAlgorithm algorithm = DpAlgorithm::kDdp;
+  // DDP. Bucket cap in MiB (fractions allowed); the first bucket is min(1 MiB, cap).
+  double bucket_cap_mb = 25.0;
+  // DDP ablation: launch every bucket's all-reduce at REDUCE_GRAD instead of during backward.
+  bool ddp_overlap = true;
+  // SlowMo / LocalSGD.
+  std::optional<std::int64_t> localsgd_frequency;  // default 3
+  std::optional<std::int64_t> slowmo_frequency;    // default 48
+  std::optional<double> slowmo_momentum;           // default 0.5
+  std::optional<double> slowmo_lr;                 // default 1.0
+  std::optional<bool> slowmo_memory_efficient;     // default true
+  std::optional<int> slowmo_num_shards;            // default min(32, dp)
+  // Ranks per node (consecutive world ranks share a node). With several replicas of a stage on
+  // one node, SlowMo all-reduces gradients within the node every step and averages parameters
+  // only across nodes, as fairscale does. Default 1.
+  std::optional<int> procs_per_node;
+
+  [[nodiscard]] std::int64_t localsgd_frequency_or_default() const {
+    return localsgd_frequency.value_or(3);
+  }
+  [[nodiscard]] std::int64_t slowmo_frequency_or_default() const {
+    return slowmo_frequency.value_or(48);
+  }
+  // LocalSGD is SlowMo with these two fixed.
+  [[nodiscard]] double slowmo_momentum_or_default() const {
+    return algorithm == DpAlgorithm::kLocalSgd ? 0.0 : slowmo_momentum.value_or(0.5);
+  }
+  [[nodiscard]] double slowmo_lr_or_default() const {
+    return algorithm == DpAlgorithm::kLocalSgd ? 1.0 : slowmo_lr.value_or(1.0);
+  }
+  [[nodiscard]] bool slowmo_memory_efficient_or_default() const {
+    return slowmo_memory_efficient.value_or(true);
+  }
+  [[nodiscard]] int slowmo_num_shards_or_default(int dp) const {
+    return slowmo_num_shards.value_or(dp < 32 ? dp : 32);
+  }
+  [[nodiscard]] int procs_per_node_or_default() const { return procs_per_node.value_or(1); }
+};
+
+struct JobSpec {
+  // Model and partition.
+  std::string model_path;      // model JSON; empty only where costs come from elsewhere
+  std::string partition_path;  // partition JSON; empty: partition the model (partition_method)
+  graph::PartitionMethod partition_method = graph::PartitionMethod::kBalanced;
+  // Plan: a plan file (CSV/JSON), or `schedule` generated for the shape below.
+  std::string plan_path;
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  int pp = 1;
+  int dp = 1;
+  int stages_per_rank = 1;
+  int microbatches = 1;
+  // Training.
+  std::int64_t batch_size = 0;  // samples per replica per step, a multiple of microbatches;
+                                // 0: not given (simulate: no throughput unless the model's)
+  std::int64_t steps = 1;
+  Optimizer optimizer = Optimizer::kSgd;
+  double lr = 0.01;
+  double momentum = 0.0;  // sgd only
+  double weight_decay = 0.0;
+  DataParallelSpec data_parallel;
+
+  [[nodiscard]] int stages() const noexcept { return pp * stages_per_rank; }
+  // Samples per microbatch (batch_size / microbatches), 0 when batch_size is not given.
+  [[nodiscard]] std::int64_t micro_batch_size() const noexcept {
+    return batch_size > 0 && microbatches > 0 ? batch_size / microbatches : 0;
+  }
+};
+
+// Checks what needs no file: ranges, the batch against the microbatches, optimizer options,
+// data-parallel options against the algorithm. Throws ConfigError naming the flag.
+void validate_job(const JobSpec& job);
+
+// The partition the job runs: its partition file (checked against the model and the stage
+// count) or the model partitioned by partition_method into pp x stages_per_rank stages.
+// Throws ConfigError / InputError naming the file or flag.
+[[nodiscard]] graph::Partition resolve_partition(const JobSpec& job, const graph::Model& model);
+
+// A plan as `pipewright run` executes it: a compute-only plan lowered with REDUCE_GRAD after
+// each stage's last backward and OPTIM per stage (sched::lower); a lowered plan with the
+// REDUCE_GRAD / OPTIM it lacks appended to its rank's list.
+[[nodiscard]] LoweredPlan lower_for_run(AnyPlan plan);
+
+// The lowered plan every rank of the job runs: the plan file (lower_for_run) or the generated
+// schedule (over the partition's stage DAG when it is not a chain), checked against the job's
+// shape and, when given, the partition (every stage dependency must be a plan edge), then
+// validated (check_valid) and dry-run for deadlocks (buffered sends: the executor pre-posts its
+// receives). `loaded` is the plan file's contents when the caller has read it already (else the
+// file is read here). Throws InvalidPlanError naming the plan and the mismatch.
+[[nodiscard]] LoweredPlan make_plan(const JobSpec& job, const graph::Partition* partition,
+                                    const AnyPlan* loaded = nullptr);
+
+// The job with the shape (pp, stages_per_rank, microbatches) of a plan, for commands that take
+// the shape from a plan file. Throws InvalidPlanError if the plan's stages are not a multiple of
+// its ranks (a job runs pp x stages_per_rank stages).
+[[nodiscard]] JobSpec with_plan_shape(JobSpec job, const PlanShape& shape);
+
+// The job with every default filled in, as canonical JSON (one line per field, fixed order):
+// equal jobs give equal bytes. parse_job reads it back (ParseError naming origin and field).
+[[nodiscard]] std::string to_json(const JobSpec& job);
+[[nodiscard]] JobSpec parse_job(std::string_view json_text, std::string_view origin);
+
+// The --plan-out document: {"job": to_json(job), "plan": to_json(plan)}.
+[[nodiscard]] std::string plan_out_json(const JobSpec& job, const LoweredPlan& plan);
+
+}  // namespace pipewright::sched

@@ -1,0 +1,252 @@
+#include "pipewright/sched/job.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <variant>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/graph/model.hpp"
+#include "pipewright/sched/deadlock.hpp"
+#include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/stage_edges.hpp"
+#include "pipewright/sched/validate.hpp"
+
+namespace pipewright::sched {
+namespace {
+
+bool is_chain(const std::vector<std::pair<int, int>>& deps, int stages) {
+  if (static_cast<int>(deps.size()) != stages - 1) return false;
+  for (int i = 0; i + 1 < stages; ++i) {
+    if (deps[static_cast<std::size_t>(i)] != std::make_pair(i, i + 1)) return false;
+  }
+  return true;
+}
+
+void validate_data_parallel(const DataParallelSpec& c, int pp, int dp) {
+  PW_CHECK(std::isfinite(c.bucket_cap_mb) && c.bucket_cap_mb > 0, ConfigError,
+           "--bucket-cap-mb must be a positive number of MiB, got " << c.bucket_cap_mb);
+  const bool averaging = c.algorithm != DpAlgorithm::kDdp;
+  const bool slowmo = c.algorithm == DpAlgorithm::kSlowMo;
+  const std::string algo(to_string(c.algorithm));
+  // Options that only mean something for an algorithm that averages parameters.
+  PW_CHECK(averaging || !c.localsgd_frequency, ConfigError,
+           "--localsgd-frequency is a SlowMo/LocalSGD option; it has no effect with "
+           "--dp-algorithm ddp");
+  PW_CHECK(averaging || !c.procs_per_node, ConfigError,
+           "--procs-per-node is a SlowMo/LocalSGD option; it has no effect with --dp-algorithm "
+           "ddp");
+  const struct {
+    bool set;
+    const char* flag;
+  } slowmo_only[] = {
+      {c.slowmo_frequency.has_value(), "--slowmo-frequency"},
+      {c.slowmo_momentum.has_value(), "--slowmo-momentum"},
+      {c.slowmo_lr.has_value(), "--slowmo-lr"},
+      {c.slowmo_memory_efficient.has_value(), "--slowmo-memory-efficient"},
+      {c.slowmo_num_shards.has_value(), "--slowmo-num-shards"},
+  };
+  for (const auto& o : slowmo_only) {
+    PW_CHECK(slowmo || !o.set, ConfigError,
+             o.flag << " is a SlowMo option; it has no effect with --dp-algorithm " << algo);
+  }
+  PW_CHECK(c.localsgd_frequency_or_default() >= 1, ConfigError,
+           "--localsgd-frequency must be >= 1, got " << *c.localsgd_frequency);
+  PW_CHECK(c.slowmo_frequency_or_default() >= 1, ConfigError,
+           "--slowmo-frequency must be >= 1, got " << *c.slowmo_frequency);
+  const double beta = c.slowmo_momentum_or_default();
+  PW_CHECK(std::isfinite(beta) && beta >= 0 && beta < 1, ConfigError,
+           "--slowmo-momentum must be in [0, 1), got " << beta);
+  const double alpha = c.slowmo_lr_or_default();
+  PW_CHECK(std::isfinite(alpha) && alpha > 0, ConfigError,
+           "--slowmo-lr must be > 0, got " << alpha);
+  const int shards = c.slowmo_num_shards_or_default(dp);
+  PW_CHECK(shards >= 1 && shards <= dp, ConfigError,
+           "--slowmo-num-shards must be in 1..dp = 1.." << dp << ", got " << shards);
+  const int ppn = c.procs_per_node_or_default();
+  PW_CHECK(ppn >= 1, ConfigError, "--procs-per-node must be >= 1, got " << ppn);
+  if (ppn > 1) {
+    PW_CHECK(ppn % pp == 0, ConfigError,
+             "--procs-per-node " << ppn << " must be a multiple of --pp " << pp
+                                 << " (each node holds whole pipeline replicas)");
+    PW_CHECK(dp % (ppn / pp) == 0, ConfigError,
+             "--procs-per-node " << ppn << " does not divide the world of pp x dp = " << pp << " x "
+                                 << dp << " = " << pp * dp << " ranks into whole nodes");
+  }
+}
+
+}  // namespace
+
+DpAlgorithm parse_dp_algorithm(std::string_view name) {
+  if (name == "ddp") return DpAlgorithm::kDdp;
+  if (name == "slowmo") return DpAlgorithm::kSlowMo;
+  if (name == "localsgd") return DpAlgorithm::kLocalSgd;
+  PW_CHECK(name != "sgp", ConfigError,
+           "--dp-algorithm sgp: SlowMo's stochastic gradient push (gossip) base algorithm is not "
+           "supported; use --dp-algorithm slowmo (LocalSGD base), localsgd or ddp");
+  throw ConfigError("--dp-algorithm: unknown algorithm '" + std::string(name) +
+                    "' (expected ddp, slowmo or localsgd)");
+}
+
+std::string_view to_string(DpAlgorithm algorithm) noexcept {
+  switch (algorithm) {
+    case DpAlgorithm::kDdp:
+      return "ddp";
+    case DpAlgorithm::kSlowMo:
+      return "slowmo";
+    case DpAlgorithm::kLocalSgd:
+      return "localsgd";
+  }
+  return "?";
+}
+
+Optimizer parse_optimizer(std::string_view name) {
+  if (name == "sgd") return Optimizer::kSgd;
+  if (name == "adam") return Optimizer::kAdam;
+  if (name == "adamw") return Optimizer::kAdamW;
+  throw ConfigError("--optimizer must be sgd, adam or adamw, got '" + std::string(name) + "'");
+}
+
+std::string_view to_string(Optimizer optimizer) noexcept {
+  switch (optimizer) {
+    case Optimizer::kSgd:
+      return "sgd";
+    case Optimizer::kAdam:
+      return "adam";
+    case Optimizer::kAdamW:
+      return "adamw";
+  }
+  return "?";
+}
+
+void validate_job(const JobSpec& c) {
+  PW_CHECK(c.pp >= 1, ConfigError, "--pp must be >= 1, got " << c.pp);
+  PW_CHECK(c.dp >= 1, ConfigError, "--dp must be >= 1, got " << c.dp);
+  PW_CHECK(c.stages_per_rank >= 1, ConfigError,
+           "--stages-per-rank must be >= 1, got " << c.stages_per_rank);
+  PW_CHECK(c.microbatches >= 1, ConfigError, "--microbatches must be >= 1, got " << c.microbatches);
+  PW_CHECK(c.batch_size >= 0, ConfigError, "--batch-size must be >= 1, got " << c.batch_size);
+  PW_CHECK(
+      c.batch_size % c.microbatches == 0, ConfigError,
+      "--batch-size " << c.batch_size << " is not a multiple of --microbatches " << c.microbatches);
+  PW_CHECK(c.steps >= 1, ConfigError, "--steps must be >= 1, got " << c.steps);
+  PW_CHECK(c.partition_method != graph::PartitionMethod::kMemory, ConfigError,
+           "--partition-method must be uniform or balanced, got 'memory' (partition with "
+           "`pipewright partition --method memory` and pass --partition)");
+  PW_CHECK(std::isfinite(c.lr) && c.lr > 0, ConfigError, "--lr must be > 0, got " << c.lr);
+  PW_CHECK(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1, ConfigError,
+           "--momentum must be in [0, 1), got " << c.momentum);
+  PW_CHECK(c.momentum == 0 || c.optimizer == Optimizer::kSgd, ConfigError,
+           "--momentum applies to --optimizer sgd only");
+  PW_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, ConfigError,
+           "--weight-decay must be >= 0, got " << c.weight_decay);
+  validate_data_parallel(c.data_parallel, c.pp, c.dp);
+}
+
+graph::Partition resolve_partition(const JobSpec& job, const graph::Model& model) {
+  const int stages = job.stages();
+  if (!job.partition_path.empty()) {
+    graph::Partition p = graph::load_partition(job.partition_path);
+    graph::check_partition_matches(p, model, job.partition_path);
+    PW_CHECK(p.num_stages() == stages, ConfigError,
+             job.partition_path << " has " << p.num_stages() << " stages but --pp " << job.pp
+                                << " x --stages-per-rank " << job.stages_per_rank << " = "
+                                << stages);
+    return p;
+  }
+  graph::PartitionOptions opts;
+  opts.stages = stages;
+  opts.method = job.partition_method;
+  return graph::partition_model(model, opts);
+}
+
+LoweredPlan lower_for_run(AnyPlan plan) {
+  if (is_lowered(plan)) {
+    // A lowered plan file may leave out REDUCE_GRAD / OPTIM: each rank's missing ones go at the
+    // end of its list (all REDUCE_GRADs, then all OPTIMs, in stage order), as lower() places
+    // them, so the executor and the simulator never add actions of their own.
+    LoweredPlan lowered = std::get<LoweredPlan>(std::move(plan));
+    for (int r = 0; r < lowered.shape.ranks; ++r) {
+      auto& list = lowered.per_rank[static_cast<std::size_t>(r)];
+      const auto stages = lowered.shape.stages_of_rank(r);
+      for (const ActionKind kind : {ActionKind::kReduceGrad, ActionKind::kOptimizerStep}) {
+        for (const int s : stages) {
+          const bool has = std::any_of(list.begin(), list.end(), [&](const Action& a) {
+            return a.kind == kind && a.stage == s;
+          });
+          if (!has) list.push_back(Action::stage_only(s, kind));
+        }
+      }
+    }
+    return lowered;
+  }
+  LowerOptions options;
+  options.reduce_grad = true;
+  options.optimizer_step = true;
+  return lower(std::get<ComputePlan>(plan), options);
+}
+
+JobSpec with_plan_shape(JobSpec job, const PlanShape& shape) {
+  const std::string origin = job.plan_path.empty() ? std::string("plan") : job.plan_path;
+  PW_CHECK(shape.ranks >= 1 && shape.stages % shape.ranks == 0, InvalidPlanError,
+           origin << ": the plan has " << shape.stages << " stages on " << shape.ranks
+                  << " ranks; a job runs pp x stages-per-rank stages");
+  job.pp = shape.ranks;
+  job.stages_per_rank = shape.stages / shape.ranks;
+  job.microbatches = shape.microbatches;
+  return job;
+}
+
+LoweredPlan make_plan(const JobSpec& job, const graph::Partition* partition,
+                      const AnyPlan* loaded) {
+  const int stages = job.stages();
+  const std::string origin = job.plan_path.empty() ? std::string("generated plan") : job.plan_path;
+  std::vector<std::pair<int, int>> deps;
+  if (partition != nullptr) deps = partition->graph.stage_dependencies();
+  LoweredPlan plan;
+  if (job.plan_path.empty()) {
+    ScheduleSpec spec;
+    spec.kind = job.schedule;
+    spec.ranks = job.pp;
+    spec.microbatches = job.microbatches;
+    spec.stages_per_rank = job.stages_per_rank;
+    if (partition != nullptr && !is_chain(deps, partition->num_stages())) {
+      spec.stage_edges = stage_edges_from(partition->graph);
+    }
+    plan = lower_for_run(generate(spec));
+  } else {
+    plan = lower_for_run(loaded != nullptr ? *loaded : load_plan(job.plan_path));
+  }
+  const auto& shape = plan.shape;
+  PW_CHECK(shape.ranks == job.pp, InvalidPlanError,
+           origin << ": the plan has " << shape.ranks << " ranks but --pp is " << job.pp);
+  if (partition != nullptr) {
+    PW_CHECK(shape.stages == partition->num_stages(), InvalidPlanError,
+             origin << ": the plan has " << shape.stages << " stages but the model '"
+                    << partition->model_name << "' is partitioned into " << partition->num_stages()
+                    << " stages (--pp x --stages-per-rank)");
+  }
+  PW_CHECK(shape.stages == stages, InvalidPlanError,
+           origin << ": the plan has " << shape.stages << " stages but --pp " << job.pp
+                  << " x --stages-per-rank " << job.stages_per_rank << " = " << stages);
+  PW_CHECK(shape.microbatches == job.microbatches, InvalidPlanError,
+           origin << ": the plan has " << shape.microbatches
+                  << " microbatches but --microbatches is " << job.microbatches);
+  if (partition != nullptr) {
+    const auto edges = shape.edges();
+    for (const auto& [a, b] : deps) {
+      PW_CHECK(std::find(edges.begin(), edges.end(), StageEdge{a, b}) != edges.end(),
+               InvalidPlanError,
+               origin << ": stage " << b << " reads values of stage " << a
+                      << " in the partition, but the plan has no edge " << a << " -> " << b);
+    }
+  }
+  check_valid(plan, origin);
+  // The executor pre-posts each step's receives, so a send never waits for its receive to be
+  // reached: a plan runs if it runs with buffered sends.
+  const DeadlockReport report = dry_run(plan, Transport::kBuffered);
+  PW_CHECK(report.ok, InvalidPlanError, origin << ": the plan deadlocks: " << report.message());
+  return plan;
+}
+
+}  // namespace pipewright::sched

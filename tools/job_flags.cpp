@@ -1,0 +1,116 @@
+#include "job_flags.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+#include "pipewright/graph/error.hpp"
+
+namespace pipewright::cli {
+
+void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
+  auto* g = "Job (the same flags for run and simulate)";
+  cmd->add_option("--model", job.model_path, "model JSON (graph/)")->group(g);
+  cmd->add_option("--partition", job.partition_path,
+                  "partition JSON of the model (default: partition it with --partition-method)")
+      ->group(g);
+  cmd->add_option_function<std::string>(
+         "--partition-method",
+         [&job](const std::string& s) {
+           const auto m = graph::parse_partition_method(s);
+           PW_CHECK(m.has_value() && *m != graph::PartitionMethod::kMemory, ConfigError,
+                    "--partition-method must be uniform or balanced, got '" << s << "'");
+           job.partition_method = *m;
+         },
+         "uniform | balanced")
+      ->default_str(std::string(graph::to_string(job.partition_method)))
+      ->group(g);
+  cmd->add_option("--plan", job.plan_path,
+                  "plan file (torch's CSV or pipewright JSON) instead of --schedule")
+      ->group(g);
+  cmd->add_option_function<std::string>(
+         "--schedule",
+         [&job](const std::string& s) { job.schedule = sched::parse_schedule_kind(s); },
+         "GPipe | 1F1B | Interleaved1F1B | LoopedBFS | InterleavedZeroBubble")
+      ->default_str(std::string(sched::to_string(job.schedule)))
+      ->group(g);
+  cmd->add_option("--pp,--ranks,-p", job.pp, "pipeline ranks P")->capture_default_str()->group(g);
+  cmd->add_option("--dp", job.dp, "data-parallel replicas")->capture_default_str()->group(g);
+  cmd->add_option("--stages-per-rank,-v", job.stages_per_rank,
+                  "stages per pipeline rank V (looped schedules: stage s on rank s mod P)")
+      ->capture_default_str()
+      ->group(g);
+  cmd->add_option("--microbatches,-m", job.microbatches, "microbatches M per step")
+      ->capture_default_str()
+      ->group(g);
+  cmd->add_option("--batch-size", job.batch_size,
+                  "samples per step per replica, a multiple of --microbatches")
+      ->group(g);
+  cmd->add_option("--steps", job.steps, "training steps")->capture_default_str()->group(g);
+  cmd->add_option_function<std::string>(
+         "--optimizer", [&job](const std::string& s) { job.optimizer = sched::parse_optimizer(s); },
+         "sgd | adam | adamw")
+      ->default_str(std::string(sched::to_string(job.optimizer)))
+      ->group(g);
+  cmd->add_option("--lr", job.lr, "learning rate")->capture_default_str()->group(g);
+  cmd->add_option("--momentum", job.momentum, "SGD momentum")->capture_default_str()->group(g);
+  cmd->add_option("--weight-decay", job.weight_decay, "weight decay")
+      ->capture_default_str()
+      ->group(g);
+
+  // Options whose presence matters (SlowMo options are rejected with --dp-algorithm ddp) go
+  // through callbacks into the spec's std::optional fields.
+  g = "Data parallelism (docs/data-parallel.md)";
+  auto& d = job.data_parallel;
+  cmd->add_option_function<std::string>(
+         "--dp-algorithm",
+         [&d](const std::string& s) { d.algorithm = sched::parse_dp_algorithm(s); },
+         "ddp | slowmo | localsgd")
+      ->default_str(std::string(sched::to_string(d.algorithm)))
+      ->group(g);
+  cmd->add_option("--bucket-cap-mb", d.bucket_cap_mb, "DDP bucket cap, MiB (fractions allowed)")
+      ->capture_default_str()
+      ->group(g);
+  cmd->add_flag_function(
+         "--no-ddp-overlap", [&d](std::int64_t) { d.ddp_overlap = false; },
+         "DDP: start every all-reduce at REDUCE_GRAD (ablation of the overlap)")
+      ->group(g);
+  cmd->add_option_function<std::int64_t>(
+         "--localsgd-frequency", [&d](std::int64_t v) { d.localsgd_frequency = v; },
+         "SlowMo/LocalSGD: average parameters every N steps (default 3)")
+      ->group(g);
+  cmd->add_option_function<std::int64_t>(
+         "--slowmo-frequency", [&d](std::int64_t v) { d.slowmo_frequency = v; },
+         "SlowMo: slow momentum step every N steps (default 48)")
+      ->group(g);
+  cmd->add_option_function<double>(
+         "--slowmo-momentum", [&d](double v) { d.slowmo_momentum = v; },
+         "SlowMo: slow momentum beta (default 0.5)")
+      ->group(g);
+  cmd->add_option_function<double>(
+         "--slowmo-lr", [&d](double v) { d.slowmo_lr = v; },
+         "SlowMo: slow learning rate alpha (default 1)")
+      ->group(g);
+  cmd->add_flag_function(
+         "--slowmo-memory-efficient", [&d](std::int64_t) { d.slowmo_memory_efficient = true; },
+         "SlowMo: shard the slow buffers over --slowmo-num-shards replicas (default)")
+      ->group(g);
+  cmd->add_flag_function(
+         "--no-slowmo-memory-efficient", [&d](std::int64_t) { d.slowmo_memory_efficient = false; },
+         "SlowMo: every replica keeps full slow buffers")
+      ->group(g);
+  cmd->add_option_function<int>(
+         "--slowmo-num-shards", [&d](int v) { d.slowmo_num_shards = v; },
+         "SlowMo: replicas holding shards of the slow buffers (default min(32, dp))")
+      ->group(g);
+  cmd->add_option_function<int>(
+         "--procs-per-node", [&d](int v) { d.procs_per_node = v; },
+         "SlowMo/LocalSGD: ranks per node (gradients all-reduced within a node)")
+      ->group(g);
+}
+
+void write_plan_out(const std::string& path, const sched::JobSpec& job,
+                    const sched::LoweredPlan& plan) {
+  write_output(path, sched::plan_out_json(job, plan));
+}
+
+}  // namespace pipewright::cli

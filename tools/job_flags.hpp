@@ -1,0 +1,28 @@
+// The job's flags (sched::JobSpec): one definition, used by `pipewright run` (and so by the keys
+// of its --config file, which CLI11 reads through the same options) and `pipewright simulate`, so
+// both say a job the same way and resolve it to the same defaults (docs/architecture.md, "One
+// job, one plan").
+#pragma once
+
+#include <string>
+
+#include "pipewright/sched/job.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace pipewright::cli {
+
+// Adds --model --partition --partition-method --plan --schedule --pp (-p, --ranks) --dp
+// --stages-per-rank (-v) --microbatches (-m) --batch-size --steps --optimizer --lr --momentum
+// --weight-decay and the data-parallel flags (--dp-algorithm --bucket-cap-mb --no-ddp-overlap
+// --localsgd-frequency --slowmo-* --procs-per-node), filling `job`, which must outlive `cmd`.
+// Values that do not parse (an unknown schedule, optimizer...) throw ConfigError naming the flag.
+void add_job_flags(CLI::App* cmd, sched::JobSpec& job);
+
+// Writes the --plan-out document of `job` and `plan` to `path` (write_output).
+void write_plan_out(const std::string& path, const sched::JobSpec& job,
+                    const sched::LoweredPlan& plan);
+
+}  // namespace pipewright::cli
