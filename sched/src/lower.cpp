@@ -229,37 +229,25 @@ class SendRecvInserter {
 // Just-in-time placement (Note [Where SEND and RECV go]): RECVs right before the compute that
 // needs them, SENDs right after the compute that produced the data.
 std::vector<Ops> insert_just_in_time(const PlanShape& sh, const std::vector<Ops>& compute) {
-  std::vector<std::vector<std::int32_t>> producers(idx(sh.stages)), consumers(idx(sh.stages));
-  for (const auto& e : sh.edges()) {
-    producers[idx(e.to)].push_back(e.from);
-    consumers[idx(e.from)].push_back(e.to);
-  }
-  for (auto& v : producers) std::sort(v.begin(), v.end());
-  for (auto& v : consumers) std::sort(v.begin(), v.end());
+  // The RECVs an action needs and the SENDs of its output come from the dependency rules
+  // (plan_dag.hpp); they are placed in peer stage order.
+  const PlanRules rules(sh, Level::kLowered);
+  auto by_peer = [](const Action& x, const Action& y) { return x.peer_stage < y.peer_stage; };
   std::vector<Ops> out(compute.size());
+  Ops comm;
   for (std::size_t r = 0; r < compute.size(); ++r) {
-    const auto rank = static_cast<std::int32_t>(r);
     out[r].reserve(compute[r].size() * 2);
     for (const Action& a : compute[r]) {
-      const bool fwd = a.kind == ActionKind::kForward;
-      const bool bwd = a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput;
-      const auto& inputs = fwd ? producers[idx(a.stage)] : consumers[idx(a.stage)];
-      const auto& outputs = fwd ? consumers[idx(a.stage)] : producers[idx(a.stage)];
-      if (fwd || bwd) {
-        for (std::int32_t o : inputs) {
-          if (sh.stage_to_rank[idx(o)] == rank) continue;
-          out[r].push_back(Action::comm(a.stage, fwd ? ActionKind::kRecvF : ActionKind::kRecvB,
-                                        a.microbatch, o));
-        }
+      comm.clear();
+      for (const Fact& f : rules.needs(a)) {
+        if (f.is_message()) comm.push_back(PlanRules::action_of(f, a.microbatch));
       }
+      std::stable_sort(comm.begin(), comm.end(), by_peer);
+      out[r].insert(out[r].end(), comm.begin(), comm.end());
       out[r].push_back(a);
-      if (fwd || bwd) {
-        for (std::int32_t o : outputs) {
-          if (sh.stage_to_rank[idx(o)] == rank) continue;
-          out[r].push_back(Action::comm(a.stage, fwd ? ActionKind::kSendF : ActionKind::kSendB,
-                                        a.microbatch, o));
-        }
-      }
+      comm = rules.sends(a);
+      std::stable_sort(comm.begin(), comm.end(), by_peer);
+      out[r].insert(out[r].end(), comm.begin(), comm.end());
     }
   }
   return out;
@@ -274,17 +262,7 @@ std::vector<Ops> insert_just_in_time(const PlanShape& sh, const std::vector<Ops>
 std::optional<std::vector<Ops>> make_rendezvous_safe(const PlanShape& sh,
                                                      const std::vector<Ops>& lists) {
   const std::size_t p = lists.size();
-  const MessageIndex index(sh);
-  std::vector<std::pair<std::int32_t, std::size_t>> recv_at(static_cast<std::size_t>(index.size()),
-                                                            {-1, 0});
-  for (std::size_t r = 0; r < p; ++r) {
-    for (std::size_t i = 0; i < lists[r].size(); ++i) {
-      if (is_recv(lists[r][i].kind)) {
-        recv_at[static_cast<std::size_t>(index.id(lists[r][i]))] = {static_cast<std::int32_t>(r),
-                                                                    i};
-      }
-    }
-  }
+  const PlanDag dag(sh, lists, Level::kLowered);
   std::vector<std::vector<std::uint8_t>> pulled(p);
   for (std::size_t r = 0; r < p; ++r) pulled[r].assign(lists[r].size(), 0);
   std::vector<std::size_t> pc(p, 0);
@@ -339,10 +317,13 @@ std::optional<std::vector<Ops>> make_rendezvous_safe(const PlanShape& sh,
       break;
     }
     const Action& send = lists[sender][pc[sender]];
-    const std::int64_t id = index.id(send);
-    PW_ASSERT(id >= 0, "rendezvous fix-up: " << send << " is on no stage edge");
-    const auto [peer, at] = recv_at[static_cast<std::size_t>(id)];
-    PW_ASSERT(peer >= 0, "rendezvous fix-up: no RECV for " << send);
+    PW_ASSERT(dag.rules().message_id(send) >= 0,
+              "rendezvous fix-up: " << send << " is on no stage edge");
+    const Position recv =
+        dag.match({static_cast<std::int32_t>(sender), static_cast<std::int64_t>(pc[sender])});
+    PW_ASSERT(recv.valid(), "rendezvous fix-up: no RECV for " << send);
+    const auto peer = recv.rank;
+    const auto at = static_cast<std::size_t>(recv.index);
     out[sender].push_back(send);
     ++pc[sender];
     out[idx(peer)].push_back(lists[idx(peer)][at]);

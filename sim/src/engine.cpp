@@ -15,30 +15,36 @@ namespace {
 constexpr std::int64_t kUnknown = -1;
 }  // namespace
 
+// The slot rows an op waits for and fills are the dependency rules' fact rows (Note [Slot
+// layout]); ops of the same kind, stage and edge share one range of deps_.
 void Engine::resolve_deps() {
-  const auto& stage_rank = plan_.shape.stage_to_rank;
-  auto same_rank = [&](std::int32_t a, std::int32_t b) {
-    return stage_rank[static_cast<std::size_t>(a)] == stage_rank[static_cast<std::size_t>(b)];
-  };
+  const sched::PlanRules rules(plan_.shape, sched::Level::kLowered);
   deps_.clear();
-  f_deps_begin_.assign(static_cast<std::size_t>(S_) + 1, 0);
-  b_deps_begin_.assign(static_cast<std::size_t>(S_) + 1, 0);
-  for (std::int32_t s = 0; s < S_; ++s) {
-    f_deps_begin_[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(deps_.size());
-    for (auto e : prog_.in_edges[static_cast<std::size_t>(s)]) {
-      const auto q = prog_.edges[static_cast<std::size_t>(e)].from;
-      deps_.push_back(static_cast<std::int32_t>(same_rank(q, s) ? q : erow(1, e)));
+  const auto S = static_cast<std::size_t>(S_), E = static_cast<std::size_t>(E_);
+  std::vector<std::pair<std::int32_t, std::int32_t>> ranges(4 * S + 4 * E, {-1, -1});
+  for (std::int32_t r = 0; r < R_; ++r) {
+    auto& ops = prog_.ops[static_cast<std::size_t>(r)];
+    const auto& list = plan_.per_rank[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      Op& op = ops[i];
+      const Action& a = list[i];
+      const auto fact = sched::produces(a);
+      op.out_row = fact ? static_cast<std::int32_t>(rules.row(*fact)) : -1;
+      const auto kind = static_cast<std::size_t>(a.kind);  // F, B, I, W, SEND_F, RECV_F, ...
+      if (!has_microbatch(a.kind)) continue;               // REDUCE_GRAD, OPTIM: program order only
+      auto& range = sched::is_comm(a.kind)
+                        ? ranges[4 * S + (kind - 4) * E + static_cast<std::size_t>(op.edge)]
+                        : ranges[kind * S + static_cast<std::size_t>(op.stage)];
+      if (range.first < 0) {
+        range.first = static_cast<std::int32_t>(deps_.size());
+        for (const auto& f : rules.needs(a))
+          deps_.push_back(static_cast<std::int32_t>(rules.row(f)));
+        range.second = static_cast<std::int32_t>(deps_.size());
+      }
+      op.deps_begin = range.first;
+      op.deps_end = range.second;
     }
   }
-  f_deps_begin_[static_cast<std::size_t>(S_)] = static_cast<std::int32_t>(deps_.size());
-  for (std::int32_t s = 0; s < S_; ++s) {
-    b_deps_begin_[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(deps_.size());
-    for (auto e : prog_.out_edges[static_cast<std::size_t>(s)]) {
-      const auto c = prog_.edges[static_cast<std::size_t>(e)].to;
-      deps_.push_back(static_cast<std::int32_t>(same_rank(c, s) ? S_ + c : erow(3, e)));
-    }
-  }
-  b_deps_begin_[static_cast<std::size_t>(S_)] = static_cast<std::int32_t>(deps_.size());
 }
 
 std::string Engine::describe_slot(std::size_t slot) const {
@@ -103,7 +109,7 @@ void Engine::complete_recv(std::size_t arrived, std::size_t received, std::int64
 void Engine::slot_pending(std::size_t slot, std::int64_t old, std::int64_t t) {
   if (((-old) & kWaiters) == 0) {
     // A receive was posted before the message arrived; the "received" slot is E_ rows later
-    // (see erow()).
+    // (Note [Slot layout]).
     const std::int64_t post = -old - 1;
     complete_recv(slot, slot + static_cast<std::size_t>(E_) * M_, post,
                   record_ ? recv_record_[slot] : -1, record_ ? recv_prev_[slot] : -1);
@@ -252,8 +258,7 @@ void Engine::complete_send(std::int32_t r, std::uint32_t version) {
   auto& step_end = result_.step_end_ns[static_cast<std::size_t>(ps.step)];
   step_end = std::max(step_end, now_);
   if (st.finished) rr.finish_ns = std::max(rr.finish_ns, now_);
-  set_slot(slot_base(ps.step) + eslot(op.kind == ActionKind::kSendF ? 0 : 2, op.edge, op.mb), now_,
-           idx);
+  set_slot(slot_base(ps.step) + at(static_cast<std::size_t>(op.out_row), op.mb), now_, idx);
   start_send(r);
 }
 
@@ -272,13 +277,13 @@ void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::in
   switch (op.kind) {
     case ActionKind::kForward:
       memory_change(r, st, start, act_bytes_[s], 1);
-      set_slot(base + fdone(op.stage, op.mb), end, idx);
+      set_slot(base + at(static_cast<std::size_t>(op.out_row), op.mb), end, idx);
       break;
     case ActionKind::kFullBackward:
     case ActionKind::kBackwardInput: {
       const bool full = op.kind == ActionKind::kFullBackward;
       if (full) memory_change(r, st, end, -act_bytes_[s], -1);
-      set_slot(base + bdone(op.stage, op.mb), end, idx);
+      set_slot(base + at(static_cast<std::size_t>(op.out_row), op.mb), end, idx);
       if (full && op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
         launch_ddp(r, st, op, step, start, end, idx);
       break;
@@ -328,40 +333,27 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
     return true;
   };
   switch (op.kind) {
-    case ActionKind::kForward: {
-      std::int64_t start = st.time;
-      std::int64_t pred = st.last_compute;
-      for (std::int32_t k = f_deps_begin_[s], n = f_deps_begin_[s + 1]; k < n; ++k) {
-        if (!ready(at(static_cast<std::size_t>(deps_[static_cast<std::size_t>(k)]), op.mb), start,
-                   pred))
-          return false;
-      }
-      return run_compute(r, st, op, step, start, pred, compute_ns(op, ComputeSlot::kForward, step));
-    }
+    case ActionKind::kForward:
     case ActionKind::kFullBackward:
-    case ActionKind::kBackwardInput: {
-      if (!need(fdone(op.stage, op.mb))) return false;
+    case ActionKind::kBackwardInput:
+    case ActionKind::kBackwardWeight: {
+      // Starts after its inputs (a stage's own F or I ran earlier on this rank and never moves
+      // the start) and the rank's previous compute.
       std::int64_t start = st.time;
       std::int64_t pred = st.last_compute;
-      for (std::int32_t k = b_deps_begin_[s], n = b_deps_begin_[s + 1]; k < n; ++k) {
-        if (!ready(at(static_cast<std::size_t>(deps_[static_cast<std::size_t>(k)]), op.mb), start,
-                   pred))
-          return false;
+      for (std::int32_t k = op.deps_begin; k < op.deps_end; ++k) {
+        if (!ready(row_slot(k, op.mb), start, pred)) return false;
       }
-      const std::int64_t dur = op.kind == ActionKind::kFullBackward
-                                   ? compute_ns(op, ComputeSlot::kBackward, step)
-                                   : compute_ns(op, ComputeSlot::kInputGrad, step);
-      return run_compute(r, st, op, step, start, pred, dur);
-    }
-    case ActionKind::kBackwardWeight: {
-      if (!need(bdone(op.stage, op.mb))) return false;
-      return run_compute(r, st, op, step, st.time, st.last_compute,
-                         compute_ns(op, ComputeSlot::kWeightGrad, step));
+      static constexpr ComputeSlot kSlot[] = {ComputeSlot::kForward, ComputeSlot::kBackward,
+                                              ComputeSlot::kInputGrad, ComputeSlot::kWeightGrad};
+      return run_compute(r, st, op, step, start, pred,
+                         compute_ns(op, kSlot[static_cast<int>(op.kind)], step));
     }
     case ActionKind::kSendF:
     case ActionKind::kSendB: {
-      const bool fwd = op.kind == ActionKind::kSendF;
-      if (!need(fwd ? fdone(op.stage, op.mb) : bdone(op.stage, op.mb))) return false;
+      for (std::int32_t k = op.deps_begin; k < op.deps_end; ++k) {
+        if (!need(row_slot(k, op.mb))) return false;
+      }
       st.time += comm_overhead_ns_ & -static_cast<std::int64_t>(op.batch_head);
       if (shared_ && costs_.p2p_uses_core) {  // competes for the node's cores (Note [Shared cores])
         sends_[static_cast<std::size_t>(r)].push_back(
@@ -376,16 +368,16 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       st.send_free = end;
       st.last_send = idx;
       rr.send_ns += end - start;
-      set_slot(base + eslot(fwd ? 0 : 2, op.edge, op.mb), end, idx);
+      set_slot(base + at(static_cast<std::size_t>(op.out_row), op.mb), end, idx);
       return true;
     }
     case ActionKind::kRecvF:
     case ActionKind::kRecvB: {
-      const bool fwd = op.kind == ActionKind::kRecvF;
-      const std::size_t arrived = eslot(fwd ? 0 : 2, op.edge, op.mb);
+      const std::size_t arrived = row_slot(op.deps_begin, op.mb);  // the message (one need)
+      const std::size_t received = at(static_cast<std::size_t>(op.out_row), op.mb);
       if (!opt_.blocking_recv) {
         st.time += comm_overhead_ns_ & -static_cast<std::int64_t>(op.batch_head);
-        post_recv(r, st, op, step, base + arrived, base + eslot(fwd ? 1 : 3, op.edge, op.mb));
+        post_recv(r, st, op, step, base + arrived, base + received);
         return true;
       }
       if (!need(arrived)) return false;
@@ -400,7 +392,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       rr.recv_wait_ns += end - start;
       st.time = end;
       st.last_compute = idx;
-      set_slot(base + eslot(fwd ? 1 : 3, op.edge, op.mb), end, idx);
+      set_slot(base + received, end, idx);
       return true;
     }
     case ActionKind::kReduceGrad: {

@@ -22,8 +22,11 @@
 // row * M + microbatch. A rank walks its stages' microbatches in order, so each of its accesses
 // lands next to its previous access of the same row: 8 slots share a cache line and the hardware
 // prefetcher follows the rows. (Blocks per microbatch, the earlier layout, put every access of
-// a p=64 plan on a different cache line: 2.2x slower at m=1024.) The rows a stage's F and B wait
-// on are resolved once per stage (deps_), not per action.
+// a p=64 plan on a different cache line: 2.2x slower at m=1024.) The facts are those of the
+// dependency rules (sched/plan_dag.hpp) and the rows are their PlanRules::row() numbering:
+// [F done: S][input gradient done: S][activation sent, received; gradient sent, received: E
+// each], so a message's "received" row is E rows after its "sent" (arrived) row. What each op
+// waits for and fills is asked of sched::PlanRules once per kind, stage and edge (deps_).
 //
 // The engine asks three replaceable models: the network model (network_model.hpp: message and
 // collective times), the duration model (duration_model.hpp: compute and message durations,
@@ -31,11 +34,11 @@
 // processor sharing when a host's ranks outnumber its cores). The event queue (event_queue.hpp),
 // the dependency slots (slots.hpp) and the decoded plan (program.hpp) are its private kernel.
 //
-// Dependencies: F(s, m) needs, for every producer stage q, F(q, m) when q is on the same rank
-// and otherwise the rank's own RECV_F of that activation; B/I(s, m) need F(s, m) and, for every
-// consumer stage c, B/I(c, m) locally or the RECV_B; W(s, m) needs I(s, m). SEND_* needs the
-// local F or B/I it sends, starts when the rank's send stream is free (it never blocks compute)
-// and fills the "arrived" slot at its end; RECV_* blocks compute until the arrival. A rank parked
+// Dependencies are sched::PlanRules's (sched/plan_dag.hpp): F waits for its producers' F (same
+// rank) or RECV_F, B/I for its own F and its consumers' B/I or RECV_B, W for its I, SEND_* for
+// the local F or B/I it sends. A SEND starts when the rank's send stream is free (it never blocks
+// compute) and fills the "arrived" slot at its end; RECV_* blocks compute until the arrival
+// (posted receives: only the compute that needs it). A rank parked
 // on a slot that only it could fill, or on a message nobody sends, is a deadlock: when the heap
 // runs dry with unfinished ranks, simulate() throws InvalidPlanError naming each blocked rank,
 // its action and what it waits for.
@@ -53,6 +56,7 @@
 #include "event_queue.hpp"
 #include "network_model.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/sched/plan_dag.hpp"
 #include "pipewright/sim/simulator.hpp"
 #include "program.hpp"
 #include "slots.hpp"
@@ -100,20 +104,9 @@ class Engine {
   std::size_t at(std::size_t row, std::int32_t mb) const noexcept {
     return row * static_cast<std::size_t>(M_) + static_cast<std::size_t>(mb);
   }
-  std::size_t fdone(std::int32_t s, std::int32_t mb) const noexcept {
-    return at(static_cast<std::size_t>(s), mb);
-  }
-  std::size_t bdone(std::int32_t s, std::int32_t mb) const noexcept {
-    return at(static_cast<std::size_t>(S_) + s, mb);
-  }
-  // Edge rows: kind 0 act arrived, 1 act received, 2 grad arrived, 3 grad received; the
-  // "received" slot of a kind is E_ rows after its "arrived" slot.
-  std::size_t erow(int kind, std::int32_t e) const noexcept {
-    return 2 * static_cast<std::size_t>(S_) + static_cast<std::size_t>(kind) * E_ +
-           static_cast<std::size_t>(e);
-  }
-  std::size_t eslot(int kind, std::int32_t e, std::int32_t mb) const noexcept {
-    return at(erow(kind, e), mb);
+  // The slot (within a step) of need k of an op: deps_[k]'s row, microbatch mb.
+  std::size_t row_slot(std::int32_t k, std::int32_t mb) const noexcept {
+    return at(static_cast<std::size_t>(deps_[static_cast<std::size_t>(k)]), mb);
   }
   std::string describe_slot(std::size_t slot) const;
 
@@ -182,10 +175,9 @@ class Engine {
 
   std::int32_t R_ = 0, S_ = 0, M_ = 0, E_ = 0, K_ = 1, dp_ = 1;
   Program prog_;
-  // The slot rows F (B/I) of a stage waits for: producers' F done (consumers' input gradient
-  // done) on the same rank, the RECV_F (RECV_B) of the edge otherwise. Stage s's rows are
-  // deps_[f_deps_begin_[s] .. f_deps_begin_[s + 1]) (b_deps_begin_ likewise).
-  std::vector<std::int32_t> deps_, f_deps_begin_, b_deps_begin_;
+  // The slot rows ops wait for (sched::PlanRules::needs as rows); op's are
+  // deps_[op.deps_begin .. op.deps_end).
+  std::vector<std::int32_t> deps_;
   std::vector<std::int64_t> act_bytes_, stage_param_bytes_;  // per stage
 
   std::size_t rows_per_step_ = 0;
