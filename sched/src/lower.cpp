@@ -107,16 +107,8 @@ class SendRecvInserter {
  public:
   explicit SendRecvInserter(const PlanShape& sh)
       : sh_(sh),
-        cells_(idx(sh.stages) * idx(sh.microbatches)),
-        producers_(idx(sh.stages)),
-        consumers_(idx(sh.stages)) {
-    for (const auto& e : sh.edges()) {
-      producers_[idx(e.to)].push_back(e.from);
-      consumers_[idx(e.from)].push_back(e.to);
-    }
-    for (auto& v : producers_) std::sort(v.begin(), v.end());
-    for (auto& v : consumers_) std::sort(v.begin(), v.end());
-  }
+        rules_(sh, Level::kLowered),
+        done_(static_cast<std::size_t>(rules_.ids()), false) {}
 
   std::vector<Ops> run(const std::vector<Ops>& compute) {
     const std::size_t p = compute.size();
@@ -130,9 +122,9 @@ class SendRecvInserter {
       for (std::size_t r = 0; r < p; ++r) {
         if (pc[r] == compute[r].size()) continue;
         const Action& a = compute[r][pc[r]];
-        if (!ready(a, static_cast<std::int32_t>(r))) continue;
+        if (!ready(a)) continue;
         out[r].push_back(a);
-        mark_done(a);
+        mark(produces(a), a.microbatch);
         emit_comm(a, static_cast<std::int32_t>(r), out);
         ++pc[r];
         --remaining;
@@ -144,68 +136,33 @@ class SendRecvInserter {
   }
 
  private:
-  struct Cell {
-    bool forward = false;     // F done (on its rank)
-    bool backward = false;    // B or I done
-    std::int32_t recv_f = 0;  // RECV_F placed for remote producers
-    std::int32_t recv_b = 0;  // RECV_B placed for remote consumers
-  };
-
-  Cell& cell(std::int32_t stage, std::int32_t mb) {
-    return cells_[idx(stage) * idx(sh_.microbatches) + idx(mb)];
-  }
-  std::int32_t rank_of(std::int32_t stage) const { return sh_.stage_to_rank[idx(stage)]; }
-
-  bool ready(const Action& a, std::int32_t rank) {
-    if (a.kind == ActionKind::kForward) {
-      std::int32_t remote = 0;
-      for (std::int32_t q : producers_[idx(a.stage)]) {
-        if (rank_of(q) != rank) {
-          ++remote;
-        } else if (!cell(q, a.microbatch).forward) {
-          return false;
-        }
-      }
-      return cell(a.stage, a.microbatch).recv_f == remote;
+  // Ready when every input from another stage (plan_dag.hpp) is there: a local producer's
+  // F / B / I has run, a remote one's RECV has been placed. A stage's own F before its B/I and I
+  // before its W are its rank's program order.
+  bool ready(const Action& a) const {
+    for (const Fact& f : rules_.needs(a)) {
+      if (!f.is_message() && f.stage == a.stage) continue;
+      const std::int64_t id = rules_.id(f, a.microbatch);
+      if (id < 0 || !done_[static_cast<std::size_t>(id)]) return false;
     }
-    if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
-      std::int32_t remote = 0;
-      for (std::int32_t c : consumers_[idx(a.stage)]) {
-        if (rank_of(c) != rank) {
-          ++remote;
-        } else if (!cell(c, a.microbatch).backward) {
-          return false;
-        }
-      }
-      return cell(a.stage, a.microbatch).recv_b == remote;
-    }
-    return true;  // W, REDUCE_GRAD, OPTIM need nothing from other stages
+    return true;
   }
 
-  void mark_done(const Action& a) {
-    if (a.kind == ActionKind::kForward) cell(a.stage, a.microbatch).forward = true;
-    if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
-      cell(a.stage, a.microbatch).backward = true;
-    }
+  void mark(const std::optional<Fact>& f, std::int32_t mb) {
+    const std::int64_t id = f ? rules_.id(*f, mb) : -1;
+    if (id >= 0) done_[static_cast<std::size_t>(id)] = true;
   }
 
+  // The SENDs of a's output (in peer stage order) and, on the peers' ranks, their RECVs.
   void emit_comm(const Action& a, std::int32_t rank, std::vector<Ops>& out) {
-    if (a.kind == ActionKind::kForward) {
-      for (std::int32_t c : consumers_[idx(a.stage)]) {
-        const std::int32_t peer = rank_of(c);
-        if (peer == rank) continue;
-        out[idx(rank)].push_back(Action::comm(a.stage, ActionKind::kSendF, a.microbatch, c));
-        out[idx(peer)].push_back(Action::comm(c, ActionKind::kRecvF, a.microbatch, a.stage));
-        ++cell(c, a.microbatch).recv_f;
-      }
-    } else if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
-      for (std::int32_t q : producers_[idx(a.stage)]) {
-        const std::int32_t peer = rank_of(q);
-        if (peer == rank) continue;
-        out[idx(rank)].push_back(Action::comm(a.stage, ActionKind::kSendB, a.microbatch, q));
-        out[idx(peer)].push_back(Action::comm(q, ActionKind::kRecvB, a.microbatch, a.stage));
-        ++cell(q, a.microbatch).recv_b;
-      }
+    Ops sends = rules_.sends(a);
+    std::stable_sort(sends.begin(), sends.end(),
+                     [](const Action& x, const Action& y) { return x.peer_stage < y.peer_stage; });
+    for (const Action& send : sends) {
+      const Action recv = matching(send);
+      out[idx(rank)].push_back(send);
+      out[idx(sh_.stage_to_rank[idx(recv.stage)])].push_back(recv);
+      mark(produces(recv), recv.microbatch);
     }
   }
 
@@ -221,9 +178,8 @@ class SendRecvInserter {
   }
 
   const PlanShape& sh_;
-  std::vector<Cell> cells_;
-  std::vector<std::vector<std::int32_t>> producers_;
-  std::vector<std::vector<std::int32_t>> consumers_;
+  const PlanRules rules_;
+  std::vector<bool> done_;  // by PlanRules::id: local facts produced, RECVs placed
 };
 
 // Just-in-time placement (Note [Where SEND and RECV go]): RECVs right before the compute that
