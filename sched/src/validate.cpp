@@ -181,13 +181,22 @@ class Validator {
           diag(owner, w.step, "stage ", s, " microbatch ", k, " has W without I (", s, "I", k,
                " missing)");
         }
-        const Pos bi = b.present() ? b : in;
-        if (bi.present() && f.present() && bi.step < f.step) {
-          diag(owner, bi.step, per_rank_[idx(owner)][idx(bi.step)], " runs before its forward ", s,
-               "F", k, " (step ", f.step, ")");
-        }
-        if (w.present() && in.present() && w.step < in.step) {
-          diag(owner, w.step, s, "W", k, " runs before ", s, "I", k, " (step ", in.step, ")");
+        // A stage's own inputs (plan_dag.hpp: B/I need its F, W its input gradient, here its I)
+        // come earlier on its rank.
+        for (const Pos& p : {b.present() ? b : in, w}) {
+          if (!p.present()) continue;
+          const Action& a = per_rank_[idx(owner)][idx(p.step)];
+          for (const Fact& need : rules_->needs(a)) {
+            if (need.is_message() || need.stage != s) continue;
+            const Pos src = need.kind == FactKind::kForward ? f : in;
+            if (!src.present() || p.step >= src.step) continue;
+            if (a.kind == ActionKind::kBackwardWeight) {
+              diag(owner, p.step, s, "W", k, " runs before ", s, "I", k, " (step ", src.step, ")");
+            } else {
+              diag(owner, p.step, a, " runs before its forward ", s, "F", k, " (step ", src.step,
+                   ")");
+            }
+          }
         }
         for (const Pos& p : {b, w}) {
           if (p.present() && p.step > last_backward.step) last_backward = p;
