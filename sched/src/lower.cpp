@@ -93,7 +93,7 @@ Ops add_reduce_grad(const Ops& ops, const PlanShape& sh) {
   out.reserve(ops.size() + 4);
   for (const Action& a : ops) {
     out.push_back(a);
-    if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardWeight) {
+    if (completes_weight_grad(a.kind)) {
       if (++count[idx(a.stage)] == sh.microbatches && !has[idx(a.stage)]) {
         out.push_back(Action::stage_only(a.stage, ActionKind::kReduceGrad));
       }

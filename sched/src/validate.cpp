@@ -162,7 +162,7 @@ class Validator {
   void check_counts_and_order() {
     for (std::int32_t s = 0; s < sh_.stages; ++s) {
       const std::int32_t owner = sh_.stage_to_rank[idx(s)];
-      Pos last_backward;  // the latest B or W of the stage
+      Pos last_backward;  // the latest action completing a weight gradient (B, W) of the stage
       for (std::int32_t k = 0; k < sh_.microbatches; ++k) {
         const std::size_t c = cell(s, k);
         const Pos f = f_[c], b = b_[c], in = i_[c], w = w_[c];
@@ -198,8 +198,10 @@ class Validator {
             }
           }
         }
-        for (const Pos& p : {b, w}) {
-          if (p.present() && p.step > last_backward.step) last_backward = p;
+        for (const Pos& p : {b, in, w}) {
+          if (!p.present() || !completes_weight_grad(per_rank_[idx(owner)][idx(p.step)].kind))
+            continue;
+          if (p.step > last_backward.step) last_backward = p;
         }
       }
       const Pos red = reduce_[idx(s)];

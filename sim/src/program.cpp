@@ -5,6 +5,7 @@
 #include <string>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/sched/plan_dag.hpp"
 
 namespace pipewright::sim {
 
@@ -119,7 +120,7 @@ Program decode(const sched::LoweredPlan& plan) {
                  where() << ": stage " << a.peer_stage
                          << " is on the same rank; local data needs no send/recv");
       }
-      if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardWeight) {
+      if (sched::completes_weight_grad(a.kind)) {
         last_grad[static_cast<std::size_t>(a.stage)] = static_cast<std::int64_t>(i);
       }
       if (a.kind == ActionKind::kReduceGrad) {

@@ -18,8 +18,8 @@ struct Op {
   sched::ActionKind kind;
   std::int32_t stage;
   std::int32_t mb;
-  std::int32_t edge;        // comm actions: the edge index; else -1
-  bool ddp_launch;          // the last B/W of its stage on this rank: launches DDP buckets
+  std::int32_t edge;  // comm actions: the edge index; else -1
+  bool ddp_launch;    // its stage's last sched::completes_weight_grad action: launches DDP buckets
   bool batch_head = false;  // first of a run of consecutive SEND/RECV actions (one p2p batch)
   // Filled by the engine from sched::PlanRules: the slot rows it needs are
   // Engine::deps_[deps_begin .. deps_end), the row it fills is out_row (-1: none).

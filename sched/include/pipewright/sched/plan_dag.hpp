@@ -3,17 +3,19 @@
 // Every microbatch-level action of a plan produces at most one *fact* and needs a list of facts of
 // the same microbatch:
 //
-//   action         needs                                                    produces
-//   F(s)           per producer stage q: q's forward when q is on s's rank  kForward(s)
-//                  (or at compute level), else the RECV_F of edge q -> s
-//   B(s), I(s)     kForward(s), then per consumer stage c: c's input        kInputGrad(s)
-//                  gradient (same rank or compute level) or the RECV_B
-//   W(s)           kInputGrad(s)                                            -
-//   SEND_F(s->c)   kForward(s)                                              kActivationSent(s->c)
-//   SEND_B(s->q)   kInputGrad(s)                                            kGradientSent(q->s)
-//   RECV_F(s<-q)   kActivationSent(q->s) kActivationReceived(q->s) RECV_B(s<-c) kGradientSent(s->c)
-//   kGradientReceived(s->c) REDUCE_GRAD, OPTIM: nothing (they are ordered by their rank's program
-//   order only)
+//   action        needs                                         produces
+//   F(s)          per producer q: kForward(q) when q is on s's   kForward(s)
+//                 rank (or at compute level), else the RECV_F
+//                 of edge q -> s (kActivationReceived(q->s))
+//   B(s), I(s)    kForward(s), then per consumer c:             kInputGrad(s)
+//                 kInputGrad(c) (same rank or compute level),
+//                 else kGradientReceived(s->c) (the RECV_B)
+//   W(s)          kInputGrad(s)                                 -
+//   SEND_F(s->c)  kForward(s)                                   kActivationSent(s->c)
+//   SEND_B(s->q)  kInputGrad(s)                                 kGradientSent(q->s)
+//   RECV_F(s<-q)  kActivationSent(q->s)                         kActivationReceived(q->s)
+//   RECV_B(s<-c)  kGradientSent(s->c)                           kGradientReceived(s->c)
+//   REDUCE_GRAD, OPTIM: no fact of a microbatch (see "Stage-level order" below)
 //
 // Message facts name the stage edge (from -> to, the direction activations flow); a SEND and the
 // RECV that matches it (matching()) produce and need the same message. Producers and consumers
@@ -59,6 +61,14 @@ struct Fact {
 // producers' forwards wherever they run). Lowered level: a plan with SEND/RECV, where data from
 // another rank is needed as the local RECV.
 enum class Level : std::uint8_t { kCompute, kLowered };
+
+// Stage-level order (no microbatch, on the stage's own rank): REDUCE_GRAD(s) and OPTIM(s) come
+// after the last action that completes a weight gradient of s (DDP launches the stage's gradient
+// buckets from it), and OPTIM(s) after REDUCE_GRAD(s). B and W complete weight gradients; I does
+// not.
+[[nodiscard]] constexpr bool completes_weight_grad(ActionKind kind) noexcept {
+  return kind == ActionKind::kFullBackward || kind == ActionKind::kBackwardWeight;
+}
 
 // The fact an action produces, or nothing (W, REDUCE_GRAD, OPTIM).
 [[nodiscard]] std::optional<Fact> produces(const Action& a) noexcept;
