@@ -529,15 +529,15 @@ SimResult Engine::run() {
   prog_ = decode(plan_);
   E_ = static_cast<std::int32_t>(prog_.edges.size());
   resolve_deps();
-  cores_ = make_processor_sharing(cluster_, costs_, R_, dp_);
+  if (!cores_) cores_ = make_processor_sharing(cluster_, costs_, R_, dp_);
   shared_ = cores_->active();
   if (shared_) {
     sends_.assign(static_cast<std::size_t>(R_), {});
     send_state_.assign(static_cast<std::size_t>(R_), 0);
     send_start_.assign(static_cast<std::size_t>(R_), 0);
   }
-  durations_ = make_table_durations(plan_, costs_, opt_, shared_);
-  network_ = make_analytical_network(plan_, costs_, cluster_, opt_);
+  if (!durations_) durations_ = make_table_durations(plan_, costs_, opt_, shared_);
+  if (!network_) network_ = make_analytical_network(plan_, costs_, cluster_, opt_);
   comm_overhead_ns_ = network_->batch_overhead_ns();
   for (const auto& c : costs_.stages) {
     act_bytes_.push_back(c.activation_bytes);

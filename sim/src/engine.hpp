@@ -49,6 +49,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core_sharing.hpp"
@@ -85,12 +86,28 @@ struct RankState {
   bool finished = false;
 };
 
+// The replaceable models (Note [Engine]); a null one is replaced by the default built from the
+// plan, costs, cluster and options (make_analytical_network, make_table_durations,
+// make_processor_sharing).
+struct EngineModels {
+  std::unique_ptr<NetworkModel> network;
+  std::unique_ptr<DurationModel> durations;
+  std::unique_ptr<CoreSharing> cores;
+};
+
 class Engine {
  public:
   Engine(const sched::LoweredPlan& plan, const sched::CostTable& costs, const Cluster& cluster,
-         const SimOptions& options)
-      : plan_(plan), costs_(costs), cluster_(cluster), opt_(options) {}
+         const SimOptions& options, EngineModels models = {})
+      : plan_(plan),
+        costs_(costs),
+        cluster_(cluster),
+        opt_(options),
+        network_(std::move(models.network)),
+        durations_(std::move(models.durations)),
+        cores_(std::move(models.cores)) {}
 
+  // Runs the simulation once (simulate() in simulator.hpp has the contract).
   SimResult run();
 
  private:
