@@ -155,10 +155,11 @@ class SendRecvInserter {
 
   // The SENDs of a's output (in peer stage order) and, on the peers' ranks, their RECVs.
   void emit_comm(const Action& a, std::int32_t rank, std::vector<Ops>& out) {
-    Ops sends = rules_.sends(a);
-    std::stable_sort(sends.begin(), sends.end(),
+    sends_.clear();
+    for (const Fact& f : rules_.sent_by(a)) sends_.push_back(PlanRules::action_of(f, a.microbatch));
+    std::stable_sort(sends_.begin(), sends_.end(),
                      [](const Action& x, const Action& y) { return x.peer_stage < y.peer_stage; });
-    for (const Action& send : sends) {
+    for (const Action& send : sends_) {
       const Action recv = matching(send);
       out[idx(rank)].push_back(send);
       out[idx(sh_.stage_to_rank[idx(recv.stage)])].push_back(recv);
@@ -180,6 +181,7 @@ class SendRecvInserter {
   const PlanShape& sh_;
   const PlanRules rules_;
   std::vector<bool> done_;  // by PlanRules::id: local facts produced, RECVs placed
+  Ops sends_;               // emit_comm's scratch list
 };
 
 // Just-in-time placement (Note [Where SEND and RECV go]): RECVs right before the compute that
@@ -201,7 +203,8 @@ std::vector<Ops> insert_just_in_time(const PlanShape& sh, const std::vector<Ops>
       std::stable_sort(comm.begin(), comm.end(), by_peer);
       out[r].insert(out[r].end(), comm.begin(), comm.end());
       out[r].push_back(a);
-      comm = rules.sends(a);
+      comm.clear();
+      for (const Fact& f : rules.sent_by(a)) comm.push_back(PlanRules::action_of(f, a.microbatch));
       std::stable_sort(comm.begin(), comm.end(), by_peer);
       out[r].insert(out[r].end(), comm.begin(), comm.end());
     }
@@ -276,7 +279,7 @@ std::optional<std::vector<Ops>> make_rendezvous_safe(const PlanShape& sh,
     PW_ASSERT(dag.rules().message_id(send) >= 0,
               "rendezvous fix-up: " << send << " is on no stage edge");
     const Position recv =
-        dag.match({static_cast<std::int32_t>(sender), static_cast<std::int64_t>(pc[sender])});
+        dag.match({static_cast<std::int32_t>(sender), static_cast<std::int32_t>(pc[sender])});
     PW_ASSERT(recv.valid(), "rendezvous fix-up: no RECV for " << send);
     const auto peer = recv.rank;
     const auto at = static_cast<std::size_t>(recv.index);

@@ -63,6 +63,8 @@ PlanRules::PlanRules(const PlanShape& shape, Level level)
   forward_.resize(S);
   backward_.resize(S);
   weight_.resize(S);
+  sent_after_f_.resize(S);
+  sent_after_b_.resize(S);
   for (std::int32_t s = 0; s < stages_; ++s) {
     backward_[idx(s)].push_back({FactKind::kForward, s, -1});
     weight_[idx(s)].push_back({FactKind::kInputGrad, s, -1});
@@ -77,6 +79,10 @@ PlanRules::PlanRules(const PlanShape& shape, Level level)
     send_b_.push_back({{FactKind::kInputGrad, e.to, -1}});
     recv_f_.push_back({{FactKind::kActivationSent, e.from, e.to}});
     recv_b_.push_back({{FactKind::kGradientSent, e.from, e.to}});
+    if (level_ == Level::kLowered && !same_rank(e.from, e.to)) {
+      sent_after_f_[idx(e.from)].push_back({FactKind::kActivationSent, e.from, e.to});
+      sent_after_b_[idx(e.to)].push_back({FactKind::kGradientSent, e.from, e.to});
+    }
   }
 }
 
@@ -126,20 +132,19 @@ const std::vector<Fact>& PlanRules::needs(const Action& a) const noexcept {
   }
 }
 
+const std::vector<Fact>& PlanRules::sent_by(const Action& a) const noexcept {
+  static const std::vector<Fact> kNone;
+  if (a.stage < 0 || a.stage >= stages_) return kNone;
+  if (a.kind == ActionKind::kForward) return sent_after_f_[idx(a.stage)];
+  if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
+    return sent_after_b_[idx(a.stage)];
+  }
+  return kNone;
+}
+
 std::vector<Action> PlanRules::sends(const Action& a) const {
   std::vector<Action> out;
-  if (a.stage < 0 || a.stage >= stages_ || level_ != Level::kLowered) return out;
-  const bool fwd = a.kind == ActionKind::kForward;
-  const bool bwd = a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput;
-  if (!fwd && !bwd) return out;
-  for (const auto& e : edges_) {
-    if (fwd && e.from == a.stage && !same_rank(e.from, e.to)) {
-      out.push_back(Action::comm(a.stage, ActionKind::kSendF, a.microbatch, e.to));
-    }
-    if (bwd && e.to == a.stage && !same_rank(e.from, e.to)) {
-      out.push_back(Action::comm(a.stage, ActionKind::kSendB, a.microbatch, e.from));
-    }
-  }
+  for (const Fact& f : sent_by(a)) out.push_back(action_of(f, a.microbatch));
   return out;
 }
 
@@ -188,7 +193,7 @@ PlanDag::PlanDag(const PlanShape& shape, const std::vector<std::vector<Action>>&
       if (!f) continue;
       const std::int64_t id = rules_.id(*f, per_rank[r][i].microbatch);
       if (id >= 0) {
-        producer_[idx(id)] = Position{static_cast<std::int32_t>(r), static_cast<std::int64_t>(i)};
+        producer_[idx(id)] = Position{static_cast<std::int32_t>(r), static_cast<std::int32_t>(i)};
       }
     }
   }

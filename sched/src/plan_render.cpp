@@ -200,7 +200,7 @@ std::string to_dot(const LoweredPlan& plan) {
   for (std::size_t r = 0; r < plan.per_rank.size(); ++r) {
     for (std::size_t i = 0; i < plan.per_rank[r].size(); ++i) {
       if (!is_send(plan.per_rank[r][i].kind)) continue;
-      const Position recv = dag.match({static_cast<std::int32_t>(r), static_cast<std::int64_t>(i)});
+      const Position recv = dag.match({static_cast<std::int32_t>(r), static_cast<std::int32_t>(i)});
       if (!recv.valid()) continue;
       os << "  " << node_id(r, i) << " -> " << node_id(idx(recv.rank), idx(recv.index))
          << " [color=blue, penwidth=2];\n";

@@ -86,6 +86,11 @@ TEST(PlanRules, ChainLoweredAndComputeLevels) {
             std::vector<Action>{Action::comm(1, ActionKind::kSendB, 3, 0)});
   EXPECT_TRUE(low.sends(Action::compute(1, ActionKind::kForward, 3)).empty());  // last stage
   EXPECT_TRUE(comp.sends(Action::compute(0, ActionKind::kForward, 3)).empty());
+  EXPECT_EQ(low.sent_by(Action::compute(0, ActionKind::kForward, 3)),
+            std::vector<Fact>{msg(FactKind::kActivationSent, 0, 1)});
+  EXPECT_EQ(low.sent_by(Action::compute(1, ActionKind::kFullBackward, 3)),
+            std::vector<Fact>{msg(FactKind::kGradientSent, 0, 1)});
+  EXPECT_TRUE(low.sent_by(Action::compute(1, ActionKind::kBackwardWeight, 3)).empty());
 }
 
 TEST(PlanRules, StagesOnOneRankExchangeInMemory) {
@@ -162,7 +167,7 @@ TEST(PlanDag, GeneratedPlansAreClosed) {
           for (std::size_t r = 0; r < per_rank.size(); ++r) {
             for (std::size_t i = 0; i < per_rank[r].size(); ++i) {
               const Action& a = per_rank[r][i];
-              const Position here{static_cast<std::int32_t>(r), static_cast<std::int64_t>(i)};
+              const Position here{static_cast<std::int32_t>(r), static_cast<std::int32_t>(i)};
               const auto& needs = dag.rules().needs(a);
               const auto deps = dag.deps(here);
               ASSERT_EQ(deps.size(), needs.size()) << name << " " << to_string(a);

@@ -89,6 +89,9 @@ class PlanRules {
   // Lowered level: the SENDs that carry what compute action `a` produces to the stages on other
   // ranks that need it, in edge order (F: SEND_F per consumer, B/I: SEND_B per producer).
   [[nodiscard]] std::vector<Action> sends(const Action& a) const;
+  // The same as facts (kActivationSent / kGradientSent, in edge order), without allocating:
+  // sends(a)[k] == action_of(sent_by(a)[k], a.microbatch).
+  [[nodiscard]] const std::vector<Fact>& sent_by(const Action& a) const noexcept;
   // The RECV (SEND) that produces message fact `f` of microbatch `mb`; precondition:
   // f.is_message().
   [[nodiscard]] static Action action_of(const Fact& f, std::int32_t mb) noexcept;
@@ -123,12 +126,14 @@ class PlanRules {
   // needs() tables: per stage for F, B/I and W; per edge for SEND_F, SEND_B, RECV_F, RECV_B.
   std::vector<std::vector<Fact>> forward_, backward_, weight_;
   std::vector<std::vector<Fact>> send_f_, send_b_, recv_f_, recv_b_;
+  // sent_by() tables, per stage: messages after its F, after its B/I.
+  std::vector<std::vector<Fact>> sent_after_f_, sent_after_b_;
 };
 
 // A position in a plan: action `index` of rank `rank`.
 struct Position {
   std::int32_t rank = -1;
-  std::int64_t index = -1;
+  std::int32_t index = -1;
   [[nodiscard]] bool valid() const noexcept { return rank >= 0; }
   friend bool operator==(const Position& a, const Position& b) noexcept {
     return a.rank == b.rank && a.index == b.index;
