@@ -157,8 +157,9 @@ class SendRecvInserter {
   void emit_comm(const Action& a, std::int32_t rank, std::vector<Ops>& out) {
     sends_.clear();
     for (const Fact& f : rules_.sent_by(a)) sends_.push_back(PlanRules::action_of(f, a.microbatch));
-    std::stable_sort(sends_.begin(), sends_.end(),
-                     [](const Action& x, const Action& y) { return x.peer_stage < y.peer_stage; });
+    if (sends_.size() > 1)
+      std::sort(sends_.begin(), sends_.end(),
+                [](const Action& x, const Action& y) { return x.peer_stage < y.peer_stage; });
     for (const Action& send : sends_) {
       const Action recv = matching(send);
       out[idx(rank)].push_back(send);
@@ -188,7 +189,7 @@ class SendRecvInserter {
 // needs them, SENDs right after the compute that produced the data.
 std::vector<Ops> insert_just_in_time(const PlanShape& sh, const std::vector<Ops>& compute) {
   // The RECVs an action needs and the SENDs of its output come from the dependency rules
-  // (plan_dag.hpp); they are placed in peer stage order.
+  // (plan_dag.hpp); they are placed in peer stage order (actions with the same peer are equal).
   const PlanRules rules(sh, Level::kLowered);
   auto by_peer = [](const Action& x, const Action& y) { return x.peer_stage < y.peer_stage; };
   std::vector<Ops> out(compute.size());
@@ -200,12 +201,12 @@ std::vector<Ops> insert_just_in_time(const PlanShape& sh, const std::vector<Ops>
       for (const Fact& f : rules.needs(a)) {
         if (f.is_message()) comm.push_back(PlanRules::action_of(f, a.microbatch));
       }
-      std::stable_sort(comm.begin(), comm.end(), by_peer);
+      if (comm.size() > 1) std::sort(comm.begin(), comm.end(), by_peer);
       out[r].insert(out[r].end(), comm.begin(), comm.end());
       out[r].push_back(a);
       comm.clear();
       for (const Fact& f : rules.sent_by(a)) comm.push_back(PlanRules::action_of(f, a.microbatch));
-      std::stable_sort(comm.begin(), comm.end(), by_peer);
+      if (comm.size() > 1) std::sort(comm.begin(), comm.end(), by_peer);
       out[r].insert(out[r].end(), comm.begin(), comm.end());
     }
   }
