@@ -76,8 +76,8 @@ enum class Level : std::uint8_t { kCompute, kLowered };
 // Precondition: is_comm(a.kind).
 [[nodiscard]] Action matching(const Action& a) noexcept;
 
-// The rules for one plan shape. Stage edges out of range are ignored (validate() reports them);
-// a stage placed outside the ranks counts as on no rank's stage.
+// The rules for one plan shape. Stage edges out of range are ignored and placements are taken as
+// they are (validate() reports both); a stage missing from stage_to_rank shares no rank.
 class PlanRules {
  public:
   PlanRules(const PlanShape& shape, Level level);
