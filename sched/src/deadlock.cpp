@@ -147,8 +147,8 @@ DeadlockReport dry_run(const LoweredPlan& plan, Transport transport) {
 
   const std::size_t p = per_rank.size();
   std::vector<std::size_t> pc(p, 0);
-  const MessageIndex index(sh);
-  std::vector<int> mailbox(static_cast<std::size_t>(index.size()), 0);  // sent, not yet received
+  const PlanRules rules(sh, Level::kLowered);
+  std::vector<int> mailbox(static_cast<std::size_t>(rules.ids()), 0);  // sent, not yet received
   std::vector<std::int32_t> work;
   std::vector<bool> queued(p, true);
   for (std::size_t r = p; r-- > 0;) work.push_back(static_cast<std::int32_t>(r));
@@ -173,7 +173,7 @@ DeadlockReport dry_run(const LoweredPlan& plan, Transport transport) {
       const std::int32_t peer = sh.stage_to_rank[idx(a->peer_stage)];
       if (transport == Transport::kBuffered) {
         // A message on an edge that does not exist can never be delivered (validate() says so).
-        const std::int64_t id = index.id(*a);
+        const std::int64_t id = rules.message_id(*a);
         if (id < 0) break;
         int& box = mailbox[static_cast<std::size_t>(id)];
         if (is_send(a->kind)) {
@@ -229,35 +229,30 @@ namespace detail {
 std::vector<Diagnostic> compute_dry_run(const PlanShape& sh,
                                         const std::vector<std::vector<Action>>& per_rank) {
   const std::size_t p = per_rank.size();
-  const std::size_t cells = idx(sh.stages) * idx(sh.microbatches);
-  std::vector<bool> done_f(cells, false), done_b(cells, false);
-  std::vector<std::vector<std::int32_t>> producers(idx(sh.stages)), consumers(idx(sh.stages));
-  for (const auto& e : sh.edges()) {
-    producers[idx(e.to)].push_back(e.from);
-    consumers[idx(e.from)].push_back(e.to);
-  }
-  auto cell = [&](std::int32_t s, std::int32_t k) {
-    return idx(s) * idx(sh.microbatches) + idx(k);
+  const PlanRules rules(sh, Level::kCompute);
+  std::vector<bool> done(static_cast<std::size_t>(rules.ids()), false);  // by PlanRules::id
+  // The unmet input of `a` from another stage (its own F before a B/I, its own I before a W are
+  // program order on its rank, which validate() checks): its fact id and stage, or id -1.
+  struct Unmet {
+    std::int64_t id = -1;
+    std::int32_t stage = -1;
+    bool forward = false;
   };
-  // The unmet input of `a`: (stage, is_forward), or stage -1 when it can run.
-  auto unmet = [&](const Action& a) -> std::pair<std::int32_t, bool> {
-    if (a.kind == ActionKind::kForward) {
-      for (std::int32_t q : producers[idx(a.stage)]) {
-        if (!done_f[cell(q, a.microbatch)]) return {q, true};
-      }
-    } else if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
-      for (std::int32_t c : consumers[idx(a.stage)]) {
-        if (!done_b[cell(c, a.microbatch)]) return {c, false};
+  auto unmet = [&](const Action& a) -> Unmet {
+    for (const Fact& f : rules.needs(a)) {
+      if (f.stage == a.stage) continue;
+      const std::int64_t id = rules.id(f, a.microbatch);
+      if (id >= 0 && !done[static_cast<std::size_t>(id)]) {
+        return {id, f.stage, f.kind == FactKind::kForward};
       }
     }
-    return {-1, false};
+    return {};
   };
   std::vector<std::size_t> pc(p, 0);
-  // Waiters per (cell, direction): ranks to re-examine when that input appears, as intrusive
-  // lists (a rank waits for one input at a time).
-  std::vector<std::int32_t> first_waiter(2 * cells, -1);
+  // Waiters per fact: ranks to re-examine when that input appears, as intrusive lists (a rank
+  // waits for one input at a time).
+  std::vector<std::int32_t> first_waiter(done.size(), -1);
   std::vector<std::int32_t> next_waiter(p, -1);
-  auto wkey = [&](std::size_t c, bool fwd) { return 2 * c + (fwd ? 1U : 0U); };
   std::vector<std::int32_t> work;
   for (std::size_t r = p; r-- > 0;) work.push_back(static_cast<std::int32_t>(r));
   while (!work.empty()) {
@@ -266,26 +261,19 @@ std::vector<Diagnostic> compute_dry_run(const PlanShape& sh,
     auto& ops = per_rank[idx(r)];
     while (pc[idx(r)] < ops.size()) {
       const Action& a = ops[pc[idx(r)]];
-      auto [stage, fwd] = unmet(a);
-      if (stage >= 0) {
-        const std::size_t w = wkey(cell(stage, a.microbatch), fwd);
+      const Unmet u = unmet(a);
+      if (u.id >= 0) {
+        const auto w = static_cast<std::size_t>(u.id);
         next_waiter[idx(r)] = first_waiter[w];
         first_waiter[w] = r;
         break;
       }
       ++pc[idx(r)];
-      std::size_t c = 0;
-      bool produced = false;
-      bool as_fwd = false;
-      if (a.kind == ActionKind::kForward) {
-        c = cell(a.stage, a.microbatch);
-        done_f[c] = produced = as_fwd = true;
-      } else if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
-        c = cell(a.stage, a.microbatch);
-        done_b[c] = produced = true;
-      }
-      if (produced) {
-        const std::size_t w = wkey(c, as_fwd);
+      const auto fact = produces(a);
+      const std::int64_t id = fact ? rules.id(*fact, a.microbatch) : -1;
+      if (id >= 0) {
+        const auto w = static_cast<std::size_t>(id);
+        done[w] = true;
         for (std::int32_t x = first_waiter[w]; x >= 0;) {
           const std::int32_t next = next_waiter[idx(x)];
           work.push_back(x);
@@ -302,12 +290,12 @@ std::vector<Diagnostic> compute_dry_run(const PlanShape& sh,
   for (std::size_t r = 0; r < p; ++r) {
     if (pc[r] == per_rank[r].size()) continue;
     const Action& a = per_rank[r][pc[r]];
-    auto [stage, fwd] = unmet(a);
-    if (stage < 0) continue;  // cannot happen: a runnable head would have run
+    const Unmet u = unmet(a);
+    if (u.id < 0) continue;  // cannot happen: a runnable head would have run
     any = true;
     blocked[r] = true;
-    waits_for[r] = sh.stage_to_rank[idx(stage)];
-    needs[r] = std::to_string(stage) + (fwd ? "F" : "B/I") + std::to_string(a.microbatch);
+    waits_for[r] = sh.stage_to_rank[idx(u.stage)];
+    needs[r] = std::to_string(u.stage) + (u.forward ? "F" : "B/I") + std::to_string(a.microbatch);
   }
   if (!any) return {};
   std::string chain = waiting_chain(waits_for, blocked, [&](int r) {

@@ -93,7 +93,7 @@ Ops add_reduce_grad(const Ops& ops, const PlanShape& sh) {
   out.reserve(ops.size() + 4);
   for (const Action& a : ops) {
     out.push_back(a);
-    if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardWeight) {
+    if (completes_weight_grad(a.kind)) {
       if (++count[idx(a.stage)] == sh.microbatches && !has[idx(a.stage)]) {
         out.push_back(Action::stage_only(a.stage, ActionKind::kReduceGrad));
       }
@@ -107,16 +107,8 @@ class SendRecvInserter {
  public:
   explicit SendRecvInserter(const PlanShape& sh)
       : sh_(sh),
-        cells_(idx(sh.stages) * idx(sh.microbatches)),
-        producers_(idx(sh.stages)),
-        consumers_(idx(sh.stages)) {
-    for (const auto& e : sh.edges()) {
-      producers_[idx(e.to)].push_back(e.from);
-      consumers_[idx(e.from)].push_back(e.to);
-    }
-    for (auto& v : producers_) std::sort(v.begin(), v.end());
-    for (auto& v : consumers_) std::sort(v.begin(), v.end());
-  }
+        rules_(sh, Level::kLowered),
+        done_(static_cast<std::size_t>(rules_.ids()), false) {}
 
   std::vector<Ops> run(const std::vector<Ops>& compute) {
     const std::size_t p = compute.size();
@@ -130,9 +122,9 @@ class SendRecvInserter {
       for (std::size_t r = 0; r < p; ++r) {
         if (pc[r] == compute[r].size()) continue;
         const Action& a = compute[r][pc[r]];
-        if (!ready(a, static_cast<std::int32_t>(r))) continue;
+        if (!ready(a)) continue;
         out[r].push_back(a);
-        mark_done(a);
+        mark(produces(a), a.microbatch);
         emit_comm(a, static_cast<std::int32_t>(r), out);
         ++pc[r];
         --remaining;
@@ -144,68 +136,35 @@ class SendRecvInserter {
   }
 
  private:
-  struct Cell {
-    bool forward = false;     // F done (on its rank)
-    bool backward = false;    // B or I done
-    std::int32_t recv_f = 0;  // RECV_F placed for remote producers
-    std::int32_t recv_b = 0;  // RECV_B placed for remote consumers
-  };
-
-  Cell& cell(std::int32_t stage, std::int32_t mb) {
-    return cells_[idx(stage) * idx(sh_.microbatches) + idx(mb)];
-  }
-  std::int32_t rank_of(std::int32_t stage) const { return sh_.stage_to_rank[idx(stage)]; }
-
-  bool ready(const Action& a, std::int32_t rank) {
-    if (a.kind == ActionKind::kForward) {
-      std::int32_t remote = 0;
-      for (std::int32_t q : producers_[idx(a.stage)]) {
-        if (rank_of(q) != rank) {
-          ++remote;
-        } else if (!cell(q, a.microbatch).forward) {
-          return false;
-        }
-      }
-      return cell(a.stage, a.microbatch).recv_f == remote;
+  // Ready when every input from another stage (plan_dag.hpp) is there: a local producer's
+  // F / B / I has run, a remote one's RECV has been placed. A stage's own F before its B/I and I
+  // before its W are its rank's program order.
+  bool ready(const Action& a) const {
+    for (const Fact& f : rules_.needs(a)) {
+      if (!f.is_message() && f.stage == a.stage) continue;
+      const std::int64_t id = rules_.id(f, a.microbatch);
+      if (id < 0 || !done_[static_cast<std::size_t>(id)]) return false;
     }
-    if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
-      std::int32_t remote = 0;
-      for (std::int32_t c : consumers_[idx(a.stage)]) {
-        if (rank_of(c) != rank) {
-          ++remote;
-        } else if (!cell(c, a.microbatch).backward) {
-          return false;
-        }
-      }
-      return cell(a.stage, a.microbatch).recv_b == remote;
-    }
-    return true;  // W, REDUCE_GRAD, OPTIM need nothing from other stages
+    return true;
   }
 
-  void mark_done(const Action& a) {
-    if (a.kind == ActionKind::kForward) cell(a.stage, a.microbatch).forward = true;
-    if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
-      cell(a.stage, a.microbatch).backward = true;
-    }
+  void mark(const std::optional<Fact>& f, std::int32_t mb) {
+    const std::int64_t id = f ? rules_.id(*f, mb) : -1;
+    if (id >= 0) done_[static_cast<std::size_t>(id)] = true;
   }
 
+  // The SENDs of a's output (in peer stage order) and, on the peers' ranks, their RECVs.
   void emit_comm(const Action& a, std::int32_t rank, std::vector<Ops>& out) {
-    if (a.kind == ActionKind::kForward) {
-      for (std::int32_t c : consumers_[idx(a.stage)]) {
-        const std::int32_t peer = rank_of(c);
-        if (peer == rank) continue;
-        out[idx(rank)].push_back(Action::comm(a.stage, ActionKind::kSendF, a.microbatch, c));
-        out[idx(peer)].push_back(Action::comm(c, ActionKind::kRecvF, a.microbatch, a.stage));
-        ++cell(c, a.microbatch).recv_f;
-      }
-    } else if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
-      for (std::int32_t q : producers_[idx(a.stage)]) {
-        const std::int32_t peer = rank_of(q);
-        if (peer == rank) continue;
-        out[idx(rank)].push_back(Action::comm(a.stage, ActionKind::kSendB, a.microbatch, q));
-        out[idx(peer)].push_back(Action::comm(q, ActionKind::kRecvB, a.microbatch, a.stage));
-        ++cell(q, a.microbatch).recv_b;
-      }
+    sends_.clear();
+    for (const Fact& f : rules_.sent_by(a)) sends_.push_back(PlanRules::action_of(f, a.microbatch));
+    if (sends_.size() > 1)
+      std::sort(sends_.begin(), sends_.end(),
+                [](const Action& x, const Action& y) { return x.peer_stage < y.peer_stage; });
+    for (const Action& send : sends_) {
+      const Action recv = matching(send);
+      out[idx(rank)].push_back(send);
+      out[idx(sh_.stage_to_rank[idx(recv.stage)])].push_back(recv);
+      mark(produces(recv), recv.microbatch);
     }
   }
 
@@ -221,45 +180,34 @@ class SendRecvInserter {
   }
 
   const PlanShape& sh_;
-  std::vector<Cell> cells_;
-  std::vector<std::vector<std::int32_t>> producers_;
-  std::vector<std::vector<std::int32_t>> consumers_;
+  const PlanRules rules_;
+  std::vector<bool> done_;  // by PlanRules::id: local facts produced, RECVs placed
+  Ops sends_;               // emit_comm's scratch list
 };
 
 // Just-in-time placement (Note [Where SEND and RECV go]): RECVs right before the compute that
 // needs them, SENDs right after the compute that produced the data.
 std::vector<Ops> insert_just_in_time(const PlanShape& sh, const std::vector<Ops>& compute) {
-  std::vector<std::vector<std::int32_t>> producers(idx(sh.stages)), consumers(idx(sh.stages));
-  for (const auto& e : sh.edges()) {
-    producers[idx(e.to)].push_back(e.from);
-    consumers[idx(e.from)].push_back(e.to);
-  }
-  for (auto& v : producers) std::sort(v.begin(), v.end());
-  for (auto& v : consumers) std::sort(v.begin(), v.end());
+  // The RECVs an action needs and the SENDs of its output come from the dependency rules
+  // (plan_dag.hpp); they are placed in peer stage order (actions with the same peer are equal).
+  const PlanRules rules(sh, Level::kLowered);
+  auto by_peer = [](const Action& x, const Action& y) { return x.peer_stage < y.peer_stage; };
   std::vector<Ops> out(compute.size());
+  Ops comm;
   for (std::size_t r = 0; r < compute.size(); ++r) {
-    const auto rank = static_cast<std::int32_t>(r);
     out[r].reserve(compute[r].size() * 2);
     for (const Action& a : compute[r]) {
-      const bool fwd = a.kind == ActionKind::kForward;
-      const bool bwd = a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput;
-      const auto& inputs = fwd ? producers[idx(a.stage)] : consumers[idx(a.stage)];
-      const auto& outputs = fwd ? consumers[idx(a.stage)] : producers[idx(a.stage)];
-      if (fwd || bwd) {
-        for (std::int32_t o : inputs) {
-          if (sh.stage_to_rank[idx(o)] == rank) continue;
-          out[r].push_back(Action::comm(a.stage, fwd ? ActionKind::kRecvF : ActionKind::kRecvB,
-                                        a.microbatch, o));
-        }
+      comm.clear();
+      for (const Fact& f : rules.needs(a)) {
+        if (f.is_message()) comm.push_back(PlanRules::action_of(f, a.microbatch));
       }
+      if (comm.size() > 1) std::sort(comm.begin(), comm.end(), by_peer);
+      out[r].insert(out[r].end(), comm.begin(), comm.end());
       out[r].push_back(a);
-      if (fwd || bwd) {
-        for (std::int32_t o : outputs) {
-          if (sh.stage_to_rank[idx(o)] == rank) continue;
-          out[r].push_back(Action::comm(a.stage, fwd ? ActionKind::kSendF : ActionKind::kSendB,
-                                        a.microbatch, o));
-        }
-      }
+      comm.clear();
+      for (const Fact& f : rules.sent_by(a)) comm.push_back(PlanRules::action_of(f, a.microbatch));
+      if (comm.size() > 1) std::sort(comm.begin(), comm.end(), by_peer);
+      out[r].insert(out[r].end(), comm.begin(), comm.end());
     }
   }
   return out;
@@ -274,17 +222,7 @@ std::vector<Ops> insert_just_in_time(const PlanShape& sh, const std::vector<Ops>
 std::optional<std::vector<Ops>> make_rendezvous_safe(const PlanShape& sh,
                                                      const std::vector<Ops>& lists) {
   const std::size_t p = lists.size();
-  const MessageIndex index(sh);
-  std::vector<std::pair<std::int32_t, std::size_t>> recv_at(static_cast<std::size_t>(index.size()),
-                                                            {-1, 0});
-  for (std::size_t r = 0; r < p; ++r) {
-    for (std::size_t i = 0; i < lists[r].size(); ++i) {
-      if (is_recv(lists[r][i].kind)) {
-        recv_at[static_cast<std::size_t>(index.id(lists[r][i]))] = {static_cast<std::int32_t>(r),
-                                                                    i};
-      }
-    }
-  }
+  const PlanDag dag(sh, lists, Level::kLowered);
   std::vector<std::vector<std::uint8_t>> pulled(p);
   for (std::size_t r = 0; r < p; ++r) pulled[r].assign(lists[r].size(), 0);
   std::vector<std::size_t> pc(p, 0);
@@ -339,10 +277,13 @@ std::optional<std::vector<Ops>> make_rendezvous_safe(const PlanShape& sh,
       break;
     }
     const Action& send = lists[sender][pc[sender]];
-    const std::int64_t id = index.id(send);
-    PW_ASSERT(id >= 0, "rendezvous fix-up: " << send << " is on no stage edge");
-    const auto [peer, at] = recv_at[static_cast<std::size_t>(id)];
-    PW_ASSERT(peer >= 0, "rendezvous fix-up: no RECV for " << send);
+    PW_ASSERT(dag.rules().message_id(send) >= 0,
+              "rendezvous fix-up: " << send << " is on no stage edge");
+    const Position recv =
+        dag.match({static_cast<std::int32_t>(sender), static_cast<std::int32_t>(pc[sender])});
+    PW_ASSERT(recv.valid(), "rendezvous fix-up: no RECV for " << send);
+    const auto peer = recv.rank;
+    const auto at = static_cast<std::size_t>(recv.index);
     out[sender].push_back(send);
     ++pc[sender];
     out[idx(peer)].push_back(lists[idx(peer)][at]);

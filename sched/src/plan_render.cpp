@@ -2,8 +2,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <sstream>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "pipewright/sched/plan_io.hpp"
 #include "validate_detail.hpp"
@@ -11,7 +9,7 @@
 namespace pipewright::sched {
 namespace {
 
-std::size_t idx(std::int32_t i) { return static_cast<std::size_t>(i); }
+std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
 
 bool in_range(const PlanShape& sh, const Action& a) {
   if (a.stage < 0 || a.stage >= sh.stages) return false;
@@ -122,59 +120,45 @@ const char* kDotHeader =
 
 }  // namespace
 
-std::string to_text_grid(const ComputePlan& plan) {
-  const PlanShape& sh = plan.shape;
-  const std::size_t cells = idx(std::max(sh.stages, 0)) * idx(std::max(sh.microbatches, 0));
-  std::vector<bool> fwd(cells, false), bwd(cells, false), inp(cells, false);
-  auto cell = [&](std::int32_t s, std::int32_t k) {
-    return idx(s) * idx(sh.microbatches) + idx(k);
-  };
-  const auto edges = sh.edges();
-  return grid(
-      plan.per_rank,
-      [&](std::int32_t, const Action& a) {
-        if (!in_range(sh, a) || !has_microbatch(a.kind)) return in_range(sh, a);
-        const std::size_t c = cell(a.stage, a.microbatch);
-        switch (a.kind) {
-          case ActionKind::kForward:
-            for (const auto& e : edges) {
-              if (e.to == a.stage && !fwd[cell(e.from, a.microbatch)]) return false;
-            }
-            return true;
-          case ActionKind::kFullBackward:
-          case ActionKind::kBackwardInput:
-            if (!fwd[c]) return false;
-            for (const auto& e : edges) {
-              if (e.from == a.stage && !bwd[cell(e.to, a.microbatch)]) return false;
-            }
-            return true;
-          case ActionKind::kBackwardWeight:
-            return bool(inp[c]);
-          default:
-            return true;
-        }
-      },
-      [&](std::int32_t, const Action& a) {
-        if (!has_microbatch(a.kind)) return;
-        const std::size_t c = cell(a.stage, a.microbatch);
-        if (a.kind == ActionKind::kForward) fwd[c] = true;
-        if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
-          bwd[c] = true;
-        }
-        if (a.kind == ActionKind::kBackwardInput) inp[c] = true;
-      });
-}
-
-std::string to_text_grid(const LoweredPlan& plan) {
-  std::unordered_set<MessageKey, MessageKeyHash> sent;
+// An action is ready when every fact it needs (plan_dag.hpp) has been produced.
+template <typename Plan>
+std::string grid_of(const Plan& plan, Level level) {
+  const PlanRules rules(plan.shape, level);
+  std::vector<bool> done(static_cast<std::size_t>(rules.ids()), false);
   return grid(
       plan.per_rank,
       [&](std::int32_t, const Action& a) {
         if (!in_range(plan.shape, a)) return false;
-        return !is_recv(a.kind) || sent.count(message_key(a)) > 0;
+        for (const Fact& f : rules.needs(a)) {
+          const std::int64_t id = rules.id(f, a.microbatch);
+          if (id >= 0 && !done[static_cast<std::size_t>(id)]) return false;
+        }
+        return true;
       },
       [&](std::int32_t, const Action& a) {
-        if (is_send(a.kind)) sent.insert(message_key(a));
+        const auto f = produces(a);
+        const std::int64_t id = f ? rules.id(*f, a.microbatch) : -1;
+        if (id >= 0) done[static_cast<std::size_t>(id)] = true;
+      });
+}
+
+std::string to_text_grid(const ComputePlan& plan) { return grid_of(plan, Level::kCompute); }
+
+std::string to_text_grid(const LoweredPlan& plan) {
+  // Only the messages order a lowered plan's grid (a rank's own actions keep program order).
+  const PlanRules rules(plan.shape, Level::kLowered);
+  std::vector<bool> sent(static_cast<std::size_t>(rules.ids()), false);
+  return grid(
+      plan.per_rank,
+      [&](std::int32_t, const Action& a) {
+        if (!in_range(plan.shape, a)) return false;
+        if (!is_recv(a.kind)) return true;
+        const std::int64_t id = rules.message_id(a);
+        return id >= 0 && sent[static_cast<std::size_t>(id)];
+      },
+      [&](std::int32_t, const Action& a) {
+        const std::int64_t id = is_send(a.kind) ? rules.message_id(a) : -1;
+        if (id >= 0) sent[static_cast<std::size_t>(id)] = true;
       });
 }
 
@@ -183,36 +167,24 @@ std::string to_dot(const ComputePlan& plan) {
   std::ostringstream os;
   os << "digraph plan {\n" << kDotHeader;
   dot_nodes(os, plan.per_rank);
-  // Data edges between stages: producer F -> consumer F, consumer B/I -> producer B/I.
-  std::vector<std::pair<std::size_t, std::size_t>> f_at, b_at;  // (rank, step) per cell
-  const std::size_t cells = idx(std::max(sh.stages, 0)) * idx(std::max(sh.microbatches, 0));
-  f_at.assign(cells, {SIZE_MAX, 0});
-  b_at.assign(cells, {SIZE_MAX, 0});
-  auto cell = [&](std::int32_t s, std::int32_t k) {
-    return idx(s) * idx(sh.microbatches) + idx(k);
+  // Data edges between stages, per stage edge and microbatch: producer F -> consumer F (the
+  // consumer's F needs it), consumer B/I -> producer B/I; positions from the plan's DAG.
+  const PlanDag dag(plan);
+  auto at = [&](FactKind kind, std::int32_t stage, std::int32_t k) {
+    return dag.producer(Fact{kind, stage, -1}, k);
   };
-  for (std::size_t r = 0; r < plan.per_rank.size(); ++r) {
-    for (std::size_t i = 0; i < plan.per_rank[r].size(); ++i) {
-      const Action& a = plan.per_rank[r][i];
-      if (!in_range(sh, a) || !has_microbatch(a.kind)) continue;
-      if (a.kind == ActionKind::kForward) f_at[cell(a.stage, a.microbatch)] = {r, i};
-      if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
-        b_at[cell(a.stage, a.microbatch)] = {r, i};
-      }
-    }
-  }
-  for (const auto& e : sh.edges()) {
-    if (e.from < 0 || e.from >= sh.stages || e.to < 0 || e.to >= sh.stages) continue;
+  for (const auto& e : dag.rules().edges()) {
     for (std::int32_t k = 0; k < sh.microbatches; ++k) {
-      const auto pf = f_at[cell(e.from, k)], cf = f_at[cell(e.to, k)];
-      if (pf.first != SIZE_MAX && cf.first != SIZE_MAX) {
-        os << "  " << node_id(pf.first, pf.second) << " -> " << node_id(cf.first, cf.second)
-           << ";\n";
+      const Position pf = at(FactKind::kForward, e.from, k), cf = at(FactKind::kForward, e.to, k);
+      if (pf.valid() && cf.valid()) {
+        os << "  " << node_id(idx(pf.rank), idx(pf.index)) << " -> "
+           << node_id(idx(cf.rank), idx(cf.index)) << ";\n";
       }
-      const auto cb = b_at[cell(e.to, k)], pb = b_at[cell(e.from, k)];
-      if (cb.first != SIZE_MAX && pb.first != SIZE_MAX) {
-        os << "  " << node_id(cb.first, cb.second) << " -> " << node_id(pb.first, pb.second)
-           << " [color=firebrick];\n";
+      const Position cb = at(FactKind::kInputGrad, e.to, k);
+      const Position pb = at(FactKind::kInputGrad, e.from, k);
+      if (cb.valid() && pb.valid()) {
+        os << "  " << node_id(idx(cb.rank), idx(cb.index)) << " -> "
+           << node_id(idx(pb.rank), idx(pb.index)) << " [color=firebrick];\n";
       }
     }
   }
@@ -224,19 +196,13 @@ std::string to_dot(const LoweredPlan& plan) {
   std::ostringstream os;
   os << "digraph plan {\n" << kDotHeader;
   dot_nodes(os, plan.per_rank);
-  std::unordered_map<MessageKey, std::pair<std::size_t, std::size_t>, MessageKeyHash> recv_at;
+  const PlanDag dag(plan);
   for (std::size_t r = 0; r < plan.per_rank.size(); ++r) {
     for (std::size_t i = 0; i < plan.per_rank[r].size(); ++i) {
-      if (is_recv(plan.per_rank[r][i].kind)) recv_at[message_key(plan.per_rank[r][i])] = {r, i};
-    }
-  }
-  for (std::size_t r = 0; r < plan.per_rank.size(); ++r) {
-    for (std::size_t i = 0; i < plan.per_rank[r].size(); ++i) {
-      const Action& a = plan.per_rank[r][i];
-      if (!is_send(a.kind)) continue;
-      auto it = recv_at.find(message_key(a));
-      if (it == recv_at.end()) continue;
-      os << "  " << node_id(r, i) << " -> " << node_id(it->second.first, it->second.second)
+      if (!is_send(plan.per_rank[r][i].kind)) continue;
+      const Position recv = dag.match({static_cast<std::int32_t>(r), static_cast<std::int32_t>(i)});
+      if (!recv.valid()) continue;
+      os << "  " << node_id(r, i) << " -> " << node_id(idx(recv.rank), idx(recv.index))
          << " [color=blue, penwidth=2];\n";
     }
   }

@@ -76,14 +76,7 @@ class Validator {
       diag(-1, -1, e.what());
       ok = false;
     }
-    if (ok) {
-      producers_.resize(idx(sh_.stages));
-      consumers_.resize(idx(sh_.stages));
-      for (const auto& e : sh_.edges()) {
-        producers_[idx(e.to)].push_back(e.from);
-        consumers_[idx(e.from)].push_back(e.to);
-      }
-    }
+    if (ok) rules_.emplace(sh_, lowered_ ? Level::kLowered : Level::kCompute);
     return ok;
   }
 
@@ -169,7 +162,7 @@ class Validator {
   void check_counts_and_order() {
     for (std::int32_t s = 0; s < sh_.stages; ++s) {
       const std::int32_t owner = sh_.stage_to_rank[idx(s)];
-      Pos last_backward;  // the latest B or W of the stage
+      Pos last_backward;  // the latest action completing a weight gradient (B, W) of the stage
       for (std::int32_t k = 0; k < sh_.microbatches; ++k) {
         const std::size_t c = cell(s, k);
         const Pos f = f_[c], b = b_[c], in = i_[c], w = w_[c];
@@ -188,16 +181,27 @@ class Validator {
           diag(owner, w.step, "stage ", s, " microbatch ", k, " has W without I (", s, "I", k,
                " missing)");
         }
-        const Pos bi = b.present() ? b : in;
-        if (bi.present() && f.present() && bi.step < f.step) {
-          diag(owner, bi.step, per_rank_[idx(owner)][idx(bi.step)], " runs before its forward ", s,
-               "F", k, " (step ", f.step, ")");
+        // A stage's own inputs (plan_dag.hpp: B/I need its F, W its input gradient, here its I)
+        // come earlier on its rank.
+        for (const Pos& p : {b.present() ? b : in, w}) {
+          if (!p.present()) continue;
+          const Action& a = per_rank_[idx(owner)][idx(p.step)];
+          for (const Fact& need : rules_->needs(a)) {
+            if (need.is_message() || need.stage != s) continue;
+            const Pos src = need.kind == FactKind::kForward ? f : in;
+            if (!src.present() || p.step >= src.step) continue;
+            if (a.kind == ActionKind::kBackwardWeight) {
+              diag(owner, p.step, s, "W", k, " runs before ", s, "I", k, " (step ", src.step, ")");
+            } else {
+              diag(owner, p.step, a, " runs before its forward ", s, "F", k, " (step ", src.step,
+                   ")");
+            }
+          }
         }
-        if (w.present() && in.present() && w.step < in.step) {
-          diag(owner, w.step, s, "W", k, " runs before ", s, "I", k, " (step ", in.step, ")");
-        }
-        for (const Pos& p : {b, w}) {
-          if (p.present() && p.step > last_backward.step) last_backward = p;
+        for (const Pos& p : {b, in, w}) {
+          if (!p.present() || !completes_weight_grad(per_rank_[idx(owner)][idx(p.step)].kind))
+            continue;
+          if (p.step > last_backward.step) last_backward = p;
         }
       }
       const Pos red = reduce_[idx(s)];
@@ -223,16 +227,8 @@ class Validator {
     Pos recv;
   };
 
-  static bool has_edge(const std::vector<std::int32_t>& list, std::int32_t s) {
-    for (std::int32_t x : list) {
-      if (x == s) return true;
-    }
-    return false;
-  }
-
   void check_messages() {
-    index_.emplace(sh_);
-    messages_.assign(static_cast<std::size_t>(index_->size()), Message{});
+    messages_.assign(static_cast<std::size_t>(rules_->ids()), Message{});
     for (std::size_t r = 0; r < per_rank_.size(); ++r) {
       const auto rank = static_cast<std::int32_t>(r);
       for (std::size_t i = 0; i < per_rank_[r].size(); ++i) {
@@ -240,8 +236,7 @@ class Validator {
         if (!usable_[r][i] || !is_comm(a.kind)) continue;
         const auto step = static_cast<std::int32_t>(i);
         const bool to_consumer = a.kind == ActionKind::kSendF || a.kind == ActionKind::kRecvB;
-        const auto& allowed = to_consumer ? consumers_[idx(a.stage)] : producers_[idx(a.stage)];
-        if (!has_edge(allowed, a.peer_stage)) {
+        if (rules_->message_id(a) < 0) {
           diag(rank, step, a, ": stage ", a.peer_stage, " is not a ",
                to_consumer ? "consumer" : "producer", " of stage ", a.stage);
           usable_[r][i] = false;
@@ -253,7 +248,7 @@ class Validator {
           usable_[r][i] = false;
           continue;
         }
-        Message& m = messages_[static_cast<std::size_t>(index_->id(a))];
+        Message& m = messages_[static_cast<std::size_t>(rules_->message_id(a))];
         Pos& slot = is_send(a.kind) ? m.send : m.recv;
         if (slot.present()) {
           diag(rank, step, "duplicate ", a, " (first at rank ", slot.rank, ", step ", slot.step,
@@ -296,40 +291,40 @@ class Validator {
         if (!usable_[r][i]) continue;
         const Action& a = per_rank_[r][i];
         const auto step = static_cast<std::int32_t>(i);
-        if (a.kind == ActionKind::kForward) {
-          for (std::int32_t q : producers_[idx(a.stage)]) {
-            need_input(rank, step, a, q, /*forward=*/true);
+        if (is_recv(a.kind)) continue;  // matched with its SEND by check_messages()
+        for (const Fact& f : rules_->needs(a)) {
+          if (f.is_message()) {  // another rank's data: the local RECV
+            need_recv(rank, step, a, PlanRules::action_of(f, a.microbatch));
+            continue;
           }
-        } else if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput) {
-          for (std::int32_t c : consumers_[idx(a.stage)]) {
-            need_input(rank, step, a, c, /*forward=*/false);
-          }
-        } else if (a.kind == ActionKind::kSendF || a.kind == ActionKind::kSendB) {
-          const std::size_t c = cell(a.stage, a.microbatch);
-          const Pos src = a.kind == ActionKind::kSendF ? f_[c] : (b_[c].present() ? b_[c] : i_[c]);
-          if (src.present() && src.step > step) {
+          const Pos src = producer(f, a.microbatch);
+          if (f.stage != a.stage) {
+            need_local(rank, step, a, src);
+          } else if (is_send(a.kind) && src.present() && src.step > step) {
             diag(rank, step, a, " is sent before it is computed by ", per_rank_[r][idx(src.step)],
                  " (step ", src.step, ")");
-          }
+          }  // a B/I after its own F, a W after its own I: check_counts_and_order()
         }
       }
     }
   }
 
-  void need_input(std::int32_t rank, std::int32_t step, const Action& a, std::int32_t other,
-                  bool forward) {
-    const std::size_t c = cell(other, a.microbatch);
-    if (sh_.stage_to_rank[idx(other)] == rank) {
-      const Pos src = forward ? f_[c] : (b_[c].present() ? b_[c] : i_[c]);
-      if (src.present() && src.step > step) {
-        diag(rank, step, a, " runs before its local input ", per_rank_[idx(rank)][idx(src.step)],
-             " (step ", src.step, ")");
-      }
-      return;
+  // Where the kForward / kInputGrad fact `f` of microbatch mb is computed (a B before an I).
+  Pos producer(const Fact& f, std::int32_t mb) const {
+    const std::size_t c = cell(f.stage, mb);
+    if (f.kind == FactKind::kForward) return f_[c];
+    return b_[c].present() ? b_[c] : i_[c];
+  }
+
+  void need_local(std::int32_t rank, std::int32_t step, const Action& a, Pos src) {
+    if (src.present() && src.step > step) {
+      diag(rank, step, a, " runs before its local input ", per_rank_[idx(rank)][idx(src.step)],
+           " (step ", src.step, ")");
     }
-    const Action recv = Action::comm(a.stage, forward ? ActionKind::kRecvF : ActionKind::kRecvB,
-                                     a.microbatch, other);
-    const Message& m = messages_[static_cast<std::size_t>(index_->id(recv))];
+  }
+
+  void need_recv(std::int32_t rank, std::int32_t step, const Action& a, const Action& recv) {
+    const Message& m = messages_[static_cast<std::size_t>(rules_->message_id(recv))];
     if (!m.recv.present()) {
       diag(rank, step, a, " has no ", recv, " on rank ", rank);
     } else if (m.recv.step > step) {
@@ -348,11 +343,10 @@ class Validator {
   const std::vector<std::vector<Action>>& per_rank_;
   bool lowered_;
   std::vector<Diagnostic> out_;
-  std::vector<std::vector<std::int32_t>> producers_, consumers_;
+  std::optional<PlanRules> rules_;  // the dependency rules (plan_dag.hpp), once the shape is valid
   std::vector<Pos> f_, b_, i_, w_, reduce_, optim_;
   std::vector<std::vector<bool>> usable_;
-  std::optional<MessageIndex> index_;
-  std::vector<Message> messages_;  // by MessageIndex id
+  std::vector<Message> messages_;  // by PlanRules::message_id
 };
 
 std::string join(const std::vector<Diagnostic>& diags) {

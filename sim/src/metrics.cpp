@@ -142,7 +142,7 @@ std::string trace_json(const SimResult& r, const std::string& plan) {
     s.name = action_name(a);
     s.category = action_category(a);
     s.rank = a.rank;
-    s.stream = static_cast<sched::TraceStream>(a.stream);
+    s.stream = a.stream;
     s.start_us = static_cast<double>(start_ns) / 1e3;
     s.duration_us = static_cast<double>(end_ns - start_ns) / 1e3;
     s.stage = a.action.stage;

@@ -140,10 +140,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       const std::int32_t stages = c.pp * c.v;
       auto it = by_stages.find(stages);
       if (it == by_stages.end()) {
-        graph::PartitionOptions po;
-        po.stages = stages;
-        po.method = job.partition_method;
-        auto part = graph::partition_model(model, po);
+        auto part = sched::resolve_partition(job, model);
         auto costs = costs_from_partition(model, part);
         it = by_stages
                  .emplace(stages, std::make_shared<const Partitioned>(

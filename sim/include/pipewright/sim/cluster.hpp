@@ -43,7 +43,7 @@ struct Cluster {
   std::int64_t device_memory_bytes = 0;  // 0: unlimited
   // Compute units a node's ranks share (CPU cores when training on CPUs): with more ranks of a
   // node computing than this, each computes at cores / computing speed (processor sharing,
-  // Note [Shared cores] in sim/src/engine.cpp). 0: every rank has its own device; then a
+  // Note [Shared cores] in sim/src/core_sharing.hpp). 0: every rank has its own device; then a
   // profile's cores_per_node applies, if any.
   std::int32_t cores_per_node = 0;
   Link intra_node;

@@ -2,7 +2,7 @@
 // cluster description, and reports step time, bubbles, memory, communication and the critical
 // path (docs/simulator.md).
 //
-// Semantics (Note [Engine] in sim/src/engine.cpp has the details):
+// Semantics (Note [Engine] in sim/src/engine.hpp has the details):
 // - each rank executes its action list in order on a compute stream; F/B/I/W take their
 //   stage's cost (+ compute_overhead_ms); F needs the producer's activation (local F, or the
 //   RECV_F), B/I need the consumer's gradient (local B/I, or the RECV_B) and their own F, W
@@ -26,6 +26,7 @@
 #include "pipewright/sched/costs.hpp"
 #include "pipewright/sched/job.hpp"
 #include "pipewright/sched/plan.hpp"
+#include "pipewright/sched/trace.hpp"
 #include "pipewright/sim/cluster.hpp"
 
 namespace pipewright::sim {
@@ -69,7 +70,7 @@ struct SimOptions {
   // noisy sums, longer than the same max over medians; simulating several steps with sampled
   // durations and taking the median step time (median_step_ms) predicts it. The draws of one
   // step (and of one rank in it) are correlated as the profile measured (Note [Correlated
-  // sampling] in sim/src/engine.cpp).
+  // sampling] in sim/src/duration_model.cpp).
   std::optional<std::uint64_t> sample_durations_seed;
   // Trace-driven replay (Note [Trace-driven replay] in sim/compare.hpp): when not empty, the
   // duration in ns of every compute action of the simulated step(s), at
@@ -91,7 +92,9 @@ inline constexpr int kReplaySlots = 5;
          static_cast<std::size_t>(mb < 0 ? 0 : mb);
 }
 
-enum class Stream : std::uint8_t { kCompute = 0, kSend = 1, kRecv = 2, kDpAllReduce = 3 };
+// The stream a timed action occupies on its rank: the trace schema's streams (one fact for the
+// simulator's results and the traces both the simulator and the executor write).
+using Stream = sched::TraceStream;
 
 // What a slice on the dp-allreduce stream (or a blocking collective) is.
 enum class Collective : std::uint8_t { kNone, kDdpBucket, kLocalSgd, kSlowMo };

@@ -1,0 +1,224 @@
+// The discrete-event engine behind simulate() (private to sim/; simulator.cpp is the public
+// API over it).
+//
+// Note [Engine]
+// Each rank runs its lowered action list (repeated `steps` times) in program order. The state of
+// the world is a set of "slots", one per (step, stage, microbatch) fact: F done, input gradient
+// done (B or I), activation arrived / received on an edge, gradient arrived / received on an
+// edge. A slot holds the integer nanosecond time the fact became true, or -1 while unknown.
+//
+// Events are (time_ns, insertion sequence, rank) in a binary heap. Popping an event resumes the
+// rank, which executes actions until one needs a slot that is still unknown; the rank then parks
+// on that slot and the action that fills it pushes a new event for the rank. Ranks "run ahead"
+// of the event clock while their inputs are known: every resource a rank uses (its compute,
+// send and dp-allreduce streams) is private to the rank, so an action's start time is a pure
+// function of known slot times and the rank's own stream times, and processing it early cannot
+// change any result. (A later shared-link contention model would process per action instead.)
+// The heap order makes the processing order, and with it every output, deterministic.
+//
+// Note [Slot layout]
+// Slots are stored row by row: for each step, one row of M slots per fact kind and stage (F done,
+// input gradient done) or edge (arrived / received, activation / gradient), slot = step base +
+// row * M + microbatch. A rank walks its stages' microbatches in order, so each of its accesses
+// lands next to its previous access of the same row: 8 slots share a cache line and the hardware
+// prefetcher follows the rows. (Blocks per microbatch, the earlier layout, put every access of
+// a p=64 plan on a different cache line: 2.2x slower at m=1024.) The facts are those of the
+// dependency rules (sched/plan_dag.hpp) and the rows are their PlanRules::row() numbering:
+// [F done: S][input gradient done: S][activation sent, received; gradient sent, received: E
+// each], so a message's "received" row is E rows after its "sent" (arrived) row. What each op
+// waits for and fills is asked of sched::PlanRules once per kind, stage and edge (deps_).
+//
+// The engine asks three replaceable models: the network model (network_model.hpp: message and
+// collective times), the duration model (duration_model.hpp: compute and message durations,
+// sampled or replayed) and the core-sharing model (core_sharing.hpp, Note [Shared cores]:
+// processor sharing when a host's ranks outnumber its cores). The event queue (event_queue.hpp),
+// the dependency slots (slots.hpp) and the decoded plan (program.hpp) are its private kernel.
+//
+// Dependencies are sched::PlanRules's (sched/plan_dag.hpp): F waits for its producers' F (same
+// rank) or RECV_F, B/I for its own F and its consumers' B/I or RECV_B, W for its I, SEND_* for
+// the local F or B/I it sends. A SEND starts when the rank's send stream is free (it never blocks
+// compute) and fills the "arrived" slot at its end; RECV_* blocks compute until the arrival
+// (posted receives: only the compute that needs it). A rank parked
+// on a slot that only it could fill, or on a message nobody sends, is a deadlock: when the heap
+// runs dry with unfinished ranks, simulate() throws InvalidPlanError naming each blocked rank,
+// its action and what it waits for.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core_sharing.hpp"
+#include "duration_model.hpp"
+#include "event_queue.hpp"
+#include "network_model.hpp"
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/plan_dag.hpp"
+#include "pipewright/sim/simulator.hpp"
+#include "program.hpp"
+#include "slots.hpp"
+
+namespace pipewright::sim {
+
+struct RankState {
+  std::size_t pc = 0;              // index into the repeated program: step * len + position
+  std::size_t pos = 0;             // pc % len
+  std::int32_t step = 0;           // pc / len
+  std::int64_t time = 0;           // compute stream free
+  std::int64_t send_free = 0;      // send stream free
+  std::int64_t dp_free = 0;        // dp-allreduce stream free
+  std::int64_t last_compute = -1;  // record index of the action that set `time`
+  std::int64_t last_send = -1;
+  std::int64_t last_dp = -1;
+  std::int64_t parked_slot = -1;
+  std::int32_t next_waiter = -1;  // intrusive list of ranks parked on the same slot
+  std::int64_t activation_bytes = 0;
+  std::int32_t live_microbatches = 0;
+  std::int64_t peak_activation_bytes = 0;
+  std::int32_t peak_microbatches = 0;
+  // Shared cores: the running compute action's start and predecessor.
+  std::int64_t run_start = 0;
+  std::int64_t run_pred = -1;
+  bool finished = false;
+};
+
+// The replaceable models (Note [Engine]); a null one is replaced by the default built from the
+// plan, costs, cluster and options (make_analytical_network, make_table_durations,
+// make_processor_sharing).
+struct EngineModels {
+  std::unique_ptr<NetworkModel> network;
+  std::unique_ptr<DurationModel> durations;
+  std::unique_ptr<CoreSharing> cores;
+};
+
+class Engine {
+ public:
+  Engine(const sched::LoweredPlan& plan, const sched::CostTable& costs, const Cluster& cluster,
+         const SimOptions& options, EngineModels models = {})
+      : plan_(plan),
+        costs_(costs),
+        cluster_(cluster),
+        opt_(options),
+        network_(std::move(models.network)),
+        durations_(std::move(models.durations)),
+        cores_(std::move(models.cores)) {}
+
+  // Runs the simulation once (simulate() in simulator.hpp has the contract).
+  SimResult run();
+
+ private:
+  void resolve_deps();
+  // Slot layout (Note [Slot layout]): per step, rows_per_step_ rows of M_ slots, one row per
+  // fact kind and stage or edge; slot = step base + row * M_ + microbatch:
+  //   rows [F done: S][input gradient done: S][edge rows: 4 x E]
+  std::size_t slot_base(std::int32_t step) const noexcept {
+    return static_cast<std::size_t>(step) * M_ * rows_per_step_;
+  }
+  std::size_t at(std::size_t row, std::int32_t mb) const noexcept {
+    return row * static_cast<std::size_t>(M_) + static_cast<std::size_t>(mb);
+  }
+  // The slot (within a step) of need k of an op: deps_[k]'s row, microbatch mb.
+  std::size_t row_slot(std::int32_t k, std::int32_t mb) const noexcept {
+    return at(static_cast<std::size_t>(deps_[static_cast<std::size_t>(k)]), mb);
+  }
+  std::string describe_slot(std::size_t slot) const;
+
+  // Fills a slot and wakes what waits on it (the common case inline: nothing waits).
+  void set_slot(std::size_t slot, std::int64_t t, std::int64_t src) {
+    const Slot old = slots_[slot];
+    slots_[slot] = t + 1;
+    if (record_) slot_src_[slot] = src;
+    if (old < 0) slot_pending(slot, old, t);
+  }
+  void slot_pending(std::size_t slot, std::int64_t old, std::int64_t t);
+  void post_recv(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                 std::size_t arrived, std::size_t received);
+  void complete_recv(std::size_t arrived, std::size_t received, std::int64_t post, std::int64_t idx,
+                     std::int64_t prev);
+  void park(std::int32_t r, std::size_t slot);
+  void resume(std::int32_t r);
+  bool execute(std::int32_t r, RankState& st, const Op& op, std::int32_t step);
+  bool run_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                   std::int64_t start, std::int64_t pred, std::int64_t work);
+  void finish_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                      std::int64_t start, std::int64_t end, std::int64_t pred);
+  void complete(std::int32_t r, std::uint32_t version);
+  void start_send(std::int32_t r);
+  void complete_send(std::int32_t r, std::uint32_t version);
+  void step_forward(std::int32_t r, RankState& st);
+  void end_of_step(std::int32_t r, RankState& st, std::int32_t step);
+  void launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                  std::int64_t start, std::int64_t end, std::int64_t src);
+  std::int64_t compute_ns(const Op& op, ComputeSlot slot, std::int32_t step) const noexcept {
+    return durations_->compute_ns(op.stage, slot, op.mb, step);
+  }
+  std::int64_t message_ns(const Op& op, std::int32_t step) const noexcept {
+    return durations_->message_ns(network_->message_ns(op.edge), op.edge,
+                                  op.kind == sched::ActionKind::kSendF, op.mb, step);
+  }
+  // Appends a timed action when recording; returns its index, or -1.
+  std::int64_t record(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
+                      std::int64_t start, std::int64_t end, std::int64_t pred) {
+    return record_ ? record_action(op, r, step, stream, start, end, pred) : -1;
+  }
+  std::int64_t record_action(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
+                             std::int64_t start, std::int64_t end, std::int64_t pred);
+  void memory_change(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta,
+                     std::int32_t mb_delta) {
+    st.activation_bytes += delta;
+    st.live_microbatches += mb_delta;
+    st.peak_activation_bytes = std::max(st.peak_activation_bytes, st.activation_bytes);
+    st.peak_microbatches = std::max(st.peak_microbatches, st.live_microbatches);
+    if (opt_.record_memory_timeline) memory_point(r, st, t);
+  }
+  void memory_point(std::int32_t r, RankState& st, std::int64_t t);
+  [[noreturn]] void throw_deadlock() const;
+
+  const sched::LoweredPlan& plan_;
+  const sched::CostTable& costs_;
+  const Cluster& cluster_;
+  const SimOptions& opt_;
+
+  // The models (Note [Engine]).
+  std::unique_ptr<NetworkModel> network_;
+  std::unique_ptr<DurationModel> durations_;
+  std::unique_ptr<CoreSharing> cores_;
+  bool shared_ = false;                // cores_->active()
+  std::int64_t comm_overhead_ns_ = 0;  // network_->batch_overhead_ns()
+
+  std::int32_t R_ = 0, S_ = 0, M_ = 0, E_ = 0, K_ = 1, dp_ = 1;
+  Program prog_;
+  // The slot rows ops wait for (sched::PlanRules::needs as rows); op's are
+  // deps_[op.deps_begin .. op.deps_end).
+  std::vector<std::int32_t> deps_;
+  std::vector<std::int64_t> act_bytes_, stage_param_bytes_;  // per stage
+
+  std::size_t rows_per_step_ = 0;
+  SlotArray slots_;
+  std::vector<std::int64_t> slot_src_;     // record index that filled the slot
+  std::vector<std::int64_t> recv_prev_;    // with record_: pending receive's predecessor
+  std::vector<std::int64_t> recv_record_;  // with record_: pending receive's record index
+  std::vector<std::int64_t> ddp_done_;     // per (step, stage): all buckets reduced, or -1
+
+  std::vector<RankState> ranks_;
+  std::int64_t now_ = 0;  // the event clock
+  // Per rank, shared cores: SEND actions waiting for or on the send stream, in order.
+  struct PendingSend {
+    std::size_t pos;  // index into the rank's ops
+    std::int32_t step;
+    std::int64_t ready;  // the rank reached it (after the batch overhead)
+    std::int64_t pred;   // the rank's last compute then
+  };
+  std::vector<std::deque<PendingSend>> sends_;
+  std::vector<std::uint8_t> send_state_;  // 0 idle, 1 start event pending, 2 running
+  std::vector<std::int64_t> send_start_;
+  EventQueue queue_;
+  SimResult result_;
+  bool record_ = true;
+};
+
+}  // namespace pipewright::sim

@@ -1,0 +1,85 @@
+#include "network_model.hpp"
+
+#include "data_parallel.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+class AnalyticalNetwork final : public NetworkModel {
+ public:
+  AnalyticalNetwork(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                    const Cluster& cluster, const SimOptions& options);
+
+  std::int64_t message_ns(std::int32_t edge) const noexcept override {
+    return edge_ns_[static_cast<std::size_t>(edge)];
+  }
+  std::int64_t batch_overhead_ns() const noexcept override { return batch_overhead_ns_; }
+  const std::vector<std::int64_t>& bucket_ns(std::int32_t stage) const noexcept override {
+    return bucket_ns_[static_cast<std::size_t>(stage)];
+  }
+  const std::vector<std::int64_t>& bucket_cumulative_bytes(
+      std::int32_t stage) const noexcept override {
+    return bucket_cum_[static_cast<std::size_t>(stage)];
+  }
+  std::int64_t localsgd_ns(std::int32_t rank) const noexcept override {
+    return rank_localsgd_ns_[static_cast<std::size_t>(rank)];
+  }
+  std::int64_t slowmo_ns(std::int32_t rank) const noexcept override {
+    return rank_slowmo_ns_[static_cast<std::size_t>(rank)];
+  }
+
+ private:
+  std::int64_t batch_overhead_ns_ = 0;
+  std::vector<std::int64_t> edge_ns_;                  // one message on the edge
+  std::vector<std::vector<std::int64_t>> bucket_ns_;   // per stage: all-reduce time per bucket
+  std::vector<std::vector<std::int64_t>> bucket_cum_;  // per stage: cumulative bytes per bucket
+  std::vector<std::int64_t> rank_localsgd_ns_, rank_slowmo_ns_;
+};
+
+AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                                     const Cluster& cluster, const SimOptions& options) {
+  const auto& shape = plan.shape;
+  const std::int32_t R = shape.ranks, S = shape.stages, dp = options.dp.replicas;
+  batch_overhead_ns_ = ms_to_ns(costs.comm_overhead_ms);
+  for (const auto& ed : shape.edges()) {
+    const std::int64_t bytes = costs.stages[static_cast<std::size_t>(ed.from)].output_bytes;
+    edge_ns_.push_back(p2p_message_ns(shape, costs, cluster, options, ed, bytes));
+  }
+  bucket_ns_.assign(static_cast<std::size_t>(S), {});
+  bucket_cum_.assign(static_cast<std::size_t>(S), {});
+  rank_localsgd_ns_.assign(static_cast<std::size_t>(R), 0);
+  rank_slowmo_ns_.assign(static_cast<std::size_t>(R), 0);
+  if (dp <= 1) return;
+  for (std::int32_t s = 0; s < S; ++s) {
+    const auto r = shape.stage_to_rank[static_cast<std::size_t>(s)];
+    const DpGroup group = dp_group(cluster, r, R, dp);
+    if (options.dp.algorithm == DpAlgorithm::kDdp) {
+      const auto buckets = ddp_buckets(costs.stages[static_cast<std::size_t>(s)], options.dp);
+      for (std::size_t b = 0; b < buckets.bytes.size(); ++b) {
+        bucket_ns_[static_cast<std::size_t>(s)].push_back(
+            allreduce_ns(cluster.collective, group.link, dp, buckets.bytes[b]));
+      }
+      bucket_cum_[static_cast<std::size_t>(s)] = buckets.cumulative_bytes;
+    }
+  }
+  for (std::int32_t r = 0; r < R; ++r) {
+    std::int64_t bytes = 0;
+    for (auto s : shape.stages_of_rank(r))
+      bytes += costs.stages[static_cast<std::size_t>(s)].param_bytes;
+    const DpGroup group = dp_group(cluster, r, R, dp);
+    rank_localsgd_ns_[static_cast<std::size_t>(r)] =
+        allreduce_ns(cluster.collective, group.link, dp, bytes);
+    rank_slowmo_ns_[static_cast<std::size_t>(r)] = 2 * reduce_ns(group.link, dp, bytes);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<NetworkModel> make_analytical_network(const sched::LoweredPlan& plan,
+                                                      const sched::CostTable& costs,
+                                                      const Cluster& cluster,
+                                                      const SimOptions& options) {
+  return std::make_unique<AnalyticalNetwork>(plan, costs, cluster, options);
+}
+
+}  // namespace pipewright::sim
