@@ -168,6 +168,13 @@ TEST(Json, BadInputNamesLineColumnAndPointer) {
       [] { (void)parse_json("{\"format\": \"pipewright-plan\",\n \"version\": 9}", "v.json"); });
   EXPECT_NE(version.find("v.json:2:13: at /version: unsupported version 9"), std::string::npos)
       << version;
+  // The shared strict reader: duplicate keys are errors, not "the last one wins".
+  const std::string dup = message_of([] {
+    (void)parse_json("{\"format\": \"pipewright-plan\",\n \"version\": 1, \"version\": 1}",
+                     "d.json");
+  });
+  EXPECT_NE(dup.find("d.json:2:27: at /version: duplicate key \"version\""), std::string::npos)
+      << dup;
   const std::string format = message_of([] { (void)parse_json("[1, 2]", "f.json"); });
   EXPECT_NE(format.find("f.json:1:1: "), std::string::npos) << format;
   const std::string comm = message_of([] {

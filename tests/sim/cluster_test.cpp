@@ -73,7 +73,8 @@ TEST(Cluster, BadInputsNameTheField) {
   expect_error(head + R"("nodes": 2, "rank_nodes": [{"rank": 0, "node": 3}]})",
                "at /rank_nodes/0/node: names unknown node 3");
   expect_error(R"({"format": "other", "version": 1})", "/format");
-  expect_error("{", "invalid JSON");
+  expect_error("{", "c.json:1:2: invalid JSON");
+  expect_error(head + R"("nodes": 1, "nodes": 2})", "at /nodes: duplicate key \"nodes\"");
   EXPECT_THROW((void)load_cluster("/nonexistent/cluster.json"), InputError);
 }
 
