@@ -20,6 +20,7 @@
 #include "job_flags.hpp"
 #include "pipewright/exec/run.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/json_reader.hpp"
 
 namespace pipewright::cli {
 namespace {
@@ -27,8 +28,12 @@ namespace {
 // --config files: JSON objects ({"batch-size": 8, ...}) or CLI11's TOML subset
 // (batch-size = 8). Keys are the long flag names; '_' may stand for '-'. Flags given on the
 // command line win over the file.
+// JSON goes through the shared strict reader (pipewright/graph/json_reader.hpp): errors name the
+// file, line:column and JSON pointer.
 class JsonOrTomlConfig final : public CLI::ConfigTOML {
  public:
+  explicit JsonOrTomlConfig(const CLI::App* app) : app_(app) {}
+
   std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
     std::string text((std::istreambuf_iterator<char>(input)), std::istreambuf_iterator<char>());
     const auto first = text.find_first_not_of(" \t\r\n");
@@ -36,32 +41,39 @@ class JsonOrTomlConfig final : public CLI::ConfigTOML {
       std::istringstream is(text);
       return CLI::ConfigTOML::from_config(is);
     }
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      throw ParseError(std::string("--config: invalid JSON: ") + e.what());
-    }
+    const json::Document doc = json::parse_strict(text, source_name());
+    const json::At root{doc.root, doc.source, ""};
+    root.expect_object();
     std::vector<CLI::ConfigItem> items;
-    for (const auto& [key, value] : j.items()) {
+    for (const auto& [key, value] : doc.root.items()) {
       CLI::ConfigItem item;
       item.name = key;
       std::replace(item.name.begin(), item.name.end(), '_', '-');
-      auto scalar = [&key](const nlohmann::json& v) -> std::string {
+      auto scalar = [](const json::At& at) -> std::string {
+        const json::Json& v = at.value;
         if (v.is_string()) return v.get<std::string>();
         if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
         if (v.is_number()) return v.dump();
-        throw ParseError("--config: /" + key + ": expected a string, number or boolean");
+        at.fail("expected a string, number or boolean");
       };
+      const json::At at = root[key];
       if (value.is_array()) {
-        for (const auto& v : value) item.inputs.push_back(scalar(v));
+        for (std::size_t i = 0; i < value.size(); ++i) item.inputs.push_back(scalar(at[i]));
       } else {
-        item.inputs.push_back(scalar(value));
+        item.inputs.push_back(scalar(at));
       }
       items.push_back(std::move(item));
     }
     return items;
   }
+
+ private:
+  // The --config file's path for error messages.
+  std::string source_name() const {
+    const CLI::Option* opt = app_->get_config_ptr();
+    return opt != nullptr && !opt->results().empty() ? opt->results().back() : "--config";
+  }
+  const CLI::App* app_;
 };
 
 struct RunFlags {
@@ -121,7 +133,7 @@ void setup_run(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
   auto& c = flags->config;
   auto* sub = app.add_subcommand("run", std::string(exec_command_description("run")));
-  sub->config_formatter(std::make_shared<JsonOrTomlConfig>());
+  sub->config_formatter(std::make_shared<JsonOrTomlConfig>(sub));
   sub->set_config("--config", "", "TOML or JSON file with the same keys as the long flags");
   add_job_flags(sub, c);
   sub->add_option("--loss", c.loss, "mse|cross-entropy (default: the model's loss node)");

@@ -1,13 +1,10 @@
 #include "commands.hpp"
 
-#include <unistd.h>
 #include <algorithm>
 
-#include <cstdio>
-#include <fstream>
 #include <iostream>
 
-#include "pipewright/graph/error.hpp"
+#include "pipewright/graph/file_io.hpp"
 
 namespace pipewright::cli {
 
@@ -31,21 +28,7 @@ void write_output(const std::string& path, const std::string& content) {
     std::cout.flush();
     return;
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    PW_CHECK(out.good(), ConfigError, "cannot open output file '" << path << "' for writing");
-    out << content;
-    out.flush();
-    if (!out.good()) {
-      std::remove(tmp.c_str());
-      throw ConfigError("cannot write output file '" + path + "'");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw ConfigError("cannot move output into place at '" + path + "'");
-  }
+  write_file_atomically(path, content);  // Note [Output files]
 }
 
 std::vector<std::string>& command_tail() {

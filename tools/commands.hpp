@@ -26,8 +26,8 @@ struct ExitStatus {
 bool register_command(CommandSetup setup);
 const std::vector<CommandSetup>& registered_commands();
 
-// Writes `content` to `path` atomically (temporary file in the same folder, then rename), so a
-// failing command never leaves a half-written output. "-" writes to stdout.
+// Writes `content` to `path` with pipewright::write_file_atomically (Note [Output files]: atomic
+// for regular files, through symlinks, directly into devices and FIFOs). "-" writes to stdout.
 void write_output(const std::string& path, const std::string& content);
 
 // Commands that run another command (`pipewright launch --nproc 2 -- CMD ARGS...`) take CMD and

@@ -11,6 +11,7 @@
 
 #include "file_io.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/json_reader.hpp"
 
 // Tensor bytes are copied as they are in memory, which is the format's little-endian order only
 // on little-endian hosts.
@@ -140,12 +141,11 @@ std::map<std::string, at::Tensor> parse_safetensors(std::string_view bytes, cons
   PW_CHECK(header_len <= kMaxHeaderBytes && header_len <= bytes.size() - 8, ParseError,
            name << ": header size " << header_len << " exceeds the file (" << bytes.size() - 8
                 << " bytes after the size field)");
-  Json header;
-  try {
-    header = Json::parse(bytes.substr(8, header_len));
-  } catch (const Json::parse_error& e) {
-    PW_CHECK(false, ParseError, name << ": header is not valid JSON: " << e.what());
-  }
+  // The shared strict reader: duplicate keys and deep nesting are rejected too; line:column are
+  // within the header.
+  const Json header =
+      json::parse_strict(bytes.substr(8, header_len), name + " (header)", {kMaxHeaderBytes, 8})
+          .root;
   PW_CHECK(header.is_object(), ParseError, name << ": header must be a JSON object");
 
   const std::string_view data = bytes.substr(8 + header_len);

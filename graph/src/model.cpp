@@ -8,7 +8,9 @@
 #include <unordered_map>
 #include <utility>
 
+#include "model_check.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/json_reader.hpp"
 #include "topology.hpp"
 
 namespace pipewright::graph {
@@ -141,7 +143,14 @@ std::int64_t Model::input_bytes() const {
 }
 
 void validate_model(const Model& model, const std::string& source_name) {
-  const std::string& src = source_name;
+  detail::validate_model(model, json::Source{source_name, ""}, "nodes");
+}
+
+void detail::validate_model(const Model& model, const json::Source& source,
+                            const std::string& list) {
+  const std::string& src = source.name;
+  // "<file>:<line>:<col>: at <pointer>" (or "<name> at <pointer>" for a model built in code).
+  const auto where = [&source](const std::string& pointer) { return json::where(source, pointer); };
   PW_CHECK(!model.nodes.empty(), InvalidGraphError, src << ": the model has no nodes");
   PW_CHECK(
       model.nodes.size() <= kMaxModelNodes, InvalidGraphError,
@@ -150,116 +159,122 @@ void validate_model(const Model& model, const std::string& source_name) {
       model.edges.size() <= kMaxModelEdges, InvalidGraphError,
       src << ": " << model.edges.size() << " edges, more than the limit of " << kMaxModelEdges);
   PW_CHECK(model.micro_batch_size > 0, InvalidGraphError,
-           src << " at /micro_batch_size: must be > 0, got " << model.micro_batch_size);
+           where("/micro_batch_size") << ": must be > 0, got " << model.micro_batch_size);
   PW_CHECK(model.input.dtype == "float32" || model.input.dtype == "int64", InvalidGraphError,
-           src << " at /input/dtype: must be \"float32\" or \"int64\", got \"" << model.input.dtype
-               << "\"");
+           where("/input/dtype") << ": must be \"float32\" or \"int64\", got \""
+                                 << model.input.dtype << "\"");
   PW_CHECK(!model.input.shape.empty(), InvalidGraphError,
-           src << " at /input/shape: must have at least one dimension");
+           where("/input/shape") << ": must have at least one dimension");
   // The input size must fit an int64 of bytes (with margin for the micro batch).
   double elements = static_cast<double>(model.micro_batch_size) * 8.0;
   for (std::size_t i = 0; i < model.input.shape.size(); ++i) {
     PW_CHECK(model.input.shape[i] > 0, InvalidGraphError,
-             src << " at /input/shape/" << i << ": must be > 0, got " << model.input.shape[i]);
+             where("/input/shape/" + std::to_string(i))
+                 << ": must be > 0, got " << model.input.shape[i]);
     elements *= static_cast<double>(model.input.shape[i]);
   }
   PW_CHECK(elements < 9.0e18, InvalidGraphError,
-           src << " at /input/shape: the input is too large to count in bytes");
+           where("/input/shape") << ": the input is too large to count in bytes");
 
   std::unordered_map<std::string, std::size_t> seen;
   for (std::size_t i = 0; i < model.nodes.size(); ++i) {
     const Node& node = model.nodes[i];
-    const std::string at = src + " at /nodes/" + std::to_string(i);
-    PW_CHECK(!node.name.empty(), InvalidGraphError, at << "/name: must not be empty");
+    const std::string at = "/" + list + "/" + std::to_string(i);
+    PW_CHECK(!node.name.empty(), InvalidGraphError, where(at + "/name") << ": must not be empty");
     const auto [it, fresh] = seen.emplace(node.name, i);
     PW_CHECK(fresh, InvalidGraphError,
-             at << "/name: duplicate node name \"" << node.name << "\" (also /nodes/" << it->second
-                << ")");
+             where(at + "/name") << ": duplicate node name \"" << node.name << "\" (also /" << list
+                                 << "/" << it->second << ")");
     for (const std::string& key : required_params(node.kind)) {
       const auto p = node.params.find(key);
-      PW_CHECK(
-          p != node.params.end(), InvalidGraphError,
-          at << "/params: a " << to_string(node.kind) << " node needs param \"" << key << "\"");
+      PW_CHECK(p != node.params.end(), InvalidGraphError,
+               where(at + "/params")
+                   << ": a " << to_string(node.kind) << " node needs param \"" << key << "\"");
       PW_CHECK(p->second > 0, InvalidGraphError,
-               at << "/params/" << key << ": must be > 0, got " << p->second);
+               where(at + "/params/" + key) << ": must be > 0, got " << p->second);
     }
     if (node.kind == NodeKind::kLinear) {
       const auto bias = node.params.find("bias");
       PW_CHECK(bias == node.params.end() || bias->second == 0 || bias->second == 1,
-               InvalidGraphError, at << "/params/bias: must be 0 or 1, got " << bias->second);
+               InvalidGraphError,
+               where(at + "/params/bias") << ": must be 0 or 1, got " << bias->second);
     }
     if (node.kind == NodeKind::kEmbedding) {
       const auto pos = node.params.find("max_positions");
       PW_CHECK(pos == node.params.end() || pos->second >= 0, InvalidGraphError,
-               at << "/params/max_positions: must be >= 0, got " << pos->second);
+               where(at + "/params/max_positions") << ": must be >= 0, got " << pos->second);
     }
     if (node.kind == NodeKind::kCausalSelfAttention || node.kind == NodeKind::kTransformerBlock) {
       const std::int64_t hidden = node.params.at("hidden");
       const std::int64_t heads = node.params.at("heads");
       PW_CHECK(hidden % heads == 0, InvalidGraphError,
-               at << "/params/heads: hidden (" << hidden << ") must be divisible by heads ("
-                  << heads << ")");
+               where(at + "/params/heads")
+                   << ": hidden (" << hidden << ") must be divisible by heads (" << heads << ")");
     }
     if (node.kind == NodeKind::kLoss) {
       const auto loss = node.attrs.find("loss");
       PW_CHECK(loss != node.attrs.end(), InvalidGraphError,
-               at << "/attrs: a loss node needs attr \"loss\" (\"mse\" or \"cross_entropy\")");
+               where(at + "/attrs")
+                   << ": a loss node needs attr \"loss\" (\"mse\" or \"cross_entropy\")");
       PW_CHECK(loss->second == "mse" || loss->second == "cross_entropy", InvalidGraphError,
-               at << "/attrs/loss: must be \"mse\" or \"cross_entropy\", got \"" << loss->second
-                  << "\"");
+               where(at + "/attrs/loss")
+                   << ": must be \"mse\" or \"cross_entropy\", got \"" << loss->second << "\"");
     }
     const NodeCost& c = node.cost;
     const std::string cat = at + "/cost/";
     PW_CHECK(finite_nonnegative(c.forward_ms), InvalidGraphError,
-             cat << "forward_ms: must be a finite number >= 0, got " << c.forward_ms);
+             where(cat + "forward_ms") << ": must be a finite number >= 0, got " << c.forward_ms);
     PW_CHECK(finite_nonnegative(c.backward_ms), InvalidGraphError,
-             cat << "backward_ms: must be a finite number >= 0, got " << c.backward_ms);
+             where(cat + "backward_ms") << ": must be a finite number >= 0, got " << c.backward_ms);
     PW_CHECK(!c.input_grad_ms || finite_nonnegative(*c.input_grad_ms), InvalidGraphError,
-             cat << "input_grad_ms: must be a finite number >= 0, got " << *c.input_grad_ms);
+             where(cat + "input_grad_ms")
+                 << ": must be a finite number >= 0, got " << *c.input_grad_ms);
     PW_CHECK(!c.weight_grad_ms || finite_nonnegative(*c.weight_grad_ms), InvalidGraphError,
-             cat << "weight_grad_ms: must be a finite number >= 0, got " << *c.weight_grad_ms);
+             where(cat + "weight_grad_ms")
+                 << ": must be a finite number >= 0, got " << *c.weight_grad_ms);
     PW_CHECK(c.input_grad_ms.has_value() == c.weight_grad_ms.has_value(), InvalidGraphError,
-             cat << (c.input_grad_ms ? "weight_grad_ms" : "input_grad_ms")
+             where(cat + (c.input_grad_ms ? "weight_grad_ms" : "input_grad_ms"))
                  << ": input_grad_ms and weight_grad_ms must be given together");
     if (c.input_grad_ms) {
       const double sum = *c.input_grad_ms + *c.weight_grad_ms;
       PW_CHECK(std::abs(sum - c.backward_ms) <= 1e-6 * std::max(1.0, c.backward_ms),
                InvalidGraphError,
-               cat << "backward_ms: must equal input_grad_ms + weight_grad_ms (" << sum << "), got "
-                   << c.backward_ms);
+               where(cat + "backward_ms") << ": must equal input_grad_ms + weight_grad_ms (" << sum
+                                          << "), got " << c.backward_ms);
     }
     PW_CHECK(c.param_bytes >= 0, InvalidGraphError,
-             cat << "param_bytes: must be >= 0, got " << c.param_bytes);
+             where(cat + "param_bytes") << ": must be >= 0, got " << c.param_bytes);
     PW_CHECK(c.activation_bytes >= 0, InvalidGraphError,
-             cat << "activation_bytes: must be >= 0, got " << c.activation_bytes);
+             where(cat + "activation_bytes") << ": must be >= 0, got " << c.activation_bytes);
     PW_CHECK(c.output_bytes >= 0, InvalidGraphError,
-             cat << "output_bytes: must be >= 0, got " << c.output_bytes);
+             where(cat + "output_bytes") << ": must be >= 0, got " << c.output_bytes);
   }
 
   const int n = static_cast<int>(model.nodes.size());
   std::set<std::pair<int, int>> inputs_taken;
   for (std::size_t i = 0; i < model.edges.size(); ++i) {
     const ModelEdge& e = model.edges[i];
-    const std::string at = src + " at /edges/" + std::to_string(i);
+    const std::string at = "/edges/" + std::to_string(i);
     PW_CHECK(e.from >= 0 && e.from < n, InvalidGraphError,
-             at << "/from: dangling edge: no node with index " << e.from);
+             where(at + "/from") << ": dangling edge: no node with index " << e.from);
     PW_CHECK(e.to >= 0 && e.to < n, InvalidGraphError,
-             at << "/to: dangling edge: no node with index " << e.to);
+             where(at + "/to") << ": dangling edge: no node with index " << e.to);
     PW_CHECK(e.from_output >= 0, InvalidGraphError,
-             at << "/from_output: must be >= 0, got " << e.from_output);
+             where(at + "/from_output") << ": must be >= 0, got " << e.from_output);
     PW_CHECK(e.to_input >= 0, InvalidGraphError,
-             at << "/to_input: must be >= 0, got " << e.to_input);
+             where(at + "/to_input") << ": must be >= 0, got " << e.to_input);
     PW_CHECK(e.from != e.to, InvalidGraphError,
-             at << ": node \"" << model.nodes[static_cast<std::size_t>(e.from)].name
-                << "\" feeds itself (a cycle)");
+             where(at) << ": node \"" << model.nodes[static_cast<std::size_t>(e.from)].name
+                       << "\" feeds itself (a cycle)");
     PW_CHECK(inputs_taken.emplace(e.to, e.to_input).second, InvalidGraphError,
-             at << ": input " << e.to_input << " of node \""
-                << model.nodes[static_cast<std::size_t>(e.to)].name << "\" already has a producer");
+             where(at) << ": input " << e.to_input << " of node \""
+                       << model.nodes[static_cast<std::size_t>(e.to)].name
+                       << "\" already has a producer");
   }
   try {
     (void)model.topological_order();
   } catch (const InvalidGraphError& e) {
-    throw InvalidGraphError(src + " at /edges: " + e.what());
+    throw InvalidGraphError(where("/edges") + ": " + e.what());
   }
 }
 

@@ -3,16 +3,17 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "json_io.hpp"
+#include "model_check.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/json_reader.hpp"
 #include "pipewright/graph/model.hpp"
 
 namespace pipewright::graph {
 
 namespace {
 
-using detail::At;
-using detail::Json;
+using json::At;
+using json::Json;
 using OrderedJson = nlohmann::ordered_json;
 
 constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
@@ -114,8 +115,9 @@ bool is_plain_chain(const Model& model) {
 }  // namespace
 
 Model parse_model(std::string_view json_text, const std::string& source_name) {
-  const Json root = detail::parse_strict(json_text, source_name, kMaxJsonDepth, kMaxModelFileBytes);
-  const At at{root, source_name, ""};
+  const json::Document doc =
+      json::parse_strict(json_text, source_name, {kMaxModelFileBytes, kMaxJsonDepth});
+  const At at{doc.root, doc.source, ""};
   at.only_keys({"version", "name", "micro_batch_size", "input", "nodes", "layers", "edges"});
   if (at.has("version")) (void)at["version"].as_int(1, 1);
   Model model;
@@ -167,8 +169,8 @@ Model parse_model(std::string_view json_text, const std::string& source_name) {
                  std::to_string(kMaxModelEdges));
     }
     // Duplicate names must be reported before edges are resolved by name.
-    validate_model(Model{model.name, model.input, model.nodes, {}, model.micro_batch_size},
-                   source_name);
+    detail::validate_model(Model{model.name, model.input, model.nodes, {}, model.micro_batch_size},
+                           doc.source, "nodes");
     for (std::size_t i = 0; i < edges.value.size(); ++i) {
       const At e = edges[i];
       e.only_keys({"from", "from_output", "to", "to_input"});
@@ -182,12 +184,12 @@ Model parse_model(std::string_view json_text, const std::string& source_name) {
       model.edges.push_back(edge);
     }
   }
-  validate_model(model, source_name);
+  detail::validate_model(model, doc.source, has_nodes ? "nodes" : "layers");
   return model;
 }
 
 Model load_model(const std::string& path) {
-  return parse_model(detail::read_text_file(path, kMaxModelFileBytes), path);
+  return parse_model(json::read_text_file(path, "model file", kMaxModelFileBytes), path);
 }
 
 std::string to_json(const Model& model) {

@@ -4,16 +4,16 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "json_io.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/json_reader.hpp"
 #include "pipewright/graph/partition.hpp"
 
 namespace pipewright::graph {
 
 namespace {
 
-using detail::At;
-using detail::Json;
+using json::At;
+using json::Json;
 using OrderedJson = nlohmann::ordered_json;
 
 constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
@@ -101,8 +101,9 @@ std::string to_json(const Partition& p) {
 }
 
 Partition parse_partition(std::string_view json_text, const std::string& source_name) {
-  const Json root = detail::parse_strict(json_text, source_name, kMaxJsonDepth, kMaxModelFileBytes);
-  const At at{root, source_name, ""};
+  const json::Document doc =
+      json::parse_strict(json_text, source_name, {kMaxModelFileBytes, kMaxJsonDepth});
+  const At at{doc.root, doc.source, ""};
   at.only_keys({"version", "model", "method", "num_stages", "max_stage_ms", "memory_model",
                 "stages", "cuts"});
   if (at.has("version")) (void)at["version"].as_int(1, 1);
@@ -190,19 +191,20 @@ Partition parse_partition(std::string_view json_text, const std::string& source_
     for (int v : s.nodes) {
       PW_CHECK(static_cast<std::size_t>(v) < n && p.node_stage[static_cast<std::size_t>(v)] < 0,
                InvalidGraphError,
-               source_name << " at /stages/" << s.index << "/node_indices: node index " << v
-                           << " is out of range or assigned twice (" << n << " nodes in all)");
+               json::where(doc.source, "/stages/" + std::to_string(s.index) + "/node_indices")
+                   << ": node index " << v << " is out of range or assigned twice (" << n
+                   << " nodes in all)");
       p.node_stage[static_cast<std::size_t>(v)] = s.index;
     }
   }
   for (const auto& [index, name] : assigned) {
     PW_CHECK(names_seen.insert(name).second, InvalidGraphError,
-             source_name << " at /stages: node name \"" << name << "\" appears twice");
+             json::where(doc.source, "/stages") << ": node name \"" << name << "\" appears twice");
     p.node_names[static_cast<std::size_t>(index)] = name;
   }
   auto check_value = [&](const StageValue& v, const std::string& where) {
     PW_CHECK(v.node >= -1 && v.node < static_cast<int>(n), InvalidGraphError,
-             source_name << " at " << where << "/node: no node with index " << v.node);
+             json::where(doc.source, where + "/node") << ": no node with index " << v.node);
   };
   for (const StageInfo& s : p.graph.stages) {
     const std::string base = "/stages/" + std::to_string(s.index);
@@ -245,7 +247,7 @@ Partition parse_partition(std::string_view json_text, const std::string& source_
     p.graph.edges.push_back(cut);
   }
   PW_CHECK(
-      !p.graph.has_cycle(), InvalidGraphError, source_name << " at /cuts: " << [&] {
+      !p.graph.has_cycle(), InvalidGraphError, json::where(doc.source, "/cuts") << ": " << [&] {
         try {
           (void)p.graph.topological_order();
         } catch (const InvalidGraphError& e) {
@@ -257,7 +259,7 @@ Partition parse_partition(std::string_view json_text, const std::string& source_
 }
 
 Partition load_partition(const std::string& path) {
-  return parse_partition(detail::read_text_file(path, kMaxModelFileBytes), path);
+  return parse_partition(json::read_text_file(path, "partition file", kMaxModelFileBytes), path);
 }
 
 void check_partition_matches(const Partition& partition, const Model& model,

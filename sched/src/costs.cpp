@@ -1,74 +1,49 @@
 #include "pipewright/sched/costs.hpp"
 
 #include <cmath>
-#include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/json_reader.hpp"
 
 namespace pipewright::sched {
 namespace {
 
-using nlohmann::json;
+using json::At;
+using json::Json;
 
-// Reads fields of one JSON object and names `origin` + JSON pointer in every error.
+constexpr std::int64_t kMaxInt64 = std::numeric_limits<std::int64_t>::max();
+
+// Reads fields of one JSON object through the shared strict reader: every error names the file,
+// line:column and JSON pointer (pipewright/graph/json_reader.hpp). Fields given as null count as
+// absent.
 class Reader {
  public:
-  Reader(std::string_view origin, std::string pointer, const json& j)
-      : origin_(origin), pointer_(std::move(pointer)), j_(j) {
-    PW_CHECK(j_.is_object(), ParseError,
-             origin_ << ": " << where() << " must be a JSON object, got " << j_.type_name());
-  }
+  explicit Reader(At at) : at_(std::move(at)) { at_.expect_object(); }
 
-  [[nodiscard]] std::string where() const { return pointer_.empty() ? "/" : pointer_; }
-  [[nodiscard]] std::string field(std::string_view key) const {
-    return pointer_ + "/" + std::string(key);
-  }
-  [[nodiscard]] bool has(std::string_view key) const {
-    return j_.contains(std::string(key)) && !j_.at(std::string(key)).is_null();
-  }
-  [[nodiscard]] const json& at(std::string_view key) const {
-    PW_CHECK(has(key), ParseError, origin_ << ": missing required field " << field(key));
-    return j_.at(std::string(key));
-  }
-
+  [[nodiscard]] bool has(std::string_view key) const { return at_.has_value(key); }
+  [[nodiscard]] At at(std::string_view key) const { return at_[key]; }
   [[nodiscard]] double number(std::string_view key) const {
-    const json& v = at(key);
-    PW_CHECK(v.is_number(), ParseError,
-             origin_ << ": " << field(key) << " must be a number, got " << v.type_name());
-    const double d = v.get<double>();
-    PW_CHECK(std::isfinite(d) && d >= 0, ParseError,
-             origin_ << ": " << field(key) << " must be a finite number >= 0, got " << v.dump());
-    return d;
+    return at_[key].as_finite_nonnegative();
   }
   [[nodiscard]] std::optional<double> opt_number(std::string_view key) const {
     if (!has(key)) return std::nullopt;
     return number(key);
   }
   [[nodiscard]] std::int64_t integer(std::string_view key) const {
-    const json& v = at(key);
-    PW_CHECK(v.is_number_integer(), ParseError,
-             origin_ << ": " << field(key) << " must be an integer, got " << v.dump());
-    const std::int64_t i = v.get<std::int64_t>();
-    PW_CHECK(i >= 0, ParseError, origin_ << ": " << field(key) << " must be >= 0, got " << i);
-    return i;
+    return at_[key].as_int(0, kMaxInt64);
   }
-  [[nodiscard]] std::string string(std::string_view key) const {
-    const json& v = at(key);
-    PW_CHECK(v.is_string(), ParseError,
-             origin_ << ": " << field(key) << " must be a string, got " << v.type_name());
-    return v.get<std::string>();
-  }
+  [[nodiscard]] std::string string(std::string_view key) const { return at_[key].as_string(); }
+  [[nodiscard]] const At& self() const noexcept { return at_; }
 
  private:
-  std::string origin_;
-  std::string pointer_;
-  const json& j_;
+  At at_;
 };
 
-KindStats read_stats(std::string_view origin, const std::string& pointer, const json& j) {
-  Reader r(origin, pointer, j);
+KindStats read_stats(const At& at) {
+  Reader r(at);
   KindStats s;
   s.median_ms = r.number("median_ms");
   s.p10_ms = r.number("p10_ms");
@@ -76,23 +51,21 @@ KindStats read_stats(std::string_view origin, const std::string& pointer, const 
   s.samples = r.integer("samples");
   if (r.has("mean_ms")) s.mean_ms = r.number("mean_ms");
   if (r.has("quantiles_ms")) {
-    const json& q = r.at("quantiles_ms");
-    PW_CHECK(q.is_array() && q.size() == 21, ParseError,
-             origin << ": " << pointer << "/quantiles_ms must be an array of 21 numbers");
-    for (std::size_t i = 0; i < q.size(); ++i) {
-      PW_CHECK(q[i].is_number() && q[i].get<double>() >= 0 &&
-                   (i == 0 || q[i].get<double>() >= q[i - 1].get<double>()),
-               ParseError,
-               origin << ": " << pointer << "/quantiles_ms/" << i
-                      << " must be a number >= 0 and >= the previous one, got " << q[i].dump());
-      s.quantiles_ms.push_back(q[i].get<double>());
+    const At q = r.at("quantiles_ms");
+    if (!q.value.is_array() || q.value.size() != 21) q.fail("must be an array of 21 numbers");
+    for (std::size_t i = 0; i < q.value.size(); ++i) {
+      const double v = q[i].as_finite_nonnegative();
+      if (i > 0 && v < s.quantiles_ms.back()) {
+        q[i].fail("must be >= the previous quantile, got " + q[i].value.dump());
+      }
+      s.quantiles_ms.push_back(v);
     }
   }
   return s;
 }
 
-json stats_json(const KindStats& s) {
-  json j{{"median_ms", s.median_ms},
+Json stats_json(const KindStats& s) {
+  Json j{{"median_ms", s.median_ms},
          {"p10_ms", s.p10_ms},
          {"p90_ms", s.p90_ms},
          {"samples", s.samples}};
@@ -197,20 +170,18 @@ void validate(const CostTable& t, std::string_view origin) {
 }
 
 CostTable parse_costs(std::string_view json_text, std::string_view origin) {
-  json j;
-  try {
-    j = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
-    throw ParseError(std::string(origin) + ": invalid JSON: " + e.what());
-  }
-  Reader root(origin, "", j);
+  const json::Document doc = json::parse_strict(json_text, std::string(origin));
+  const Reader root(At{doc.root, doc.source, ""});
   const std::string format = root.string("format");
-  PW_CHECK(format == kProfileFormat, ParseError,
-           origin << ": /format must be \"" << kProfileFormat << "\", got \"" << format << "\"");
+  if (format != kProfileFormat) {
+    root.at("format").fail("must be \"" + std::string(kProfileFormat) + "\", got \"" + format +
+                           "\"");
+  }
   const std::int64_t version = root.integer("version");
-  PW_CHECK(version == kProfileVersion, ParseError,
-           origin << ": /version " << version << " is not supported (expected " << kProfileVersion
-                  << ")");
+  if (version != kProfileVersion) {
+    root.at("version").fail("version " + std::to_string(version) + " is not supported (expected " +
+                            std::to_string(kProfileVersion) + ")");
+  }
   CostTable t;
   if (root.has("source")) t.source = root.string("source");
   if (root.has("compute_overhead_ms")) t.compute_overhead_ms = root.number("compute_overhead_ms");
@@ -218,31 +189,25 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
   if (root.has("runtime_memory_bytes"))
     t.runtime_memory_bytes = root.integer("runtime_memory_bytes");
   if (root.has("cores_per_node")) {
-    const std::int64_t c = root.integer("cores_per_node");
-    PW_CHECK(c >= 0 && c <= 1 << 20, ParseError,
-             origin << ": /cores_per_node must be in [0, 1048576], got " << c);
-    t.cores_per_node = static_cast<std::int32_t>(c);
+    t.cores_per_node = static_cast<std::int32_t>(root.at("cores_per_node").as_int(0, 1 << 20));
   }
-  if (root.has("p2p_uses_core")) {
-    const json& v = root.at("p2p_uses_core");
-    PW_CHECK(v.is_boolean(), ParseError,
-             origin << ": /p2p_uses_core must be true or false, got " << v.dump());
-    t.p2p_uses_core = v.get<bool>();
-  }
+  if (root.has("p2p_uses_core")) t.p2p_uses_core = root.at("p2p_uses_core").as_bool();
   if (root.has("step_correlation")) t.step_correlation = root.number("step_correlation");
   if (root.has("rank_step_correlation"))
     t.rank_step_correlation = root.number("rank_step_correlation");
 
-  const json& stages = root.at("stages");
-  PW_CHECK(stages.is_array(), ParseError, origin << ": /stages must be an array");
-  for (std::size_t i = 0; i < stages.size(); ++i) {
-    const std::string p = "/stages/" + std::to_string(i);
-    Reader r(origin, p, stages[i]);
+  const At stages = root.at("stages");
+  stages.expect_array();
+  if (stages.value.empty()) stages.fail("must not be empty");
+  for (std::size_t i = 0; i < stages.value.size(); ++i) {
+    const Reader r(stages[i]);
     StageCost s;
-    const json& id = r.at("stage");
-    PW_CHECK(id.is_number_integer(), ParseError,
-             origin << ": " << p << "/stage must be an integer, got " << id.dump());
-    s.stage = id.get<std::int32_t>();
+    s.stage = static_cast<std::int32_t>(r.at("stage").as_int(
+        std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()));
+    if (s.stage != static_cast<std::int32_t>(i)) {
+      r.at("stage").fail("must be " + std::to_string(i) +
+                         " (stages are listed in order 0..n-1), got " + std::to_string(s.stage));
+    }
     s.forward_ms = r.number("forward_ms");
     s.backward_ms = r.number("backward_ms");
     s.input_grad_ms = r.opt_number("input_grad_ms");
@@ -252,68 +217,64 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
     s.activation_bytes = r.has("activation_bytes") ? r.integer("activation_bytes") : 0;
     s.output_bytes = r.has("output_bytes") ? r.integer("output_bytes") : 0;
     if (r.has("param_sizes_bytes")) {
-      const json& sizes = r.at("param_sizes_bytes");
-      PW_CHECK(sizes.is_array(), ParseError,
-               origin << ": " << p << "/param_sizes_bytes must be an array");
-      for (std::size_t k = 0; k < sizes.size(); ++k) {
-        PW_CHECK(sizes[k].is_number_integer() && sizes[k].get<std::int64_t>() >= 0, ParseError,
-                 origin << ": " << p << "/param_sizes_bytes/" << k
-                        << " must be an integer >= 0, got " << sizes[k].dump());
-        s.param_sizes_bytes.push_back(sizes[k].get<std::int64_t>());
+      const At sizes = r.at("param_sizes_bytes");
+      sizes.expect_array();
+      std::int64_t total = 0;
+      for (std::size_t k = 0; k < sizes.value.size(); ++k) {
+        s.param_sizes_bytes.push_back(sizes[k].as_int(0, kMaxInt64));
+        total += s.param_sizes_bytes.back();
+      }
+      if (total != s.param_bytes) {
+        sizes.fail("sums to " + std::to_string(total) + " but param_bytes is " +
+                   std::to_string(s.param_bytes));
       }
     }
     if (r.has("stats")) {
-      Reader st(origin, p + "/stats", r.at("stats"));
-      const std::string sp = p + "/stats/";
-      if (st.has("forward")) s.forward_stats = read_stats(origin, sp + "forward", st.at("forward"));
-      if (st.has("backward"))
-        s.backward_stats = read_stats(origin, sp + "backward", st.at("backward"));
-      if (st.has("input_grad"))
-        s.input_grad_stats = read_stats(origin, sp + "input_grad", st.at("input_grad"));
-      if (st.has("weight_grad"))
-        s.weight_grad_stats = read_stats(origin, sp + "weight_grad", st.at("weight_grad"));
-      if (st.has("optimizer"))
-        s.optimizer_stats = read_stats(origin, sp + "optimizer", st.at("optimizer"));
+      const Reader st(r.at("stats"));
+      if (st.has("forward")) s.forward_stats = read_stats(st.at("forward"));
+      if (st.has("backward")) s.backward_stats = read_stats(st.at("backward"));
+      if (st.has("input_grad")) s.input_grad_stats = read_stats(st.at("input_grad"));
+      if (st.has("weight_grad")) s.weight_grad_stats = read_stats(st.at("weight_grad"));
+      if (st.has("optimizer")) s.optimizer_stats = read_stats(st.at("optimizer"));
     }
     t.stages.push_back(std::move(s));
   }
   if (root.has("p2p")) {
-    Reader r(origin, "/p2p", root.at("p2p"));
+    const Reader r(root.at("p2p"));
     P2PCost c;
     c.per_message_ms = r.opt_number("per_message_ms");
     if (r.has("latency_ms")) c.latency_ms = r.number("latency_ms");
     if (r.has("bandwidth_gb_per_s")) c.bandwidth_gb_per_s = r.number("bandwidth_gb_per_s");
-    if (r.has("stats")) c.stats = read_stats(origin, "/p2p/stats", r.at("stats"));
-    PW_CHECK(c.per_message_ms || r.has("latency_ms") || r.has("bandwidth_gb_per_s"), ParseError,
-             origin << ": /p2p needs per_message_ms or latency_ms/bandwidth_gb_per_s");
+    if (r.has("stats")) c.stats = read_stats(r.at("stats"));
+    if (!c.per_message_ms && !r.has("latency_ms") && !r.has("bandwidth_gb_per_s")) {
+      r.self().fail("needs per_message_ms or latency_ms/bandwidth_gb_per_s");
+    }
     t.p2p = c;
   }
   if (root.has("peak_memory")) {
-    const json& pm = root.at("peak_memory");
-    PW_CHECK(pm.is_array(), ParseError, origin << ": /peak_memory must be an array");
-    for (std::size_t i = 0; i < pm.size(); ++i) {
-      Reader r(origin, "/peak_memory/" + std::to_string(i), pm[i]);
+    const At pm = root.at("peak_memory");
+    pm.expect_array();
+    for (std::size_t i = 0; i < pm.value.size(); ++i) {
+      const Reader r(pm[i]);
       RankPeakMemory m;
-      m.rank = static_cast<std::int32_t>(r.integer("rank"));
+      m.rank = static_cast<std::int32_t>(
+          r.at("rank").as_int(0, std::numeric_limits<std::int32_t>::max()));
       m.peak_bytes = r.integer("peak_bytes");
       t.peak_memory.push_back(m);
     }
   }
-  PW_CHECK(!t.stages.empty(), ParseError, origin << ": /stages must not be empty");
+  // Cross-field checks (correlations, input_grad_ms <= backward_ms) on the values read.
   validate(t, origin);
   return t;
 }
 
 CostTable load_costs(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  PW_CHECK(in, InputError, path << ": cannot open the cost/profile file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_costs(ss.str(), path);
+  return parse_costs(json::read_text_file(path, "cost/profile file", json::Limits{}.max_bytes),
+                     path);
 }
 
 std::string to_json(const CostTable& t) {
-  json j;
+  Json j;
   j["format"] = std::string(kProfileFormat);
   j["version"] = kProfileVersion;
   j["source"] = t.source;
@@ -324,9 +285,9 @@ std::string to_json(const CostTable& t) {
   if (!t.p2p_uses_core) j["p2p_uses_core"] = false;
   if (t.step_correlation != 0) j["step_correlation"] = t.step_correlation;
   if (t.rank_step_correlation != 0) j["rank_step_correlation"] = t.rank_step_correlation;
-  json stages = json::array();
+  Json stages = Json::array();
   for (const StageCost& s : t.stages) {
-    json js{{"stage", s.stage},
+    Json js{{"stage", s.stage},
             {"forward_ms", s.forward_ms},
             {"backward_ms", s.backward_ms},
             {"param_bytes", s.param_bytes},
@@ -336,7 +297,7 @@ std::string to_json(const CostTable& t) {
     if (s.weight_grad_ms) js["weight_grad_ms"] = *s.weight_grad_ms;
     if (s.optimizer_ms) js["optimizer_ms"] = *s.optimizer_ms;
     if (!s.param_sizes_bytes.empty()) js["param_sizes_bytes"] = s.param_sizes_bytes;
-    json stats = json::object();
+    Json stats = Json::object();
     if (s.forward_stats) stats["forward"] = stats_json(*s.forward_stats);
     if (s.backward_stats) stats["backward"] = stats_json(*s.backward_stats);
     if (s.input_grad_stats) stats["input_grad"] = stats_json(*s.input_grad_stats);
@@ -347,13 +308,13 @@ std::string to_json(const CostTable& t) {
   }
   j["stages"] = std::move(stages);
   if (t.p2p) {
-    json p{{"latency_ms", t.p2p->latency_ms}, {"bandwidth_gb_per_s", t.p2p->bandwidth_gb_per_s}};
+    Json p{{"latency_ms", t.p2p->latency_ms}, {"bandwidth_gb_per_s", t.p2p->bandwidth_gb_per_s}};
     if (t.p2p->per_message_ms) p["per_message_ms"] = *t.p2p->per_message_ms;
     if (t.p2p->stats) p["stats"] = stats_json(*t.p2p->stats);
     j["p2p"] = p;
   }
   if (!t.peak_memory.empty()) {
-    json pm = json::array();
+    Json pm = Json::array();
     for (const auto& m : t.peak_memory)
       pm.push_back({{"rank", m.rank}, {"peak_bytes", m.peak_bytes}});
     j["peak_memory"] = pm;

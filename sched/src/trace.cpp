@@ -3,19 +3,20 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/json_reader.hpp"
 
 namespace pipewright::sched {
 namespace {
 
-using nlohmann::json;
+using json::Json;
 
 constexpr TraceStream kAllStreams[] = {TraceStream::kCompute, TraceStream::kSend,
                                        TraceStream::kRecv, TraceStream::kDpAllReduce};
@@ -45,7 +46,7 @@ void append_string(std::string& out, const std::string& s) {
     out += s;
     out += '"';
   } else {
-    out += json(s).dump();
+    out += Json(s).dump();
   }
 }
 
@@ -237,7 +238,7 @@ std::string TraceBuilder::to_json() const {
     }
   }
   out += "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": ";
-  out += json{{"source", info_.source}, {"plan", info_.plan}, {"schedule", info_.schedule}}.dump();
+  out += Json{{"source", info_.source}, {"plan", info_.plan}, {"schedule", info_.schedule}}.dump();
   out += "}\n";
   return out;
 }
@@ -247,23 +248,36 @@ namespace {
 // Note [Streaming trace reader]: traces of frontier-size plans hold millions of events; a JSON
 // document of them took ~4 KB of memory per event. TraceReader reads the text with nlohmann's
 // SAX interface and keeps only the current event's fields, so reading is linear in time and the
-// memory is the slices themselves. Its errors are the document reader's, in the same order: a
-// syntax error anywhere first, then the root's shape, then the first bad event.
+// memory is the slices themselves. Its errors are the shared strict reader's
+// (pipewright/graph/json_reader.hpp), in the same order: a syntax error, a duplicate key or too
+// deep a nesting anywhere first, then the root's shape, then the first bad event; each names
+// file, line:column (found lazily, Note [Lazy error positions]) and JSON pointer.
 class TraceReader {
  public:
-  using number_integer_t = json::number_integer_t;
-  using number_unsigned_t = json::number_unsigned_t;
-  using number_float_t = json::number_float_t;
-  using string_t = json::string_t;
-  using binary_t = json::binary_t;
+  using number_integer_t = Json::number_integer_t;
+  using number_unsigned_t = Json::number_unsigned_t;
+  using number_float_t = Json::number_float_t;
+  using string_t = Json::string_t;
+  using binary_t = Json::binary_t;
 
-  explicit TraceReader(std::string_view origin) : origin_(origin) {}
+  TraceReader(std::string_view text, std::string_view origin, const json::Limits& limits)
+      : source_{std::string(origin), text}, limits_(limits) {}
 
   Trace finish(bool syntax_ok) {
-    if (!syntax_ok) throw ParseError(std::string(origin_) + ": invalid JSON: " + syntax_error_);
-    PW_CHECK(root_is_object_, ParseError, origin_ << ": / must be a JSON object");
-    PW_CHECK(events_is_array_, ParseError, origin_ << ": /traceEvents must be an array");
-    if (!event_error_.empty()) throw ParseError(event_error_);
+    if (!structure_error_.empty()) throw ParseError(structure_error_);
+    if (!syntax_ok) {
+      throw ParseError(source_.name + ":" + json::line_col(source_.text, syntax_error_at_) +
+                       ": invalid JSON: " + syntax_error_);
+    }
+    if (!root_is_object_) {
+      throw ParseError(json::where(source_, "") + ": expected an object, got " + root_type_);
+    }
+    if (!events_is_array_) {
+      throw ParseError(json::where(source_, "/traceEvents") + ": must be an array");
+    }
+    if (!event_error_pointer_.empty()) {
+      throw ParseError(json::where(source_, event_error_pointer_) + ":" + event_error_);
+    }
     if (other_seen_) trace_.info = other_;
     return std::move(trace_);
   }
@@ -281,13 +295,27 @@ class TraceReader {
   bool start_object(std::size_t) { return open(true); }
   bool start_array(std::size_t) { return open(false); }
   bool key(string_t& k) {
-    stack_.back().key = std::move(k);
+    Frame& top = stack_.back();
+    if (!top.keys.insert(k)) {
+      const std::string at = json::pointer_append(pointer(stack_.size() - 1), k);
+      const std::size_t offset = json::Locator(source_.text).find(at, /*last_duplicate=*/true);
+      structure_error_ = source_.name + ":" + json::line_col(source_.text, offset) + ": at " + at +
+                         ": duplicate key \"" + k + "\"";
+      return false;
+    }
+    top.key = std::move(k);
     return true;
   }
   bool end_object() { return close(); }
   bool end_array() { return close(); }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
+    // `position` is the 1-based offset of the character where parsing failed. Strip nlohmann's
+    // "[json.exception.parse_error.101] " prefix.
     syntax_error_ = e.what();
+    if (const auto p = syntax_error_.find("] "); p != std::string::npos) {
+      syntax_error_ = syntax_error_.substr(p + 2);
+    }
+    syntax_error_at_ = position > 0 ? position - 1 : 0;
     return false;
   }
 
@@ -310,6 +338,19 @@ class TraceReader {
       x.d = v;
       return x;
     }
+    std::string type_name() const {
+      switch (kind) {
+        case kString:
+          return "string";
+        case kInteger:
+          return "integer";
+        case kFloat:
+          return "number";
+        case kOther:
+          break;
+      }
+      return "a literal";
+    }
     static Value text(std::string v) {
       Value x;
       x.kind = kString;
@@ -318,9 +359,31 @@ class TraceReader {
     }
   };
   enum class Role { kRoot, kEvents, kEvent, kArgs, kOtherData, kIgnored };
+  // The keys of one open object, for the duplicate-key check: events have a handful, searched
+  // in place without allocating a tree; an object with more than 16 keys switches to a set, so
+  // reading stays linear in the text.
+  class KeySet {
+   public:
+    bool insert(const std::string& k) {
+      if (set_.empty()) {
+        if (std::find(few_.begin(), few_.end(), k) != few_.end()) return false;
+        few_.push_back(k);
+        if (few_.size() > 16) set_.insert(few_.begin(), few_.end());
+        return true;
+      }
+      return set_.insert(k).second;
+    }
+
+   private:
+    std::vector<std::string> few_;
+    std::set<std::string> set_;
+  };
   struct Frame {
     Role role;
-    std::string key;  // objects: the key whose value comes next
+    bool object = true;
+    std::string key;             // objects: the key whose value comes next
+    std::size_t next_index = 0;  // arrays: the index of the next element
+    KeySet keys;
   };
   // The fields of the event being read (present ones only).
   struct Event {
@@ -350,8 +413,10 @@ class TraceReader {
   // A value (a scalar, or a container being opened) at the current position.
   // Returns the role of the container if `container` and it is one we read.
   Role place(Value v, bool container, bool object) {
+    if (!stack_.empty() && !stack_.back().object) ++stack_.back().next_index;
     if (stack_.empty()) {
       root_is_object_ = container && object;
+      root_type_ = container ? (object ? "object" : "array") : v.type_name();
       return root_is_object_ ? Role::kRoot : Role::kIgnored;
     }
     Frame& parent = stack_.back();
@@ -405,8 +470,25 @@ class TraceReader {
   }
   bool open(bool object) {
     const Role role = place(Value{}, true, object);
-    stack_.push_back(Frame{role, {}});
+    if (stack_.size() >= static_cast<std::size_t>(limits_.max_depth)) {
+      structure_error_ = json::where(source_, pointer()) + ": nesting deeper than the limit of " +
+                         std::to_string(limits_.max_depth);
+      return false;
+    }
+    stack_.push_back(Frame{role, object, {}, 0, {}});
     return true;
+  }
+
+  // The JSON pointer of the value being read inside the first `frames` open containers (all of
+  // them by default); built only for errors.
+  std::string pointer(std::size_t frames = std::string::npos) const {
+    std::string out;
+    for (std::size_t i = 0; i < std::min(frames, stack_.size()); ++i) {
+      const Frame& f = stack_[i];
+      out = f.object ? json::pointer_append(out, f.key)
+                     : json::pointer_append(out, f.next_index > 0 ? f.next_index - 1 : 0);
+    }
+    return out;
   }
   bool close() {
     const Role role = stack_.back().role;
@@ -416,13 +498,14 @@ class TraceReader {
   }
 
   void set_event_error(std::size_t index, const std::string& field, const std::string& why) {
-    if (!event_error_.empty()) return;
-    event_error_ = std::string(origin_) + ": /traceEvents/" + std::to_string(index) +
-                   (field.empty() ? "" : "/" + field) + why;
+    if (!event_error_pointer_.empty()) return;
+    event_error_pointer_ =
+        "/traceEvents/" + std::to_string(index) + (field.empty() ? "" : "/" + field);
+    event_error_ = why;
   }
 
   void finish_event(std::size_t index) {
-    if (!event_error_.empty()) return;  // only the first bad event is reported
+    if (!event_error_pointer_.empty()) return;  // only the first bad event is reported
     const Event& e = event_;
     auto is_int = [](const std::optional<Value>& v) { return v && v->kind == Value::kInteger; };
     auto is_num = [](const std::optional<Value>& v) {
@@ -467,7 +550,8 @@ class TraceReader {
     trace_.slices.push_back(std::move(s));
   }
 
-  std::string_view origin_;
+  json::Source source_;
+  json::Limits limits_;
   std::vector<Frame> stack_;
   std::size_t event_index_ = 0;
   Event event_;
@@ -475,7 +559,11 @@ class TraceReader {
   bool events_is_array_ = false;
   bool other_seen_ = false;
   TraceInfo other_;
+  std::string root_type_ = "nothing";
   std::string syntax_error_;
+  std::size_t syntax_error_at_ = 0;
+  std::string structure_error_;  // a duplicate key or too deep a nesting
+  std::string event_error_pointer_;
   std::string event_error_;
   Trace trace_;
 };
@@ -483,17 +571,17 @@ class TraceReader {
 }  // namespace
 
 Trace parse_trace(std::string_view text, std::string_view origin) {
-  TraceReader reader(origin);
-  const bool ok = json::sax_parse(text.begin(), text.end(), &reader);
+  const json::Limits limits;
+  PW_CHECK(text.size() <= limits.max_bytes, ParseError,
+           origin << ": input is " << text.size() << " bytes, more than the limit of "
+                  << limits.max_bytes);
+  TraceReader reader(text, origin, limits);
+  const bool ok = Json::sax_parse(text.begin(), text.end(), &reader);
   return reader.finish(ok);
 }
 
 Trace load_trace(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  PW_CHECK(in, InputError, path << ": cannot open the trace file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_trace(ss.str(), path);
+  return parse_trace(json::read_text_file(path, "trace file", json::Limits{}.max_bytes), path);
 }
 
 }  // namespace pipewright::sched

@@ -2,16 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
-#include "json_read.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/json_reader.hpp"
 
 namespace pipewright::sim {
 namespace {
 
-using detail::JsonObject;
-using nlohmann::json;
+using json::At;
+using json::Json;
 
 constexpr std::string_view kClusterFormat = "pipewright-cluster";
 constexpr int kClusterVersion = 1;
@@ -22,12 +23,13 @@ std::int64_t transfer_ns(double bytes, double gb_per_s) noexcept {
   return std::llround(bytes / gb_per_s);  // bytes / (gb_per_s * 1e9) s = bytes / gb_per_s ns
 }
 
-Link read_link(const JsonObject& root, std::string_view key) {
-  JsonObject o(root.origin(), root.field(key), root.at(key));
-  o.check_known({"latency_ms", "bandwidth_gb_per_s"});
+Link read_link(const At& o) {
+  o.only_keys({"latency_ms", "bandwidth_gb_per_s"});
   Link l;
-  if (o.has("latency_ms")) l.latency_ms = o.number("latency_ms");
-  if (o.has("bandwidth_gb_per_s")) l.bandwidth_gb_per_s = o.number("bandwidth_gb_per_s");
+  if (o.has_value("latency_ms")) l.latency_ms = o["latency_ms"].as_finite_nonnegative();
+  if (o.has_value("bandwidth_gb_per_s")) {
+    l.bandwidth_gb_per_s = o["bandwidth_gb_per_s"].as_finite_nonnegative();
+  }
   return l;
 }
 
@@ -95,70 +97,79 @@ void Cluster::check_fits(std::int32_t world, std::string_view origin) const {
 }
 
 Cluster parse_cluster(std::string_view text, std::string_view origin) {
-  const json j = detail::parse_json_text(text, origin);
-  JsonObject root(origin, "", j);
-  root.check_known({"format", "version", "name", "nodes", "ranks_per_node", "cores_per_node",
-                    "device_memory_bytes", "intra_node", "inter_node", "collective", "placement",
-                    "rank_nodes", "description", "collective_links", "calibration"});
-  const std::string format = root.string("format");
-  PW_CHECK(format == kClusterFormat, ParseError,
-           origin << ": /format must be \"" << kClusterFormat << "\", got \"" << format << "\"");
-  const auto version = root.integer("version");
-  PW_CHECK(version == kClusterVersion, ParseError,
-           origin << ": /version " << version << " is not supported (expected " << kClusterVersion
-                  << ")");
+  const json::Document doc = json::parse_strict(text, std::string(origin));
+  const At root{doc.root, doc.source, ""};
+  root.only_keys({"format", "version", "name", "nodes", "ranks_per_node", "cores_per_node",
+                  "device_memory_bytes", "intra_node", "inter_node", "collective", "placement",
+                  "rank_nodes", "description", "collective_links", "calibration"});
+  constexpr std::int64_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
+  const std::string format = root["format"].as_string();
+  if (format != kClusterFormat) {
+    root["format"].fail("must be \"" + std::string(kClusterFormat) + "\", got \"" + format + "\"");
+  }
+  const auto version = root["version"].as_int(0, kMaxInt32);
+  if (version != kClusterVersion) {
+    root["version"].fail("version " + std::to_string(version) + " is not supported (expected " +
+                         std::to_string(kClusterVersion) + ")");
+  }
   Cluster c;
-  if (root.has("name")) c.name = root.string("name");
-  if (root.has("nodes")) c.nodes = static_cast<std::int32_t>(root.integer("nodes", 1));
-  if (root.has("ranks_per_node"))
-    c.ranks_per_node = static_cast<std::int32_t>(root.integer("ranks_per_node", 1));
-  if (root.has("device_memory_bytes")) c.device_memory_bytes = root.integer("device_memory_bytes");
-  if (root.has("cores_per_node")) {
-    const std::int64_t cores = root.integer("cores_per_node", 0);
-    PW_CHECK(
-        cores <= (1 << 20), ParseError,
-        origin << ": " << root.field("cores_per_node") << " must be <= 1048576, got " << cores);
-    c.cores_per_node = static_cast<std::int32_t>(cores);
+  if (root.has_value("name")) c.name = root["name"].as_string();
+  if (root.has_value("nodes"))
+    c.nodes = static_cast<std::int32_t>(root["nodes"].as_int(1, kMaxInt32));
+  if (root.has_value("ranks_per_node")) {
+    c.ranks_per_node = static_cast<std::int32_t>(root["ranks_per_node"].as_int(1, kMaxInt32));
   }
-  if (root.has("intra_node")) c.intra_node = read_link(root, "intra_node");
-  c.inter_node = root.has("inter_node") ? read_link(root, "inter_node") : c.intra_node;
-  if (root.has("collective_links")) {
-    JsonObject cl(origin, "/collective_links", root.at("collective_links"));
-    cl.check_known({"intra_node", "inter_node"});
-    if (cl.has("intra_node")) c.collective_intra_node = read_link(cl, "intra_node");
-    if (cl.has("inter_node")) c.collective_inter_node = read_link(cl, "inter_node");
+  if (root.has_value("device_memory_bytes")) {
+    c.device_memory_bytes =
+        root["device_memory_bytes"].as_int(0, std::numeric_limits<std::int64_t>::max());
   }
-  if (root.has("calibration")) c.calibration_json = root.at("calibration").dump();
-  if (root.has("collective")) {
-    const std::string a = root.string("collective");
-    PW_CHECK(a == "ring" || a == "tree", ParseError,
-             origin << ": /collective must be \"ring\" or \"tree\", got \"" << a << "\"");
+  if (root.has_value("cores_per_node")) {
+    c.cores_per_node = static_cast<std::int32_t>(root["cores_per_node"].as_int(0, 1 << 20));
+  }
+  if (root.has_value("intra_node")) c.intra_node = read_link(root["intra_node"]);
+  c.inter_node = root.has_value("inter_node") ? read_link(root["inter_node"]) : c.intra_node;
+  if (root.has_value("collective_links")) {
+    const At cl = root["collective_links"];
+    cl.only_keys({"intra_node", "inter_node"});
+    if (cl.has_value("intra_node")) c.collective_intra_node = read_link(cl["intra_node"]);
+    if (cl.has_value("inter_node")) c.collective_inter_node = read_link(cl["inter_node"]);
+  }
+  if (root.has_value("calibration")) c.calibration_json = root["calibration"].value.dump();
+  if (root.has_value("collective")) {
+    const std::string a = root["collective"].as_string();
+    if (a != "ring" && a != "tree") {
+      root["collective"].fail("must be \"ring\" or \"tree\", got \"" + a + "\"");
+    }
     c.collective = a == "ring" ? CollectiveAlgorithm::kRing : CollectiveAlgorithm::kTree;
   }
-  if (root.has("placement")) {
-    const std::string p = root.string("placement");
-    PW_CHECK(p == "pipeline-major" || p == "replica-major", ParseError,
-             origin << ": /placement must be \"pipeline-major\" or \"replica-major\", got \"" << p
-                    << "\"");
+  if (root.has_value("placement")) {
+    const std::string p = root["placement"].as_string();
+    if (p != "pipeline-major" && p != "replica-major") {
+      root["placement"].fail("must be \"pipeline-major\" or \"replica-major\", got \"" + p + "\"");
+    }
     c.placement = p == "pipeline-major" ? Placement::kPipelineMajor : Placement::kReplicaMajor;
   }
-  if (root.has("rank_nodes")) {
-    const json& rn = root.at("rank_nodes");
-    PW_CHECK(rn.is_array(), ParseError, origin << ": /rank_nodes must be an array");
-    c.rank_nodes.assign(rn.size(), -1);
-    for (std::size_t i = 0; i < rn.size(); ++i) {
-      JsonObject e(origin, "/rank_nodes/" + std::to_string(i), rn[i]);
-      e.check_known({"rank", "node"});
-      const auto rank = e.integer("rank");
-      const auto node = e.integer("node");
-      PW_CHECK(rank < static_cast<std::int64_t>(rn.size()), ParseError,
-               origin << ": " << e.field("rank") << " names unknown rank " << rank << " (the "
-                      << rn.size() << " entries must cover ranks 0.." << rn.size() - 1 << ")");
-      PW_CHECK(c.rank_nodes[static_cast<std::size_t>(rank)] < 0, ParseError,
-               origin << ": " << e.field("rank") << " places rank " << rank << " twice");
-      PW_CHECK(node < c.nodes, ParseError,
-               origin << ": " << e.field("node") << " names unknown node " << node << " (/nodes is "
-                      << c.nodes << ")");
+  if (root.has_value("rank_nodes")) {
+    const At rn = root["rank_nodes"];
+    rn.expect_array();
+    const std::size_t n = rn.value.size();
+    c.rank_nodes.assign(n, -1);
+    for (std::size_t i = 0; i < n; ++i) {
+      const At e = rn[i];
+      e.only_keys({"rank", "node"});
+      const auto rank = e["rank"].as_int(0, kMaxInt32);
+      const auto node = e["node"].as_int(0, kMaxInt32);
+      if (rank >= static_cast<std::int64_t>(n)) {
+        e["rank"].fail("names unknown rank " + std::to_string(rank) + " (the " + std::to_string(n) +
+                       " entries must cover ranks 0.." + std::to_string(n - 1) + ")");
+      }
+      if (c.rank_nodes[static_cast<std::size_t>(rank)] >= 0) {
+        e["rank"].fail("places rank " + std::to_string(rank) + " twice");
+      }
+      if (node >= c.nodes) {
+        e["node"].fail("names unknown node " + std::to_string(node) + " (/nodes is " +
+                       std::to_string(c.nodes) + ")");
+      }
       c.rank_nodes[static_cast<std::size_t>(rank)] = static_cast<std::int32_t>(node);
     }
   }
@@ -166,14 +177,14 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
 }
 
 Cluster load_cluster(const std::string& path) {
-  return parse_cluster(detail::read_text_file(path, "cluster"), path);
+  return parse_cluster(json::read_text_file(path, "cluster file", json::Limits{}.max_bytes), path);
 }
 
 std::string to_json(const Cluster& c) {
   auto link = [](const Link& l) {
-    return json{{"latency_ms", l.latency_ms}, {"bandwidth_gb_per_s", l.bandwidth_gb_per_s}};
+    return Json{{"latency_ms", l.latency_ms}, {"bandwidth_gb_per_s", l.bandwidth_gb_per_s}};
   };
-  json j{
+  Json j{
       {"format", std::string(kClusterFormat)},
       {"version", kClusterVersion},
       {"name", c.name},
@@ -186,14 +197,14 @@ std::string to_json(const Cluster& c) {
   if (c.ranks_per_node > 0) j["ranks_per_node"] = c.ranks_per_node;  // absent: one node, any count
   if (c.cores_per_node > 0) j["cores_per_node"] = c.cores_per_node;  // absent: own devices
   if (c.collective_intra_node || c.collective_inter_node) {
-    json cl = json::object();
+    Json cl = Json::object();
     if (c.collective_intra_node) cl["intra_node"] = link(*c.collective_intra_node);
     if (c.collective_inter_node) cl["inter_node"] = link(*c.collective_inter_node);
     j["collective_links"] = cl;
   }
-  if (!c.calibration_json.empty()) j["calibration"] = json::parse(c.calibration_json);
+  if (!c.calibration_json.empty()) j["calibration"] = Json::parse(c.calibration_json);
   if (!c.rank_nodes.empty()) {
-    json rn = json::array();
+    Json rn = Json::array();
     for (std::size_t r = 0; r < c.rank_nodes.size(); ++r)
       rn.push_back({{"rank", r}, {"node", c.rank_nodes[r]}});
     j["rank_nodes"] = rn;

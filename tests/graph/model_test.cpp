@@ -102,7 +102,7 @@ TEST(ModelJson, LoadsFromFileAndNamesMissingFiles) {
   }
   EXPECT_EQ(load_model(path).nodes.size(), 4u);
   const std::string msg =
-      message_of<ParseError>([] { (void)load_model("/nonexistent/model.json"); });
+      message_of<InputError>([] { (void)load_model("/nonexistent/model.json"); });
   EXPECT_THAT(msg, HasSubstr("/nonexistent/model.json"));
 }
 
@@ -110,17 +110,17 @@ TEST(ModelJson, LoadsFromFileAndNamesMissingFiles) {
 
 TEST(ModelJsonBadInput, InvalidJsonNamesLineAndColumn) {
   const std::string msg = parse_error("{\n  \"name\": \"x\",\n  oops\n}");
-  EXPECT_THAT(msg, HasSubstr("m.json: invalid JSON"));
+  EXPECT_THAT(msg, HasSubstr("m.json:3:3: invalid JSON"));
   EXPECT_THAT(msg, HasSubstr("line 3"));
 }
 
 TEST(ModelJsonBadInput, DuplicateKeys) {
   EXPECT_THAT(parse_error(R"({"name": "a", "name": "b"})"),
-              HasSubstr("m.json at /name: duplicate key \"name\""));
+              HasSubstr("m.json:1:23: at /name: duplicate key \"name\""));
   EXPECT_THAT(parse_error(R"({"input": {"dtype": "float32", "shape": [1]},
     "layers": [{"name": "x", "kind": "relu"},
                {"name": "y", "kind": "relu", "cost": {"forward_ms": 1, "forward_ms": 2}}]})"),
-              HasSubstr("at /layers/1/cost/forward_ms: duplicate key"));
+              HasSubstr(":3:86: at /layers/1/cost/forward_ms: duplicate key"));
 }
 
 TEST(ModelJsonBadInput, UnknownKind) {
@@ -166,7 +166,7 @@ TEST(ModelJsonBadInput, CycleNamesItsNodes) {
                 {"from": "q", "to": "r"}, {"from": "r", "to": "p", "to_input": 1}]})",
                       "m.json");
   });
-  EXPECT_THAT(msg, HasSubstr("m.json at /edges"));
+  EXPECT_THAT(msg, HasSubstr("m.json:4:16: at /edges: model '' has a cycle"));
   EXPECT_THAT(msg, HasSubstr("cycle: p -> q -> r -> p"));
   EXPECT_THAT(parse_error(R"({"input": {"dtype": "float32", "shape": [1]},
       "nodes": [{"name": "s", "kind": "relu"}], "edges": [{"from": "s", "to": "s"}]})"),
@@ -182,12 +182,14 @@ TEST(ModelJsonBadInput, TwoProducersForOneInput) {
 }
 
 TEST(ModelJsonBadInput, MissingParamsAndBadAttrs) {
-  EXPECT_THAT(parse_error(R"({"input": {"dtype": "float32", "shape": [1]},
+  EXPECT_THAT(
+      parse_error(R"({"input": {"dtype": "float32", "shape": [1]},
       "layers": [{"name": "l", "kind": "linear", "params": {"in_features": 3}}]})"),
-              HasSubstr("at /nodes/0/params: a linear node needs param \"out_features\""));
-  EXPECT_THAT(parse_error(R"({"input": {"dtype": "float32", "shape": [1]},
+      HasSubstr("m.json:2:60: at /layers/0/params: a linear node needs param \"out_features\""));
+  EXPECT_THAT(
+      parse_error(R"({"input": {"dtype": "float32", "shape": [1]},
       "layers": [{"name": "l", "kind": "loss", "attrs": {"loss": "hinge"}}]})"),
-              HasSubstr("at /nodes/0/attrs/loss: must be \"mse\" or \"cross_entropy\""));
+      HasSubstr("m.json:2:66: at /layers/0/attrs/loss: must be \"mse\" or \"cross_entropy\""));
   EXPECT_THAT(parse_error(R"({"input": {"dtype": "float32", "shape": [1]},
       "layers": [{"name": "t", "kind": "transformer_block",
                   "params": {"hidden": 10, "heads": 3, "ffn_hidden": 40}}]})"),
@@ -195,7 +197,8 @@ TEST(ModelJsonBadInput, MissingParamsAndBadAttrs) {
 }
 
 TEST(ModelJsonBadInput, StructureAndTypes) {
-  EXPECT_THAT(parse_error("[1, 2]"), HasSubstr("m.json at (root): expected an object, got array"));
+  EXPECT_THAT(parse_error("[1, 2]"),
+              HasSubstr("m.json:1:1: at (root): expected an object, got array"));
   EXPECT_THAT(parse_error(R"({"layers": [{"name": "x", "kind": "relu"}]})"),
               HasSubstr("at (root): missing required field \"input\""));
   EXPECT_THAT(parse_error(R"({"input": {"dtype": "float16", "shape": [1]},

@@ -105,7 +105,8 @@ TEST(Costs, BadValuesNameTheJsonPointer) {
                      "/stages/0/stats/forward/samples");
   expect_parse_error(replace(good, "3072", "3071"), "/stages/0/param_sizes_bytes");
   expect_parse_error("{\"format\": \"pipewright-profile\"", "invalid JSON");
-  expect_parse_error("{\"format\": \"pipewright-profile\", \"version\": 1}", "/stages");
+  expect_parse_error("{\"format\": \"pipewright-profile\", \"version\": 1}",
+                     "prof.json:1:1: at (root): missing required field \"stages\"");
 }
 
 TEST(Costs, ValidateRejectsNaN) {
@@ -161,7 +162,7 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
     (void)parse_costs(wrong, "w.json");
     FAIL() << "no error";
   } catch (const ParseError& e) {
-    EXPECT_NE(std::string(e.what()).find("w.json: /p2p_uses_core must be true or false"),
+    EXPECT_NE(std::string(e.what()).find("at /p2p_uses_core: expected true or false, got \"no\""),
               std::string::npos)
         << e.what();
   }
@@ -181,7 +182,8 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
       (void)parse_costs(json_text, "c.json");
       FAIL() << "no error for " << what;
     } catch (const ParseError& e) {
-      EXPECT_NE(std::string(e.what()).find("c.json: " + what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("c.json"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
   expect_error(
@@ -191,7 +193,7 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
       replace(corr_text, "\"rank_step_correlation\": 0.5", "\"rank_step_correlation\": 1.5"),
       "/rank_step_correlation");
   expect_error(replace(corr_text, "\"step_correlation\": 0.25", "\"step_correlation\": -0.25"),
-               "/step_correlation");
+               "c.json:124:23: at /step_correlation: must be a finite number >= 0, got -0.25");
 }
 
 }  // namespace

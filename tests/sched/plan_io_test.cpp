@@ -149,24 +149,32 @@ TEST(Json, BadInputNamesLineColumnAndPointer) {
       " \"actions\": [[\"0F0\", \"0B0\"],\n"
       "             [\"1F0\", \"1Q0\"]]}\n";
   const std::string kind = message_of([&] { (void)parse_json(doc, "k.json"); });
-  EXPECT_NE(kind.find("k.json:3:24: /actions/1/1: "), std::string::npos) << kind;
+  EXPECT_NE(kind.find("k.json:3:24: at /actions/1/1: "), std::string::npos) << kind;
   EXPECT_NE(kind.find("unknown action kind"), std::string::npos) << kind;
   const std::string ranged =
       "{\"format\": \"pipewright-plan\", \"version\": 1, \"stages\": 2,\n"
       " \"actions\": [[\"0F0\", \"0B0\"],\n"
       "             [\"1F0\", \"7B0\"]]}\n";
   const std::string range = message_of([&] { (void)parse_json(ranged, "r.json"); });
-  EXPECT_NE(range.find("r.json:3:22: /actions/1/1: 7B0: stage 7 is out of range [0, 2)"),
+  EXPECT_NE(range.find("r.json:3:22: at /actions/1/1: 7B0: stage 7 is out of range [0, 2)"),
             std::string::npos)
       << range;
   const std::string missing = message_of(
       [] { (void)parse_json("{\"format\": \"pipewright-plan\", \"version\": 1}", "m.json"); });
-  EXPECT_NE(missing.find("m.json:1:1: /: missing required field \"actions\""), std::string::npos)
+  EXPECT_NE(missing.find("m.json:1:1: at (root): missing required field \"actions\""),
+            std::string::npos)
       << missing;
   const std::string version = message_of(
       [] { (void)parse_json("{\"format\": \"pipewright-plan\",\n \"version\": 9}", "v.json"); });
-  EXPECT_NE(version.find("v.json:2:13: /version: unsupported version 9"), std::string::npos)
+  EXPECT_NE(version.find("v.json:2:13: at /version: unsupported version 9"), std::string::npos)
       << version;
+  // The shared strict reader: duplicate keys are errors, not "the last one wins".
+  const std::string dup = message_of([] {
+    (void)parse_json("{\"format\": \"pipewright-plan\",\n \"version\": 1, \"version\": 1}",
+                     "d.json");
+  });
+  EXPECT_NE(dup.find("d.json:2:27: at /version: duplicate key \"version\""), std::string::npos)
+      << dup;
   const std::string format = message_of([] { (void)parse_json("[1, 2]", "f.json"); });
   EXPECT_NE(format.find("f.json:1:1: "), std::string::npos) << format;
   const std::string comm = message_of([] {
@@ -175,7 +183,7 @@ TEST(Json, BadInputNamesLineColumnAndPointer) {
         "\"actions\": [[\"0F0\", \"0SEND_F0\"], [\"1RECV_F0\"]]}",
         "c.json");
   });
-  EXPECT_NE(comm.find("c.json:1:84: /actions/0/1: 0SEND_F0 is a communication action"),
+  EXPECT_NE(comm.find("c.json:1:84: at /actions/0/1: 0SEND_F0 is a communication action"),
             std::string::npos)
       << comm;
 }
@@ -198,7 +206,7 @@ TEST(Json, ErrorPositionsDeepInALargePlan) {
     }
   }
   const std::string want = "big.json:" + std::to_string(line) + ":" +
-                           std::to_string(at - line_start + 1) + ": /actions/7/" +
+                           std::to_string(at - line_start + 1) + ": at /actions/7/" +
                            std::to_string(plan.per_rank.back().size() - 1) +
                            ": 99B0: stage 99 is out of range [0, 16)";
   const std::string got = message_of([&] { (void)parse_json(text, "big.json"); });

@@ -122,11 +122,36 @@ TEST(Trace, MalformedEventsNameThePointer) {
                       "t.json");
     FAIL();
   } catch (const ParseError& e) {
-    EXPECT_NE(std::string(e.what()).find("t.json: /traceEvents/0/ts"), std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("t.json:1:17: at /traceEvents/0/ts: is missing or not a number"),
+        std::string::npos)
         << e.what();
   }
   EXPECT_THROW((void)parse_trace("{}", "t.json"), ParseError);
   EXPECT_THROW((void)parse_trace("not json", "t.json"), ParseError);
+}
+
+// The streaming reader is as strict as the shared one: syntax errors with line:column, duplicate
+// keys, nesting limits, each naming file, position and JSON pointer.
+TEST(Trace, StrictLikeTheSharedReader) {
+  const auto error = [](const std::string& text) {
+    try {
+      (void)parse_trace(text, "t.json");
+    } catch (const ParseError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error("{\"traceEvents\": [\n  {\"ph\": \"X\",\n   \"ph\": \"M\"}]}"),
+            "t.json:3:10: at /traceEvents/0/ph: duplicate key \"ph\"");
+  EXPECT_NE(error("{\"traceEvents\": [\n  oops]}").find("t.json:2:3: invalid JSON: "),
+            std::string::npos);
+  std::string deep = "{\"traceEvents\": [], \"otherData\": ";
+  for (int i = 0; i < 40; ++i) deep += "[";
+  EXPECT_NE(error(deep).find("nesting deeper than the limit of 32"), std::string::npos)
+      << error(deep);
+  EXPECT_EQ(error("[]"), "t.json:1:1: at (root): expected an object, got array");
+  EXPECT_EQ(error("{\"traceEvents\": 3}"), "t.json:1:17: at /traceEvents: must be an array");
 }
 
 }  // namespace

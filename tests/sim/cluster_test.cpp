@@ -58,20 +58,23 @@ TEST(Cluster, BadInputsNameTheField) {
   const std::string head = R"({"format": "pipewright-cluster", "version": 1, )";
   expect_error(head + R"("nodes": 0})", "/nodes");
   expect_error(head + R"("cores_per_node": -2})", "/cores_per_node");
-  expect_error(head + R"("cores_per_node": 5000000000})", "/cores_per_node must be <= 1048576");
+  expect_error(head + R"("cores_per_node": 5000000000})",
+               "at /cores_per_node: must be an integer in [0, 1048576], got 5000000000");
   expect_error(head + R"("intra_node": {"latency_ms": -1}})", "/intra_node/latency_ms");
   expect_error(head + R"("inter_node": {"bandwidth_gb_per_s": "fast"}})",
                "/inter_node/bandwidth_gb_per_s");
   expect_error(head + R"("collective": "butterfly"})", "/collective");
   expect_error(head + R"("placement": "random"})", "/placement");
-  expect_error(head + R"("ranks_per_nod": 4})", "unknown field /ranks_per_nod");
+  expect_error(head + R"("ranks_per_nod": 4})",
+               "c.json:1:65: at /ranks_per_nod: unknown field \"ranks_per_nod\"");
   expect_error(
       head + R"("nodes": 2, "rank_nodes": [{"rank": 0, "node": 0}, {"rank": 5, "node": 1}]})",
-      "/rank_nodes/1/rank names unknown rank 5");
+      "at /rank_nodes/1/rank: names unknown rank 5");
   expect_error(head + R"("nodes": 2, "rank_nodes": [{"rank": 0, "node": 3}]})",
-               "/rank_nodes/0/node names unknown node 3");
+               "at /rank_nodes/0/node: names unknown node 3");
   expect_error(R"({"format": "other", "version": 1})", "/format");
-  expect_error("{", "invalid JSON");
+  expect_error("{", "c.json:1:2: invalid JSON");
+  expect_error(head + R"("nodes": 1, "nodes": 2})", "at /nodes: duplicate key \"nodes\"");
   EXPECT_THROW((void)load_cluster("/nonexistent/cluster.json"), InputError);
 }
 
