@@ -5,109 +5,58 @@
 #include <sstream>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/json_reader.hpp"
 #include "pipewright/sched/job.hpp"
 
 namespace pipewright::sched {
 namespace {
 
-using nlohmann::json;
+using Json = nlohmann::json;
 
 constexpr std::string_view kJobFormat = "pipewright-job";
 constexpr int kJobVersion = 1;
 
 // The resolved values, in file order. Options an algorithm ignores are written with their
 // defaults, so every job file has every key.
-json resolved(const JobSpec& j) {
+Json resolved(const JobSpec& j) {
   const DataParallelSpec& d = j.data_parallel;
-  return json::array({
-      json::array({"format", kJobFormat}),
-      json::array({"version", kJobVersion}),
-      json::array({"model", j.model_path}),
-      json::array({"partition", j.partition_path}),
-      json::array({"partition_method", graph::to_string(j.partition_method)}),
-      json::array({"plan", j.plan_path}),
-      json::array({"schedule", to_string(j.schedule)}),
-      json::array({"pp", j.pp}),
-      json::array({"dp", j.dp}),
-      json::array({"stages_per_rank", j.stages_per_rank}),
-      json::array({"microbatches", j.microbatches}),
-      json::array({"batch_size", j.batch_size}),
-      json::array({"steps", j.steps}),
-      json::array({"optimizer", to_string(j.optimizer)}),
-      json::array({"lr", j.lr}),
-      json::array({"momentum", j.momentum}),
-      json::array({"weight_decay", j.weight_decay}),
-      json::array({"dp_algorithm", to_string(d.algorithm)}),
-      json::array({"bucket_cap_mb", d.bucket_cap_mb}),
-      json::array({"ddp_overlap", d.ddp_overlap}),
-      json::array({"localsgd_frequency", d.localsgd_frequency_or_default()}),
-      json::array({"slowmo_frequency", d.slowmo_frequency_or_default()}),
-      json::array({"slowmo_momentum", d.slowmo_momentum_or_default()}),
-      json::array({"slowmo_lr", d.slowmo_lr_or_default()}),
-      json::array({"slowmo_memory_efficient", d.slowmo_memory_efficient_or_default()}),
-      json::array({"slowmo_num_shards", d.slowmo_num_shards_or_default(j.dp)}),
-      json::array({"procs_per_node", d.procs_per_node_or_default()}),
+  return Json::array({
+      Json::array({"format", kJobFormat}),
+      Json::array({"version", kJobVersion}),
+      Json::array({"model", j.model_path}),
+      Json::array({"partition", j.partition_path}),
+      Json::array({"partition_method", graph::to_string(j.partition_method)}),
+      Json::array({"plan", j.plan_path}),
+      Json::array({"schedule", to_string(j.schedule)}),
+      Json::array({"pp", j.pp}),
+      Json::array({"dp", j.dp}),
+      Json::array({"stages_per_rank", j.stages_per_rank}),
+      Json::array({"microbatches", j.microbatches}),
+      Json::array({"batch_size", j.batch_size}),
+      Json::array({"steps", j.steps}),
+      Json::array({"optimizer", to_string(j.optimizer)}),
+      Json::array({"lr", j.lr}),
+      Json::array({"momentum", j.momentum}),
+      Json::array({"weight_decay", j.weight_decay}),
+      Json::array({"dp_algorithm", to_string(d.algorithm)}),
+      Json::array({"bucket_cap_mb", d.bucket_cap_mb}),
+      Json::array({"ddp_overlap", d.ddp_overlap}),
+      Json::array({"localsgd_frequency", d.localsgd_frequency_or_default()}),
+      Json::array({"slowmo_frequency", d.slowmo_frequency_or_default()}),
+      Json::array({"slowmo_momentum", d.slowmo_momentum_or_default()}),
+      Json::array({"slowmo_lr", d.slowmo_lr_or_default()}),
+      Json::array({"slowmo_memory_efficient", d.slowmo_memory_efficient_or_default()}),
+      Json::array({"slowmo_num_shards", d.slowmo_num_shards_or_default(j.dp)}),
+      Json::array({"procs_per_node", d.procs_per_node_or_default()}),
   });
 }
-
-class JobReader {
- public:
-  JobReader(const json& doc, std::string_view origin) : doc_(doc), origin_(origin) {}
-
-  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
-    throw ParseError(std::string(origin_) + ": /" + key + ": " + why);
-  }
-  const json& need(const char* key) const {
-    if (!doc_.contains(key)) {
-      throw ParseError(std::string(origin_) + ": /: missing required field \"" + key + "\"");
-    }
-    return doc_.at(key);
-  }
-  std::string str(const char* key) const {
-    const json& v = need(key);
-    if (!v.is_string()) fail(key, "expected a string");
-    return v.get<std::string>();
-  }
-  std::int64_t integer(const char* key) const {
-    const json& v = need(key);
-    if (!v.is_number_integer()) fail(key, "expected an integer");
-    return v.get<std::int64_t>();
-  }
-  int int32(const char* key) const {
-    const std::int64_t v = integer(key);
-    if (v < -(std::int64_t{1} << 30) || v > (std::int64_t{1} << 30)) fail(key, "out of range");
-    return static_cast<int>(v);
-  }
-  double number(const char* key) const {
-    const json& v = need(key);
-    if (!v.is_number()) fail(key, "expected a number");
-    return v.get<double>();
-  }
-  bool boolean(const char* key) const {
-    const json& v = need(key);
-    if (!v.is_boolean()) fail(key, "expected true or false");
-    return v.get<bool>();
-  }
-  template <typename F>
-  auto parsed(const char* key, F parse) const {
-    try {
-      return parse(str(key));
-    } catch (const ConfigError& e) {
-      fail(key, e.what());
-    }
-  }
-
- private:
-  const json& doc_;
-  std::string_view origin_;
-};
 
 }  // namespace
 
 std::string to_json(const JobSpec& job) {
   std::ostringstream os;
   os << "{\n";
-  const json fields = resolved(job);
+  const Json fields = resolved(job);
   for (std::size_t i = 0; i < fields.size(); ++i) {
     os << "  " << fields[i][0].dump() << ": " << fields[i][1].dump()
        << (i + 1 < fields.size() ? ",\n" : "\n");
@@ -117,46 +66,79 @@ std::string to_json(const JobSpec& job) {
 }
 
 JobSpec parse_job(std::string_view text, std::string_view origin) {
-  json doc;
-  try {
-    doc = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    throw ParseError(std::string(origin) + ": invalid JSON: " + e.what());
+  namespace pj = pipewright::json;
+  const pj::Document doc = pj::parse_strict(text, std::string(origin));
+  const pj::At root{doc.root, doc.source, ""};
+  root.expect_object();
+  root.only_keys({"format",
+                  "version",
+                  "model",
+                  "partition",
+                  "partition_method",
+                  "plan",
+                  "schedule",
+                  "pp",
+                  "dp",
+                  "stages_per_rank",
+                  "microbatches",
+                  "batch_size",
+                  "steps",
+                  "optimizer",
+                  "lr",
+                  "momentum",
+                  "weight_decay",
+                  "dp_algorithm",
+                  "bucket_cap_mb",
+                  "ddp_overlap",
+                  "localsgd_frequency",
+                  "slowmo_frequency",
+                  "slowmo_momentum",
+                  "slowmo_lr",
+                  "slowmo_memory_efficient",
+                  "slowmo_num_shards",
+                  "procs_per_node"});
+  if (root["format"].as_string() != kJobFormat) {
+    root["format"].fail("expected \"" + std::string(kJobFormat) + "\"");
   }
-  PW_CHECK(doc.is_object(), ParseError, origin << ": /: a job is a JSON object");
-  const JobReader r(doc, origin);
-  if (r.str("format") != kJobFormat) {
-    r.fail("format", "expected \"" + std::string(kJobFormat) + "\"");
+  if (root["version"].as_int() != kJobVersion) {
+    root["version"].fail("unsupported version (this is " + std::to_string(kJobVersion) + ")");
   }
-  if (r.integer("version") != kJobVersion) {
-    r.fail("version", "unsupported version (this is " + std::to_string(kJobVersion) + ")");
-  }
+  // Names parse with the flags' own parsers; their ConfigError becomes the field's ParseError.
+  auto named = [&root](const char* key, auto parse) {
+    const pj::At at = root[key];
+    try {
+      return parse(at.as_string());
+    } catch (const ConfigError& e) {
+      at.fail(e.what());
+    }
+  };
+  auto int32 = [&root](const char* key) {
+    return static_cast<int>(root[key].as_int(0, std::int64_t{1} << 30));
+  };
   JobSpec j;
-  j.model_path = r.str("model");
-  j.partition_path = r.str("partition");
-  {
-    const std::string m = r.str("partition_method");
+  j.model_path = root["model"].as_string();
+  j.partition_path = root["partition"].as_string();
+  j.partition_method = named("partition_method", [](const std::string& m) {
     const auto method = graph::parse_partition_method(m);
-    if (!method) r.fail("partition_method", "expected uniform or balanced, got '" + m + "'");
-    j.partition_method = *method;
-  }
-  j.plan_path = r.str("plan");
-  j.schedule = r.parsed("schedule", [](const std::string& s) { return parse_schedule_kind(s); });
-  j.pp = r.int32("pp");
-  j.dp = r.int32("dp");
-  j.stages_per_rank = r.int32("stages_per_rank");
-  j.microbatches = r.int32("microbatches");
-  j.batch_size = r.integer("batch_size");
-  j.steps = r.integer("steps");
-  j.optimizer = r.parsed("optimizer", [](const std::string& s) { return parse_optimizer(s); });
-  j.lr = r.number("lr");
-  j.momentum = r.number("momentum");
-  j.weight_decay = r.number("weight_decay");
+    PW_CHECK(method.has_value(), ConfigError, "expected uniform or balanced, got '" << m << "'");
+    return *method;
+  });
+  j.plan_path = root["plan"].as_string();
+  j.schedule = named("schedule", [](const std::string& s) { return parse_schedule_kind(s); });
+  j.pp = int32("pp");
+  j.dp = int32("dp");
+  j.stages_per_rank = int32("stages_per_rank");
+  j.microbatches = int32("microbatches");
+  j.batch_size = root["batch_size"].as_int(0, std::int64_t{1} << 40);
+  j.steps = root["steps"].as_int(1, std::int64_t{1} << 40);
+  j.optimizer = named("optimizer", [](const std::string& s) { return parse_optimizer(s); });
+  j.lr = root["lr"].as_finite_positive();
+  j.momentum = root["momentum"].as_finite_nonnegative();
+  j.weight_decay = root["weight_decay"].as_finite_nonnegative();
   DataParallelSpec& d = j.data_parallel;
-  d.algorithm =
-      r.parsed("dp_algorithm", [](const std::string& s) { return parse_dp_algorithm(s); });
-  d.bucket_cap_mb = r.number("bucket_cap_mb");
-  d.ddp_overlap = r.boolean("ddp_overlap");
+  d.algorithm = named("dp_algorithm", [](const std::string& s) { return parse_dp_algorithm(s); });
+  d.bucket_cap_mb = root["bucket_cap_mb"].as_finite_positive();
+  d.ddp_overlap = root["ddp_overlap"].as_bool();
   // Options the algorithm ignores must hold their defaults (what to_json writes for them).
   const bool averaging = d.algorithm != DpAlgorithm::kDdp;
   const bool slowmo = d.algorithm == DpAlgorithm::kSlowMo;
@@ -166,22 +148,23 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
     if (applies) {
       field = value;
     } else if (value != default_value) {
-      r.fail(key, "has no effect with dp_algorithm " + std::string(to_string(d.algorithm)) +
-                      "; leave it at its default");
+      root[key].fail("has no effect with dp_algorithm " + std::string(to_string(d.algorithm)) +
+                     "; leave it at its default");
     }
   };
-  option("localsgd_frequency", averaging, r.integer("localsgd_frequency"),
+  option("localsgd_frequency", averaging, root["localsgd_frequency"].as_int(),
          defaults.localsgd_frequency_or_default(), d.localsgd_frequency);
-  option("procs_per_node", averaging, r.int32("procs_per_node"),
-         defaults.procs_per_node_or_default(), d.procs_per_node);
-  option("slowmo_frequency", slowmo, r.integer("slowmo_frequency"),
+  option("procs_per_node", averaging, int32("procs_per_node"), defaults.procs_per_node_or_default(),
+         d.procs_per_node);
+  option("slowmo_frequency", slowmo, root["slowmo_frequency"].as_int(),
          defaults.slowmo_frequency_or_default(), d.slowmo_frequency);
-  option("slowmo_momentum", slowmo, r.number("slowmo_momentum"),
+  option("slowmo_momentum", slowmo, root["slowmo_momentum"].as_finite_nonnegative(),
          defaults.slowmo_momentum_or_default(), d.slowmo_momentum);
-  option("slowmo_lr", slowmo, r.number("slowmo_lr"), defaults.slowmo_lr_or_default(), d.slowmo_lr);
-  option("slowmo_memory_efficient", slowmo, r.boolean("slowmo_memory_efficient"),
+  option("slowmo_lr", slowmo, root["slowmo_lr"].as_finite_positive(),
+         defaults.slowmo_lr_or_default(), d.slowmo_lr);
+  option("slowmo_memory_efficient", slowmo, root["slowmo_memory_efficient"].as_bool(),
          defaults.slowmo_memory_efficient_or_default(), d.slowmo_memory_efficient);
-  option("slowmo_num_shards", slowmo, r.int32("slowmo_num_shards"),
+  option("slowmo_num_shards", slowmo, int32("slowmo_num_shards"),
          defaults.slowmo_num_shards_or_default(j.dp), d.slowmo_num_shards);
   try {
     validate_job(j);

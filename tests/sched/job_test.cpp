@@ -154,7 +154,7 @@ TEST(Job, JsonErrorsNameTheField) {
     (void)parse_job(text, "job.json");
     ADD_FAILURE();
   } catch (const ParseError& e) {
-    EXPECT_NE(std::string(e.what()).find("job.json: /slowmo_frequency: has no effect with "
+    EXPECT_NE(std::string(e.what()).find("at /slowmo_frequency: has no effect with "
                                          "dp_algorithm ddp"),
               std::string::npos)
         << e.what();
