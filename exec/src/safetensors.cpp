@@ -38,20 +38,8 @@ constexpr DtypeEntry kDtypes[] = {
     {"U8", at::kByte},    {"BOOL", at::kBool},
 };
 
-// JSON pointer escaping of a tensor name (RFC 6901).
-std::string pointer(const std::string& key) {
-  std::string out = "/";
-  for (const char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+// JSON pointer of a tensor name (RFC 6901 escaping).
+std::string pointer(const std::string& key) { return json::pointer_append("", key); }
 
 struct Entry {
   std::string name;
