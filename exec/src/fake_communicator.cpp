@@ -12,7 +12,7 @@
 #include <tuple>
 #include <utility>
 
-#include "comm_errors.hpp"
+#include "communicator_base.hpp"
 #include "pipewright/graph/error.hpp"
 #include "reduce_kernels.hpp"
 
@@ -127,78 +127,31 @@ namespace {
 
 using detail::CollArgs;
 using detail::CollKind;
+using detail::failed_work;
 using detail::FakeState;
 using detail::RankStatus;
-using Clock = std::chrono::steady_clock;
 
-class FailedWork final : public Work {
- public:
-  explicit FailedWork(std::exception_ptr error) : error_(std::move(error)) {}
-  void wait(std::chrono::milliseconds /*timeout*/) override { std::rethrow_exception(error_); }
-  bool is_completed() override { std::rethrow_exception(error_); }
-
- private:
-  std::exception_ptr error_;
-};
-
-template <typename E>
-WorkPtr failed(const std::string& message) {
-  return std::make_shared<FailedWork>(std::make_exception_ptr(E(message)));
-}
-
-// Base of the fake Work handles: polling under the world lock, waiting on its condition variable.
-// A failure is stored and rethrown by every later wait; a timeout is not (a later wait may work).
-class FakeWork : public Work {
+// Base of the fake Work handles: tests under the world lock, pauses on its condition variable
+// (Note [Work completion]).
+class FakeWork : public detail::BasicWork {
  public:
   FakeWork(std::shared_ptr<FakeState> state, int self, std::string prefix)
-      : state_(std::move(state)), self_(self), prefix_(std::move(prefix)) {}
-
-  void wait(std::chrono::milliseconds timeout) final {
-    std::unique_lock<std::mutex> lock(state_->mu);
-    const auto deadline = Clock::now() + timeout;
-    while (!poll_locked()) {
-      if (state_->cv.wait_until(lock, deadline) == std::cv_status::timeout && !poll_locked()) {
-        throw TimeoutError(prefix_ + ": " + detail::timed_out_after(timeout) + " waiting for " +
-                           waiting_for_locked());
-      }
-    }
-  }
-
-  bool is_completed() final {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    return poll_locked();
-  }
+      : BasicWork(std::move(prefix)), state_(std::move(state)), self_(self) {}
 
  protected:
-  // Returns true when the operation completed; throws on failure. Called with the lock held.
-  virtual bool try_complete_locked() = 0;
-  virtual std::string waiting_for_locked() const = 0;
+  std::unique_lock<std::mutex> lock() final { return std::unique_lock<std::mutex>(state_->mu); }
+  void pause(WaitState& wait, std::unique_lock<std::mutex>& lock) final {
+    (void)state_->cv.wait_until(lock, wait.deadline);
+  }
 
   void check_self_locked() const {
     if (state_->status[static_cast<std::size_t>(self_)] == RankStatus::kKilled) {
-      throw BackendError(prefix_ + ": this rank was killed");
+      throw BackendError(prefix() + ": this rank was killed");
     }
   }
 
   std::shared_ptr<FakeState> state_;
   int self_;  // world rank
-  std::string prefix_;
-
- private:
-  bool poll_locked() {
-    if (error_) std::rethrow_exception(error_);
-    if (done_) return true;
-    try {
-      done_ = try_complete_locked();
-    } catch (...) {
-      error_ = std::current_exception();
-      throw;
-    }
-    return done_;
-  }
-
-  bool done_ = false;
-  std::exception_ptr error_;
 };
 
 class FakeRecvWork final : public FakeWork {
@@ -212,13 +165,13 @@ class FakeRecvWork final : public FakeWork {
         src_world_(src_world) {}
 
  private:
-  bool try_complete_locked() override {
+  bool test() override {
     check_self_locked();
     auto& channel = state_->channels[key_];
     auto it = channel.messages.find(seq_);
     if (it == channel.messages.end()) {
       if (state_->gone(src_world_)) {
-        throw PeerError(prefix_ + ": peer " + state_->departure(src_world_) +
+        throw PeerError(prefix() + ": peer " + state_->departure(src_world_) +
                         " before sending the message");
       }
       return false;
@@ -226,14 +179,14 @@ class FakeRecvWork final : public FakeWork {
     const std::vector<unsigned char> payload = std::move(it->second);
     channel.messages.erase(it);
     if (payload.size() != buf_.bytes()) {
-      throw BackendError(prefix_ + ": size mismatch: expected " + std::to_string(buf_.bytes()) +
+      throw BackendError(prefix() + ": size mismatch: expected " + std::to_string(buf_.bytes()) +
                          " bytes, rank " + std::to_string(src_world_) + " sent " +
                          std::to_string(payload.size()));
     }
     if (!payload.empty()) std::memcpy(buf_.data, payload.data(), payload.size());
     return true;
   }
-  std::string waiting_for_locked() const override { return "rank " + std::to_string(src_world_); }
+  std::string waiting_for() const override { return "rank " + std::to_string(src_world_); }
 
   detail::P2PKey key_;
   std::int64_t seq_;
@@ -273,18 +226,18 @@ class FakeCollectiveWork final : public FakeWork {
     return missing;
   }
 
-  bool try_complete_locked() override {
+  bool test() override {
     check_self_locked();
     auto it = state_->slots.find(slot_key_);
     PW_ASSERT(it != state_->slots.end(), "collective slot vanished before completion");
     detail::Slot& slot = it->second;
-    if (!slot.mismatch.empty()) throw BackendError(prefix_ + ": " + slot.mismatch);
+    if (!slot.mismatch.empty()) throw BackendError(prefix() + ": " + slot.mismatch);
     const std::vector<int> missing = missing_locked(slot);
     if (!missing.empty()) {
       for (int r : missing) {
         const int world = members_[static_cast<std::size_t>(r)];
         if (state_->gone(world)) {
-          throw PeerError(prefix_ + ": peer " + state_->departure(world) +
+          throw PeerError(prefix() + ": peer " + state_->departure(world) +
                           " before joining the collective");
         }
       }
@@ -309,7 +262,7 @@ class FakeCollectiveWork final : public FakeWork {
     return true;
   }
 
-  std::string waiting_for_locked() const override {
+  std::string waiting_for() const override {
     auto it = state_->slots.find(slot_key_);
     if (it == state_->slots.end()) return "nobody";
     std::vector<int> world;
@@ -323,14 +276,13 @@ class FakeCollectiveWork final : public FakeWork {
   BufferView buf_;
 };
 
-class FakeCommunicator final : public Communicator {
+class FakeCommunicator final : public detail::CommunicatorBase {
  public:
   FakeCommunicator(std::shared_ptr<FakeState> state, int comm_id, std::vector<int> members,
                    int local_rank, bool is_world)
-      : state_(std::move(state)),
+      : CommunicatorBase("fake", std::move(members), local_rank),
+        state_(std::move(state)),
         comm_id_(comm_id),
-        members_(std::move(members)),
-        rank_(local_rank),
         is_world_(is_world) {}
 
   ~FakeCommunicator() override {
@@ -341,23 +293,15 @@ class FakeCommunicator final : public Communicator {
     state_->cv.notify_all();
   }
 
-  int rank() const noexcept override { return rank_; }
-  int size() const noexcept override { return static_cast<int>(members_.size()); }
-  std::string backend_name() const override { return "fake"; }
-  int global_rank(int r) const noexcept override {
-    return r >= 0 && r < size() ? members_[static_cast<std::size_t>(r)] : -1;
-  }
-
   WorkPtr send(const BufferView& buf, int dst, std::int64_t tag, const OpContext& ctx) override {
-    check_peer(dst, "send");
-    const std::string prefix =
-        detail::op_prefix(self(), detail::p2p_name(true, global_rank(dst)), ctx);
+    check_rank(dst, "send");
+    const std::string prefix = p2p_prefix(true, dst, ctx);
     std::lock_guard<std::mutex> lock(state_->mu);
-    if (killed_locked()) return failed<BackendError>(prefix + ": this rank was killed");
+    if (killed_locked()) return failed_work<BackendError>(prefix + ": this rank was killed");
     if (state_->gone(global_rank(dst))) {
-      return failed<PeerError>(prefix + ": peer " + state_->departure(global_rank(dst)));
+      return failed_work<PeerError>(prefix + ": peer " + state_->departure(global_rank(dst)));
     }
-    auto& channel = state_->channels[detail::P2PKey{comm_id_, rank_, dst, tag}];
+    auto& channel = state_->channels[detail::P2PKey{comm_id_, rank(), dst, tag}];
     const auto* bytes = static_cast<const unsigned char*>(buf.data);
     channel.messages[channel.next_send++] = std::vector<unsigned char>(bytes, bytes + buf.bytes());
     state_->bytes[static_cast<std::size_t>(self())] += buf.bytes();
@@ -366,12 +310,11 @@ class FakeCommunicator final : public Communicator {
   }
 
   WorkPtr recv(const BufferView& buf, int src, std::int64_t tag, const OpContext& ctx) override {
-    check_peer(src, "recv");
-    const std::string prefix =
-        detail::op_prefix(self(), detail::p2p_name(false, global_rank(src)), ctx);
+    check_rank(src, "recv");
+    const std::string prefix = p2p_prefix(false, src, ctx);
     std::lock_guard<std::mutex> lock(state_->mu);
-    if (killed_locked()) return failed<BackendError>(prefix + ": this rank was killed");
-    const detail::P2PKey key{comm_id_, src, rank_, tag};
+    if (killed_locked()) return failed_work<BackendError>(prefix + ": this rank was killed");
+    const detail::P2PKey key{comm_id_, src, rank(), tag};
     const std::int64_t seq = state_->channels[key].next_recv++;
     return std::make_shared<FakeRecvWork>(state_, self(), prefix, key, seq, buf, global_rank(src));
   }
@@ -380,11 +323,11 @@ class FakeCommunicator final : public Communicator {
     return collective(CollArgs{CollKind::kAllReduce, buf.count, buf.dtype, op, -1}, buf, ctx);
   }
   WorkPtr reduce(const BufferView& buf, int root, ReduceOp op, const OpContext& ctx) override {
-    check_peer(root, "reduce root");
+    check_rank(root, "reduce root");
     return collective(CollArgs{CollKind::kReduce, buf.count, buf.dtype, op, root}, buf, ctx);
   }
   WorkPtr broadcast(const BufferView& buf, int root, const OpContext& ctx) override {
-    check_peer(root, "broadcast root");
+    check_rank(root, "broadcast root");
     return collective(CollArgs{CollKind::kBroadcast, buf.count, buf.dtype, ReduceOp::kSum, root},
                       buf, ctx);
   }
@@ -392,53 +335,41 @@ class FakeCommunicator final : public Communicator {
     return collective(CollArgs{}, BufferView{}, ctx);
   }
 
-  std::unique_ptr<Communicator> split(const std::vector<int>& members) override {
-    PW_ASSERT(!members.empty() && std::is_sorted(members.begin(), members.end()) &&
-                  std::adjacent_find(members.begin(), members.end()) == members.end() &&
-                  members.front() >= 0 && members.back() < size(),
-              "split() members must be ascending, unique communicator-local ranks < " << size());
+  std::unique_ptr<Communicator> make_split(const SplitRequest& request) override {
     std::lock_guard<std::mutex> lock(state_->mu);
     auto [it, inserted] =
-        state_->splits.try_emplace(std::make_pair(comm_id_, split_seq_++), detail::SplitRecord{});
+        state_->splits.try_emplace(std::make_pair(comm_id_, request.seq), detail::SplitRecord{});
     if (inserted) {
-      it->second.members = members;
+      it->second.members = request.members;
       it->second.comm_id = state_->next_comm_id++;
-    } else if (it->second.members != members) {
+    } else if (it->second.members != request.members) {
       throw BackendError("rank " + std::to_string(self()) + ": split() #" +
-                         std::to_string(split_seq_ - 1) + " with members " +
-                         detail::rank_list(members) + " but another rank passed " +
+                         std::to_string(request.seq) + " with members " +
+                         detail::rank_list(request.members) + " but another rank passed " +
                          detail::rank_list(it->second.members));
     }
-    auto pos = std::find(members.begin(), members.end(), rank_);
-    if (pos == members.end()) return nullptr;
-    std::vector<int> world;
-    for (int r : members) world.push_back(global_rank(r));
-    return std::make_unique<FakeCommunicator>(state_, it->second.comm_id, std::move(world),
-                                              static_cast<int>(pos - members.begin()), false);
+    if (request.rank < 0) return nullptr;
+    return std::make_unique<FakeCommunicator>(state_, it->second.comm_id, request.world,
+                                              request.rank, false);
   }
 
  private:
-  int self() const { return members_[static_cast<std::size_t>(rank_)]; }
   bool killed_locked() const {
     return state_->status[static_cast<std::size_t>(self())] == RankStatus::kKilled;
   }
-  void check_peer(int r, const char* what) const {
-    PW_ASSERT(r >= 0 && r < size(), what << " rank " << r << " out of range for a communicator of "
-                                         << size() << " ranks");
-  }
 
   WorkPtr collective(const CollArgs& args, const BufferView& buf, const OpContext& ctx) {
-    const std::string prefix = detail::op_prefix(self(), detail::to_string(args.kind), ctx);
+    const std::string prefix = op_prefix(detail::to_string(args.kind), ctx);
     std::lock_guard<std::mutex> lock(state_->mu);
-    if (killed_locked()) return failed<BackendError>(prefix + ": this rank was killed");
+    if (killed_locked()) return failed_work<BackendError>(prefix + ": this rank was killed");
     const auto key = std::make_pair(comm_id_, coll_seq_++);
     auto [it, inserted] = state_->slots.try_emplace(key);
     detail::Slot& slot = it->second;
     if (inserted) {
       slot.args = args;
-      slot.first_rank = rank_;
-      slot.data.resize(members_.size());
-      slot.arrived.assign(members_.size(), 0);
+      slot.first_rank = rank();
+      slot.data.resize(members().size());
+      slot.arrived.assign(members().size(), 0);
     } else if (!(slot.args == args) && slot.mismatch.empty()) {
       slot.mismatch = "collective #" + std::to_string(key.second) + " mismatch: rank " +
                       std::to_string(global_rank(slot.first_rank)) + " called " +
@@ -446,34 +377,32 @@ class FakeCommunicator final : public Communicator {
                       args.describe();
     }
     const bool contributes = args.kind == CollKind::kAllReduce || args.kind == CollKind::kReduce ||
-                             (args.kind == CollKind::kBroadcast && args.root == rank_);
+                             (args.kind == CollKind::kBroadcast && args.root == rank());
     if (contributes) {
       const auto* bytes = static_cast<const unsigned char*>(buf.data);
-      slot.data[static_cast<std::size_t>(rank_)].assign(bytes, bytes + buf.bytes());
+      slot.data[static_cast<std::size_t>(rank())].assign(bytes, bytes + buf.bytes());
       state_->bytes[static_cast<std::size_t>(self())] += buf.bytes();
     }
-    slot.arrived[static_cast<std::size_t>(rank_)] = 1;
+    slot.arrived[static_cast<std::size_t>(rank())] = 1;
     state_->cv.notify_all();
-    if (!slot.mismatch.empty()) return failed<BackendError>(prefix + ": " + slot.mismatch);
+    if (!slot.mismatch.empty()) return failed_work<BackendError>(prefix + ": " + slot.mismatch);
     // Ranks that need nothing from others are done as soon as their data is deposited.
     const bool needs_others = args.kind == CollKind::kAllReduce ||
                               args.kind == CollKind::kBarrier ||
-                              (args.kind == CollKind::kReduce && args.root == rank_) ||
-                              (args.kind == CollKind::kBroadcast && args.root != rank_);
+                              (args.kind == CollKind::kReduce && args.root == rank()) ||
+                              (args.kind == CollKind::kBroadcast && args.root != rank());
     if (!needs_others) {
       if (++slot.finished == size()) state_->slots.erase(it);
       return completed_work();
     }
-    return std::make_shared<FakeCollectiveWork>(state_, self(), prefix, key, rank_, members_, buf);
+    return std::make_shared<FakeCollectiveWork>(state_, self(), prefix, key, rank(), members(),
+                                                buf);
   }
 
   std::shared_ptr<FakeState> state_;
   int comm_id_;
-  std::vector<int> members_;  // world ranks by local rank
-  int rank_;
   bool is_world_;
   std::int64_t coll_seq_ = 0;
-  std::int64_t split_seq_ = 0;
 };
 
 }  // namespace

@@ -5,8 +5,9 @@
 // Note [Gloo p2p completion]: c10d's Gloo SendWork/RecvWork only learn of completion inside
 // wait() (isCompleted() stays false until then), and each wait() consumes one completion of the
 // underlying gloo buffer, so it must be called exactly once. GlooP2PWork therefore calls the
-// c10d wait directly from wait(), and only if someone polls is_completed() first does it start
-// a waiter thread that performs that single wait and publishes the outcome.
+// c10d wait directly from wait() (its BasicWork::pause), and only if someone polls
+// is_completed() first does it start a waiter thread (BasicWork::start_progress) that performs
+// that single wait and publishes the outcome.
 //
 // Note [Leaking a failed process group]: ~ProcessGroupGloo drains its work queue and joins its
 // threads; after a peer died or an operation timed out, that can block until gloo's own
@@ -30,7 +31,7 @@
 #include <thread>
 
 #include "backends.hpp"
-#include "comm_errors.hpp"
+#include "communicator_base.hpp"
 #include "pipewright/graph/error.hpp"
 #include "shm_collectives.hpp"
 
@@ -122,128 +123,96 @@ bool contains(const std::string& s, const char* needle) {
   return s.find(needle) != std::string::npos;
 }
 
-// What an operation waits for, and who to blame: "rank 3" or "ranks [0, 2, 3]".
+// What an operation waits for, and who to blame: "rank 3" or "one of ranks [0, 2, 3]".
 struct Blame {
   std::string prefix;  // op_prefix()
   std::string peers;
 };
 
-// Maps whatever c10d/gloo threw to the pipewright error contract.
-[[noreturn]] void rethrow_mapped(const std::exception& e, const Blame& blame,
-                                 std::chrono::milliseconds timeout) {
-  if (dynamic_cast<const Error*>(&e) != nullptr) throw;  // already ours (e.g. from the store)
+// Maps whatever c10d/gloo threw (the exception being handled) to the pipewright error contract.
+std::exception_ptr mapped_error(const std::exception& e, const Blame& blame,
+                                std::chrono::milliseconds timeout) {
+  if (dynamic_cast<const Error*>(&e) != nullptr) {
+    return std::current_exception();  // already ours (e.g. from the store)
+  }
   const std::string what = e.what();
   if (contains(what, "Operation timed out") || contains(what, "Timed out") ||
       contains(what, "timed out") || contains(what, "Timeout") || contains(what, "timeout")) {
-    throw TimeoutError(blame.prefix + ": " + timed_out_after(timeout) + " waiting for " +
-                       blame.peers + " (gloo: " + first_line(what) + ")");
+    return std::make_exception_ptr(TimeoutError(blame.prefix + ": " + timed_out_after(timeout) +
+                                                " waiting for " + blame.peers +
+                                                " (gloo: " + first_line(what) + ")"));
   }
   if (contains(what, "Connection closed by peer") || contains(what, "Connection reset") ||
       contains(what, "Broken pipe") || contains(what, "Connection refused") ||
       contains(what, "ECONNRESET") || contains(what, "EPIPE") || contains(what, "closed")) {
-    throw PeerError(blame.prefix + ": peer " + blame.peers +
-                    " died or closed its connection (gloo: " + first_line(what) + ")");
+    return std::make_exception_ptr(
+        PeerError(blame.prefix + ": peer " + blame.peers +
+                  " died or closed its connection (gloo: " + first_line(what) + ")"));
   }
-  throw BackendError(blame.prefix + ": gloo failed: " + first_line(what));
+  return std::make_exception_ptr(BackendError(blame.prefix + ": gloo failed: " + first_line(what)));
+}
+
+[[noreturn]] void rethrow_mapped(const std::exception& e, const Blame& blame,
+                                 std::chrono::milliseconds timeout) {
+  std::rethrow_exception(mapped_error(e, blame, timeout));
 }
 
 using Flag = std::shared_ptr<std::atomic<bool>>;
 
-// A collective (c10d AsyncWork): isCompleted() and repeated wait() are supported by c10d.
-class GlooCollectiveWork final : public Work {
+// A collective (c10d AsyncWork): isCompleted() and repeated wait() are supported by c10d, so
+// test() asks isCompleted() and pause() blocks in c10d's wait until the deadline.
+class GlooCollectiveWork final : public BasicWork {
  public:
   GlooCollectiveWork(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> tensors,
                      Blame blame, Flag failed)
-      : work_(std::move(work)),
+      : BasicWork(blame.prefix),
+        work_(std::move(work)),
         tensors_(std::move(tensors)),
         blame_(std::move(blame)),
         failed_(std::move(failed)) {}
 
-  void wait(std::chrono::milliseconds timeout) override {
-    // c10d treats 0 as "no timeout"; our contract is "check once".
-    const auto t = std::max(timeout, std::chrono::milliseconds(1));
-    try {
-      work_->wait(t);
-    } catch (const std::exception& e) {
-      *failed_ = true;
-      rethrow_mapped(e, blame_, timeout);
-    }
-  }
-
-  bool is_completed() override {
+ private:
+  bool test() override {
     if (!work_->isCompleted()) return false;
-    wait(std::chrono::milliseconds(1));  // rethrows a stored error
+    c10d_wait(std::chrono::milliseconds(1));  // rethrows a stored error
     return true;
   }
+  std::string waiting_for() const override { return blame_.peers; }
+  void pause(WaitState& wait, std::unique_lock<std::mutex>& /*lock*/) override {
+    c10d_wait(std::chrono::duration_cast<std::chrono::milliseconds>(wait.deadline - now()),
+              wait.timeout);
+  }
 
- private:
+  // c10d treats 0 as "no timeout"; ours is "check once".
+  void c10d_wait(std::chrono::milliseconds t, std::chrono::milliseconds reported) {
+    try {
+      work_->wait(std::max(t, std::chrono::milliseconds(1)));
+    } catch (const std::exception& e) {
+      *failed_ = true;
+      rethrow_mapped(e, blame_, reported);
+    }
+  }
+  void c10d_wait(std::chrono::milliseconds t) { c10d_wait(t, t); }
+
   c10::intrusive_ptr<c10d::Work> work_;
   std::vector<at::Tensor> tensors_;  // keep the views alive while gloo uses them
   Blame blame_;
   Flag failed_;
 };
 
-// Point-to-point: see Note [Gloo p2p completion].
-class GlooP2PWork final : public Work {
+// Point-to-point: see Note [Gloo p2p completion]. `shared_` is what the waiter thread (started
+// by is_completed()) publishes; every failure is final.
+class GlooP2PWork final : public BasicWork {
  public:
   GlooP2PWork(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> tensors, Blame blame,
               Flag failed, std::chrono::milliseconds transport_timeout)
-      : shared_(std::make_shared<Shared>()),
+      : BasicWork(blame.prefix),
+        shared_(std::make_shared<Shared>()),
         blame_(std::move(blame)),
         failed_(std::move(failed)),
         transport_timeout_(transport_timeout) {
     shared_->work = std::move(work);
     shared_->tensors = std::move(tensors);
-  }
-
-  void wait(std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(shared_->mu);
-    if (!shared_->waiter_started && !shared_->done) {
-      // Nobody polled: wait in this thread (the common, cheap path). The lock is held so that a
-      // concurrent is_completed() cannot start a second wait.
-      const auto t = std::max(timeout, std::chrono::milliseconds(1));
-      try {
-        shared_->work->wait(t);
-        shared_->done = true;
-        return;
-      } catch (const std::exception& e) {
-        // A c10d-level wait timeout leaves the gloo buffer pending and c10d lets us wait again
-        // only at the risk of consuming a later completion: treat every failure as final.
-        shared_->done = true;
-        shared_->error = std::current_exception();
-        *failed_ = true;
-        rethrow_mapped(e, blame_, timeout);
-      }
-    }
-    if (!shared_->cv.wait_for(lock, timeout, [&] { return shared_->done; })) {
-      throw TimeoutError(blame_.prefix + ": " + timed_out_after(timeout) + " waiting for " +
-                         blame_.peers);
-    }
-    rethrow_if_failed(timeout);
-  }
-
-  bool is_completed() override {
-    std::unique_lock<std::mutex> lock(shared_->mu);
-    if (!shared_->done && !shared_->waiter_started) {
-      shared_->waiter_started = true;
-      auto shared = shared_;
-      const auto t = transport_timeout_;
-      std::thread([shared, t] {
-        std::exception_ptr error;
-        try {
-          shared->work->wait(t);
-        } catch (...) {
-          error = std::current_exception();
-        }
-        std::lock_guard<std::mutex> guard(shared->mu);
-        shared->done = true;
-        shared->error = error;
-        shared->cv.notify_all();
-      }).detach();
-    }
-    if (!shared_->done) return false;
-    rethrow_if_failed(transport_timeout_);
-    return true;
   }
 
  private:
@@ -252,20 +221,59 @@ class GlooP2PWork final : public Work {
     std::condition_variable cv;
     bool waiter_started = false;
     bool done = false;
-    std::exception_ptr error;
+    std::exception_ptr error;  // mapped
     c10::intrusive_ptr<c10d::Work> work;
     std::vector<at::Tensor> tensors;
   };
 
-  // Requires shared_->mu.
-  void rethrow_if_failed(std::chrono::milliseconds timeout) {
-    if (!shared_->error) return;
-    *failed_ = true;
-    try {
-      std::rethrow_exception(shared_->error);
-    } catch (const std::exception& e) {
-      rethrow_mapped(e, blame_, timeout);
+  std::unique_lock<std::mutex> lock() override { return std::unique_lock<std::mutex>(shared_->mu); }
+
+  bool test() override {
+    if (!shared_->done) return false;
+    if (shared_->error) std::rethrow_exception(shared_->error);
+    return true;
+  }
+
+  std::string waiting_for() const override { return blame_.peers; }
+
+  void pause(WaitState& wait, std::unique_lock<std::mutex>& lock) override {
+    if (shared_->waiter_started) {
+      (void)shared_->cv.wait_until(lock, wait.deadline);
+      return;
     }
+    // Nobody polled: wait in this thread (the common, cheap path). The lock is held so that a
+    // concurrent is_completed() cannot start a second wait.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait.deadline - now());
+    try {
+      shared_->work->wait(std::max(left, std::chrono::milliseconds(1)));
+    } catch (const std::exception& e) {
+      // A c10d-level wait timeout leaves the gloo buffer pending and c10d lets us wait again
+      // only at the risk of consuming a later completion: treat every failure as final.
+      shared_->error = mapped_error(e, blame_, wait.timeout);
+      *failed_ = true;
+    }
+    shared_->done = true;
+  }
+
+  void start_progress() override {
+    if (shared_->waiter_started) return;
+    shared_->waiter_started = true;
+    std::thread([shared = shared_, blame = blame_, failed = failed_, t = transport_timeout_] {
+      std::exception_ptr error;
+      try {
+        shared->work->wait(t);
+      } catch (const std::exception& e) {
+        error = mapped_error(e, blame, t);
+        *failed = true;
+      } catch (...) {
+        error = std::current_exception();
+        *failed = true;
+      }
+      std::lock_guard<std::mutex> guard(shared->mu);
+      shared->done = true;
+      shared->error = error;
+      shared->cv.notify_all();
+    }).detach();
   }
 
   std::shared_ptr<Shared> shared_;
@@ -274,16 +282,15 @@ class GlooP2PWork final : public Work {
   std::chrono::milliseconds transport_timeout_;
 };
 
-class GlooCommunicator final : public Communicator {
+class GlooCommunicator final : public CommunicatorBase {
  public:
   // `members` are world ranks by local rank; `name` is the deterministic store prefix.
   GlooCommunicator(c10::intrusive_ptr<c10d::Store> root_store, std::string name,
                    std::vector<int> members, int rank, const CommOptions& options,
                    std::shared_ptr<::gloo::transport::Device> device)
-      : root_store_(std::move(root_store)),
+      : CommunicatorBase("gloo", std::move(members), rank),
+        root_store_(std::move(root_store)),
         name_(std::move(name)),
-        members_(std::move(members)),
-        rank_(rank),
         options_(options),
         failed_(std::make_shared<std::atomic<bool>>(false)),
         device_(std::move(device)) {
@@ -292,10 +299,10 @@ class GlooCommunicator final : public Communicator {
     pg_options->threads = 2;
     auto store = c10::make_intrusive<c10d::PrefixStore>(name_, root_store_);
     try {
-      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size(), pg_options);
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size(), pg_options);
     } catch (const std::exception& e) {
       const std::string what = "rank " + std::to_string(self()) + ": connecting the Gloo group " +
-                               name_ + " of ranks " + rank_list(members_);
+                               name_ + " of ranks " + rank_list(this->members());
       if (dynamic_cast<const TimeoutError*>(&e) != nullptr || contains(e.what(), "imeout") ||
           contains(e.what(), "timed out")) {
         throw TimeoutError(what + " " + timed_out_after(options_.timeout) + ": " +
@@ -312,18 +319,10 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
-  int rank() const noexcept override { return rank_; }
-  int size() const noexcept override { return static_cast<int>(members_.size()); }
-  std::string backend_name() const override { return "gloo"; }
-  int global_rank(int r) const noexcept override {
-    return r >= 0 && r < size() ? members_[static_cast<std::size_t>(r)] : -1;
-  }
-
   WorkPtr send(const BufferView& buf, int dst, std::int64_t tag, const OpContext& ctx) override {
     check_rank(dst, "send");
     auto tensors = wrap(buf, "send");
-    Blame blame{op_prefix(self(), p2p_name(true, global_rank(dst)), ctx),
-                "rank " + std::to_string(global_rank(dst))};
+    Blame blame{p2p_prefix(true, dst, ctx), "rank " + std::to_string(global_rank(dst))};
     auto work = guarded(blame, [&] { return pg_->send(tensors, dst, checked_tag(tag)); });
     return std::make_shared<GlooP2PWork>(std::move(work), std::move(tensors), std::move(blame),
                                          failed_, options_.timeout);
@@ -332,8 +331,7 @@ class GlooCommunicator final : public Communicator {
   WorkPtr recv(const BufferView& buf, int src, std::int64_t tag, const OpContext& ctx) override {
     check_rank(src, "recv");
     auto tensors = wrap(buf, "recv");
-    Blame blame{op_prefix(self(), p2p_name(false, global_rank(src)), ctx),
-                "rank " + std::to_string(global_rank(src))};
+    Blame blame{p2p_prefix(false, src, ctx), "rank " + std::to_string(global_rank(src))};
     auto work = guarded(blame, [&] { return pg_->recv(tensors, src, checked_tag(tag)); });
     return std::make_shared<GlooP2PWork>(std::move(work), std::move(tensors), std::move(blame),
                                          failed_, options_.timeout);
@@ -342,7 +340,7 @@ class GlooCommunicator final : public Communicator {
   WorkPtr all_reduce(const BufferView& buf, ReduceOp op, const OpContext& ctx) override {
     if (shm_ && !buf.device.is_cuda()) {
       if (ShmBuffer* b = shm_->find(buf.data, buf.bytes())) {
-        return shm_->all_reduce(b, buf, op, op_prefix(self(), "all_reduce", ctx));
+        return shm_->all_reduce(b, buf, op, op_prefix("all_reduce", ctx));
       }
     }
     auto tensors = wrap(buf, "all_reduce");
@@ -394,7 +392,7 @@ class GlooCommunicator final : public Communicator {
       return std::string(v.begin(), v.end());
     };
     const std::string host = host_identity();
-    put("host/" + std::to_string(rank_), host);
+    put("host/" + std::to_string(rank()), host);
     bool same_host = true;
     for (int r = 0; r < size(); ++r)
       same_host = same_host && get("host/" + std::to_string(r)) == host;
@@ -403,7 +401,7 @@ class GlooCommunicator final : public Communicator {
     std::shared_ptr<ShmBuffer> buffer;
     std::string name;
     std::string error;
-    if (rank_ == 0) {
+    if (rank() == 0) {
       std::random_device rd;
       name = "/pipewright-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
              std::to_string(alloc_seq_);
@@ -413,41 +411,26 @@ class GlooCommunicator final : public Communicator {
       name = get("name");
       if (!name.empty()) buffer = ShmBuffer::open(name, self(), size(), bytes, &error);
     }
-    put("ok/" + std::to_string(rank_), buffer ? "1" : "0");
+    put("ok/" + std::to_string(rank()), buffer ? "1" : "0");
     bool all_ok = true;
     for (int r = 0; r < size(); ++r) all_ok = all_ok && get("ok/" + std::to_string(r)) == "1";
-    if (rank_ == 0 && buffer) ShmBuffer::unlink(name);
+    if (rank() == 0 && buffer) ShmBuffer::unlink(name);
     if (!all_ok) return Communicator::allocate_collective_buffer(bytes);
-    if (!shm_) shm_ = std::make_unique<ShmCollectives>(rank_, members_, options_.timeout);
+    if (!shm_) shm_ = std::make_unique<ShmCollectives>(rank(), members(), options_.timeout);
     shm_->add(buffer);
-    void* data = buffer->slot(rank_);
+    void* data = buffer->slot(rank());
     return std::shared_ptr<void>(std::move(buffer), data);  // keeps the mapping alive
   }
 
-  std::unique_ptr<Communicator> split(const std::vector<int>& members) override {
-    PW_ASSERT(!members.empty() && std::is_sorted(members.begin(), members.end()) &&
-                  std::adjacent_find(members.begin(), members.end()) == members.end() &&
-                  members.front() >= 0 && members.back() < size(),
-              "split() members must be ascending, unique communicator-local ranks < " << size());
+  std::unique_ptr<Communicator> make_split(const SplitRequest& request) override {
     // Every rank numbers its splits identically, so the prefix is the same on all members.
-    const std::string child = name_ + "/" + std::to_string(split_seq_++);
-    auto pos = std::find(members.begin(), members.end(), rank_);
-    if (pos == members.end()) return nullptr;
-    std::vector<int> world;
-    for (int r : members) world.push_back(global_rank(r));
-    return std::make_unique<GlooCommunicator>(root_store_, child, std::move(world),
-                                              static_cast<int>(pos - members.begin()), options_,
-                                              device_);
+    const std::string child = name_ + "/" + std::to_string(request.seq);
+    if (request.rank < 0) return nullptr;
+    return std::make_unique<GlooCommunicator>(root_store_, child, request.world, request.rank,
+                                              options_, device_);
   }
 
  private:
-  int self() const { return members_[static_cast<std::size_t>(rank_)]; }
-
-  void check_rank(int r, const char* what) const {
-    PW_ASSERT(r >= 0 && r < size(), what << " rank " << r << " out of range for a communicator of "
-                                         << size() << " ranks");
-  }
-
   static int checked_tag(std::int64_t tag) {
     PW_ASSERT(tag >= 0 && tag <= std::numeric_limits<std::int32_t>::max(),
               "Gloo point-to-point tags must be in [0, 2^31), got " << tag);
@@ -477,13 +460,7 @@ class GlooCommunicator final : public Communicator {
   template <typename F>
   WorkPtr collective(const char* name, const OpContext& ctx, std::vector<at::Tensor> tensors,
                      F&& post) {
-    std::vector<int> others;
-    for (int r = 0; r < size(); ++r) {
-      if (r != rank_) others.push_back(global_rank(r));
-    }
-    Blame blame{op_prefix(self(), name, ctx), others.size() == 1
-                                                  ? "rank " + std::to_string(others[0])
-                                                  : "one of ranks " + rank_list(others)};
+    Blame blame{op_prefix(name, ctx), others()};
     auto work = guarded(blame, [&] { return post(tensors); });
     return std::make_shared<GlooCollectiveWork>(std::move(work), std::move(tensors),
                                                 std::move(blame), failed_);
@@ -491,13 +468,10 @@ class GlooCommunicator final : public Communicator {
 
   c10::intrusive_ptr<c10d::Store> root_store_;
   std::string name_;
-  std::vector<int> members_;
-  int rank_;
   CommOptions options_;
   Flag failed_;
   std::shared_ptr<::gloo::transport::Device> device_;  // shared by the world and its splits
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
-  std::int64_t split_seq_ = 0;
   std::int64_t alloc_seq_ = 0;
   std::unique_ptr<ShmCollectives> shm_;  // created with the first shared buffer
 };

@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "backends.hpp"
-#include "comm_errors.hpp"
+#include "communicator_base.hpp"
 #include "pipewright/graph/error.hpp"
 #include "reduce_kernels.hpp"
 
@@ -161,24 +161,20 @@ MPI_Op mpi_op(ReduceOp op, DType dtype) {
   return MPI_SUM;
 }
 
-// Polls one request until it completes or the deadline passes. Spins (yielding) for the first
-// kSpin, which keeps collective progress fast, then sleeps briefly between polls.
-constexpr std::chrono::milliseconds kSpin{200};
-constexpr std::chrono::microseconds kPollSleep{200};
-
-class MpiWork final : public Work {
+// One request, polled with MPI_Test by BasicWork's default pause (Note [Work completion]).
+class MpiWork final : public BasicWork {
  public:
   MpiWork(MPI_Request request, std::string prefix, std::string peers, const BufferView& recv_buf,
           bool check_count)
-      : request_(request),
-        prefix_(std::move(prefix)),
+      : BasicWork(std::move(prefix)),
+        request_(request),
         peers_(std::move(peers)),
         expected_(recv_buf.count),
         recv_type_(mpi_type(recv_buf.dtype)),
         check_count_(check_count) {}
 
   ~MpiWork() override {
-    if (done_ || error_) return;
+    if (finished_) return;
     // An abandoned request: let MPI complete it in the background (it still owns the buffer).
     std::lock_guard<std::mutex> lock(runtime().mu);
     int finalized = 0;
@@ -186,29 +182,8 @@ class MpiWork final : public Work {
     if (!finalized && request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
   }
 
-  void wait(std::chrono::milliseconds timeout) override {
-    const auto start = Clock::now();
-    const auto deadline = start + timeout;
-    while (!test()) {
-      const auto now = Clock::now();
-      if (now >= deadline) {
-        record_failure(4);
-        throw TimeoutError(prefix_ + ": " + timed_out_after(timeout) + " waiting for " + peers_);
-      }
-      if (now - start < kSpin) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(kPollSleep);
-      }
-    }
-  }
-
-  bool is_completed() override { return test(); }
-
  private:
-  bool test() {
-    if (error_) std::rethrow_exception(error_);
-    if (done_) return true;
+  bool test() override {
     int flag = 0;
     MPI_Status status{};
     int rc = 0;
@@ -230,33 +205,39 @@ class MpiWork final : public Work {
                                   " elements, " + peers_ + " sent " + std::to_string(got));
       }
     }
-    done_ = true;
+    finished_ = true;
     return true;
+  }
+
+  std::string waiting_for() const override { return peers_; }
+
+  // Note [MPI deadlines and shutdown]: a timeout ends the job with exit code 4.
+  std::exception_ptr timeout_error(std::chrono::milliseconds timeout) override {
+    record_failure(4);
+    return BasicWork::timeout_error(timeout);
   }
 
   template <typename E>
   [[noreturn]] void fail(int exit_code, const std::string& what) {
     record_failure(exit_code);
-    error_ = std::make_exception_ptr(E(prefix_ + what));
-    std::rethrow_exception(error_);
+    finished_ = true;
+    throw E(prefix() + what);
   }
 
   MPI_Request request_;
-  std::string prefix_;
   std::string peers_;
   std::size_t expected_;
   MPI_Datatype recv_type_;
   bool check_count_;
-  bool done_ = false;
-  std::exception_ptr error_;
+  bool finished_ = false;  // completed or failed: the request is no longer ours to free
 };
 
-class MpiCommunicator final : public Communicator {
+class MpiCommunicator final : public CommunicatorBase {
  public:
   // Takes ownership of `comm`. `members` are world ranks by local rank.
   MpiCommunicator(MPI_Comm comm, std::vector<int> members, int rank,
                   std::chrono::milliseconds timeout)
-      : comm_(comm), members_(std::move(members)), rank_(rank), timeout_(timeout) {}
+      : CommunicatorBase("mpi", std::move(members), rank), comm_(comm), timeout_(timeout) {}
 
   ~MpiCommunicator() override {
     std::lock_guard<std::mutex> lock(runtime().mu);
@@ -266,16 +247,9 @@ class MpiCommunicator final : public Communicator {
     if (!finalized && runtime().failure_code.load() == 0) MPI_Comm_free(&comm_);
   }
 
-  int rank() const noexcept override { return rank_; }
-  int size() const noexcept override { return static_cast<int>(members_.size()); }
-  std::string backend_name() const override { return "mpi"; }
-  int global_rank(int r) const noexcept override {
-    return r >= 0 && r < size() ? members_[static_cast<std::size_t>(r)] : -1;
-  }
-
   WorkPtr send(const BufferView& buf, int dst, std::int64_t tag, const OpContext& ctx) override {
     check_rank(dst, "send");
-    const std::string prefix = op_prefix(self(), p2p_name(true, global_rank(dst)), ctx);
+    const std::string prefix = p2p_prefix(true, dst, ctx);
     MPI_Request req = MPI_REQUEST_NULL;
     {
       std::lock_guard<std::mutex> lock(runtime().mu);
@@ -289,7 +263,7 @@ class MpiCommunicator final : public Communicator {
 
   WorkPtr recv(const BufferView& buf, int src, std::int64_t tag, const OpContext& ctx) override {
     check_rank(src, "recv");
-    const std::string prefix = op_prefix(self(), p2p_name(false, global_rank(src)), ctx);
+    const std::string prefix = p2p_prefix(false, src, ctx);
     MPI_Request req = MPI_REQUEST_NULL;
     {
       std::lock_guard<std::mutex> lock(runtime().mu);
@@ -302,7 +276,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   WorkPtr all_reduce(const BufferView& buf, ReduceOp op, const OpContext& ctx) override {
-    const std::string prefix = op_prefix(self(), "all_reduce", ctx);
+    const std::string prefix = op_prefix("all_reduce", ctx);
     return post(prefix, [&](MPI_Request* req) {
       return MPI_Iallreduce(MPI_IN_PLACE, buf.data, checked_count(buf), mpi_type(buf.dtype),
                             mpi_op(op, buf.dtype), comm_, req);
@@ -311,8 +285,8 @@ class MpiCommunicator final : public Communicator {
 
   WorkPtr reduce(const BufferView& buf, int root, ReduceOp op, const OpContext& ctx) override {
     check_rank(root, "reduce root");
-    const std::string prefix = op_prefix(self(), "reduce", ctx);
-    const bool is_root = root == rank_;
+    const std::string prefix = op_prefix("reduce", ctx);
+    const bool is_root = root == rank();
     return post(prefix, [&](MPI_Request* req) {
       return MPI_Ireduce(is_root ? MPI_IN_PLACE : buf.data, is_root ? buf.data : nullptr,
                          checked_count(buf), mpi_type(buf.dtype), mpi_op(op, buf.dtype), root,
@@ -322,56 +296,41 @@ class MpiCommunicator final : public Communicator {
 
   WorkPtr broadcast(const BufferView& buf, int root, const OpContext& ctx) override {
     check_rank(root, "broadcast root");
-    const std::string prefix = op_prefix(self(), "broadcast", ctx);
+    const std::string prefix = op_prefix("broadcast", ctx);
     return post(prefix, [&](MPI_Request* req) {
       return MPI_Ibcast(buf.data, checked_count(buf), mpi_type(buf.dtype), root, comm_, req);
     });
   }
 
   WorkPtr barrier(const OpContext& ctx) override {
-    const std::string prefix = op_prefix(self(), "barrier", ctx);
+    const std::string prefix = op_prefix("barrier", ctx);
     return post(prefix, [&](MPI_Request* req) { return MPI_Ibarrier(comm_, req); });
-  }
-
-  std::unique_ptr<Communicator> split(const std::vector<int>& members) override {
-    PW_ASSERT(!members.empty() && std::is_sorted(members.begin(), members.end()) &&
-                  std::adjacent_find(members.begin(), members.end()) == members.end() &&
-                  members.front() >= 0 && members.back() < size(),
-              "split() members must be ascending, unique communicator-local ranks < " << size());
-    const int seq = split_seq_++;
-    auto pos = std::find(members.begin(), members.end(), rank_);
-    if (pos == members.end()) return nullptr;
-    std::vector<int> world;
-    for (int r : members) world.push_back(global_rank(r));
-    const std::string prefix = "rank " + std::to_string(self()) + ": split #" +
-                               std::to_string(seq) + " into ranks " + rank_list(world);
-    handshake(members, prefix);
-    MPI_Comm child = MPI_COMM_NULL;
-    {
-      std::lock_guard<std::mutex> lock(runtime().mu);
-      MPI_Group parent_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
-      PW_MPI_CHECK(MPI_Comm_group(comm_, &parent_group), prefix);
-      PW_MPI_CHECK(
-          MPI_Group_incl(parent_group, static_cast<int>(members.size()), members.data(), &group),
-          prefix);
-      PW_MPI_CHECK(MPI_Comm_create_group(comm_, group, seq, &child), prefix);
-      MPI_Group_free(&group);
-      MPI_Group_free(&parent_group);
-      PW_MPI_CHECK(MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN), prefix);
-    }
-    return std::make_unique<MpiCommunicator>(child, std::move(world),
-                                             static_cast<int>(pos - members.begin()), timeout_);
   }
 
   // The reserved tag of Note [MPI split handshake]; user tags must be below it.
   int handshake_tag() const { return runtime().tag_ub; }
 
  private:
-  int self() const { return members_[static_cast<std::size_t>(rank_)]; }
-
-  void check_rank(int r, const char* what) const {
-    PW_ASSERT(r >= 0 && r < size(), what << " rank " << r << " out of range for a communicator of "
-                                         << size() << " ranks");
+  std::unique_ptr<Communicator> make_split(const SplitRequest& request) override {
+    if (request.rank < 0) return nullptr;
+    const int seq = static_cast<int>(request.seq);
+    const std::string prefix = "rank " + std::to_string(self()) + ": split #" +
+                               std::to_string(seq) + " into ranks " + rank_list(request.world);
+    handshake(request.members, prefix);
+    MPI_Comm child = MPI_COMM_NULL;
+    {
+      std::lock_guard<std::mutex> lock(runtime().mu);
+      MPI_Group parent_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+      PW_MPI_CHECK(MPI_Comm_group(comm_, &parent_group), prefix);
+      PW_MPI_CHECK(MPI_Group_incl(parent_group, static_cast<int>(request.members.size()),
+                                  request.members.data(), &group),
+                   prefix);
+      PW_MPI_CHECK(MPI_Comm_create_group(comm_, group, seq, &child), prefix);
+      MPI_Group_free(&group);
+      MPI_Group_free(&parent_group);
+      PW_MPI_CHECK(MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN), prefix);
+    }
+    return std::make_unique<MpiCommunicator>(child, request.world, request.rank, timeout_);
   }
 
   int checked_tag(std::int64_t tag) const {
@@ -388,19 +347,12 @@ class MpiCommunicator final : public Communicator {
 
   template <typename F>
   WorkPtr post(const std::string& prefix, F&& call) {
-    std::vector<int> others;
-    for (int r = 0; r < size(); ++r) {
-      if (r != rank_) others.push_back(global_rank(r));
-    }
     MPI_Request req = MPI_REQUEST_NULL;
     {
       std::lock_guard<std::mutex> lock(runtime().mu);
       PW_MPI_CHECK(call(&req), prefix);
     }
-    const std::string peers = others.empty()       ? std::string("nobody")
-                              : others.size() == 1 ? "rank " + std::to_string(others[0])
-                                                   : "one of ranks " + rank_list(others);
-    return std::make_shared<MpiWork>(req, prefix, peers, BufferView{}, false);
+    return std::make_shared<MpiWork>(req, prefix, others(), BufferView{}, false);
   }
 
   // Note [MPI split handshake]
@@ -412,7 +364,7 @@ class MpiCommunicator final : public Communicator {
     const int tag = handshake_tag();
     for (std::size_t i = 0; i < members.size(); ++i) {
       const int peer = members[i];
-      if (peer == rank_) continue;
+      if (peer == rank()) continue;
       MPI_Request s = MPI_REQUEST_NULL, r = MPI_REQUEST_NULL;
       {
         std::lock_guard<std::mutex> lock(runtime().mu);
@@ -445,10 +397,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   MPI_Comm comm_;
-  std::vector<int> members_;
-  int rank_;
   std::chrono::milliseconds timeout_;
-  int split_seq_ = 0;
 };
 
 }  // namespace

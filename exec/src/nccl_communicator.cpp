@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "communicator_base.hpp"
 #include "cuda_streams.hpp"
 #include "nccl_check.hpp"
 #include "nccl_ordering.hpp"
@@ -110,13 +111,7 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
-  os << "]";
-  return os.str();
-}
+using detail::rank_list;
 
 // Which way a CPU buffer is staged through the device (see NcclCommunicator::issue).
 enum class Staging { kToDevice, kToHost, kBoth };
@@ -193,19 +188,12 @@ struct Setup {
   cudaStream_t compute = nullptr;
 };
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public detail::CommunicatorBase {
  public:
   // Joins the communicator of `global_ranks` as member `rank`; the unique id is exchanged under
   // `key` (rank 0 publishes it). Collective over the members.
   NcclCommunicator(Setup setup, int rank, std::vector<int> global_ranks, const std::string& key)
       : NcclCommunicator(std::move(setup), rank, std::move(global_ranks), key, nullptr) {}
-
-  int rank() const noexcept override { return rank_; }
-  int size() const noexcept override { return static_cast<int>(global_ranks_.size()); }
-  std::string backend_name() const override { return "nccl"; }
-  int global_rank(int r) const noexcept override {
-    return r >= 0 && r < size() ? global_ranks_[static_cast<std::size_t>(r)] : -1;
-  }
 
   WorkPtr send(const BufferView& buf, int dst, std::int64_t /*tag*/,
                const OpContext& ctx) override {
@@ -232,7 +220,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   WorkPtr all_reduce(const BufferView& buf, ReduceOp op, const OpContext& ctx) override {
-    OpInfo info{"all_reduce over ranks " + rank_list(global_ranks_), -1, ctx};
+    OpInfo info{"all_reduce over ranks " + rank_list(members()), -1, ctx};
     return issue(buf, Staging::kBoth, std::move(info),
                  [&](const BufferView& b, cudaStream_t stream) {
                    return PW_GPU_CHECK(ncclAllReduce(b.data, b.data, b.count, nccl_type(b.dtype),
@@ -243,7 +231,7 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr reduce(const BufferView& buf, int root, ReduceOp op, const OpContext& ctx) override {
     OpInfo info{"reduce to rank " + std::to_string(global_rank(root)) + " over ranks " +
-                    rank_list(global_ranks_),
+                    rank_list(members()),
                 -1, ctx};
     check_root(root, info);
     return issue(buf, Staging::kBoth, std::move(info),
@@ -256,7 +244,7 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr broadcast(const BufferView& buf, int root, const OpContext& ctx) override {
     OpInfo info{"broadcast from rank " + std::to_string(global_rank(root)) + " over ranks " +
-                    rank_list(global_ranks_),
+                    rank_list(members()),
                 -1, ctx};
     check_root(root, info);
     return issue(buf, Staging::kBoth, std::move(info),
@@ -271,7 +259,7 @@ class NcclCommunicator final : public Communicator {
   WorkPtr barrier(const OpContext& ctx) override {
     const BufferView token{barrier_token_, 1, DType::kFloat32,
                            Device{Device::Kind::kCuda, device()}};
-    OpInfo info{"barrier over ranks " + rank_list(global_ranks_), -1, ctx};
+    OpInfo info{"barrier over ranks " + rank_list(members()), -1, ctx};
     return issue(
         token, Staging::kBoth, std::move(info), [&](const BufferView& b, cudaStream_t stream) {
           return PW_GPU_CHECK(
@@ -302,20 +290,12 @@ class NcclCommunicator final : public Communicator {
     tracker_.end_batch(in_progress);
   }
 
-  std::unique_ptr<Communicator> split(const std::vector<int>& members) override {
+  std::unique_ptr<Communicator> make_split(const SplitRequest& request) override {
     PW_ASSERT(!tracker_.in_batch(), "split() inside a p2p batch");
     tracker_.check_alive();
-    int my_index = -1;
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      PW_CHECK(members[i] >= 0 && members[i] < size() && (i == 0 || members[i] > members[i - 1]),
-               BackendError,
-               "rank " << global_rank(rank_) << ": split() members " << rank_list(members)
-                       << " must be ascending ranks of a communicator of size " << size());
-      if (members[i] == rank_) my_index = static_cast<int>(i);
-    }
-    std::vector<int> child_globals;
-    for (int m : members) child_globals.push_back(global_rank(m));
-    const std::string child_key = key_ + "/split" + std::to_string(splits_++);
+    const int my_index = request.rank;
+    const std::vector<int>& child_globals = request.world;
+    const std::string child_key = key_ + "/split" + std::to_string(request.seq);
     streams_->use_device();
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
     // ncclCommSplit is collective over the parent: non-members pass NCCL_SPLIT_NOCOLOR and get
@@ -345,18 +325,17 @@ class NcclCommunicator final : public Communicator {
  private:
   NcclCommunicator(Setup setup, int rank, std::vector<int> global_ranks, std::string key,
                    ncclComm_t existing)
-      : setup_(std::move(setup)),
-        rank_(rank),
-        global_ranks_(std::move(global_ranks)),
+      : CommunicatorBase("nccl", std::move(global_ranks), rank),
+        setup_(std::move(setup)),
         key_(std::move(key)),
         streams_(std::make_shared<CudaStreams>(setup_.device, setup_.compute, self())),
         control_(std::make_shared<NcclControl>(existing != nullptr ? existing : init_comm(),
                                                setup_.device, setup_.timeout)),
-        tracker_(streams_, control_, self(), global_ranks_, setup_.timeout) {
+        tracker_(streams_, control_, self(), members(), setup_.timeout) {
     if (existing == nullptr) {
       // ncclCommInitRankConfig on a non-blocking communicator returns before the peers have
       // connected: wait for it here (bounded by the timeout) so construction means "joined".
-      tracker_.wait_enqueued(OpInfo{"NCCL init of ranks " + rank_list(global_ranks_) +
+      tracker_.wait_enqueued(OpInfo{"NCCL init of ranks " + rank_list(members()) +
                                         " (ranks that did not start or cannot reach this one "
                                         "make it time out)",
                                     -1, OpContext{}});
@@ -379,7 +358,6 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
  private:
-  [[nodiscard]] int self() const noexcept { return global_ranks_[static_cast<std::size_t>(rank_)]; }
   [[nodiscard]] int device() const noexcept { return setup_.device; }
 
   static ncclConfig_t nonblocking_config() {
@@ -395,10 +373,10 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t init_comm() {
     CallSite site;
     site.rank = self();
-    site.group = global_ranks_;
+    site.group = members();
     ncclUniqueId id;
     const std::string key = key_ + "/unique_id";
-    if (rank_ == 0) {
+    if (rank() == 0) {
       PW_GPU_CHECK(ncclGetUniqueId(&id), site);
       setup_.store_set(key, std::string(id.internal, sizeof(id.internal)));
     } else {
@@ -411,14 +389,12 @@ class NcclCommunicator final : public Communicator {
     PW_GPU_CHECK(cudaSetDevice(setup_.device), site);
     ncclConfig_t config = nonblocking_config();
     ncclComm_t comm = nullptr;
-    PW_GPU_CHECK(
-        ncclCommInitRankConfig(&comm, static_cast<int>(global_ranks_.size()), id, rank_, &config),
-        site);
+    PW_GPU_CHECK(ncclCommInitRankConfig(&comm, size(), id, rank(), &config), site);
     return comm;
   }
 
   void check_peer(int peer, const OpInfo& info) const {
-    PW_CHECK(peer >= 0 && peer < size() && peer != rank_, BackendError,
+    PW_CHECK(peer >= 0 && peer < size() && peer != rank(), BackendError,
              "rank " << self() << ": " << info.op << " (" << info.ctx.describe() << "): peer "
                      << peer << " is not another rank of a communicator of size " << size());
   }
@@ -473,10 +449,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Setup setup_;
-  int rank_;
-  std::vector<int> global_ranks_;
   std::string key_;
-  int splits_ = 0;
   std::shared_ptr<CudaStreams> streams_;
   std::shared_ptr<NcclControl> control_;
   OpTracker tracker_;

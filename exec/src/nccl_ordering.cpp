@@ -5,6 +5,7 @@
 #include <thread>
 #include <utility>
 
+#include "communicator_base.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec {
@@ -76,38 +77,26 @@ namespace {
 constexpr std::chrono::microseconds kFirstPause{10};
 constexpr std::chrono::microseconds kMaxPause{1000};
 
-class StreamWork final : public Work {
+// Completion, stored errors and the wait loop are BasicWork's (Note [Work completion]); this
+// Work looks at its comm-stream event and the communicator's asynchronous error, pauses with a
+// doubling backoff on the injectable clock, and makes a timeout fatal to the communicator.
+class StreamWork final : public detail::BasicWork {
  public:
   StreamWork(std::shared_ptr<detail::TrackerState> state,
              std::shared_ptr<detail::Completion> completion, OpInfo info)
-      : state_(std::move(state)), completion_(std::move(completion)), info_(std::move(info)) {}
-
-  void wait(std::chrono::milliseconds timeout) override {
-    const auto deadline = state_->clock.now() + timeout;
-    std::chrono::microseconds pause = kFirstPause;
-    while (!poll_once()) {
-      if (state_->clock.now() >= deadline) {
-        std::rethrow_exception(state_->abort_with(state_->timeout_error(info_, timeout, "")));
-      }
-      state_->clock.pause(pause);
-      pause = std::min(pause * 2, kMaxPause);
-    }
-  }
-
-  bool is_completed() override { return poll_once(); }
+      : BasicWork(state->prefix(info)),
+        state_(std::move(state)),
+        completion_(std::move(completion)),
+        info_(std::move(info)) {}
 
  private:
   // One look at the operation: true when complete (and the compute stream ordered after it),
   // false when still running; throws on a stored or newly detected failure.
-  bool poll_once() {
-    if (done_) return true;
+  bool test() override {
     if (auto fatal = state_->fatal_error()) std::rethrow_exception(fatal);
     if (completion_->error) std::rethrow_exception(completion_->error);
-    PW_ASSERT(completion_->event != nullptr, "Work of " << info_.op << " (" << info_.ctx.describe()
-                                                        << ") waited on before end_p2p_batch()");
     if (state_->streams->is_complete(*completion_->event)) {
       state_->streams->compute_waits_for(*completion_->event);
-      done_ = true;
       return true;
     }
     const CommHealth health = state_->control->poll();
@@ -117,10 +106,29 @@ class StreamWork final : public Work {
     return false;
   }
 
+  void check_waitable() const override {
+    PW_ASSERT(completion_->event != nullptr || completion_->error || state_->fatal_error(),
+              "Work of " << info_.op << " (" << info_.ctx.describe()
+                         << ") waited on before end_p2p_batch()");
+  }
+
+  std::string waiting_for() const override { return "the NCCL operation"; }
+
+  void pause(WaitState& wait, std::unique_lock<std::mutex>& /*lock*/) override {
+    wait.backoff = wait.backoff.count() == 0 ? kFirstPause : std::min(wait.backoff * 2, kMaxPause);
+    state_->clock.pause(wait.backoff);
+  }
+
+  detail::WorkClock::time_point now() const override { return state_->clock.now(); }
+
+  // NCCL cannot cancel one operation: a timeout aborts the communicator.
+  std::exception_ptr timeout_error(std::chrono::milliseconds timeout) override {
+    return state_->abort_with(state_->timeout_error(info_, timeout, ""));
+  }
+
   std::shared_ptr<detail::TrackerState> state_;
   std::shared_ptr<detail::Completion> completion_;
   OpInfo info_;
-  bool done_ = false;
 };
 
 }  // namespace

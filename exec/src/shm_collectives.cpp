@@ -19,7 +19,7 @@
 #include <sstream>
 #include <utility>
 
-#include "comm_errors.hpp"
+#include "communicator_base.hpp"
 #include "pipewright/graph/error.hpp"
 #include "reduce_kernels.hpp"
 
@@ -212,26 +212,26 @@ struct ShmCollectives::Job {
 
 namespace {
 
-class ShmWork final : public Work {
+// The worker thread publishes the job's outcome; waits block on the job's condition variable.
+class ShmWork final : public BasicWork {
  public:
   ShmWork(std::shared_ptr<ShmCollectives::Job> job, std::vector<int> global_ranks, int rank)
-      : job_(std::move(job)), global_ranks_(std::move(global_ranks)), rank_(rank) {}
+      : BasicWork(job->prefix),
+        job_(std::move(job)),
+        global_ranks_(std::move(global_ranks)),
+        rank_(rank) {}
 
-  void wait(std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(job_->mu);
-    if (!job_->cv.wait_for(lock, timeout, [&] { return job_->done; })) {
-      throw TimeoutError(job_->prefix + ": " + timed_out_after(timeout) + " waiting for " +
-                         laggards());
-    }
-    if (job_->error) std::rethrow_exception(job_->error);
-  }
-
-  bool is_completed() override {
-    std::lock_guard<std::mutex> lock(job_->mu);
+ private:
+  std::unique_lock<std::mutex> lock() override { return std::unique_lock<std::mutex>(job_->mu); }
+  bool test() override {
     if (!job_->done) return false;
     if (job_->error) std::rethrow_exception(job_->error);
     return true;
   }
+  void pause(WaitState& wait, std::unique_lock<std::mutex>& lock) override {
+    (void)job_->cv.wait_until(lock, wait.deadline);
+  }
+  std::string waiting_for() const override { return laggards(); }
 
  private:
   // Ranks that have entered fewer barriers of this buffer than we have.

@@ -1,0 +1,455 @@
+// One conformance suite over every Communicator backend (issue 19): the same semantic checks,
+// typed over a backend harness that runs a body on every rank of a fresh world.
+//   Fake: threads of this process (FakeWorld).
+//   Gloo: threads of this process, one ProcessGroupGloo each, rendezvous through a MemoryStore,
+//         bound to 127.0.0.1.
+//   Mpi:  this process is one rank; runs only under mpirun (comm_mp.sh conformance-mpi*), else
+//         skipped. A timeout or a failed operation ends an MPI job with MPI_Abort at exit
+//         (Note [MPI deadlines and shutdown]), so those two tests run in mpirun jobs of their own.
+//   Nccl: threads of this process, one CUDA device each (make_local_nccl_communicators); skipped
+//         without PIPEWRIGHT_WITH_NCCL or with fewer than two CUDA devices.
+// Every wait has a deadline, so a broken backend fails a test instead of hanging it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipewright/exec/backend.hpp"
+#include "pipewright/exec/communicator.hpp"
+#include "pipewright/exec/fake_communicator.hpp"
+#include "pipewright/exec/rendezvous.hpp"
+#include "pipewright/exec/store.hpp"
+#include "pipewright/graph/error.hpp"
+#if PIPEWRIGHT_WITH_NCCL
+#include "nccl_communicator.hpp"
+#endif
+
+namespace pipewright::exec {
+namespace {
+
+using std::chrono::milliseconds;
+constexpr milliseconds kLong{20000};
+using Body = std::function<void(Communicator&)>;
+
+// Runs body on one thread per rank, each with the communicator make(rank) returns (called on
+// that thread: creating a communicator is collective). `final_barrier`: nobody leaves while
+// others may still talk to it.
+void run_threads(int n, const std::function<std::unique_ptr<Communicator>(int)>& make,
+                 const Body& body, bool final_barrier) {
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = make(r);
+        body(*comm);
+        if (final_barrier) comm->barrier({})->wait(kLong);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+// What a harness declares: its name, world size, why it cannot run here (empty: it can), and
+// run(body, final_barrier). Traits name the documented differences between transports.
+struct FakeHarness {
+  static constexpr const char* kName = "Fake";
+  static constexpr bool kMatchesTags = true;  // NCCL matches by posting order only
+  // A receive of a shorter message than its buffer fails (BackendError). NCCL sends no sizes;
+  // Gloo accepts a shorter message silently (and a longer one aborts the process: gloo enforces
+  // the length in its I/O thread).
+  static constexpr bool kChecksSizes = true;
+  // A rank whose communicator is destroyed makes its peers' operations fail with PeerError while
+  // the others go on. Under MPI and NCCL a lost rank ends the job.
+  static constexpr bool kSurvivesPeerExit = true;
+  static int world_size() { return 3; }
+  static std::string unavailable() { return ""; }
+  static void run(const Body& body, bool final_barrier) {
+    FakeWorld world(world_size());
+    run_threads(
+        world_size(), [&](int r) { return world.communicator(r); }, body, final_barrier);
+  }
+};
+
+struct GlooHarness {
+  static constexpr const char* kName = "Gloo";
+  static constexpr bool kMatchesTags = true;
+  static constexpr bool kChecksSizes = false;
+  static constexpr bool kSurvivesPeerExit = true;
+  static int world_size() { return 3; }
+  static std::string unavailable() { return ""; }
+  static void run(const Body& body, bool final_barrier) {
+    MemoryStore store;
+    const int n = world_size();
+    run_threads(
+        n,
+        [&](int r) {
+          WorldInfo w;
+          w.rank = r;
+          w.world_size = n;
+          w.master_addr = "127.0.0.1";
+          CommOptions opts;
+          opts.timeout = kLong;
+          rendezvous(store, w, kLong);
+          return make_communicator(Backend::kGloo, w, &store, opts);
+        },
+        body, final_barrier);
+  }
+};
+
+struct MpiHarness {
+  static constexpr const char* kName = "Mpi";
+  static constexpr bool kMatchesTags = true;
+  static constexpr bool kChecksSizes = true;
+  static constexpr bool kSurvivesPeerExit = false;
+  static int world_size() {
+    const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+    return size != nullptr ? std::atoi(size) : 0;
+  }
+  static std::string unavailable() {
+    if (!backend_compiled(Backend::kMpi)) return "built without MPI";
+    if (world_size() < 2) return "not under mpirun with >= 2 ranks (comm_mp.sh conformance-mpi)";
+    return "";
+  }
+  static void run(const Body& body, bool final_barrier) {
+    const WorldInfo w = resolve_world({}, current_environment());
+    CommOptions opts;
+    opts.timeout = kLong;
+    auto comm = make_communicator(Backend::kMpi, w, nullptr, opts);
+    try {
+      body(*comm);
+      if (final_barrier) comm->barrier({})->wait(kLong);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << w.rank << ": " << e.what();
+    }
+  }
+};
+
+struct NcclHarness {
+  static constexpr const char* kName = "Nccl";
+  static constexpr bool kMatchesTags = false;
+  static constexpr bool kChecksSizes = false;
+  static constexpr bool kSurvivesPeerExit = false;
+  static int world_size() {
+#if PIPEWRIGHT_WITH_NCCL
+    return std::min(cuda_device_count(), 4);
+#else
+    return 0;
+#endif
+  }
+  static std::string unavailable() {
+#if PIPEWRIGHT_WITH_NCCL
+    std::string detail;
+    const int count = cuda_device_count(&detail);
+    if (count < 2) {
+      return "no CUDA device: skipped (needs 2, found " + std::to_string(count) +
+             (detail.empty() ? "" : ": " + detail) + ")";
+    }
+    return "";
+#else
+    return "built without NCCL";
+#endif
+  }
+  static void run([[maybe_unused]] const Body& body, [[maybe_unused]] bool final_barrier) {
+#if PIPEWRIGHT_WITH_NCCL
+    const int n = world_size();
+    std::vector<int> devices;
+    for (int d = 0; d < n; ++d) devices.push_back(d);
+    auto comms = make_local_nccl_communicators(devices, kLong);
+    run_threads(
+        n, [&](int r) { return std::move(comms[static_cast<std::size_t>(r)]); }, body,
+        final_barrier);
+#endif
+  }
+};
+
+template <typename H>
+class Conformance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = H::unavailable();
+    if (!why.empty()) GTEST_SKIP() << H::kName << ": " << why;
+  }
+  static int n() { return H::world_size(); }
+  static void run(const Body& body, bool final_barrier = true) { H::run(body, final_barrier); }
+};
+
+struct HarnessNames {
+  template <typename H>
+  static std::string GetName(int /*index*/) {
+    return H::kName;
+  }
+};
+
+using Harnesses = ::testing::Types<FakeHarness, GlooHarness, MpiHarness, NcclHarness>;
+TYPED_TEST_SUITE(Conformance, Harnesses, HarnessNames);
+
+template <typename T>
+BufferView view(std::vector<T>& v, DType dtype) {
+  return BufferView{v.data(), v.size(), dtype};
+}
+
+TYPED_TEST(Conformance, AccessorsDescribeTheGroup) {
+  const int n = this->n();
+  std::string name = TypeParam::kName;
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  this->run([&](Communicator& comm) {
+    EXPECT_EQ(comm.size(), n);
+    EXPECT_GE(comm.rank(), 0);
+    EXPECT_LT(comm.rank(), n);
+    EXPECT_EQ(comm.backend_name(), name);
+    for (int r = 0; r < n; ++r) EXPECT_EQ(comm.global_rank(r), r);  // the world
+    EXPECT_EQ(comm.global_rank(-1), -1);
+    EXPECT_EQ(comm.global_rank(n), -1);
+  });
+}
+
+// A ring in both directions; with tags, the receives are posted in the other order than the
+// sends, so matching must be by (peer, tag), not by arrival.
+TYPED_TEST(Conformance, SendRecvMatchesPeerAndTag) {
+  const int n = this->n();
+  this->run([&](Communicator& comm) {
+    const int me = comm.rank(), right = (me + 1) % n, left = (me + n - 1) % n;
+    std::vector<float> a(100, float(me * 10 + 1)), b(3, float(me * 10 + 2));
+    std::vector<float> from_left(100, -1), from_left_b(3, -1), from_right(100, -1);
+    comm.begin_p2p_batch();
+    std::vector<WorkPtr> works;
+    works.push_back(comm.send(view(a, DType::kFloat32), right, 1, {}));
+    works.push_back(comm.send(view(b, DType::kFloat32), right, 2, {}));
+    works.push_back(comm.send(view(a, DType::kFloat32), left, 3, {}));
+    if (TypeParam::kMatchesTags) {
+      works.push_back(comm.recv(view(from_left_b, DType::kFloat32), left, 2, {}));
+      works.push_back(comm.recv(view(from_left, DType::kFloat32), left, 1, {}));
+    } else {
+      works.push_back(comm.recv(view(from_left, DType::kFloat32), left, 1, {}));
+      works.push_back(comm.recv(view(from_left_b, DType::kFloat32), left, 2, {}));
+    }
+    works.push_back(comm.recv(view(from_right, DType::kFloat32), right, 3, {}));
+    comm.end_p2p_batch();
+    for (auto& w : works) w->wait(kLong);
+    for (auto& w : works) EXPECT_TRUE(w->is_completed());
+    EXPECT_EQ(from_left, std::vector<float>(100, float(left * 10 + 1)));
+    EXPECT_EQ(from_left_b, std::vector<float>(3, float(left * 10 + 2)));
+    EXPECT_EQ(from_right, std::vector<float>(100, float(right * 10 + 1)));
+  });
+}
+
+TYPED_TEST(Conformance, AllReduceSumsMaxAndMin) {
+  const int n = this->n();
+  this->run([&](Communicator& comm) {
+    const int me = comm.rank();
+    std::vector<float> f(1 << 16);
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = float(me + 1) * float(i % 7);
+    comm.all_reduce(view(f, DType::kFloat32), ReduceOp::kSum, {})->wait(kLong);
+    const float tri = float(n * (n + 1) / 2);
+    for (std::size_t i = 0; i < f.size(); i += 997) ASSERT_EQ(f[i], tri * float(i % 7)) << i;
+    std::vector<double> d{double(me), -double(me)};
+    comm.all_reduce(view(d, DType::kFloat64), ReduceOp::kMax, {})->wait(kLong);
+    EXPECT_EQ(d, (std::vector<double>{double(n - 1), 0.0}));
+    std::vector<std::int64_t> l{me + 5, 1};
+    comm.all_reduce(view(l, DType::kInt64), ReduceOp::kMin, {})->wait(kLong);
+    EXPECT_EQ(l, (std::vector<std::int64_t>{5, 1}));
+    std::vector<std::int32_t> s{me, 1};
+    comm.all_reduce(view(s, DType::kInt32), ReduceOp::kSum, {})->wait(kLong);
+    EXPECT_EQ(s, (std::vector<std::int32_t>{n * (n - 1) / 2, n}));
+  });
+}
+
+TYPED_TEST(Conformance, ReduceAndBroadcastFromEveryRoot) {
+  const int n = this->n();
+  this->run([&](Communicator& comm) {
+    const int me = comm.rank();
+    for (int root = 0; root < n; ++root) {
+      std::vector<std::int32_t> v{me, 1};
+      comm.reduce(view(v, DType::kInt32), root, ReduceOp::kSum, {})->wait(kLong);
+      if (me == root) {
+        EXPECT_EQ(v, (std::vector<std::int32_t>{n * (n - 1) / 2, n})) << "root " << root;
+      }
+      std::vector<double> b(5, me == root ? 3.25 + root : -1.0);
+      comm.broadcast(view(b, DType::kFloat64), root, {})->wait(kLong);
+      EXPECT_EQ(b, std::vector<double>(5, 3.25 + root)) << "root " << root;
+    }
+  });
+}
+
+// The last rank arrives late and broadcasts when it arrived (CLOCK_MONOTONIC is one clock for
+// every process of the host): no rank may leave the barrier before that.
+TYPED_TEST(Conformance, BarrierWaitsForTheLastRank) {
+  const int n = this->n();
+  this->run([&](Communicator& comm) {
+    const bool last = comm.rank() == n - 1;
+    std::vector<std::int64_t> arrived{0};
+    if (last) {
+      std::this_thread::sleep_for(milliseconds(150));
+      arrived[0] = std::chrono::steady_clock::now().time_since_epoch().count();
+    }
+    comm.barrier({})->wait(kLong);
+    const auto left = std::chrono::steady_clock::now().time_since_epoch().count();
+    comm.broadcast(view(arrived, DType::kInt64), n - 1, {})->wait(kLong);
+    EXPECT_GE(left, arrived[0]);
+  });
+}
+
+// Pairs of neighbours and the parity groups, created by every rank in one order; members get a
+// working communicator with their own numbering, non-members nullptr.
+TYPED_TEST(Conformance, SplitIntoSubgroups) {
+  const int n = this->n();
+  this->run([&](Communicator& comm) {
+    const int me = comm.rank();
+    std::vector<std::unique_ptr<Communicator>> pairs;
+    for (int r = 0; r + 1 < n; ++r) pairs.push_back(comm.split({r, r + 1}));
+    std::vector<int> even, odd;
+    for (int r = 0; r < n; ++r) (r % 2 == 0 ? even : odd).push_back(r);
+    auto even_comm = comm.split(even);
+    auto odd_comm = comm.split(odd);
+    for (int r = 0; r + 1 < n; ++r) {
+      auto& pc = pairs[static_cast<std::size_t>(r)];
+      ASSERT_EQ(pc != nullptr, me == r || me == r + 1) << "pair " << r;
+      if (!pc) continue;
+      EXPECT_EQ(pc->size(), 2);
+      EXPECT_EQ(pc->rank(), me - r);
+      EXPECT_EQ(pc->global_rank(0), r);
+      EXPECT_EQ(pc->global_rank(1), r + 1);
+      std::vector<float> v{float(me)};
+      pc->all_reduce(view(v, DType::kFloat32), ReduceOp::kSum, {})->wait(kLong);
+      EXPECT_EQ(v[0], float(2 * r + 1));
+      std::vector<float> p{float(me)};
+      pc->begin_p2p_batch();
+      auto w = pc->rank() == 0 ? pc->send(view(p, DType::kFloat32), 1, 7, {})
+                               : pc->recv(view(p, DType::kFloat32), 0, 7, {});
+      pc->end_p2p_batch();
+      w->wait(kLong);
+      EXPECT_EQ(p[0], float(r));
+    }
+    Communicator* parity = me % 2 == 0 ? even_comm.get() : odd_comm.get();
+    ASSERT_NE(parity, nullptr);
+    EXPECT_EQ(me % 2 == 0 ? odd_comm : even_comm, nullptr);
+    EXPECT_EQ(parity->global_rank(parity->rank()), me);
+    std::int64_t expect = 0;
+    for (int r = me % 2; r < n; r += 2) expect += r;
+    std::vector<std::int64_t> v{me};
+    parity->all_reduce(view(v, DType::kInt64), ReduceOp::kSum, {})->wait(kLong);
+    EXPECT_EQ(v[0], expect);
+    // A split of a split: the group of one.
+    auto first = parity->split({0});
+    ASSERT_EQ(first != nullptr, parity->rank() == 0);
+    if (first) {
+      EXPECT_EQ(first->size(), 1);
+      EXPECT_EQ(first->global_rank(0), me);
+      first->barrier({})->wait(kLong);
+    }
+  });
+}
+
+// Rank 0 waits for a message rank 1 never sends. Rank 1 stays connected past the deadline (a
+// rank that left would be a PeerError instead). Fatal to Gloo and MPI runs by design.
+TYPED_TEST(Conformance, RecvTimeoutNamesPeerAndContext) {
+  this->run(
+      [&](Communicator& comm) {
+        if (comm.rank() != 0) {
+          std::this_thread::sleep_for(milliseconds(800));
+          return;
+        }
+        std::vector<float> v(1);
+        auto work = comm.recv(view(v, DType::kFloat32), 1, 9, OpContext{4, 1, 3, "RECV_F"});
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          work->wait(milliseconds(200));
+          ADD_FAILURE() << "expected TimeoutError";
+        } catch (const TimeoutError& e) {
+          const std::string msg = e.what();
+          EXPECT_NE(msg.find("rank 0: recv from rank 1 (RECV_F stage 1 microbatch 3 step 4): "
+                             "timed out after 200 ms"),
+                    std::string::npos)
+              << msg;
+          EXPECT_EQ(exit_code_for(e), 4);
+        }
+        EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(200));
+      },
+      false);
+}
+
+// Checks that `work` fails on wait() with an error of type E (not a timeout) whose message
+// starts with `prefix`, and that the Work keeps it: every later wait() and is_completed()
+// rethrows the same error.
+template <typename E>
+void expect_kept_error(Work& work, const std::string& prefix) {
+  std::string first;
+  try {
+    work.wait(kLong);
+    ADD_FAILURE() << "expected an error";
+  } catch (const TimeoutError& e) {
+    ADD_FAILURE() << "expected a failure, not a timeout: " << e.what();
+  } catch (const E& e) {
+    first = e.what();
+    EXPECT_EQ(first.rfind(prefix, 0), 0u) << first;
+  }
+  for (int i = 0; i < 2; ++i) {
+    try {
+      if (i == 0) {
+        work.wait(milliseconds(1));
+      } else {
+        (void)work.is_completed();
+      }
+      ADD_FAILURE() << "the error was not kept";
+    } catch (const E& e) {
+      EXPECT_EQ(e.what(), first);
+    }
+  }
+}
+
+// Rank 1 sends 2 elements where rank 0 receives 4: a BackendError on wait().
+TYPED_TEST(Conformance, ShortMessageFailsOnWaitAndIsKept) {
+  if (!TypeParam::kChecksSizes) GTEST_SKIP() << TypeParam::kName << " does not check sizes";
+  this->run(
+      [&](Communicator& comm) {
+        if (comm.rank() != 0) {
+          if (comm.rank() == 1) {
+            std::vector<float> two{1, 2};
+            comm.send(view(two, DType::kFloat32), 0, 4, {})->wait(kLong);
+          }
+          return;
+        }
+        std::vector<float> four(4);
+        auto work = comm.recv(view(four, DType::kFloat32), 1, 4, OpContext{3, 2, 1, "RECV_F"});
+        expect_kept_error<BackendError>(
+            *work, "rank 0: recv from rank 1 (RECV_F stage 2 microbatch 1 step 3): ");
+      },
+      false);
+}
+
+// Rank 1 leaves (its communicator is destroyed) without sending: a PeerError on wait().
+TYPED_TEST(Conformance, PeerLeavingFailsOnWaitAndIsKept) {
+  if (!TypeParam::kSurvivesPeerExit) {
+    GTEST_SKIP() << TypeParam::kName << " cannot lose a rank and go on";
+  }
+  this->run(
+      [&](Communicator& comm) {
+        // Rank 0 posts its receive before the barrier, so rank 1 leaves only after that (a
+        // transport may also reject an operation posted to a peer already gone).
+        std::vector<float> v(4);
+        WorkPtr work;
+        if (comm.rank() == 0) {
+          work = comm.recv(view(v, DType::kFloat32), 1, 4, OpContext{3, 2, 1, "RECV_F"});
+        }
+        comm.barrier({})->wait(kLong);
+        if (comm.rank() != 0) return;
+        expect_kept_error<PeerError>(
+            *work, "rank 0: recv from rank 1 (RECV_F stage 2 microbatch 1 step 3): peer rank 1 ");
+      },
+      false);
+}
+
+}  // namespace
+}  // namespace pipewright::exec
