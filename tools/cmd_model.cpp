@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,26 +17,8 @@ namespace {
 
 // "8,16,2" -> {8, 16, 2}. Throws ConfigError naming the bad item.
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
-  std::vector<std::int64_t> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(start, end - start);
-    std::size_t used = 0;
-    std::int64_t value = 0;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    PW_CHECK(
-        !item.empty() && used == item.size(), ConfigError,
-        "--sizes: cannot parse '" << item << "'; expected comma-separated integers, e.g. 8,16,2");
-    out.push_back(value);
-    start = end + 1;
-  }
-  return out;
+  return parse_int_list(text, "--sizes", "comma-separated integers, e.g. 8,16,2",
+                        std::numeric_limits<std::int64_t>::min());
 }
 
 void log_summary(const graph::Model& model, const std::string& output) {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -25,22 +26,11 @@ struct RenderArgs {
 
 std::vector<int> parse_ranks(const std::string& text, int stages) {
   std::vector<int> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(start, end - start);
-    std::size_t used = 0;
-    int value = -1;
-    try {
-      value = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    PW_CHECK(!item.empty() && used == item.size() && value >= 0, ConfigError,
-             "--stage-to-rank: cannot parse '" << item << "'; expected ranks >= 0, e.g. 0,1,0,1");
-    out.push_back(value);
-    start = end + 1;
+  for (const std::int64_t r :
+       parse_int_list(text, "--stage-to-rank", "ranks >= 0, e.g. 0,1,0,1", 0)) {
+    PW_CHECK(r <= std::numeric_limits<int>::max(), ConfigError,
+             "--stage-to-rank: rank " << r << " is out of range");
+    out.push_back(static_cast<int>(r));
   }
   PW_CHECK(static_cast<int>(out.size()) == stages, ConfigError,
            "--stage-to-rank has " << out.size() << " entries for " << stages << " stages");

@@ -1,5 +1,7 @@
 #include "commands.hpp"
 
+#include "pipewright/graph/error.hpp"
+
 #include <algorithm>
 
 #include <iostream>
@@ -29,6 +31,29 @@ void write_output(const std::string& path, const std::string& content) {
     return;
   }
   write_file_atomically(path, content);  // Note [Output files]
+}
+
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& flag,
+                                         const std::string& expected, std::int64_t min) {
+  std::vector<std::int64_t> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    std::size_t used = 0;
+    std::int64_t value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PW_CHECK(!item.empty() && used == item.size() && value >= min, ConfigError,
+             flag << ": cannot parse '" << item << "'; expected " << expected);
+    out.push_back(value);
+    start = end + 1;
+  }
+  return out;
 }
 
 std::vector<std::string>& command_tail() {

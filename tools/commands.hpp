@@ -4,6 +4,7 @@
 // pipewright errors; main.cpp is the one place that maps them to exit codes and messages.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,6 +30,11 @@ const std::vector<CommandSetup>& registered_commands();
 // Writes `content` to `path` with pipewright::write_file_atomically (Note [Output files]: atomic
 // for regular files, through symlinks, directly into devices and FIFOs). "-" writes to stdout.
 void write_output(const std::string& path, const std::string& content);
+
+// Comma-separated integers, each >= `min`: "8,16,2". An item that
+// does not parse is a ConfigError: "<flag>: cannot parse '<item>'; expected <expected>".
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& flag,
+                                         const std::string& expected, std::int64_t min);
 
 // Commands that run another command (`pipewright launch --nproc 2 -- CMD ARGS...`) take CMD and
 // its arguments verbatim from argv: CLI11 reorders the arguments of a prefix command, so main()

@@ -6,20 +6,13 @@
 #include <array>
 #include <sstream>
 
+#include "model_check.hpp"
 #include "npy.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec {
 
 namespace {
-
-std::string shape_text(at::IntArrayRef sizes) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < sizes.size(); ++i) os << (i ? ", " : "") << sizes[i];
-  os << "]";
-  return os.str();
-}
 
 std::optional<IntRange> int_range(const at::Tensor& t) {
   if (t.scalar_type() != at::kLong || t.numel() == 0) return std::nullopt;
@@ -159,7 +152,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> split_microbatches(const at::Tens
                                                                   std::int64_t microbatches) {
   PW_CHECK(microbatches >= 1, ConfigError, "--microbatches must be >= 1, got " << microbatches);
   PW_CHECK(x.dim() >= 1 && y.dim() >= 1 && x.size(0) == y.size(0), ConfigError,
-           "batch x " << shape_text(x.sizes()) << " and y " << shape_text(y.sizes())
+           "batch x " << shape_text(x.sizes().vec()) << " and y " << shape_text(y.sizes().vec())
                       << " must have the same number of rows");
   const std::int64_t batch = x.size(0);
   PW_CHECK(batch % microbatches == 0, ConfigError,

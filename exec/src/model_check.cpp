@@ -35,14 +35,6 @@ std::int64_t positive_param(const graph::Model& model, int index, const std::str
   return v;
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << "]";
-  return os.str();
-}
-
 // The input type of `index`: the model input, or the (equal) types of its input slots.
 ValueType node_input_type(const graph::Model& model, int index,
                           const std::vector<std::optional<ValueType>>& types) {
@@ -166,6 +158,14 @@ ValueType infer_node(const graph::Model& model, int index, const ValueType& in) 
 }
 
 }  // namespace
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
 
 std::optional<LossKind> parse_loss_kind(const std::string& text) noexcept {
   if (text == "mse") return LossKind::kMse;

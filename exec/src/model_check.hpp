@@ -67,4 +67,7 @@ void check_data_matches_model(const ValueType& x, const ValueType& y, const grap
                               LossKind loss, const std::string& x_source,
                               const std::string& y_source);
 
+// "[2, 3]": a tensor shape in error messages (every executor message writes shapes this way).
+[[nodiscard]] std::string shape_text(const std::vector<std::int64_t>& shape);
+
 }  // namespace pipewright::exec

@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "model_check.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec {
@@ -24,14 +25,6 @@ std::uint64_t splitmix64(std::uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
-}
-
-std::string shape_text(at::IntArrayRef sizes) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < sizes.size(); ++i) os << (i ? ", " : "") << sizes[i];
-  os << "]";
-  return os.str();
 }
 
 std::string value_text(const StageValue& v) {
@@ -288,7 +281,7 @@ std::vector<at::Tensor> StageModule::forward(const std::vector<at::Tensor>& inpu
              model_name_ << ": stage input " << i << " (" << value_text(inputs_[i])
                          << ") must be a batch of " << describe(want) << ", got "
                          << (t.defined() ? std::string(c10::toString(t.scalar_type())) + " " +
-                                               shape_text(t.sizes())
+                                               shape_text(t.sizes().vec())
                                          : std::string("an undefined tensor")));
     values[{inputs_[i].node, inputs_[i].output}] = t;
   }
@@ -384,8 +377,9 @@ void StageModule::load_parameters(const std::map<std::string, at::Tensor>& weigh
              source << ": has no tensor '" << name << "' (model '" << model_name_ << "')");
     const at::Tensor& w = it->second;
     PW_CHECK(w.sizes() == param.sizes(), ConfigError,
-             source << ": tensor '" << name << "' has shape " << shape_text(w.sizes())
-                    << " but model '" << model_name_ << "' needs " << shape_text(param.sizes()));
+             source << ": tensor '" << name << "' has shape " << shape_text(w.sizes().vec())
+                    << " but model '" << model_name_ << "' needs "
+                    << shape_text(param.sizes().vec()));
     PW_CHECK(w.is_floating_point(), ConfigError,
              source << ": tensor '" << name << "' has dtype " << c10::toString(w.scalar_type())
                     << "; parameters must be floating point");
@@ -404,9 +398,9 @@ at::Tensor compute_loss(const at::Tensor& output, const at::Tensor& target, Loss
       t = t.unsqueeze(-1);
     }
     PW_CHECK(t.sizes() == output.sizes() && t.is_floating_point(), ConfigError,
-             "mse loss: prediction " << shape_text(output.sizes()) << " vs target "
+             "mse loss: prediction " << shape_text(output.sizes().vec()) << " vs target "
                                      << c10::toString(target.scalar_type()) << " "
-                                     << shape_text(target.sizes())
+                                     << shape_text(target.sizes().vec())
                                      << ": needs a floating-point target of the same shape");
     return at::mse_loss(output, t.to(output.scalar_type()));
   }
@@ -414,9 +408,9 @@ at::Tensor compute_loss(const at::Tensor& output, const at::Tensor& target, Loss
                output.dim() == target.dim() + 1 &&
                output.sizes().slice(0, target.dim()) == target.sizes(),
            ConfigError,
-           "cross_entropy loss: logits " << shape_text(output.sizes()) << " vs target "
+           "cross_entropy loss: logits " << shape_text(output.sizes().vec()) << " vs target "
                                          << c10::toString(target.scalar_type()) << " "
-                                         << shape_text(target.sizes())
+                                         << shape_text(target.sizes().vec())
                                          << ": needs int64 targets shaped like the logits "
                                             "without their last (class) dimension");
   const std::int64_t classes = output.size(-1);
