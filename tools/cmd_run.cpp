@@ -152,6 +152,7 @@ void setup_run(CLI::App& app) {
         return;
       }
     }
+    spdlog::debug("configuration (--config file, then flags):\n{}", merged_config_toml(*flags));
     Progress progress;
     PW_CHECK(flags->log_every >= 1, ConfigError, "--log-every must be >= 1");
     const auto every = flags->log_every;

@@ -2,7 +2,7 @@
 # `--dry-run` prints the merged configuration, and bad files exit 2 naming file, line and key.
 # One case per PW_MODE (tests/tools/CMakeLists.txt); PW_MODE=setup writes the model the others
 # use (a fixture). No case starts a rendezvous: every run is a --dry-run or fails before one.
-# Inputs: PW_BIN, PW_WORKDIR, PW_MODE.
+# Inputs: PW_BIN, PW_WORKDIR, PW_MODE, PW_DOC (docs/executor.md).
 set(dir "${PW_WORKDIR}/run_config")
 set(model "${dir}/model.json")
 set(work "${dir}/${PW_MODE}")
@@ -162,6 +162,21 @@ elseif(PW_MODE STREQUAL "wrong_type")
 elseif(PW_MODE STREQUAL "missing_file")
   pw_run(2 run --config no/such/job.toml --dry-run)
   pw_expect("no/such/job.toml: cannot open the config file")
+
+elseif(PW_MODE STREQUAL "docs_example")
+  # The full example file in docs/executor.md ("Config files") is valid and sets every key.
+  file(READ "${PW_DOC}" doc)
+  string(FIND "${doc}" "```toml\n" start)
+  if(start LESS 0)
+    message(FATAL_ERROR "${PW_DOC} has no ```toml example")
+  endif()
+  math(EXPR start "${start} + 8")
+  string(SUBSTRING "${doc}" ${start} -1 example)
+  string(FIND "${example}" "```" end)
+  string(SUBSTRING "${example}" 0 ${end} example)
+  pw_config_case(example.toml "${example}" 0
+    "schedule = \"1F1B\".*pp = 2.*microbatches = 4.*batch_size = 16.*steps = 100.*name = \"adamw\".lr = 0.003.*validated, no deadlock"
+    --model "${model}")
 
 elseif(PW_MODE STREQUAL "no_toml")
   # A build without toml++ reads JSON only and says so for a TOML file.
