@@ -510,7 +510,9 @@ void apply_config_file(CLI::App& cmd, const std::string& path) {
       flag = std::string(key->flag);
     }
     if (flag.empty()) continue;  // the default holds
-    // The same option, conversion and checks as the command line's flag.
+    // The value goes through the flag's own option: the same conversion and checks as on the
+    // command line (its callback fills RunFlags). clear() then forgets the result, so CLI11 does
+    // not run the callback again and the option still counts as not given on the command line.
     CLI::Option* opt = cmd.get_option_no_throw(flag);
     try {
       opt->add_result(type == Type::kBool ? std::string("true") : item.text);
