@@ -78,6 +78,26 @@ if(PIPEWRIGHT_WITH_GRAPHVIZ AND NOT PW_GVC_FOUND)
   message(FATAL_ERROR "PIPEWRIGHT_WITH_GRAPHVIZ=ON but libgvc was not found (apt-get install libgraphviz-dev)")
 endif()
 
+# --- toml++ (`run --config` TOML files; pipewright-exec only) ----------------------------
+# Debian's libtomlplusplus-dev ships a CMake config and a pkg-config file. Without it, run reads
+# JSON config files only and says so for a TOML one.
+find_package(tomlplusplus CONFIG QUIET)
+if(NOT TARGET tomlplusplus::tomlplusplus AND PkgConfig_FOUND)
+  pkg_check_modules(PW_TOMLPP QUIET IMPORTED_TARGET tomlplusplus)
+  if(PW_TOMLPP_FOUND)
+    add_library(tomlplusplus::tomlplusplus ALIAS PkgConfig::PW_TOMLPP)
+  endif()
+endif()
+set(_pw_toml_default OFF)
+if(TARGET tomlplusplus::tomlplusplus AND PIPEWRIGHT_WITH_EXEC)
+  set(_pw_toml_default ON)
+endif()
+option(PIPEWRIGHT_WITH_TOML "Read TOML config files in `run --config` (toml++; needs exec)" ${_pw_toml_default})
+if(PIPEWRIGHT_WITH_TOML AND NOT TARGET tomlplusplus::tomlplusplus)
+  message(FATAL_ERROR "PIPEWRIGHT_WITH_TOML=ON but toml++ was not found (apt-get install libtomlplusplus-dev)")
+endif()
+message(STATUS "pipewright: TOML config files ${PIPEWRIGHT_WITH_TOML}")
+
 # --- Tests and benchmarks ----------------------------------------------------------------
 if(BUILD_TESTING OR NOT DEFINED BUILD_TESTING)
   find_package(GTest REQUIRED)

@@ -1,5 +1,5 @@
 // `pipewright run`: train a model with a pipeline schedule on this process's rank of a pp x dp
-// job. Thin: the flags (or the same keys from a --config file, TOML or JSON) fill an
+// job. Thin: the flags (or the keys of a --config file, run_config.hpp) fill an
 // exec::RunConfig and exec::run_training does the work (docs/executor.md). This file only logs
 // (rank 0: one line per step, a progress bar when stderr is a terminal).
 #include <spdlog/spdlog.h>
@@ -8,10 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <istream>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,78 +17,18 @@
 #include "job_flags.hpp"
 #include "pipewright/exec/run.hpp"
 #include "pipewright/graph/error.hpp"
-#include "pipewright/graph/json_reader.hpp"
+#include "run_config.hpp"
 
 namespace pipewright::cli {
 namespace {
 
-// --config files: JSON objects ({"batch-size": 8, ...}) or CLI11's TOML subset
-// (batch-size = 8). Keys are the long flag names; '_' may stand for '-'. Flags given on the
-// command line win over the file.
-// JSON goes through the shared strict reader (pipewright/graph/json_reader.hpp): errors name the
-// file, line:column and JSON pointer.
-class JsonOrTomlConfig final : public CLI::ConfigTOML {
- public:
-  explicit JsonOrTomlConfig(const CLI::App* app) : app_(app) {}
-
-  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
-    std::string text((std::istreambuf_iterator<char>(input)), std::istreambuf_iterator<char>());
-    const auto first = text.find_first_not_of(" \t\r\n");
-    if (first == std::string::npos || text[first] != '{') {
-      std::istringstream is(text);
-      return CLI::ConfigTOML::from_config(is);
-    }
-    const json::Document doc = json::parse_strict(text, source_name());
-    const json::At root{doc.root, doc.source, ""};
-    root.expect_object();
-    std::vector<CLI::ConfigItem> items;
-    for (const auto& [key, value] : doc.root.items()) {
-      CLI::ConfigItem item;
-      item.name = key;
-      std::replace(item.name.begin(), item.name.end(), '_', '-');
-      auto scalar = [](const json::At& at) -> std::string {
-        const json::Json& v = at.value;
-        if (v.is_string()) return v.get<std::string>();
-        if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
-        if (v.is_number()) return v.dump();
-        at.fail("expected a string, number or boolean");
-      };
-      const json::At at = root[key];
-      if (value.is_array()) {
-        for (std::size_t i = 0; i < value.size(); ++i) item.inputs.push_back(scalar(at[i]));
-      } else {
-        item.inputs.push_back(scalar(at));
-      }
-      items.push_back(std::move(item));
-    }
-    return items;
-  }
-
- private:
-  // The --config file's path for error messages.
-  std::string source_name() const {
-    const CLI::Option* opt = app_->get_config_ptr();
-    return opt != nullptr && !opt->results().empty() ? opt->results().back() : "--config";
-  }
-  const CLI::App* app_;
-};
-
-struct RunFlags {
-  exec::RunConfig config;
-  bool no_shuffle = false;
-  int rank = -1;
-  int world_size = -1;
-  int local_rank = -1;
-  int local_world_size = -1;
-  std::string master_addr;
-  int master_port = -1;
-  std::int64_t log_every = 1;
-  bool dry_run = false;
-  std::string plan_out;
-};
-
-// `run --dry-run`: the resolved job in one paragraph on stdout.
-void print_dry_run(const exec::RunConfig& c, const exec::DryRun& d) {
+// `run --dry-run`: what the --config file and the flags combined into (as a config file, every
+// key), then the resolved job in one paragraph on stdout.
+void print_dry_run(const RunFlags& flags, const exec::RunConfig& c, const exec::DryRun& d) {
+  std::printf(
+      "# the merged configuration: the --config file's keys, then the command line's "
+      "flags\n%s\n",
+      merged_config_toml(flags).c_str());
   const auto& sh = d.plan.shape;
   std::printf("dry run: %s, model '%s'\n", sh.schedule.c_str(), d.model_name.c_str());
   std::printf("ranks: pp %d x dp %d = %d, %d stages (%d per rank), %d microbatches, batch %lld\n",
@@ -133,8 +70,13 @@ void setup_run(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
   auto& c = flags->config;
   auto* sub = app.add_subcommand("run", std::string(exec_command_description("run")));
-  sub->config_formatter(std::make_shared<JsonOrTomlConfig>(sub));
-  sub->set_config("--config", "", "TOML or JSON file with the same keys as the long flags");
+  // Defined first, so its callback runs before the other options' (CLI11 runs them in the order
+  // they were added, after the whole command line is parsed): the file fills what the command
+  // line did not give (run_config.hpp).
+  sub->add_option_function<std::string>(
+      "--config", [sub](const std::string& path) { apply_config_file(*sub, path); },
+      "TOML (or JSON) file setting any of these flags, in sections (docs/executor.md, \"Config "
+      "files\"); flags on the command line win");
   add_job_flags(sub, c);
   sub->add_option("--loss", c.loss, "mse|cross-entropy (default: the model's loss node)");
   sub->add_option("--data-x", c.data_x, "Inputs, .npy (float32 or int64 rows)");
@@ -191,6 +133,8 @@ void setup_run(CLI::App& app) {
                   "Write the resolved job (every default filled) and its lowered plan as JSON "
                   "(the same file as `simulate --plan-out` for the same job flags)");
 
+  check_config_covers(*sub);
+
   sub->callback([flags] {
     auto cfg = flags->config;
     cfg.shuffle = !flags->no_shuffle;
@@ -204,10 +148,11 @@ void setup_run(CLI::App& app) {
       const exec::DryRun dry = exec::dry_run_job(cfg);
       if (!flags->plan_out.empty()) write_plan_out(flags->plan_out, cfg, dry.plan);
       if (flags->dry_run) {
-        print_dry_run(cfg, dry);
+        print_dry_run(*flags, cfg, dry);
         return;
       }
     }
+    spdlog::debug("configuration (--config file, then flags):\n{}", merged_config_toml(*flags));
     Progress progress;
     PW_CHECK(flags->log_every >= 1, ConfigError, "--log-every must be >= 1");
     const auto every = flags->log_every;

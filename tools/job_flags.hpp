@@ -1,7 +1,7 @@
 // The job's flags (sched::JobSpec): one definition, used by `pipewright run` (and so by the keys
-// of its --config file, which CLI11 reads through the same options) and `pipewright simulate`, so
-// both say a job the same way and resolve it to the same defaults (docs/architecture.md, "One
-// job, one plan").
+// of its --config file, which run_config.cpp parses through the same options) and `pipewright
+// simulate`, so both say a job the same way and resolve it to the same defaults
+// (docs/architecture.md, "One job, one plan").
 #pragma once
 
 #include <string>
