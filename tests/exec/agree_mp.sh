@@ -5,9 +5,10 @@
 #             name elsewhere, different content) or --steps: each rank exits 2 within 20 s,
 #             naming the field and which ranks have which value; the same under
 #             `pipewright launch` (flags picked by $RANK in a wrapper); equal flags still train
+#   disagree-mpi  the same over MPI (no TCP store: agreement runs over the world communicator)
 #   outputs   an unwritable --save / --trace / --checkpoint-dir exits 2 before step 1, naming
 #             the flag and the path (1 rank, and 2 ranks under `pipewright launch`)
-#   agree_mp.sh PIPEWRIGHT DATA_DIR WORK_DIR disagree|outputs
+#   agree_mp.sh PIPEWRIGHT DATA_DIR WORK_DIR disagree|disagree-mpi|outputs
 set -uo pipefail
 pw="$1"; data="$2"; work="$3"; what="$4"
 mkdir -p "$work"
@@ -15,11 +16,11 @@ work="$(mktemp -d "$work/agree.$what.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
 common=(run --data-x "$data/mlp_x.npy" --data-y "$data/mlp_y.npy" --loss mse --batch-size 8
-        --timeout 60 --backend gloo)
+        --timeout 60)
 # with_defaults FLAGS...: sets `flags` to FLAGS plus the defaults of the flags they lack.
 with_defaults() {
   flags=("$@")
-  local -A d=([--model]="$data/mlp.json" [--pp]=2 [--microbatches]=2 [--steps]=2) k
+  local -A d=([--model]="$data/mlp.json" [--pp]=2 [--microbatches]=2 [--steps]=2 [--backend]=gloo) k
   for k in "${!d[@]}"; do
     [[ " $* " == *" $k "* ]] || flags+=("$k" "${d[$k]}")
   done
@@ -56,6 +57,14 @@ expect_disagreement() {
   fi
 }
 
+# by_rank.sh CMD ARGS...: runs CMD ARGS plus the flags in $PW_FLAGS_<rank> (launch or mpirun).
+cat >"$work/by_rank.sh" <<'WRAP'
+#!/usr/bin/env bash
+var="PW_FLAGS_${RANK:-${OMPI_COMM_WORLD_RANK:-0}}"; read -ra extra <<<"${!var:-}"
+exec "$@" ${extra[@]+"${extra[@]}"}
+WRAP
+chmod +x "$work/by_rank.sh"
+
 case "$what" in
   disagree)
     expect_disagreement microbatches "microbatches: rank 0 has 4, rank 1 has 8" \
@@ -72,21 +81,31 @@ case "$what" in
     if [ "$rc0" = 0 ] && [ "$rc1" = 0 ]; then ok "same model content, other path: trains"
     else fail "same model content (exit $rc0/$rc1): $(cat "$work/out.0" "$work/out.1")"; fi
     # Under `pipewright launch`, flags picked by $RANK.
-    cat >"$work/by_rank.sh" <<'WRAP'
-#!/usr/bin/env bash
-var="PW_FLAGS_$RANK"; read -ra extra <<<"${!var:-}"; exec "$@" ${extra[@]+"${extra[@]}"}
-WRAP
-    chmod +x "$work/by_rank.sh"
     t0=$(date +%s%N); rc=0
     out="$(PW_FLAGS_0="--microbatches 4" PW_FLAGS_1="--microbatches 8" timeout 90 \
       "$pw" launch --nproc 2 -- "$work/by_rank.sh" "$pw" "${common[@]}" --model "$data/mlp.json" \
-      --pp 2 --steps 2 2>&1)" || rc=$?
+      --pp 2 --steps 2 --backend gloo 2>&1)" || rc=$?
     ms=$(( ($(date +%s%N) - t0) / 1000000 ))
     if [ "$rc" = 2 ] && [ "$ms" -lt 20000 ] &&
        grep -qE "exited with code 2: .*microbatches: rank 0 has 4, rank 1 has 8" <<<"$out"; then
       ok "disagree under launch (exit 2 in $ms ms)"
     else
       fail "disagree under launch (exit $rc after $ms ms): $out"
+    fi
+    ;;
+  disagree-mpi)
+    t0=$(date +%s%N); rc=0
+    out="$(PW_FLAGS_0="--microbatches 4" PW_FLAGS_1="--microbatches 8" timeout 90 \
+      mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl self,vader,tcp \
+      --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -x PW_FLAGS_0 -x PW_FLAGS_1 \
+      "$work/by_rank.sh" "$pw" "${common[@]}" --model "$data/mlp.json" --pp 2 --steps 2 \
+      --backend mpi 2>&1)" || rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    if [ "$rc" = 2 ] && [ "$ms" -lt 30000 ] &&
+       grep -qE "ranks disagree on the job.*microbatches: rank 0 has 4, rank 1 has 8" <<<"$out"; then
+      ok "disagree over mpi (exit 2 in $ms ms)"
+    else
+      fail "disagree over mpi (exit $rc after $ms ms): $out"
     fi
     ;;
   outputs)
