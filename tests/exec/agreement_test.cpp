@@ -151,6 +151,17 @@ TEST_F(JobFingerprintTest, ComparesContentsNotPaths) {
   EXPECT_TRUE(
       describe_disagreements({job_fingerprint(a, plan, "mse"), job_fingerprint(b, plan, "mse")})
           .empty());
+  b.timeout_s = 5;                        // how a rank waits is not part of the job
+  b.save_path = "elsewhere.safetensors";  // nor where an output goes (only whether it is given)
+  a.save_path = "w.safetensors";
+  EXPECT_TRUE(
+      describe_disagreements({job_fingerprint(a, plan, "mse"), job_fingerprint(b, plan, "mse")})
+          .empty());
+  b.data_x = file("x2.npy", "xX");  // same size, other content
+  const auto data_lines =
+      describe_disagreements({job_fingerprint(a, plan, "mse"), job_fingerprint(b, plan, "mse")});
+  ASSERT_EQ(data_lines.size(), 1U);
+  EXPECT_EQ(data_lines[0].rfind("data_x: rank 0 has fnv1a64 ", 0), 0U) << data_lines[0];
   b.microbatches = 4;
   b.seed = 9;
   b.model_path = file("m3.json", "other model");
