@@ -3,9 +3,9 @@
 // Order of work (docs/executor.md):
 //   1. checks that need no communication, identical on every rank: flags, model, partition,
 //      plan (generated or loaded, then lowered with REDUCE_GRAD and OPTIM), data files and their
-//      shapes against the model, world size == pp x dp, data-parallel options;
+//      shapes against the model, world size == pp x dp, data-parallel options, the outputs this
+//      rank will write (Note [Outputs checked first]); the job's fingerprint;
 //   2. this rank's stages built (seeded init or --init), optimizers, data stream;
-//      the outputs this rank will write (Note [Outputs checked first]) and the job's fingerprint;
 //   3. rendezvous, world communicator, agreement on the job (Note [Job agreement] in
 //      agreement.cpp), mesh (pipeline groups then data-parallel groups);
 //   4. start-up shape agreement along the pipeline, data-parallel on_start;
