@@ -3,9 +3,11 @@
 // Order of work (docs/executor.md):
 //   1. checks that need no communication, identical on every rank: flags, model, partition,
 //      plan (generated or loaded, then lowered with REDUCE_GRAD and OPTIM), data files and their
-//      shapes against the model, world size == pp x dp, data-parallel options;
+//      shapes against the model, world size == pp x dp, data-parallel options, the outputs this
+//      rank will write (Note [Outputs checked first]); the job's fingerprint;
 //   2. this rank's stages built (seeded init or --init), optimizers, data stream;
-//   3. rendezvous, world communicator, mesh (pipeline groups then data-parallel groups);
+//   3. rendezvous, world communicator, agreement on the job (Note [Job agreement] in
+//      agreement.cpp), mesh (pipeline groups then data-parallel groups);
 //   4. start-up shape agreement along the pipeline, data-parallel on_start;
 //   5. steps; after each, the loss is all-reduced over the world so rank 0 logs the global mean;
 //   6. --save (replica 0's stages gathered on world rank 0), --trace / --profile (every rank's
@@ -23,6 +25,7 @@
 #include <sstream>
 #include <utility>
 
+#include "agreement.hpp"
 #include "checkpoint.hpp"
 #include "dataset.hpp"
 #include "dp_algorithm.hpp"
@@ -135,6 +138,16 @@ std::unique_ptr<Dataset> load_data(const RunConfig& c, const graph::Model& model
   return load_npy_dataset(c.data_x, c.data_y);
 }
 
+// --save-replicas: <FILE without .safetensors>.replica<R>.safetensors
+std::string replica_weights_path(const std::string& path, int replica) {
+  const std::string ext = ".safetensors";
+  std::string base = path;
+  if (base.size() >= ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0) {
+    base.resize(base.size() - ext.size());
+  }
+  return base + ".replica" + std::to_string(replica) + ext;
+}
+
 // Everything this rank computes before it talks to anyone.
 struct Prepared {
   graph::Model model;
@@ -146,6 +159,7 @@ struct Prepared {
   int pp_index = 0;
   int dp_index = 0;
   torch::Device device = torch::kCPU;
+  JobFingerprint fingerprint;  // compared with every other rank's after rendezvous
 };
 
 // Steps 1 of the order above that need no rendezvous: flags, model, partition, plan, loss, data.
@@ -158,6 +172,24 @@ void prepare_job(const RunConfig& c, Prepared& p) {
   p.data = load_data(c, p.model);
   check_dataset_matches_model(*p.data, p.model, p.loss);
   PW_CHECK(p.data->size() >= 1, ConfigError, "the training data has no samples");
+}
+
+// Note [Outputs checked first]: an output that cannot be written fails before rendezvous, not
+// after training (issue 20). Each rank checks only what it writes: world rank 0 --save, --trace
+// and --profile; the first pipeline rank of each replica --save's replica files; every rank its
+// file under --checkpoint-dir.
+void check_outputs(const RunConfig& c, int world_rank) {
+  const int pp_index = world_rank % c.pp;
+  const int dp_index = world_rank / c.pp;
+  if (world_rank == 0) {
+    if (!c.save_path.empty()) check_output_file(c.save_path, "--save");
+    if (!c.trace_path.empty()) check_output_file(c.trace_path, "--trace");
+    if (!c.profile_path.empty()) check_output_file(c.profile_path, "--profile");
+  }
+  if (c.save_replicas && pp_index == 0) {
+    check_output_file(replica_weights_path(c.save_path, dp_index), "--save-replicas");
+  }
+  if (!c.checkpoint_dir.empty()) check_output_dir(c.checkpoint_dir, "--checkpoint-dir", world_rank);
 }
 
 Prepared prepare(const RunConfig& c) {
@@ -179,6 +211,8 @@ Prepared prepare(const RunConfig& c) {
              "against a CPU-only libtorch (docs/gpu.md: building with a CUDA libtorch)");
     p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device));
   }
+  check_outputs(c, p.world.rank);
+  p.fingerprint = job_fingerprint(c, p.plan, to_string(p.loss));
   return p;
 }
 
@@ -353,16 +387,6 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
   }
 }
 
-// --save-replicas: <FILE without .safetensors>.replica<R>.safetensors
-std::string replica_weights_path(const std::string& path, int replica) {
-  const std::string ext = ".safetensors";
-  std::string base = path;
-  if (base.size() >= ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0) {
-    base.resize(base.size() - ext.size());
-  }
-  return base + ".replica" + std::to_string(replica) + ext;
-}
-
 // What must not change between a checkpoint and its resume: the job (its canonical JSON, every
 // default resolved) but --steps, and the executor settings that change what is trained (loss,
 // seed, initial weights, data), hashed (FNV-1a).
@@ -447,6 +471,7 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
     comm_opts.device_map = parse_device_map(c.device_map, p.world.local_world_size);
   }
   auto world = make_communicator(backend, p.world, store.get(), comm_opts);
+  agree_on_job(*world, p.fingerprint, timeout);
   Mesh mesh = make_mesh(*world, c.pp, c.dp);
 
   std::unique_ptr<DataParallelAlgorithm> dp_algo;
