@@ -12,7 +12,8 @@ linear). Then start-up: the median of 7 runs of `pipewright --version` and of a 
 (the executor binary alone), measured alternately in one run.
 
 Usage: bench/cli_scale.sh [BUILD_DIR]   (default build/; REPEAT=N, SIZES="128 256", BASE=old
-pipewright binary to time beside this one, KEEP=1 keeps the work folder)
+pipewright binary to time beside this one (its scale table too unless BASE_SCALE=0; a quadratic
+old binary takes minutes per size), KEEP=1 keeps the work folder)
 """
 from __future__ import annotations
 
@@ -147,6 +148,10 @@ def startup(pw: str, work: str) -> None:
         cases += [("pipewright run --help (front end -> pipewright-exec)", [pw, "run", "--help"]),
                   ("pipewright-exec run --help (executor binary alone)",
                    [exec_bin, "run", "--help"])]
+    base = os.environ.get("BASE")
+    if base:
+        cases.append(("BASE run --help (the binary to compare with)",
+                      [os.path.abspath(base), "run", "--help"]))
     samples: dict[str, list[tuple[float, int]]] = {name: [] for name, _ in cases}
     for _ in range(7):
         for name, argv in cases:
@@ -159,6 +164,9 @@ def startup(pw: str, work: str) -> None:
         front = statistics.median(r[0] for r in samples[cases[2][0]])
         alone = statistics.median(r[0] for r in samples[cases[3][0]])
         print(f"run start-up through the front end / executor alone: {front / alone:.3f}")
+        if base:
+            old = statistics.median(r[0] for r in samples[cases[-1][0]])
+            print(f"run start-up through the front end / BASE: {front / old:.3f}")
     maps = subprocess.run(["ldd", pw], capture_output=True, text=True).stdout
     heavy = [lib for lib in ("libtorch", "libc10", "libmpi", "libgloo", "libnccl", "libcuda",
                              "libcudart") if lib in maps]
@@ -208,7 +216,7 @@ def main() -> None:
               f"simulate {t_sim:.3f} s; torch 2.x recorded 1.24 s / 3.8 s: "
               f"{1.24 / t_plan:.0f}x / {3.8 / t_sim:.0f}x")
         base = os.environ.get("BASE")
-        if base:
+        if base and os.environ.get("BASE_SCALE", "1") == "1":
             scale_table("BASE", os.path.abspath(base), sizes, repeat, work)
         startup(pw, work)
         torch_reference()
