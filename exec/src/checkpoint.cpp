@@ -193,15 +193,40 @@ void save_checkpoint(const std::string& dir, const TrainingState& state,
   ctx.what = "checkpoint barrier";
   world.barrier(ctx)->wait(timeout);
   if (id.world_rank != 0) return;
+  // Note [Checkpoint order]: every rank's file is written (and fsynced) before the barrier, the
+  // marker after it, so a COMPLETE marker always stands beside every rank's file. Pruning removes
+  // the marker first, so a prune killed midway leaves an incomplete step (ignored by resume), never
+  // a marker without its files.
   write_file_atomically((fs::path(step_dir) / kCompleteMarker).string(), "complete\n");
   const auto steps = complete_steps(dir);
   if (steps.size() > static_cast<std::size_t>(kKeepCheckpoints)) {
     const std::int64_t keep_from = steps[steps.size() - kKeepCheckpoints];
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
       const std::int64_t step = step_of_dir_name(entry.path().filename().string());
-      if (step >= 0 && step < keep_from) fs::remove_all(entry.path(), ec);
+      if (step < 0 || step >= keep_from) continue;
+      fs::remove(entry.path() / kCompleteMarker, ec);
+      fs::remove_all(entry.path(), ec);
     }
   }
+}
+
+std::int64_t remove_stale_temporaries(const std::string& dir, int world_rank) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return 0;
+  const std::string mine = "rank-" + std::to_string(world_rank) + ".pt.tmp.";
+  const std::string marker = std::string(kCompleteMarker) + ".tmp.";
+  std::int64_t removed = 0;
+  for (const auto& step_dir : fs::directory_iterator(dir, ec)) {
+    if (step_of_dir_name(step_dir.path().filename().string()) < 0) continue;
+    std::error_code inner;
+    for (const auto& entry : fs::directory_iterator(step_dir.path(), inner)) {
+      const std::string name = entry.path().filename().string();
+      const bool stale =
+          name.rfind(mine, 0) == 0 || (world_rank == 0 && name.rfind(marker, 0) == 0);
+      if (stale && fs::remove(entry.path(), inner)) ++removed;
+    }
+  }
+  return removed;
 }
 
 std::int64_t latest_complete_checkpoint(const std::string& dir, int world_rank) {

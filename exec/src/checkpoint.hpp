@@ -60,6 +60,11 @@ void save_checkpoint(const std::string& dir, const TrainingState& state,
                      const CheckpointIdentity& id, Communicator& world,
                      std::chrono::milliseconds timeout);
 
+// Removes what a save killed midway left of this rank's own temporary files in `dir`'s step
+// folders ("rank-R.pt.tmp.*"; world rank 0 also "COMPLETE.tmp.*"), so they do not accumulate.
+// Each rank removes only its own, so ranks may call it concurrently. Returns how many it removed.
+std::int64_t remove_stale_temporaries(const std::string& dir, int world_rank);
+
 // The latest complete checkpoint in `dir` that holds this rank's file, or -1. Local; see
 // agree_resume_step for the collective version.
 [[nodiscard]] std::int64_t latest_complete_checkpoint(const std::string& dir, int world_rank);

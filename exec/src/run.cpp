@@ -543,6 +543,7 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
   train_state.dp_algorithm = dp_algo.get();
   const CheckpointIdentity ckpt_id{p.world.rank, p.world.world_size, checkpoint_fingerprint(c)};
   std::int64_t first_step = 0;
+  if (!c.checkpoint_dir.empty()) remove_stale_temporaries(c.checkpoint_dir, p.world.rank);
   if (c.resume) {
     const std::int64_t s = agree_resume_step(c.checkpoint_dir, p.world.rank, *world, timeout);
     if (s >= 0) {

@@ -1,6 +1,8 @@
 #include "checkpoint.hpp"
 
 #include <gtest/gtest.h>
+
+#include <fstream>
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -154,6 +156,27 @@ TEST(Checkpoint, RejectsCorruptForeignAndMismatchedFiles) {
   TrainingState other;
   other.stages = {wide.stage_params(3)};
   EXPECT_THROW(parse_checkpoint(bytes, "x.pt", {1, 4, 77}, other), ConfigError);  // shapes
+}
+
+// Issue 20 item 10: what a killed save left of its temporary files is removed on the next start;
+// each rank removes only its own (ranks clean concurrently).
+TEST(Checkpoint, StaleTemporariesAreRemovedByTheirOwnRank) {
+  const std::string dir = (fs::temp_directory_path() / "pw_ckpt_stale_test").string();
+  fs::remove_all(dir);
+  const std::string step = checkpoint_dir_of_step(dir, 4);
+  fs::create_directories(step);
+  for (const char* name : {"rank-1.pt.tmp.a1b2c3", "rank-0.pt.tmp.d4e5f6", "COMPLETE.tmp.g7h8i9",
+                           "rank-1.pt", "rank-10.pt.tmp.zzzzzz"}) {
+    std::ofstream(fs::path(step) / name) << "x";
+  }
+  EXPECT_EQ(remove_stale_temporaries(dir, 1), 1);
+  EXPECT_FALSE(fs::exists(fs::path(step) / "rank-1.pt.tmp.a1b2c3"));
+  EXPECT_TRUE(fs::exists(fs::path(step) / "rank-1.pt"));
+  EXPECT_TRUE(fs::exists(fs::path(step) / "rank-10.pt.tmp.zzzzzz"));  // rank 10's, not rank 1's
+  EXPECT_EQ(remove_stale_temporaries(dir, 0), 2);                       // its own and the marker's
+  EXPECT_FALSE(fs::exists(fs::path(step) / "COMPLETE.tmp.g7h8i9"));
+  EXPECT_EQ(remove_stale_temporaries(dir + "/missing", 0), 0);
+  fs::remove_all(dir);
 }
 
 }  // namespace
