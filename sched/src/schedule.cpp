@@ -298,9 +298,18 @@ ComputePlan generate(const ScheduleSpec& spec) {
                      "--stages-per-rank must be 1, got "
                   << v << "; use Interleaved1F1B, LoopedBFS or InterleavedZeroBubble");
   } else {
-    PW_CHECK(plan.shape.is_chain(), ConfigError,
-             name << " supports only the chain of stages (torch's looped schedules send stage s's "
-                     "output to stage s + 1); use GPipe or 1F1B for a stage DAG");
+    // Note [Looped schedules over a stage DAG]: torch's looped orders are written for the chain
+    // 0 -> 1 -> ... -> S-1. A DAG whose edges all go from a lower to a higher stage (a chain plus
+    // skip connections, as a partition of a model with skips is numbered) keeps every dependency
+    // of the chain order: a forward of stage t follows the forwards of every lower stage of its
+    // microbatch, a backward of stage s every higher one. make_plan dry-runs the result for
+    // deadlocks either way.
+    for (const auto& e : spec.stage_edges) {
+      PW_CHECK(e.from < e.to, ConfigError,
+               name << " needs stage edges from a lower to a higher stage (torch's looped "
+                       "schedules run stage s before stage s + 1), got "
+                    << e.from << " -> " << e.to << "; use GPipe or 1F1B for this stage DAG");
+    }
   }
 
   switch (spec.kind) {

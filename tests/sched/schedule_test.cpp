@@ -260,7 +260,11 @@ TEST(Generate, RejectsWithTorchsReason) {
   EXPECT_THROW((void)generate({ScheduleKind::kGPipe, 2, 4, 2, {}}), ConfigError);
   EXPECT_THROW((void)generate({ScheduleKind::kGPipe, 0, 4, 1, {}}), ConfigError);
   EXPECT_THROW((void)generate({ScheduleKind::kGPipe, 2, 0, 1, {}}), ConfigError);
-  EXPECT_THROW((void)generate({ScheduleKind::kLoopedBFS, 2, 4, 2, {{0, 2}, {1, 3}}}), ConfigError);
+  // Two chains side by side: every edge goes up, so a looped schedule runs it (Note [Looped
+  // schedules over a stage DAG]); an edge going down is refused.
+  check_runs(generate({ScheduleKind::kLoopedBFS, 2, 4, 2, {{0, 2}, {1, 3}}}), "two chains");
+  EXPECT_THROW((void)generate({ScheduleKind::kLoopedBFS, 2, 4, 2, {{0, 1}, {2, 1}, {1, 3}}}),
+               ConfigError);
   EXPECT_THROW((void)generate({ScheduleKind::kGPipe, 3, 4, 1, {{0, 1}, {1, 2}, {2, 0}}}),
                ConfigError);
   EXPECT_THROW((void)generate({ScheduleKind::kGPipe, 3, 4, 1, {{0, 3}}}), ConfigError);
@@ -309,6 +313,38 @@ TEST(Generate, StageDagFollowsDependencies) {
   }
   // A chain given explicitly is the chain.
   EXPECT_TRUE(generate({ScheduleKind::k1F1B, 3, 3, 1, {{0, 1}, {1, 2}}}).shape.is_chain());
+}
+
+// Note [Looped schedules over a stage DAG]: a chain plus skip edges (every edge from a lower to a
+// higher stage, as a partition of a model with skip connections is numbered) runs under the
+// looped schedules; a DAG with an edge to a lower stage is refused naming it.
+TEST(Generate, LoopedSchedulesRunChainsWithSkipEdges) {
+  for (ScheduleKind kind : {ScheduleKind::kInterleaved1F1B, ScheduleKind::kLoopedBFS,
+                            ScheduleKind::kInterleavedZeroBubble}) {
+    for (int p : {2, 3}) {
+      for (int v : {2, 3}) {
+        const int stages = p * v;
+        std::vector<StageEdge> edges;
+        for (int s = 0; s + 1 < stages; ++s) edges.push_back({s, s + 1});
+        edges.push_back({0, stages - 1});  // a long skip
+        edges.push_back({1, 3});           // a short one, across ranks
+        for (int m : {p, 2 * p, 4 * p}) {
+          const std::string name = std::string(to_string(kind)) + " p=" + std::to_string(p) +
+                                   " v=" + std::to_string(v) + " m=" + std::to_string(m);
+          const ComputePlan plan = generate({kind, p, m, v, edges});
+          EXPECT_EQ(plan.shape.stage_edges, edges) << name;
+          check_runs(plan, name + " with skip edges");
+        }
+      }
+    }
+  }
+  // 0 -> 2 -> 1 -> 3 is a DAG, but stage 1 runs after stage 2 in it.
+  try {
+    (void)generate({ScheduleKind::kInterleaved1F1B, 2, 4, 2, {{0, 2}, {2, 1}, {1, 3}}});
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("got 2 -> 1"), std::string::npos) << e.what();
+  }
 }
 
 TEST(StageEdges, FromGraphStageDag) {
