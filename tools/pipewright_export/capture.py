@@ -10,7 +10,6 @@ import inspect
 import linecache
 import os
 import traceback
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
@@ -18,18 +17,11 @@ import torch.fx as fx
 import torch.nn as nn
 
 from .errors import ExportError
+from .inputs import InputSpec
 from .loading import last_traceback_line
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """One model input: per-sample shape and dtype name ("int64", "float32", ...)."""
-
-    shape: Tuple[int, ...]
-    dtype: str
 
 
 DTYPES: Dict[str, torch.dtype] = {

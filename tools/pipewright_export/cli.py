@@ -4,7 +4,7 @@ import sys
 from typing import List, NoReturn, Optional, Sequence
 
 from . import __version__
-from .capture import DTYPES, InputSpec
+from .inputs import DTYPE_CHOICES, InputSpec
 from .errors import ExportError
 
 PROG = "pipewright-export"
@@ -26,7 +26,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-shape", action="append", required=True, metavar="SHAPE",
                    help="per-sample input shape, e.g. 16 or 3,32,32 (repeat for several inputs)")
     p.add_argument("--input-dtype", action="append", default=[], metavar="DTYPE",
-                   choices=sorted(DTYPES),
+                   choices=DTYPE_CHOICES,
                    help="input element type, one per --input-shape: float32 | int64 (token "
                    "ids) | float64 | bool (default: float32)")
     p.add_argument("--micro-batch-size", "-b", type=int, default=1, metavar="B",

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Sequence
 import torch
 
 from . import capture, check, costs, model_json, partition, safetensors_io, script
-from .capture import InputSpec
+from .inputs import InputSpec
 from .errors import CheckFailed, ExportError
 from .loading import build_module, parse_module_spec
 
