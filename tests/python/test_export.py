@@ -234,3 +234,17 @@ def test_the_executable(tmp_path):
                           str(tmp_path)], capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr == "pipewright-export: error: --module: nothere.py: no such file\n"
+
+
+def test_traced_node_with_dropout_and_batchnorm_keeps_the_initial_buffers(tmp_path):
+    spec = os.path.join(REPO, "tests/python/data/small_models.py") + ":traced_batchnorm"
+    code, out, err = run_cli(["--module", spec, "--input-shape", "8", "-b", "4",
+                              "-o", str(tmp_path)])
+    assert code == 0, err
+    assert "2 nodes (1 torch.jit.script, 1 torch.jit.trace)" in out
+    a = torch.jit.load(str(tmp_path / "nodes" / "000_a.pt"))
+    buffers = dict(a.named_buffers())
+    assert torch.equal(buffers["a.bn.running_mean"], torch.zeros(8))
+    assert int(buffers["a.bn.num_batches_tracked"]) == 0
+    init = safetensors_io.load_file(str(tmp_path / "init.safetensors"))
+    assert torch.equal(init["a.bn.running_var"], torch.ones(8))

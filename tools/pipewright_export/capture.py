@@ -124,6 +124,12 @@ def _frame_of(e: BaseException) -> str:
     return "an unknown line"
 
 
+# Every run that is compared with another starts from this seed, so that random ops (dropout)
+# draw the same numbers in the module, its fx graph and the chained nodes (the same ops run in
+# the same order).
+RUN_SEED = 1234
+
+
 def make_inputs(specs: Sequence[InputSpec], batch: int, seed: int, int_high: int
                 ) -> List[torch.Tensor]:
     """A random batch: floats ~ N(0, 1), integers uniform in [0, int_high), bools fair."""
@@ -156,6 +162,7 @@ def check_forward_runs(root: nn.Module, inputs: Sequence[torch.Tensor]) -> Any:
     module's own error, with the shapes given, when they do not fit."""
     try:
         with torch.no_grad():
+            torch.manual_seed(RUN_SEED)
             return copy.deepcopy(root)(*inputs)
     except Exception as e:  # noqa: BLE001
         raise ExportError(
@@ -188,6 +195,7 @@ class _Recorder(fx.Interpreter):
 def probe(gm: fx.GraphModule, inputs: Sequence[torch.Tensor]) -> Dict[fx.Node, Any]:
     """Every fx node's value on `inputs`."""
     rec = _Recorder(gm, copy.deepcopy(gm))
+    torch.manual_seed(RUN_SEED)
     with torch.no_grad():
         rec.run(*inputs)
     return rec.values

@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx as fx
 
+from .capture import RUN_SEED
 from .partition import Partition
 
 
@@ -23,6 +24,7 @@ def run_chain(modules: Sequence[Any], part: Partition, model_inputs: Sequence[to
     """Runs every node in order; returns all outputs by (node, output) and each node's args."""
     produced: Dict[Tuple[int, int], torch.Tensor] = {}
     all_args: List[List[torch.Tensor]] = []
+    torch.manual_seed(RUN_SEED)
     with torch.no_grad():
         for i, (m, plan) in enumerate(zip(modules, part.plans)):
             args = node_args(part, i, model_inputs, produced)

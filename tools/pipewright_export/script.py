@@ -1,5 +1,6 @@
 """Node GraphModules to TorchScript: torch.jit.script where it works, torch.jit.trace otherwise
 (refusing a trace that would bake in data-dependent control flow or shapes)."""
+import copy
 import io
 import linecache
 import os
@@ -42,12 +43,18 @@ def to_torchscript(name: str, gm: fx.GraphModule, example: Sequence[torch.Tensor
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", torch.jit.TracerWarning)
         try:
-            traced = torch.jit.trace(gm, tuple(example), check_trace=False)
+            # A copy: tracing runs the forward, which may update buffers (BatchNorm statistics).
+            traced = torch.jit.trace(copy.deepcopy(gm), tuple(example), check_trace=False)
         except Exception as e:  # noqa: BLE001
             raise ExportError(
                 f"node '{name}': torch.jit.script failed ({script_error}) and so did "
                 f"torch.jit.trace ({last_traceback_line(e)})") from e
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     for w in caught:
+        # torch's own functions warn about their shape checks (batch_norm's size check); only
+        # the user's code can hide a data-dependent branch from the trace.
+        if os.path.abspath(w.filename).startswith(torch_dir):
+            continue
         if issubclass(w.category, torch.jit.TracerWarning) and "Converting a tensor" in str(
                 w.message):
             src = linecache.getline(w.filename, w.lineno).strip()
@@ -57,6 +64,10 @@ def to_torchscript(name: str, gm: fx.GraphModule, example: Sequence[torch.Tensor
                 f"(`{src}`): {str(w.message).split('.')[0]}; make that module scriptable "
                 "(type annotations, no data-dependent Python) or cut it differently with "
                 "--leaf-modules")
+    with torch.no_grad():  # the module's own buffer values, not the ones tracing left
+        original = dict(gm.named_buffers())
+        for n, b in traced.named_buffers():
+            b.copy_(original[n])
     return Scripted(_save(traced), "trace", script_error)
 
 

@@ -36,3 +36,31 @@ class TwoInputs(nn.Module):
 def two_inputs() -> nn.Module:
     torch.manual_seed(0)
     return TwoInputs()
+
+
+class _Unscriptable(nn.Module):
+    """**kwargs: torch.jit.script refuses it, so the node is traced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.drop = nn.Dropout(0.25)
+
+    def forward(self, x, **kwargs):
+        return self.drop(self.bn(self.lin(x)))
+
+
+class TracedBatchNorm(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = _Unscriptable()
+        self.b = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(nn.functional.dropout(self.a(x), 0.5))
+
+
+def traced_batchnorm() -> nn.Module:
+    torch.manual_seed(0)
+    return TracedBatchNorm()
