@@ -172,6 +172,8 @@ GPT2 = ["--module", "examples/byo/gpt2.py:tiny_gpt2", "--input-dtype", "int64"]
     (["--module", f"{BAD}:raises", "--input-shape", "8"],
      r"bad_models\.py:raises\(\) raised ValueError: hidden size 30 is not divisible by 4 heads$"),
     (["--module", f"{BAD}:not_a_module", "--input-shape", "8"], r"returned int, not a torch"),
+    (["--module", f"{BAD}:returns_dict", "--input-shape", "8"],
+     r"forward must return one tensor \(the prediction\), not a dict"),
     (GPT2 + ["--input-shape", "32"],
      r"GPT\.forward fails on input\(s\) of shape \[1, 32\] int64 .*: RuntimeError: The size of "
      r"tensor a \(32\) must match the size of tensor b \(16\)"),

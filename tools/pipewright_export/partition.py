@@ -72,7 +72,7 @@ def _leaf_outputs(leaf: fx.Node, value: Any) -> List[fx.Node]:
 
 def _collect(start: List[fx.Node], sources: Dict[fx.Node, Source],
              own: Set[fx.Node]) -> Set[fx.Node]:
-    """Glue ancestors of `start` (not crossing values) and the crossing values they read."""
+    """Glue ancestors of `start`: everything it computes from, up to crossing values."""
     glue: Set[fx.Node] = set()
     stack = list(start)
     while stack:
@@ -114,6 +114,27 @@ def _unique_name(base: str, taken: Set[str]) -> str:
     return name
 
 
+def _count_consumers(plans: List[NodePlan], sources: Dict[fx.Node, Source]) -> Dict[int, int]:
+    consumers: Dict[int, int] = {}
+    for plan in plans:
+        for v in plan.inputs:
+            if sources[v][0] == "node":
+                consumers[sources[v][1]] = consumers.get(sources[v][1], 0) + 1
+    return consumers
+
+
+def _output_plan(ret: fx.Node, name: str, sources: Dict[fx.Node, Source],
+                 order: Dict[fx.Node, int]) -> NodePlan:
+    """The glue after the last module call (or an identity passing another output on)."""
+    plan = NodePlan(name=name, leaf=None, outputs=[ret])
+    if ret in sources:
+        plan.inputs = [ret]
+    else:
+        plan.closure = sorted(_collect([ret], sources, set()) | {ret}, key=order.__getitem__)
+        plan.inputs = _inputs_in_arg_order(ret, sources, set())
+    return plan
+
+
 def partition(gm: fx.GraphModule, values: Dict[fx.Node, Any]) -> Partition:
     """`values`: every fx node's value on a sample batch (capture.probe)."""
     graph = gm.graph
@@ -130,54 +151,30 @@ def partition(gm: fx.GraphModule, values: Dict[fx.Node, Any]) -> Partition:
             for j, o in enumerate(plan.outputs):
                 sources[o] = ("node", len(plans), j)
             plans.append(plan)
-    ret = next(n for n in graph.nodes if n.op == "output").args[0]
-    if not isinstance(ret, fx.Node) or not isinstance(values.get(ret), torch.Tensor):
-        raise ExportError("the module's forward must return one tensor (the prediction), not "
-                          f"{type(ret).__name__}")
-    # The final node: the producer of the returned value, when it is that node's output 0 and
-    # nothing else reads the node; otherwise a glue node `output`.
     for plan in plans:
         own = {plan.leaf} | set(plan.outputs)
-        glue = _collect([plan.leaf], sources, own)
-        plan.closure = sorted(glue | own, key=order.__getitem__)
+        plan.closure = sorted(_collect([plan.leaf], sources, own) | own, key=order.__getitem__)
         plan.inputs = _inputs_in_arg_order(plan.leaf, sources, own)
-    consumers: Dict[int, int] = {}
-    for plan in plans:
-        for v in plan.inputs:
-            if sources[v][0] == "node":
-                consumers[sources[v][1]] = consumers.get(sources[v][1], 0) + 1
+    ret = next(n for n in graph.nodes if n.op == "output").args[0]
+    if not isinstance(ret, fx.Node) or not isinstance(values.get(ret), torch.Tensor):
+        got = ("dict" if isinstance(ret, dict) else "tuple" if isinstance(ret, (tuple, list))
+               else type(values.get(ret)).__name__)
+        raise ExportError("the module's forward must return one tensor (the prediction), not "
+                          f"a {got}; wrap the module to return the logits")
+    # The final node is the producer of the returned value when that is its output 0 and no
+    # other node reads it; otherwise a node `output` holds the glue after the last call.
+    consumers = _count_consumers(plans, sources)
     src = sources.get(ret)
-    if not (src is not None and src[0] == "node" and src[2] == 0 and src[1] not in consumers):
-        plan = NodePlan(name=_unique_name("output", taken), leaf=None, outputs=[ret])
-        if ret in sources:  # an identity node: another node's output, passed on
-            plan.inputs = [ret]
-        else:
-            plan.closure = sorted(_collect([ret], sources, set()) | {ret}, key=order.__getitem__)
-            plan.inputs = _inputs_in_arg_order(ret, sources, set())
-        for v in plan.inputs:
-            if sources[v][0] == "node":
-                consumers[sources[v][1]] = consumers.get(sources[v][1], 0) + 1
-        plans.append(plan)
+    if src is None or src[0] != "node" or src[2] != 0 or src[1] in consumers:
+        plans.append(_output_plan(ret, _unique_name("output", taken), sources, order))
+        consumers = _count_consumers(plans, sources)
         final = len(plans) - 1
     else:
         final = src[1]
-    for i, plan in enumerate(plans):
+    for i, plan in enumerate(plans):  # then the final node is the last one (graph order)
         if i != final and i not in consumers:
-            raise ExportError(f"the output of module '{plan.name}' is not used by the forward's "
-                              "result; pipewright needs one final node")
-    if final != len(plans) - 1:  # the final node last, so the node order is a topological one
-        plans.append(plans.pop(final))
-        remap = {final: len(plans) - 1}
-        remap.update({i: i - 1 for i in range(final + 1, len(plans))})
-        for v, s in list(sources.items()):
-            if s[0] == "node":
-                sources[v] = ("node", remap.get(s[1], s[1]), s[2])
-    for plan in plans:
-        for v in plan.inputs:
-            if not isinstance(values.get(v), torch.Tensor):
-                raise ExportError(
-                    f"node '{plan.name}' needs {v.name} ({type(values.get(v)).__name__}) from "
-                    "another node; only tensors can cross between nodes")
+            raise ExportError(f"the output of module '{plan.name}' does not reach the "
+                              "forward's result; pipewright needs exactly one final node")
     return Partition(plans=plans, sources=sources, placeholders=placeholders)
 
 

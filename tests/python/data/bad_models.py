@@ -78,3 +78,16 @@ def raises() -> nn.Module:
 
 def not_a_module():
     return 42
+
+
+class ReturnsDict(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor):
+        return {"logits": self.a(x)}
+
+
+def returns_dict() -> nn.Module:
+    return ReturnsDict()
