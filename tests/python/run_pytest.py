@@ -6,7 +6,7 @@ import sys
 
 try:
     import pytest
-    import torch  # noqa: F401
+    import torch  # noqa: F401  (only: is it there?)
 except ImportError as e:
     print(f"skipped: {e}")
     sys.exit(77)

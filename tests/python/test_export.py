@@ -3,7 +3,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -167,8 +166,8 @@ GPT2 = ["--module", "examples/byo/gpt2.py:tiny_gpt2", "--input-dtype", "int64"]
      r"cannot capture DataDependent\.forward with torch\.fx: data-dependent control flow at "
      r"tests/python/data/bad_models\.py:17 \(`if h\.sum\(\) > 0:`\).*'gt'.*--leaf-modules"),
     (["--module", f"{BAD}:untraceable_child", "--input-shape", "8"],
-     r"node 'gate': torch\.jit\.script failed .* torch\.jit\.trace would freeze a run-time "
-     r"value at .*bad_models\.py:\d+ \(`if x\.mean\(\) > 0:`\)"),
+     r"node 'gate' \(module Gate\): torch\.jit\.script failed .* torch\.jit\.trace would "
+     r"freeze a run-time value at .*bad_models\.py:\d+ \(`if x\.mean\(\) > 0:`\)"),
     (["--module", f"{BAD}:raises", "--input-shape", "8"],
      r"bad_models\.py:raises\(\) raised ValueError: hidden size 30 is not divisible by 4 heads$"),
     (["--module", f"{BAD}:not_a_module", "--input-shape", "8"], r"returned int, not a torch"),

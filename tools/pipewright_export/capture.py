@@ -10,7 +10,7 @@ import inspect
 import linecache
 import os
 import traceback
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import torch
 import torch.fx as fx

@@ -32,6 +32,13 @@ def load(data: bytes) -> torch.jit.ScriptModule:
     return torch.jit.load(io.BytesIO(data))
 
 
+def _classes(gm: fx.GraphModule) -> str:
+    """' (module Gate)': the classes of the module calls in a node."""
+    names = [type(gm.get_submodule(str(n.target))).__name__ for n in gm.graph.nodes
+             if n.op == "call_module"]
+    return f" (module {', '.join(names)})" if names else ""
+
+
 def to_torchscript(name: str, gm: fx.GraphModule, example: Sequence[torch.Tensor]) -> Scripted:
     try:
         with warnings.catch_warnings():
@@ -47,7 +54,7 @@ def to_torchscript(name: str, gm: fx.GraphModule, example: Sequence[torch.Tensor
             traced = torch.jit.trace(copy.deepcopy(gm), tuple(example), check_trace=False)
         except Exception as e:  # noqa: BLE001
             raise ExportError(
-                f"node '{name}': torch.jit.script failed ({script_error}) and so did "
+                f"node '{name}'{_classes(gm)}: torch.jit.script failed ({script_error}) and so did "
                 f"torch.jit.trace ({last_traceback_line(e)})") from e
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     for w in caught:
@@ -59,11 +66,12 @@ def to_torchscript(name: str, gm: fx.GraphModule, example: Sequence[torch.Tensor
                 w.message):
             src = linecache.getline(w.filename, w.lineno).strip()
             raise ExportError(
-                f"node '{name}': torch.jit.script failed ({script_error}) and torch.jit.trace "
-                f"would freeze a run-time value at {os.path.relpath(w.filename)}:{w.lineno} "
-                f"(`{src}`): {str(w.message).split('.')[0]}; make that module scriptable "
-                "(type annotations, no data-dependent Python) or cut it differently with "
-                "--leaf-modules")
+                f"node '{name}'{_classes(gm)}: torch.jit.script failed ({script_error}) and "
+                f"torch.jit.trace would freeze a run-time value at "
+                f"{os.path.relpath(w.filename)}:{w.lineno} (`{src}`): "
+                f"{str(w.message).split('.')[0]}; make that module scriptable (TorchScript: "
+                "type annotations, no **kwargs or unsupported Python) so that its branches "
+                "survive")
     with torch.no_grad():  # the module's own buffer values, not the ones tracing left
         original = dict(gm.named_buffers())
         for n, b in traced.named_buffers():
