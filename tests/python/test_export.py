@@ -153,7 +153,8 @@ def test_exported_nodes_train_like_the_module(exported, tmp_path):
     pipeline_emulator.train(model, x, y, batch_size=8, microbatches=4, steps=3, lr=0.1)
     module.load_state_dict(st.load_file(os.path.join(exported.dir, "init.safetensors")))
     torch_reference.train(module, x, y, batch_size=8, steps=3, lr=0.1)
-    diff, key = torch_reference.compare(module, model.state_dict(), exported.module)
+    diff, key = torch_reference.compare(module, model.state_dict(),
+                                        os.path.join(REPO, exported.module))
     assert diff <= 2e-5, key
 
 
@@ -249,3 +250,27 @@ def test_traced_node_with_dropout_and_batchnorm_keeps_the_initial_buffers(tmp_pa
     assert int(buffers["a.bn.num_batches_tracked"]) == 0
     init = safetensors_io.load_file(str(tmp_path / "init.safetensors"))
     assert torch.equal(init["a.bn.running_var"], torch.ones(8))
+
+
+def test_a_module_called_twice_and_a_parameter_read_by_glue_twice_train_as_one(tmp_path):
+    import pipeline_emulator
+    import torch_reference
+    spec = os.path.join(REPO, "tests/python/data/small_models.py") + ":reused"
+    code, _, err = run_cli(["--module", spec, "--input-shape", "8", "-b", "2",
+                            "-o", str(tmp_path)])
+    assert code == 0, err
+    model = json.loads((tmp_path / "model.json").read_text())
+    assert [n["name"] for n in model["nodes"]] == ["emb", "block", "block#2", "head"]
+    entries = [(n["name"], p["name"], p.get("tied_to")) for n in model["nodes"]
+               for p in n["script"]["parameters"]]
+    assert ("block", "scale", None) in entries and ("head", "scale", "scale") in entries
+    assert ("block#2", "block.weight", "block.weight") in entries
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(16, 8, generator=g)
+    y = torch.randint(0, 4, (16,), generator=g)
+    exported = pipeline_emulator.ExportedModel(str(tmp_path / "model.json"))
+    pipeline_emulator.train(exported, x, y, batch_size=8, microbatches=4, steps=2, lr=0.1)
+    module = load_example("tests/python/data/small_models.py:reused")
+    torch_reference.train(module, x, y, batch_size=8, steps=2, lr=0.1)
+    diff, key = torch_reference.compare(module, exported.state_dict(), spec)
+    assert diff <= 1e-6, key

@@ -64,3 +64,25 @@ class TracedBatchNorm(nn.Module):
 def traced_batchnorm() -> nn.Module:
     torch.manual_seed(0)
     return TracedBatchNorm()
+
+
+class Reused(nn.Module):
+    """`block` is called twice and the parameter `scale` is read by glue in front of two
+    nodes: the same parameter under the same name in several nodes (tied_to its own name)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Linear(8, 8)
+        self.block = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 4)
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.block(self.emb(x) * self.scale)
+        h = self.block(torch.tanh(h))
+        return self.head(h * self.scale)
+
+
+def reused() -> nn.Module:
+    torch.manual_seed(0)
+    return Reused()
