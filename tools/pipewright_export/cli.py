@@ -11,33 +11,58 @@ PROG = "pipewright-export"
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse with the C++ CLI's (CLI11's) help layout and one-line errors."""
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2, like the C++ CLI
         sys.stderr.write(f"{PROG}: error: {message}\n")
         sys.exit(2)
 
+    def format_help(self) -> str:
+        lines = [self.description or "", f"Usage: {self.prog} [OPTIONS]", "", "Options:"]
+        for a in self._actions:
+            flags = ",".join(sorted(a.option_strings, key=lambda f: (f.startswith("--"), f)))
+            if a.nargs == 0:
+                left = flags
+            else:
+                kind = "INT" if a.type is int else "TEXT"
+                if a.choices:
+                    kind += ":{" + ",".join(a.choices) + "}"
+                default = "" if a.default in (None, [], "") or a.required else f"={a.default}"
+                left = f"{flags} {kind}{' ...' if isinstance(a, argparse._AppendAction) else ''}{default}"
+                left += " REQUIRED" if a.required else ""
+            text = a.help or ""
+            if len(left) <= 27:
+                lines.append(f"  {left:<27} {text}")
+            else:
+                lines += [f"  {left}", f"  {'':<27} {text}"]
+        return "\n".join(lines) + "\n"
+
 
 def make_parser() -> argparse.ArgumentParser:
     p = _Parser(
-        prog=PROG,
+        prog=PROG, add_help=False,
         description="Export a PyTorch nn.Module as a pipewright model: one TorchScript node per "
-        "module its forward calls, with measured costs (docs/your-own-model.md).")
+        "module its forward calls, with measured costs (docs/your-own-model.md)")
+    p.add_argument("-h", "--help", action="help", help="Print this help message and exit")
     p.add_argument("--module", required=True, metavar="FILE.py:FACTORY",
-                   help="Python file and zero-argument function returning the nn.Module")
+                   help="FILE.py:FACTORY, a zero-argument function returning the nn.Module")
     p.add_argument("--input-shape", action="append", required=True, metavar="SHAPE",
                    help="per-sample input shape, e.g. 16 or 3,32,32 (repeat for several inputs)")
     p.add_argument("--input-dtype", action="append", default=[], metavar="DTYPE",
                    choices=DTYPE_CHOICES,
-                   help="input element type, one per --input-shape: float32 | int64 (token "
-                   "ids) | float64 | bool (default: float32)")
+                   help="input element type, one per --input-shape (default: float32; int64 = "
+                   "token ids)")
     p.add_argument("--micro-batch-size", "-b", type=int, default=1, metavar="B",
-                   help="micro batch B (costs are measured at it) (default: 1)")
+                   help="micro batch the costs are measured at")
     p.add_argument("-o", "--output", required=True, metavar="DIR",
                    help="output folder: model.json, nodes/*.pt, init.safetensors")
     p.add_argument("--leaf-modules", default="", metavar="A,B",
                    help="submodules (qualified names or class names) to keep as one opaque "
                    "node each")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--version", action="version", version=f"pipewright-export {__version__}")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random batches of the check and the costs")
+    p.add_argument("--version", action="version", version=f"pipewright-export {__version__}",
+                   help="Display program version information and exit")
     return p
 
 
