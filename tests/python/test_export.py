@@ -274,3 +274,11 @@ def test_a_module_called_twice_and_a_parameter_read_by_glue_twice_train_as_one(t
     torch_reference.train(module, x, y, batch_size=8, steps=2, lr=0.1)
     diff, key = torch_reference.compare(module, exported.state_dict(), spec)
     assert diff <= 1e-6, key
+
+
+def test_output_that_is_a_file_exits_2(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("")
+    code, _, err = run_cli(["--module", os.path.join(REPO, "tests/python/data/small_models.py")
+                            + ":seqnet", "--input-shape", "8", "-o", str(target)])
+    assert code == 2 and err.startswith(f"pipewright-export: error: -o {target}: Not a directory")

@@ -124,7 +124,10 @@ def run(opts: Options) -> Result:
 
     measured = [costs.measure(m, e, a) for m, e, a in zip(loaded, eager, chain_args)]
     model = model_json.build(root, opts.module, opts.inputs, b, part, eager, at_b, measured)
-    _write(opts, model, scripted, state)
+    try:
+        _write(opts, model, scripted, state)
+    except OSError as e:
+        raise ExportError(f"-o {opts.output_dir}: {e.strerror}: {e.filename}") from e
     return Result(model_name=type(root).__name__, node_names=names,
                   methods=[s.method for s in scripted], edges=len(model["edges"]),
                   max_abs_diff=diffs[0], max_abs_diff_other_batch=diffs[1],
