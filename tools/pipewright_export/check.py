@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx as fx
 
-from .capture import RUN_SEED
+from .probe import RUN_SEED
 from .partition import Partition
 
 

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Sequence
 
 import torch
 
-from . import capture, check, costs, model_json, partition, safetensors_io, script
+from . import capture, check, costs, model_json, partition, probe, safetensors_io, script
 from .inputs import InputSpec
 from .errors import CheckFailed, ExportError
 from .loading import build_module, parse_module_spec
@@ -84,13 +84,13 @@ def run(opts: Options) -> Result:
     root = build_module(path, factory)
     state = {k: v.detach().clone() for k, v in root.state_dict().items()}
     b = opts.micro_batch_size
-    high = capture.int_input_range(root)
-    x = capture.make_inputs(opts.inputs, b, opts.seed + 1, high)
-    capture.check_forward_runs(root, x)
+    high = probe.int_input_range(root)
+    x = probe.make_inputs(opts.inputs, b, opts.seed + 1, high)
+    probe.check_forward_runs(root, x)
     gm = capture.capture(root, opts.leaf_modules)
-    x1 = capture.make_inputs(opts.inputs, b + 1, opts.seed + 2, high)
-    at_b, at_b1 = capture.probe(gm, x), capture.probe(gm, x1)
-    capture.fold_static_sizes(gm, at_b, at_b1)
+    x1 = probe.make_inputs(opts.inputs, b + 1, opts.seed + 2, high)
+    at_b, at_b1 = probe.probe(gm, x), probe.probe(gm, x1)
+    probe.fold_static_sizes(gm, at_b, at_b1)
     part = partition.partition(gm, at_b)
     _check_batch_dim(part, at_b, at_b1, b)
 
@@ -105,11 +105,11 @@ def run(opts: Options) -> Result:
     diffs = []
     chain_args: List[List[torch.Tensor]] = []
     for k, batch in enumerate((b, b + 1)):
-        xc = capture.make_inputs(opts.inputs, batch, opts.seed + 3 + k, high)
-        expected = capture.probe(gm, xc)
+        xc = probe.make_inputs(opts.inputs, batch, opts.seed + 3 + k, high)
+        expected = probe.probe(gm, xc)
         produced, args = check.run_chain(loaded, part, xc)
         agreement = check.compare(part, produced, expected, CHECK_TOLERANCE)
-        reference = capture.check_forward_runs(root, xc)
+        reference = probe.check_forward_runs(root, xc)
         last = (len(part.plans) - 1, 0)
         diff = max(agreement.max_abs_diff, check.max_diff(produced[last], reference))
         if diff > CHECK_TOLERANCE or agreement.worst_node is not None:

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from .capture import DTYPE_NAMES
+from .probe import DTYPE_NAMES
 from .inputs import InputSpec
 from .costs import Cost
 from .errors import ExportError

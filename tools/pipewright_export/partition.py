@@ -136,7 +136,7 @@ def _output_plan(ret: fx.Node, name: str, sources: Dict[fx.Node, Source],
 
 
 def partition(gm: fx.GraphModule, values: Dict[fx.Node, Any]) -> Partition:
-    """`values`: every fx node's value on a sample batch (capture.probe)."""
+    """`values`: every fx node's value on a sample batch (probe.probe)."""
     graph = gm.graph
     order = {n: i for i, n in enumerate(graph.nodes)}
     dep = batch_dependent(graph)
