@@ -3,7 +3,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
@@ -77,6 +77,27 @@ def _check_names(name: str, eager: torch.nn.Module, loaded: torch.jit.ScriptModu
                           f"the module {want}")
 
 
+def _check_chain(root: torch.nn.Module, gm: torch.fx.GraphModule, part: partition.Partition,
+                 loaded: Sequence[torch.jit.ScriptModule], opts: Options, batch: int,
+                 high: int) -> Tuple[float, List[List[torch.Tensor]]]:
+    """Chains the loaded nodes on a random batch and compares every node's outputs with the
+    captured graph's values and the result with the module's forward. Returns the max |diff|
+    and each node's arguments; raises CheckFailed above CHECK_TOLERANCE."""
+    x = probe.make_inputs(opts.inputs, batch, opts.seed + 2 + batch, high)
+    produced, args = check.run_chain(loaded, part, x)
+    agreement = check.compare(part, produced, probe.probe(gm, x), CHECK_TOLERANCE)
+    reference = probe.check_forward_runs(root, x)
+    diff = max(agreement.max_abs_diff,
+               check.max_diff(produced[(len(part.plans) - 1, 0)], reference))
+    if diff > CHECK_TOLERANCE or agreement.worst_node is not None:
+        where = (f"; node '{agreement.worst_node}' differs first, by {agreement.worst_diff:.3g}"
+                 if agreement.worst_node else "")
+        raise CheckFailed(
+            f"the exported nodes chained do not reproduce {type(root).__name__}.forward at "
+            f"micro batch {batch}: max |diff| {diff:.3g} > {CHECK_TOLERANCE:g}{where}")
+    return diff, args
+
+
 def run(opts: Options) -> Result:
     t0 = time.perf_counter()
     path, factory = parse_module_spec(opts.module)
@@ -102,25 +123,8 @@ def run(opts: Options) -> Result:
     for n, e, m in zip(names, eager, loaded):
         _check_names(n, e, m)
 
-    diffs = []
-    chain_args: List[List[torch.Tensor]] = []
-    for k, batch in enumerate((b, b + 1)):
-        xc = probe.make_inputs(opts.inputs, batch, opts.seed + 3 + k, high)
-        expected = probe.probe(gm, xc)
-        produced, args = check.run_chain(loaded, part, xc)
-        agreement = check.compare(part, produced, expected, CHECK_TOLERANCE)
-        reference = probe.check_forward_runs(root, xc)
-        last = (len(part.plans) - 1, 0)
-        diff = max(agreement.max_abs_diff, check.max_diff(produced[last], reference))
-        if diff > CHECK_TOLERANCE or agreement.worst_node is not None:
-            where = (f"; node '{agreement.worst_node}' differs first, by {agreement.worst_diff:.3g}"
-                     if agreement.worst_node else "")
-            raise CheckFailed(
-                f"the exported nodes chained do not reproduce {type(root).__name__}.forward at "
-                f"micro batch {batch}: max |diff| {diff:.3g} > {CHECK_TOLERANCE:g}{where}")
-        diffs.append(diff)
-        if k == 0:
-            chain_args = args
+    diff_b, chain_args = _check_chain(root, gm, part, loaded, opts, b, high)
+    diff_b1, _ = _check_chain(root, gm, part, loaded, opts, b + 1, high)
 
     measured = [costs.measure(m, e, a) for m, e, a in zip(loaded, eager, chain_args)]
     model = model_json.build(root, opts.module, opts.inputs, b, part, eager, at_b, measured)
@@ -130,5 +134,5 @@ def run(opts: Options) -> Result:
         raise ExportError(f"-o {opts.output_dir}: {e.strerror}: {e.filename}") from e
     return Result(model_name=type(root).__name__, node_names=names,
                   methods=[s.method for s in scripted], edges=len(model["edges"]),
-                  max_abs_diff=diffs[0], max_abs_diff_other_batch=diffs[1],
+                  max_abs_diff=diff_b, max_abs_diff_other_batch=diff_b1,
                   state_dict_keys=len(state), seconds=time.perf_counter() - t0, model=model)
