@@ -10,7 +10,7 @@ from .probe import DTYPE_NAMES
 from .inputs import InputSpec
 from .costs import Cost
 from .errors import ExportError
-from .partition import Partition, input_name, output_names
+from .partition import Partition, output_names
 
 
 def dtype_name(t: torch.Tensor, what: str) -> str:
@@ -72,16 +72,18 @@ def io_entry(name: str, t: torch.Tensor, what: str, model_input: Optional[int] =
 
 
 def build(root: nn.Module, module_spec: str, specs: Sequence[InputSpec], micro_batch: int,
-          part: Partition, eager_nodes: Sequence[nn.Module], values: Dict[Any, Any],
+          part: Partition, eager_nodes: Sequence[torch.fx.GraphModule], values: Dict[Any, Any],
           costs: Sequence[Cost]) -> Dict[str, Any]:
     params = parameter_entries(eager_nodes, root)
     nodes, edges = [], []
     for i, (plan, m) in enumerate(zip(part.plans, eager_nodes)):
         inputs = []
+        # The forward's own argument names (fx keeps them unique).
+        arg_names = [n.name for n in m.graph.nodes if n.op == "placeholder"]
         for j, v in enumerate(plan.inputs):
             s = part.sources[v]
             what = f"input {j} of node '{plan.name}'"
-            inputs.append(io_entry(input_name(v, part), values[v], what,
+            inputs.append(io_entry(arg_names[j], values[v], what,
                                    s[1] if s[0] == "input" else None))
             if s[0] == "node":
                 edges.append({"from": part.plans[s[1]].name, "from_output": s[2],
