@@ -282,3 +282,24 @@ def test_output_that_is_a_file_exits_2(tmp_path):
     code, _, err = run_cli(["--module", os.path.join(REPO, "tests/python/data/small_models.py")
                             + ":seqnet", "--input-shape", "8", "-o", str(target)])
     assert code == 2 and err.startswith(f"pipewright-export: error: -o {target}: Not a directory")
+
+
+def test_torch_reference_cli(gpt2, tmp_path, capsys):
+    pytest.importorskip("safetensors")
+    import numpy as np
+    import torch_reference
+    spec = os.path.join(REPO, gpt2.module)
+    assert torch_reference.main(["data", "--module", spec, "--input-shape", "16", "--rows", "16",
+                                 "-o", str(tmp_path)]) == 0
+    x, y = np.load(tmp_path / "x.npy"), np.load(tmp_path / "y.npy")
+    assert x.shape == y.shape == (16, 16) and x.dtype == np.int64
+    assert (x[:, 1:] == y[:, :-1]).all() and x.max() < 64
+    train = ["train", "--module", spec, "--init", os.path.join(gpt2.dir, "init.safetensors"),
+             "--data-x", str(tmp_path / "x.npy"), "--data-y", str(tmp_path / "y.npy"),
+             "--batch-size", "8", "--steps", "2", "--lr", "0.1"]
+    assert torch_reference.main(train + ["--save", str(tmp_path / "ref.safetensors")]) == 0
+    assert torch_reference.main(train + ["--compare", str(tmp_path / "ref.safetensors")]) == 0
+    assert "max |pipewright - torch| = 0 " in capsys.readouterr().out
+    # Untrained weights are not the trained ones: exit 1.
+    assert torch_reference.main(
+        train + ["--compare", os.path.join(gpt2.dir, "init.safetensors")]) == 1
