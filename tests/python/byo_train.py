@@ -55,6 +55,9 @@ def train_command(pipewright: str, work: str, schedule: str) -> List[str]:
 
 
 def run(example: str, schedule: str, pipewright: str, work: str) -> int:
+    if not os.access(pipewright, os.X_OK):
+        print(f"byo_train.py: {pipewright}: no such program (build pipewright first)")
+        return 1
     cmd = train_command(pipewright, work, schedule)
     print("+ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
