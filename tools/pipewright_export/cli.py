@@ -1,10 +1,13 @@
 """`pipewright-export`: argument parsing, messages and exit codes (library code raises)."""
 import argparse
 import sys
-from typing import List, NoReturn, Optional, Sequence
+from typing import TYPE_CHECKING, List, NoReturn, Optional, Sequence
 
 from . import __version__
 from .inputs import DTYPE_CHOICES, InputSpec
+
+if TYPE_CHECKING:
+    from .export import Result
 from .errors import ExportError
 
 PROG = "pipewright-export"
@@ -85,6 +88,24 @@ def input_specs(shapes: Sequence[str], dtypes: Sequence[str]) -> List[InputSpec]
             for i, s in enumerate(shapes)]
 
 
+def print_report(r: "Result", micro_batch: int, output_dir: str) -> None:
+    scripted = r.methods.count("script")
+    print(f"{r.model_name}: {len(r.node_names)} nodes ({scripted} torch.jit.script, "
+          f"{len(r.methods) - scripted} torch.jit.trace), {r.edges} edges")
+    print(f"check: the exported nodes chained reproduce {r.model_name}.forward: max |diff| "
+          f"{r.max_abs_diff:.3g} at micro batch {micro_batch}, "
+          f"{r.max_abs_diff_other_batch:.3g} at {micro_batch + 1} (<= 1e-06)")
+    print(f"{'node':<24} {'fwd ms':>8} {'bwd ms':>8} {'in ms':>8} {'w ms':>8} {'params B':>10} "
+          f"{'act B':>10} {'out B':>10}")
+    for n in r.model["nodes"]:
+        c = n["cost"]
+        print(f"{n['name']:<24} {c['forward_ms']:>8.3f} {c['backward_ms']:>8.3f} "
+              f"{c['input_grad_ms']:>8.3f} {c['weight_grad_ms']:>8.3f} {c['param_bytes']:>10} "
+              f"{c['activation_bytes']:>10} {c['output_bytes']:>10}")
+    print(f"wrote {output_dir}/model.json, {len(r.node_names)} nodes/*.pt, "
+          f"init.safetensors ({r.state_dict_keys} tensors) in {r.seconds:.1f} s")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = make_parser().parse_args(argv)
     # Imported here so that --help and flag errors do not wait for torch.
@@ -100,19 +121,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ExportError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return e.exit_code
-    scripted = r.methods.count("script")
-    print(f"{r.model_name}: {len(r.node_names)} nodes ({scripted} torch.jit.script, "
-          f"{len(r.methods) - scripted} torch.jit.trace), {r.edges} edges")
-    print(f"check: the exported nodes chained reproduce {r.model_name}.forward: max |diff| "
-          f"{r.max_abs_diff:.3g} at micro batch {opts.micro_batch_size}, "
-          f"{r.max_abs_diff_other_batch:.3g} at {opts.micro_batch_size + 1} (<= 1e-06)")
-    print(f"{'node':<24} {'fwd ms':>8} {'bwd ms':>8} {'in ms':>8} {'w ms':>8} {'params B':>10} "
-          f"{'act B':>10} {'out B':>10}")
-    for n in r.model["nodes"]:
-        c = n["cost"]
-        print(f"{n['name']:<24} {c['forward_ms']:>8.3f} {c['backward_ms']:>8.3f} "
-              f"{c['input_grad_ms']:>8.3f} {c['weight_grad_ms']:>8.3f} {c['param_bytes']:>10} "
-              f"{c['activation_bytes']:>10} {c['output_bytes']:>10}")
-    print(f"wrote {opts.output_dir}/model.json, {len(r.node_names)} nodes/*.pt, "
-          f"init.safetensors ({r.state_dict_keys} tensors) in {r.seconds:.1f} s")
+    print_report(r, opts.micro_batch_size, opts.output_dir)
     return 0
