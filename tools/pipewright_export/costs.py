@@ -1,7 +1,7 @@
 """Measuring a node's costs with torch on this machine (model-format `cost`).
 
-Times are medians over `runs` after `warmup` runs, of the loaded TorchScript node at the given
-micro batch, on the inputs it receives in the chained forward. backward_ms is a full backward
+Times are medians over `runs` (fewer, at least 3, when they take more than 0.2 s together)
+after `warmup` runs, of the loaded TorchScript node at the given micro batch, on the inputs it receives in the chained forward. backward_ms is a full backward
 (gradients of inputs and parameters together); it is split into input_grad_ms and weight_grad_ms
 in the ratio of separately timed autograd.grad w.r.t. the inputs and w.r.t. the parameters, so
 that input_grad_ms + weight_grad_ms == backward_ms. activation_bytes = the tensors autograd saves
@@ -40,8 +40,15 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+# Timed runs per measurement: `runs`, but no more than fit in this budget (at least
+# MIN_RUNS), so that big nodes do not make the export slow.
+BUDGET_S = 0.2
+MIN_RUNS = 3
+
+
 def _median_ms(run: Callable[[], Callable[[], object]], runs: int, warmup: int) -> float:
-    """`run()` prepares (untimed) and returns the callable to time."""
+    """`run()` prepares (untimed) and returns the callable to time; median of the timed runs
+    after `warmup` untimed ones."""
     samples = []
     for k in range(warmup + runs):
         fn = run()
@@ -50,6 +57,8 @@ def _median_ms(run: Callable[[], Callable[[], object]], runs: int, warmup: int) 
         dt = time.perf_counter() - t0
         if k >= warmup:
             samples.append(dt * 1e3)
+            if len(samples) >= MIN_RUNS and sum(samples) >= BUDGET_S * 1e3:
+                break
     return statistics.median(samples)
 
 
