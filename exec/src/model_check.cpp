@@ -1,6 +1,7 @@
 #include "model_check.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 #include "pipewright/graph/error.hpp"
@@ -233,6 +234,17 @@ std::vector<std::vector<ValueType>> script_output_types(const graph::Model& mode
 bool is_script_model(const graph::Model& model) noexcept {
   return std::any_of(model.nodes.begin(), model.nodes.end(),
                      [](const graph::Node& n) { return n.kind == graph::NodeKind::kTorchScript; });
+}
+
+void check_script_files(const graph::Model& model) {
+  for (const graph::Node& node : model.nodes) {
+    if (!node.script) continue;
+    std::error_code ec;
+    PW_CHECK(std::filesystem::is_regular_file(node.script->path, ec), ConfigError,
+             "node '" << node.name << "' (file " << node.script->path
+                      << "): the TorchScript file does not exist (model.json script.file \""
+                      << node.script->file << "\", resolved against the model file's folder)");
+  }
 }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {

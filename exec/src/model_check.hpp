@@ -57,6 +57,10 @@ struct ValueType {
 [[nodiscard]] std::vector<std::vector<ValueType>> infer_output_types(const graph::Model& model);
 // Whether the model's nodes are torchscript nodes (infer_output_types checks they all are).
 [[nodiscard]] bool is_script_model(const graph::Model& model) noexcept;
+// Every torchscript node's file (ScriptSpec::path) is a readable regular file, so that a missing
+// file fails on every rank before any rank starts (ScriptNode checks the contents). Throws
+// ConfigError naming the node and the file.
+void check_script_files(const graph::Model& model);
 
 // The node whose output is the model's prediction: the unique node without consumers (a loss node
 // passes its input through, so it may be that node). Throws ConfigError otherwise.

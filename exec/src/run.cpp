@@ -177,6 +177,7 @@ struct Prepared {
 void prepare_job(const RunConfig& c, Prepared& p) {
   validate_run_config(c);
   p.model = graph::load_model(c.model_path);
+  check_script_files(p.model);
   p.partition = sched::resolve_partition(c, p.model);
   p.plan = sched::make_plan(c, &p.partition);
   p.loss = resolve_loss(c, p.model);

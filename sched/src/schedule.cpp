@@ -177,6 +177,21 @@ bool is_chain(const std::vector<StageEdge>& edges, std::int32_t stages) {
   return true;
 }
 
+// Every edge goes forward (from < to) and every stage s feeds s + 1: a looped schedule's order,
+// built for the chain, stays valid, because an extra edge s -> t (t > s + 1) is implied by the
+// chain s -> s + 1 -> ... -> t for forwards and t -> ... -> s for backwards.
+bool contains_chain(const std::vector<StageEdge>& edges, std::int32_t stages) {
+  std::set<std::pair<std::int32_t, std::int32_t>> set;
+  for (const auto& e : edges) {
+    if (e.from >= e.to) return false;
+    set.insert({e.from, e.to});
+  }
+  for (std::int32_t s = 0; s + 1 < stages; ++s) {
+    if (set.count({s, s + 1}) == 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 namespace {
@@ -298,9 +313,12 @@ ComputePlan generate(const ScheduleSpec& spec) {
                      "--stages-per-rank must be 1, got "
                   << v << "; use Interleaved1F1B, LoopedBFS or InterleavedZeroBubble");
   } else {
-    PW_CHECK(plan.shape.is_chain(), ConfigError,
-             name << " supports only the chain of stages (torch's looped schedules send stage s's "
-                     "output to stage s + 1); use GPipe or 1F1B for a stage DAG");
+    // A stage DAG that contains the chain (skip connections to later stages, issue 21) keeps the
+    // looped order; its extra edges get their own SEND/RECV when the plan is lowered.
+    PW_CHECK(plan.shape.is_chain() || contains_chain(spec.stage_edges, p * v), ConfigError,
+             name << " supports the chain of stages, plus edges from a stage to later ones "
+                     "(torch's looped schedules send stage s's output to stage s + 1); this stage "
+                     "DAG lacks an edge s -> s + 1 or has a backward edge: use GPipe or 1F1B");
   }
 
   switch (spec.kind) {

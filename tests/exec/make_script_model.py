@@ -10,7 +10,8 @@ every state_dict parameter's gradient of that loss.
 The module: embed (Embedding 10x4) -> block (two outputs: a Linear and relu(h) * scale, with a
 persistent buffer `block.scale` and a non-persistent `block.table`) -> head (reads both block
 outputs and, at input slot 2 that no edge feeds, the model input; its weight is tied to
-embed.weight). Exit 77 when torch is missing.
+embed.weight) -> out (logits times a learned gain). `make_script_model.py OUT_DIR --data ROWS`
+also writes OUT_DIR/x.npy, y.npy (token ids, next-token targets). Exit 77 without torch.
 """
 import json
 import os
@@ -38,6 +39,15 @@ class Block(nn.Module):
         return self.lin(h), torch.relu(h) * self.scale * self.table
 
 
+class Gain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.tensor([1.5]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gain
+
+
 class Tiny(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -45,10 +55,11 @@ class Tiny(nn.Module):
         self.block = Block()
         self.head = nn.Linear(DIM, VOCAB, bias=False)
         self.head.weight = self.embed.weight
+        self.out = Gain()
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         a, b = self.block(self.embed(idx))
-        return self.head(a + b) + 0.01 * idx.unsqueeze(-1).float()
+        return self.out(self.head(a + b) + 0.01 * idx.unsqueeze(-1).float())
 
 
 # Node modules keep the original attribute paths (as the exporter's fx GraphModules do).
@@ -80,6 +91,15 @@ class HeadNode(nn.Module):
         return self.head(a + b) + 0.01 * idx.unsqueeze(-1).float()
 
 
+class OutNode(nn.Module):
+    def __init__(self, m: Tiny) -> None:
+        super().__init__()
+        self.out = m.out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(x)
+
+
 def write_safetensors(path: str, tensors: Dict[str, torch.Tensor]) -> None:
     names = {torch.float32: "F32", torch.int64: "I64"}
     header, blobs, offset = {}, [], 0
@@ -105,6 +125,7 @@ def main(out: str) -> None:
     torch.jit.save(torch.jit.script(EmbedNode(m)), os.path.join(out, "nodes", "0_embed.pt"))
     torch.jit.save(torch.jit.script(BlockNode(m)), os.path.join(out, "nodes", "1_block.pt"))
     torch.jit.save(torch.jit.script(HeadNode(m)), os.path.join(out, "nodes", "2_head.pt"))
+    torch.jit.save(torch.jit.script(OutNode(m)), os.path.join(out, "nodes", "3_out.pt"))
     with open(os.path.join(out, "nodes", "not_torchscript.pt"), "w") as f:
         f.write("this is not a TorchScript archive\n")
     f32 = "float32"
@@ -132,15 +153,20 @@ def main(out: str) -> None:
                 "outputs": [value("out", f32, [SEQ, VOCAB])],
                 "parameters": [dict(value("head.weight", f32, [VOCAB, DIM]),
                                     tied_to="embed.weight")]}},
+            {"name": "out", "kind": "torchscript", "script": {
+                "file": "nodes/3_out.pt", "inputs": [value("x", f32, [SEQ, VOCAB])],
+                "outputs": [value("out", f32, [SEQ, VOCAB])],
+                "parameters": [value("out.gain", f32, [1])]}},
         ],
         "edges": [
             {"from": "embed", "to": "block"},
             {"from": "block", "from_output": 0, "to": "head", "to_input": 0},
             {"from": "block", "from_output": 1, "to": "head", "to_input": 1},
+            {"from": "head", "to": "out"},
         ],
     }
     with open(os.path.join(out, "model.json"), "w") as f:
-        json.dump(model, f, indent=1)
+        json.dump(model, f)
     write_safetensors(os.path.join(out, "init.safetensors"), dict(m.state_dict()))
     idx = torch.randint(0, VOCAB, (BATCH, SEQ))
     target = torch.randint(0, VOCAB, (BATCH, SEQ))
@@ -153,5 +179,15 @@ def main(out: str) -> None:
     write_safetensors(os.path.join(out, "expected.safetensors"), expected)
 
 
+def write_data(out: str, rows: int) -> None:
+    import numpy as np
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, VOCAB, (rows, SEQ + 1), generator=g)
+    np.save(os.path.join(out, "x.npy"), tokens[:, :SEQ].numpy())
+    np.save(os.path.join(out, "y.npy"), tokens[:, 1:].numpy())
+
+
 if __name__ == "__main__":
     main(sys.argv[1])
+    if len(sys.argv) == 4 and sys.argv[2] == "--data":
+        write_data(sys.argv[1], int(sys.argv[3]))

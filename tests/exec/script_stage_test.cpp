@@ -84,12 +84,13 @@ std::vector<std::string> names(const NamedTensors& tensors) {
 TEST_F(ScriptStageTest, WholeModelMatchesTheModuleWithTiedWeightsInOneStage) {
   const StageModule whole = StageModule::whole_model(model_, {});
   // head.weight is embed.weight here: one trainable tensor, both names in the state_dict.
-  EXPECT_EQ(names(whole.named_parameters()),
-            (std::vector<std::string>{"embed.weight", "block.lin.weight", "block.lin.bias"}));
-  EXPECT_EQ(whole.tie_groups(), (std::vector<std::string>{"embed.weight", "", ""}));
+  EXPECT_EQ(
+      names(whole.named_parameters()),
+      (std::vector<std::string>{"embed.weight", "block.lin.weight", "block.lin.bias", "out.gain"}));
+  EXPECT_EQ(whole.tie_groups(), (std::vector<std::string>{"embed.weight", "", "", ""}));
   EXPECT_EQ(names(whole.state_dict()),
             (std::vector<std::string>{"embed.weight", "block.lin.weight", "block.lin.bias",
-                                      "head.weight", "block.scale"}));
+                                      "out.gain", "head.weight", "block.scale"}));
   EXPECT_EQ(names(whole.named_buffers()), (std::vector<std::string>{"block.scale", "block.table"}));
   const auto out = whole.forward({want("idx")});
   ASSERT_EQ(out.size(), 1u);
@@ -103,15 +104,16 @@ TEST_F(ScriptStageTest, WholeModelMatchesTheModuleWithTiedWeightsInOneStage) {
 }
 
 TEST_F(ScriptStageTest, SplitStagesChainToTheSameLogits) {
-  // {embed} | {block, head}: the second stage reads the model input (head's input slot 2) and
-  // embed's output; head.weight there is a separate copy of the tied group.
-  const graph::StageGraph g = graph::build_stage_graph(model_, {0, 1, 1}, 2);
+  // {embed} | {block, head, out}: the second stage reads the model input (head's input slot 2)
+  // and embed's output; head.weight there is a separate copy of the tied group.
+  const graph::StageGraph g = graph::build_stage_graph(model_, {0, 1, 1, 1}, 2);
   const StageModule first(model_, g.stages[0], {});
   const StageModule second(model_, g.stages[1], {});
   EXPECT_EQ(second.inputs(), (std::vector<StageValue>{{-1, 0}, {0, 0}}));
-  EXPECT_EQ(names(second.named_parameters()),
-            (std::vector<std::string>{"block.lin.weight", "block.lin.bias", "head.weight"}));
-  EXPECT_EQ(second.tie_groups(), (std::vector<std::string>{"", "", "embed.weight"}));
+  EXPECT_EQ(
+      names(second.named_parameters()),
+      (std::vector<std::string>{"block.lin.weight", "block.lin.bias", "head.weight", "out.gain"}));
+  EXPECT_EQ(second.tie_groups(), (std::vector<std::string>{"", "", "embed.weight", ""}));
   const auto h = first.forward({want("idx")});
   const auto out = second.forward({want("idx"), h.at(0)});
   ASSERT_EQ(second.prediction_output(), 0);
@@ -124,7 +126,7 @@ TEST_F(ScriptStageTest, SplitStagesChainToTheSameLogits) {
 }
 
 TEST_F(ScriptStageTest, BothOutputsOfANodeCrossTheCut) {
-  const graph::StageGraph g = graph::build_stage_graph(model_, {0, 0, 1}, 2);
+  const graph::StageGraph g = graph::build_stage_graph(model_, {0, 0, 1, 1}, 2);
   const StageModule first(model_, g.stages[0], {});
   const StageModule second(model_, g.stages[1], {});
   EXPECT_EQ(first.outputs(), (std::vector<StageValue>{{1, 0}, {1, 1}}));
@@ -158,14 +160,35 @@ TEST_F(ScriptStageTest, InitLoadsStateDictNamesAndPersistentBuffers) {
 
 TEST_F(ScriptStageTest, ModelChecksUseTheDeclaredTypes) {
   const auto types = infer_output_types(model_);
-  ASSERT_EQ(types.size(), 3u);
+  ASSERT_EQ(types.size(), 4u);
   EXPECT_EQ(types[1].size(), 2u);
-  EXPECT_EQ(types[2][0], (ValueType{false, {3, 10}}));
+  EXPECT_EQ(types[3][0], (ValueType{false, {3, 10}}));
   check_data_matches_model(ValueType{true, {3}}, ValueType{true, {3}}, model_,
                            LossKind::kCrossEntropy, "x", "y");
   EXPECT_THROW(check_data_matches_model(ValueType{true, {4}}, ValueType{true, {3}}, model_,
                                         LossKind::kCrossEntropy, "x", "y"),
                ConfigError);
+  // Not executable: a built-in node among torchscript ones, several model inputs, an edge
+  // between values of different types.
+  graph::Model mixed = model_;
+  mixed.nodes[3].kind = graph::NodeKind::kRelu;
+  mixed.nodes[3].script.reset();
+  const auto message = [](const graph::Model& m) {
+    try {
+      (void)infer_output_types(m);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(message(mixed), HasSubstr("models mixing torchscript and built-in node kinds"));
+  graph::Model two_inputs = model_;
+  two_inputs.inputs = {{"idx", "int64", {3}}, {"pos", "int64", {3}}};
+  EXPECT_THAT(message(two_inputs), HasSubstr("trains models with one data input"));
+  graph::Model retyped = model_;
+  retyped.nodes[3].script->inputs[0].shape = {3, 11};
+  EXPECT_THAT(message(retyped), HasSubstr("input 0 'x' is declared float32 [3, 11] but receives "
+                                          "output 0 of node 'head'"));
 }
 
 // Runs `fn`, expecting a ConfigError, and returns its message.
@@ -189,15 +212,12 @@ TEST_F(ScriptStageTest, BadInputNamesTheFileAndTheTensor) {
   EXPECT_THAT(msg, HasSubstr("9_missing.pt"));
   EXPECT_THAT(msg, HasSubstr("does not exist"));
   msg = config_error([&] { build(edited("nodes/1_block.pt", "nodes/not_torchscript.pt")); });
-  EXPECT_THAT(msg, HasSubstr("not_torchscript.pt: not a TorchScript module"));
+  EXPECT_THAT(msg, HasSubstr("not_torchscript.pt): not a TorchScript module"));
   msg = config_error([&] { build(edited("\"block.lin.bias\"", "\"block.lin.nope\"")); });
   EXPECT_THAT(msg, HasSubstr("1_block.pt): the module has no parameter 'block.lin.nope'"));
   msg = config_error([&] {
-    build(
-        edited("\"name\": \"block.lin.weight\",\n        \"dtype\": \"float32\",\n        "
-               "\"shape\": [\n         4,\n         4",
-               "\"name\": \"block.lin.weight\",\n        \"dtype\": \"float32\",\n        "
-               "\"shape\": [\n         4,\n         5"));
+    build(edited("\"block.lin.weight\", \"dtype\": \"float32\", \"shape\": [4, 4]",
+                 "\"block.lin.weight\", \"dtype\": \"float32\", \"shape\": [4, 5]"));
   });
   EXPECT_THAT(msg, HasSubstr("parameter 'block.lin.weight' has shape [4, 4] but model.json lists "
                              "[4, 5]"));

@@ -39,7 +39,8 @@ struct ScheduleSpec {
   int microbatches = 1;
   int stages_per_rank = 1;
   // Stage dependency DAG over ranks * stages_per_rank stages; empty = the chain 0 -> 1 -> ...
-  // Only GPipe and 1F1B accept a non-chain DAG (torch's looped schedules assume a chain).
+  // GPipe and 1F1B accept any DAG; the looped schedules (torch's assume a chain) accept the chain
+  // plus edges from a stage to later stages (skip connections; each stage s still feeds s + 1).
   std::vector<StageEdge> stage_edges;
 };
 
