@@ -215,8 +215,8 @@ StageModule::StageModule(const graph::Model& model, std::vector<int> nodes,
   std::vector<std::shared_ptr<ScriptNode>> scripts(model.nodes.size());
   std::set<std::string> tied;  // every tied group of the model
   for (const graph::Node& spec : model.nodes) {
-    for (const auto& p :
-         spec.script ? spec.script->parameters : std::vector<graph::ScriptParameter>{}) {
+    if (!spec.script) continue;
+    for (const auto& p : spec.script->parameters) {
       if (!p.tied_to.empty()) tied.insert(p.tied_to);
     }
   }
