@@ -9,6 +9,8 @@
 //   after_backward(s, mb, last)   after the B or W action that completes (s, mb)'s gradients
 //   reduce_grad(s)                the plan's REDUCE_GRAD action of s: returns when s's gradients
 //                                 are averaged over replicas (DDP) or immediately (LocalSGD)
+//   before_optimizer_steps(step)  once per step, before the rank's first OPTIM action (the
+//                                 tied-gradient exchange, tied_sync.hpp)
 //   after_optimizer_step(step)    once per step, after every local stage's OPTIM action
 // on_start() is called once before the first step, after every stage's parameters exist.
 #pragma once
@@ -33,6 +35,7 @@ class DataParallelHooks {
   virtual void before_backward(int stage, int microbatch, bool last) = 0;
   virtual void after_backward(int stage, int microbatch, bool last) = 0;
   virtual void reduce_grad(int stage) = 0;
+  virtual void before_optimizer_steps(std::int64_t /*step*/) {}
   virtual void after_optimizer_step(std::int64_t step) = 0;
   // After stage s's optimizer step: clears s's gradients for the next step and returns true, or
   // returns false and the interpreter calls the optimizer's zero_grad().

@@ -451,22 +451,20 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
         hooks_->reduce_grad(a.stage);
         break;
       case ActionKind::kOptimizerStep: {
+        // before_optimizer_steps / after_optimizer_step run once per step, before the rank's
+        // first OPTIM / after its last.
+        const auto optim = [](const Action& b) { return b.kind == ActionKind::kOptimizerStep; };
+        if (&*std::find_if(actions_.begin(), actions_.end(), optim) == &a) {
+          hooks_->before_optimizer_steps(step);
+        }
         auto& st = local(a.stage);
         if (st.optimizer) {
           st.optimizer->step();
           if (!hooks_->clear_gradients(a.stage)) st.optimizer->zero_grad();
         }
-        // after_optimizer_step runs once per step, after the rank's last OPTIM.
-        bool last = true;
-        bool seen = false;
-        for (const auto& b : actions_) {
-          if (&b == &a) {
-            seen = true;
-            continue;
-          }
-          if (seen && b.kind == ActionKind::kOptimizerStep) last = false;
+        if (&*std::find_if(actions_.rbegin(), actions_.rend(), optim) == &a) {
+          hooks_->after_optimizer_step(step);
         }
-        if (last) hooks_->after_optimizer_step(step);
         break;
       }
     }

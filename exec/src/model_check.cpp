@@ -1,5 +1,7 @@
 #include "model_check.hpp"
 
+#include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 #include "pipewright/graph/error.hpp"
@@ -150,6 +152,7 @@ ValueType infer_node(const graph::Model& model, int index, const ValueType& in) 
     case K::kLoss:
       return in;
     case K::kOpaque:
+    case K::kTorchScript:  // script_output_types
       break;
   }
   PW_CHECK(false, ConfigError,
@@ -157,7 +160,92 @@ ValueType infer_node(const graph::Model& model, int index, const ValueType& in) 
   return in;
 }
 
+ValueType script_value_type(const graph::Model& model, int index, const std::string& what,
+                            const graph::ScriptValue& v) {
+  PW_CHECK(v.dtype == "float32" || v.dtype == "int64", ConfigError,
+           model.name << ": " << node_label(model, index) << " " << what << " '" << v.name
+                      << "' is " << v.dtype
+                      << "; values passed between nodes must be float32 or int64");
+  return ValueType{v.dtype == "int64", v.shape};
+}
+
+// Note [TorchScript node types]: the exporter declares every value's type, so nothing is inferred;
+// the checks are that each edge connects equal types and that unfed slots fit the model input.
+std::vector<std::vector<ValueType>> script_output_types(const graph::Model& model) {
+  PW_CHECK(model.inputs.size() <= 1, ConfigError,
+           model.name << ": the model has " << model.inputs.size()
+                      << " inputs; pipewright run trains models with one data input");
+  const ValueType input{model.input.dtype == "int64", model.input.shape};
+  std::vector<std::vector<ValueType>> out(model.nodes.size());
+  for (int i = 0; i < static_cast<int>(model.nodes.size()); ++i) {
+    const graph::Node& node = model.nodes[static_cast<std::size_t>(i)];
+    PW_CHECK(node.kind == graph::NodeKind::kTorchScript && node.script, ConfigError,
+             model.name << ": " << node_label(model, i)
+                        << " is not a torchscript node; models mixing torchscript and built-in "
+                           "node kinds cannot be executed");
+    for (const auto& v : node.script->outputs) {
+      out[static_cast<std::size_t>(i)].push_back(script_value_type(model, i, "output", v));
+    }
+  }
+  for (int i = 0; i < static_cast<int>(model.nodes.size()); ++i) {
+    const graph::ScriptSpec& script = *model.nodes[static_cast<std::size_t>(i)].script;
+    std::vector<const graph::ModelEdge*> slots(script.inputs.size(), nullptr);
+    for (const auto& e : model.edges) {
+      if (e.to != i) continue;
+      PW_CHECK(e.to_input >= 0 && static_cast<std::size_t>(e.to_input) < slots.size() &&
+                   e.from_output >= 0 &&
+                   static_cast<std::size_t>(e.from_output) <
+                       out[static_cast<std::size_t>(e.from)].size(),
+               ConfigError,
+               model.name << ": edge " << node_label(model, e.from) << " output " << e.from_output
+                          << " -> input " << e.to_input << " of " << node_label(model, i)
+                          << " is outside their signatures");
+      slots[static_cast<std::size_t>(e.to_input)] = &e;
+    }
+    for (std::size_t j = 0; j < slots.size(); ++j) {
+      const graph::ScriptValue& want_v = script.inputs[j];
+      const ValueType want = script_value_type(model, i, "input", want_v);
+      if (slots[j] == nullptr) {
+        PW_CHECK(want_v.model_input == 0, ConfigError,
+                 model.name << ": " << node_label(model, i) << " input '" << want_v.name
+                            << "' reads model input " << want_v.model_input
+                            << "; pipewright run trains models with one data input");
+        PW_CHECK(want == input, ConfigError,
+                 model.name << ": " << node_label(model, i) << " input " << j << " '" << want_v.name
+                            << "' reads the model input, " << describe(input)
+                            << ", but is declared " << describe(want));
+        continue;
+      }
+      const auto& e = *slots[j];
+      const ValueType& got =
+          out[static_cast<std::size_t>(e.from)][static_cast<std::size_t>(e.from_output)];
+      PW_CHECK(got == want, ConfigError,
+               model.name << ": " << node_label(model, i) << " input " << j << " '" << want_v.name
+                          << "' is declared " << describe(want) << " but receives output "
+                          << e.from_output << " of " << node_label(model, e.from) << ", "
+                          << describe(got));
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+bool is_script_model(const graph::Model& model) noexcept {
+  return std::any_of(model.nodes.begin(), model.nodes.end(),
+                     [](const graph::Node& n) { return n.kind == graph::NodeKind::kTorchScript; });
+}
+
+void check_script_files(const graph::Model& model) {
+  for (const graph::Node& node : model.nodes) {
+    if (!node.script) continue;
+    std::error_code ec;
+    PW_CHECK(std::filesystem::is_regular_file(node.script->path, ec), ConfigError,
+             "node '" << node.name << "' (file " << node.script->path
+                      << "): the TorchScript file does not exist (model.json script.file \""
+                      << node.script->file << "\", resolved against the model file's folder)");
+  }
+}
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::ostringstream os;
@@ -217,18 +305,25 @@ std::optional<LossKind> model_loss_kind(const graph::Model& model) {
 }
 
 std::vector<ValueType> infer_value_types(const graph::Model& model) {
+  std::vector<ValueType> out;
+  for (auto& outputs : infer_output_types(model)) out.push_back(std::move(outputs.at(0)));
+  return out;
+}
+
+std::vector<std::vector<ValueType>> infer_output_types(const graph::Model& model) {
   PW_CHECK(model.input.dtype == "float32" || model.input.dtype == "int64", ConfigError,
            model.name << ": input dtype '" << model.input.dtype
                       << "' is not executable (float32 or int64)");
   static_cast<void>(final_node(model));  // rejects models without exactly one final node
+  if (is_script_model(model)) return script_output_types(model);
   std::vector<std::optional<ValueType>> types(model.nodes.size());
   for (const int index : model.topological_order()) {
     const ValueType in = node_input_type(model, index, types);
     types[static_cast<std::size_t>(index)] = infer_node(model, index, in);
   }
-  std::vector<ValueType> out;
+  std::vector<std::vector<ValueType>> out;
   out.reserve(types.size());
-  for (auto& t : types) out.push_back(std::move(*t));
+  for (auto& t : types) out.push_back({std::move(*t)});
   return out;
 }
 
@@ -238,8 +333,9 @@ void check_data_matches_model(const ValueType& x, const ValueType& y, const grap
   const ValueType input{model.input.dtype == "int64", model.input.shape};
   if (!(x == input)) {
     std::ostringstream readers;
+    const std::vector<bool> reads = model.model_input_readers();
     for (int i = 0; i < static_cast<int>(model.nodes.size()); ++i) {
-      if (model.in_edges(i).empty()) readers << " " << node_label(model, i);
+      if (reads[static_cast<std::size_t>(i)]) readers << " " << node_label(model, i);
     }
     PW_CHECK(false, ConfigError,
              "data x " << x_source << " has samples of " << describe(x) << " but model '"

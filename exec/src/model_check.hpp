@@ -12,6 +12,10 @@
 //   mlp               [..., hidden] float                     -> same
 //   loss              identity (the prediction passes through)
 //   opaque            not executable
+//   torchscript       the types its `script` declares: input slot j must receive script.inputs[j]
+//                     (from its producer edge, or the model input when no edge feeds it), output
+//                     k is script.outputs[k]; values are float32 or int64. A model's nodes are
+//                     either all torchscript or all built-in, and it has one model input.
 // A node with several input slots (edges into to_input 0, 1, ...) receives their elementwise sum
 // (Note [Merging node inputs] in stage_module.cpp); the summed values must have equal shapes.
 #pragma once
@@ -48,6 +52,15 @@ struct ValueType {
 // its input, when a node is opaque, when params are out of range, or when the model has not
 // exactly one final node (a node without consumers).
 [[nodiscard]] std::vector<ValueType> infer_value_types(const graph::Model& model);
+// The same for every output slot of every node (index = node, then output slot): built-in nodes
+// have one output, torchscript nodes script.outputs.size().
+[[nodiscard]] std::vector<std::vector<ValueType>> infer_output_types(const graph::Model& model);
+// Whether the model's nodes are torchscript nodes (infer_output_types checks they all are).
+[[nodiscard]] bool is_script_model(const graph::Model& model) noexcept;
+// Every torchscript node's file (ScriptSpec::path) is a readable regular file, so that a missing
+// file fails on every rank before any rank starts (ScriptNode checks the contents). Throws
+// ConfigError naming the node and the file.
+void check_script_files(const graph::Model& model);
 
 // The node whose output is the model's prediction: the unique node without consumers (a loss node
 // passes its input through, so it may be that node). Throws ConfigError otherwise.

@@ -47,6 +47,7 @@
 #include "safetensors.hpp"
 #include "sharding.hpp"
 #include "stage_module.hpp"
+#include "tied_sync.hpp"
 
 namespace pipewright::exec {
 
@@ -59,7 +60,7 @@ constexpr std::int64_t kTagRecordSize = 101;
 constexpr std::int64_t kTagRecord = 102;
 constexpr std::int64_t kTagParamMetaSize = 103;
 constexpr std::int64_t kTagParamMeta = 104;
-constexpr std::int64_t kTagParamData = 105;
+constexpr std::int64_t kTagParamData = 105;  // float32 data; + 1: int64 data
 
 class ModuleBody final : public StageBody {
  public:
@@ -68,6 +69,16 @@ class ModuleBody final : public StageBody {
     return module_.forward(inputs);
   }
   std::vector<torch::Tensor> parameters() override { return module_.parameters(); }
+  // What checkpoints save and DDP broadcasts at start: the state_dict's buffers of the dtypes the
+  // communicators carry. Non-persistent buffers are constants read from the node files.
+  std::vector<torch::Tensor> buffers() override {
+    std::vector<torch::Tensor> out;
+    for (const auto& [name, t] : module_.persistent_buffers()) {
+      const auto type = t.scalar_type();
+      if (type == torch::kFloat || type == torch::kDouble || type == torch::kLong) out.push_back(t);
+    }
+    return out;
+  }
   [[nodiscard]] const StageModule& module() const noexcept { return module_; }
 
  private:
@@ -166,6 +177,7 @@ struct Prepared {
 void prepare_job(const RunConfig& c, Prepared& p) {
   validate_run_config(c);
   p.model = graph::load_model(c.model_path);
+  check_script_files(p.model);
   p.partition = sched::resolve_partition(c, p.model);
   p.plan = sched::make_plan(c, &p.partition);
   p.loss = resolve_loss(c, p.model);
@@ -254,79 +266,106 @@ std::vector<StageSetup> build_stages(const RunConfig& c, const Prepared& p,
   return setups;
 }
 
-// Gathers replica `replica`'s parameters on its first pipeline rank and writes them to `path`.
+// Gathers replica `replica`'s state_dict (stage_module.hpp StageModule::state_dict) on its first
+// pipeline rank and writes it to `path`. Floating-point tensors travel as float32, the others
+// (integer and bool buffers) as int64, and get their dtype back on the root.
 void save_weights(const RunConfig& c, const Prepared& p, Communicator& world,
                   const std::vector<std::shared_ptr<ModuleBody>>& bodies,
                   std::chrono::milliseconds timeout, int replica, const std::string& path) {
   const int root = mesh_world_rank(0, replica, c.pp);
+  const auto wire = [](const torch::Tensor& t) {
+    return t.is_floating_point() ? torch::kFloat : torch::kLong;
+  };
   std::vector<std::pair<std::string, torch::Tensor>> local;
   for (const auto& b : bodies) {
-    for (const auto& [name, t] : b->module().named_parameters()) {
-      local.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat).contiguous());
+    for (const auto& [name, t] : b->module().state_dict()) {
+      local.emplace_back(name, t.detach().to(torch::kCPU).contiguous());
     }
   }
   if (p.dp_index != replica) return;
+  const OpContext ctx{-1, -1, -1, "gather weights"};
   if (p.pp_index != 0) {
     std::vector<std::int64_t> meta{static_cast<std::int64_t>(local.size())};
-    std::int64_t total = 0;
+    std::vector<torch::Tensor> flat[2];  // float32, int64
     for (const auto& [name, t] : local) {
       meta.push_back(static_cast<std::int64_t>(name.size()));
       for (char ch : name) meta.push_back(static_cast<unsigned char>(ch));
+      meta.push_back(static_cast<std::int64_t>(t.scalar_type()));
       meta.push_back(t.dim());
       for (auto d : t.sizes()) meta.push_back(d);
-      total += t.numel();
+      flat[wire(t) == torch::kFloat ? 0 : 1].push_back(t.to(wire(t)).reshape({-1}));
     }
     send_i64s(world, root, kTagParamMetaSize, kTagParamMeta, meta, timeout, "gather weights");
-    std::vector<torch::Tensor> flat;
-    for (const auto& [name, t] : local) flat.push_back(t.reshape({-1}));
-    auto buf = flat.empty() ? torch::zeros({0}) : torch::cat(flat).contiguous();
-    if (total > 0) {
+    for (int w = 0; w < 2; ++w) {
+      if (flat[w].empty()) continue;
+      auto buf = torch::cat(flat[w]).contiguous();
+      if (buf.numel() == 0) continue;
       world
-          .send(BufferView{buf.data_ptr(), static_cast<std::size_t>(total), DType::kFloat32, {}},
-                root, kTagParamData, OpContext{-1, -1, -1, "gather weights"})
+          .send(BufferView{buf.data_ptr(),
+                           static_cast<std::size_t>(buf.numel()),
+                           w == 0 ? DType::kFloat32 : DType::kInt64,
+                           {}},
+                root, kTagParamData + w, ctx)
           ->wait(timeout);
     }
     return;
   }
   std::vector<std::pair<std::string, torch::Tensor>> all = local;
   for (int r = 1; r < c.pp; ++r) {
-    const auto meta = recv_i64s(world, mesh_world_rank(r, replica, c.pp), kTagParamMetaSize,
-                                kTagParamMeta, timeout, "gather weights");
+    const int src = mesh_world_rank(r, replica, c.pp);
+    const auto meta =
+        recv_i64s(world, src, kTagParamMetaSize, kTagParamMeta, timeout, "gather weights");
+    struct Entry {
+      std::string name;
+      torch::ScalarType type;
+      std::vector<std::int64_t> shape;
+      std::int64_t numel = 1;
+    };
+    std::vector<Entry> entries;
+    std::int64_t total[2] = {0, 0};
     std::size_t i = 0;
     const auto n = meta.at(i++);
-    std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes;
-    std::int64_t total = 0;
     for (std::int64_t k = 0; k < n; ++k) {
-      std::string name;
+      Entry e;
       const auto len = meta.at(i++);
-      for (std::int64_t j = 0; j < len; ++j) name.push_back(static_cast<char>(meta.at(i++)));
-      std::vector<std::int64_t> shape;
+      for (std::int64_t j = 0; j < len; ++j) e.name.push_back(static_cast<char>(meta.at(i++)));
+      e.type = static_cast<torch::ScalarType>(meta.at(i++));
       const auto dims = meta.at(i++);
-      std::int64_t numel = 1;
       for (std::int64_t j = 0; j < dims; ++j) {
-        shape.push_back(meta.at(i++));
-        numel *= shape.back();
+        e.shape.push_back(meta.at(i++));
+        e.numel *= e.shape.back();
       }
-      total += numel;
-      shapes.emplace_back(name, shape);
+      total[c10::isFloatingType(e.type) ? 0 : 1] += e.numel;
+      entries.push_back(std::move(e));
     }
-    auto buf = torch::empty({total}, torch::kFloat);
-    if (total > 0) {
+    torch::Tensor buf[2] = {torch::empty({total[0]}, torch::kFloat),
+                            torch::empty({total[1]}, torch::kLong)};
+    for (int w = 0; w < 2; ++w) {
+      if (total[w] == 0) continue;
       world
-          .recv(BufferView{buf.data_ptr(), static_cast<std::size_t>(total), DType::kFloat32, {}},
-                mesh_world_rank(r, replica, c.pp), kTagParamData,
-                OpContext{-1, -1, -1, "gather weights"})
+          .recv(BufferView{buf[w].data_ptr(),
+                           static_cast<std::size_t>(total[w]),
+                           w == 0 ? DType::kFloat32 : DType::kInt64,
+                           {}},
+                src, kTagParamData + w, ctx)
           ->wait(timeout);
     }
-    std::int64_t off = 0;
-    for (const auto& [name, shape] : shapes) {
-      std::int64_t numel = 1;
-      for (auto d : shape) numel *= d;
-      all.emplace_back(name, buf.narrow(0, off, numel).reshape(shape).clone());
-      off += numel;
+    std::int64_t off[2] = {0, 0};
+    for (const Entry& e : entries) {
+      const int w = c10::isFloatingType(e.type) ? 0 : 1;
+      all.emplace_back(e.name, buf[w].narrow(0, off[w], e.numel).reshape(e.shape).to(e.type));
+      off[w] += e.numel;
     }
   }
-  save_safetensors(path, all, {{"format", "pt"}, {"producer", "pipewright run"}});
+  // Floating-point tensors are written as float32 (as before issue 21); a name two stages both
+  // hold (a persistent buffer copied into several nodes) is written once.
+  std::vector<std::pair<std::string, torch::Tensor>> unique;
+  std::set<std::string> seen;
+  for (auto& [name, t] : all) {
+    if (!seen.insert(name).second) continue;
+    unique.emplace_back(name, t.is_floating_point() ? t.to(torch::kFloat) : t);
+  }
+  save_safetensors(path, unique, {{"format", "pt"}, {"producer", "pipewright run"}});
 }
 
 // Gathers every rank's timings on world rank 0 and writes the trace and the profile.
@@ -487,6 +526,23 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
     ctx.check_replicas = c.check_replicas;
     dp_algo = make_data_parallel(c.data_parallel, ctx);
     hooks = dp_algo.get();
+  }
+  // Tied parameters across stages: gradients summed before the optimizer (tied_sync.hpp).
+  std::unique_ptr<TiedGradientSync> tied;
+  if (auto groups = cross_stage_tied_groups(p.model, p.partition); !groups.empty()) {
+    std::set<std::string> names;
+    for (const auto& g : groups) names.insert(g.name);
+    std::vector<TiedCopy> copies;
+    for (const auto& b : bodies) {
+      const auto& params = b->module().named_parameters();
+      const auto& keys = b->module().tie_groups();
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        if (names.count(keys[i]) != 0) copies.push_back(TiedCopy{keys[i], params[i].second});
+      }
+    }
+    tied = std::make_unique<TiedGradientSync>(hooks, mesh.pipe.get(), std::move(groups),
+                                              std::move(copies), p.plan, p.device, timeout);
+    hooks = tied.get();
   }
   InterpreterOptions iopts;
   iopts.timeout = timeout;

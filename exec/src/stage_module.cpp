@@ -10,6 +10,7 @@
 
 #include "model_check.hpp"
 #include "pipewright/graph/error.hpp"
+#include "script_node.hpp"
 
 namespace pipewright::exec {
 
@@ -124,6 +125,7 @@ void make_params(const graph::Node& node, int index, const StageBuildOptions& op
     case NodeKind::kGelu:
     case NodeKind::kLoss:
     case NodeKind::kOpaque:
+    case NodeKind::kTorchScript:  // StageModule::add_script_node
       break;
   }
 }
@@ -174,12 +176,22 @@ StageModule::StageModule(const graph::Model& model, std::vector<int> nodes,
                          std::vector<StageValue> inputs, std::vector<StageValue> outputs,
                          const StageBuildOptions& options)
     : model_name_(model.name), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {
+  const int n = static_cast<int>(model.nodes.size());
   PW_CHECK(options.dtype == at::kFloat || options.dtype == at::kDouble, ConfigError,
            "stage dtype must be float32 or float64");
   PW_CHECK(!nodes.empty(), ConfigError, model.name << ": a stage needs at least one node");
   // Shape inference over the whole model also rejects opaque nodes and bad params.
-  const std::vector<ValueType> types = infer_value_types(model);
-  const int n = static_cast<int>(model.nodes.size());
+  const std::vector<std::vector<ValueType>> types = infer_output_types(model);
+  const auto exists = [&](const StageValue& v) {
+    return v.node < 0 ? v.node == -1 && v.output == 0
+                      : v.node < n && v.output >= 0 &&
+                            static_cast<std::size_t>(v.output) <
+                                types[static_cast<std::size_t>(v.node)].size();
+  };
+  const auto type_of = [&](const StageValue& v) {
+    return v.node < 0 ? ValueType{model.input.dtype == "int64", model.input.shape}
+                      : types[static_cast<std::size_t>(v.node)][static_cast<std::size_t>(v.output)];
+  };
   std::vector<bool> in_stage(model.nodes.size(), false);
   for (const int node : nodes) {
     PW_CHECK(node >= 0 && node < n, ConfigError,
@@ -190,34 +202,60 @@ StageModule::StageModule(const graph::Model& model, std::vector<int> nodes,
   }
   for (std::size_t i = 0; i < inputs_.size(); ++i) {
     const StageValue& v = inputs_[i];
-    PW_CHECK(v.node >= -1 && v.node < n && v.output == 0, ConfigError,
+    PW_CHECK(exists(v), ConfigError,
              model.name << ": stage input " << i << " (" << value_text(v) << ") does not exist");
     PW_CHECK(std::find(inputs_.begin(), inputs_.begin() + static_cast<std::ptrdiff_t>(i), v) ==
                  inputs_.begin() + static_cast<std::ptrdiff_t>(i),
              ConfigError, model.name << ": stage input " << i << " repeats " << value_text(v));
-    input_types_.push_back(v.node < 0 ? ValueType{model.input.dtype == "int64", model.input.shape}
-                                      : types[static_cast<std::size_t>(v.node)]);
+    input_types_.push_back(type_of(v));
   }
 
   // Parameters in model (node index) order; ops in topological order.
   std::vector<std::vector<std::size_t>> tensors(model.nodes.size());
-  for (int node = 0; node < n; ++node) {
-    if (in_stage[static_cast<std::size_t>(node)]) {
-      make_params(model.nodes[static_cast<std::size_t>(node)], node, options, params_,
-                  tensors[static_cast<std::size_t>(node)]);
+  std::vector<std::shared_ptr<ScriptNode>> scripts(model.nodes.size());
+  std::set<std::string> tied;  // every tied group of the model
+  for (const graph::Node& spec : model.nodes) {
+    if (!spec.script) continue;
+    for (const auto& p : spec.script->parameters) {
+      if (!p.tied_to.empty()) tied.insert(p.tied_to);
     }
   }
+  std::map<std::string, std::size_t> groups;
+  for (int node = 0; node < n; ++node) {
+    const auto i = static_cast<std::size_t>(node);
+    if (!in_stage[i]) continue;
+    if (model.nodes[i].kind == NodeKind::kTorchScript) {
+      scripts[i] = add_script_node(model.nodes[i], options, tied, groups, tensors[i]);
+    } else {
+      make_params(model.nodes[i], node, options, params_, tensors[i]);
+    }
+  }
+  tie_groups_.resize(params_.size());
   std::vector<bool> computed(model.nodes.size(), false);
   for (const int node : model.topological_order()) {
     if (!in_stage[static_cast<std::size_t>(node)]) continue;
     const graph::Node& spec = model.nodes[static_cast<std::size_t>(node)];
-    Op op{node, spec.name, spec.kind, spec.params, {}, tensors[static_cast<std::size_t>(node)]};
+    Op op{node,
+          spec.name,
+          spec.kind,
+          spec.params,
+          {},
+          tensors[static_cast<std::size_t>(node)],
+          scripts[static_cast<std::size_t>(node)]};
     auto edges = model.in_edges(node);
     std::sort(edges.begin(), edges.end(),
               [](const auto& a, const auto& b) { return a.to_input < b.to_input; });
-    for (const auto& e : edges) op.sources.push_back(StageValue{e.from, e.from_output});
+    if (op.script) {
+      // One source per forward argument; a slot no edge feeds reads the model input.
+      op.sources.assign(spec.script->inputs.size(), StageValue{-1, 0});
+      for (const auto& e : edges) {
+        op.sources.at(static_cast<std::size_t>(e.to_input)) = StageValue{e.from, e.from_output};
+      }
+    } else {
+      for (const auto& e : edges) op.sources.push_back(StageValue{e.from, e.from_output});
+    }
     const std::vector<StageValue> needed =
-        op.sources.empty() ? std::vector<StageValue>{StageValue{-1, 0}} : op.sources;
+        op.sources.empty() && !op.script ? std::vector<StageValue>{StageValue{-1, 0}} : op.sources;
     for (const StageValue& v : needed) {
       const bool local = v.node >= 0 && computed[static_cast<std::size_t>(v.node)];
       PW_CHECK(local || contains(inputs_, v), ConfigError,
@@ -240,12 +278,10 @@ StageModule::StageModule(const graph::Model& model, std::vector<int> nodes,
   }
   for (std::size_t i = 0; i < outputs_.size(); ++i) {
     const StageValue& v = outputs_[i];
-    PW_CHECK(
-        v.node >= 0 && v.node < n && v.output == 0 && computed[static_cast<std::size_t>(v.node)],
-        ConfigError,
-        model.name << ": stage output " << i << " (" << value_text(v)
-                   << ") is not computed by the stage");
-    output_types_.push_back(types[static_cast<std::size_t>(v.node)]);
+    PW_CHECK(v.node >= 0 && exists(v) && computed[static_cast<std::size_t>(v.node)], ConfigError,
+             model.name << ": stage output " << i << " (" << value_text(v)
+                        << ") is not computed by the stage");
+    output_types_.push_back(type_of(v));
   }
 }
 
@@ -286,6 +322,16 @@ std::vector<at::Tensor> StageModule::forward(const std::vector<at::Tensor>& inpu
     values[{inputs_[i].node, inputs_[i].output}] = t;
   }
   for (const Op& op : ops_) {
+    if (op.script) {
+      std::vector<at::Tensor> args;
+      args.reserve(op.sources.size());
+      for (const StageValue& s : op.sources) args.push_back(values.at({s.node, s.output}));
+      const std::vector<at::Tensor> results = op.script->forward(args);
+      for (std::size_t k = 0; k < results.size(); ++k) {
+        values[{op.node, static_cast<int>(k)}] = results[k];
+      }
+      continue;
+    }
     at::Tensor x;
     if (op.sources.empty()) {
       x = values.at({-1, 0});
@@ -350,10 +396,54 @@ at::Tensor StageModule::run_node(const Op& op, const at::Tensor& x) const {
     case NodeKind::kLoss:
       return x;
     case NodeKind::kOpaque:
+    case NodeKind::kTorchScript:  // forward() runs op.script
       break;
   }
   PW_ASSERT(false, label(op) << " cannot run");
   return x;
+}
+
+std::shared_ptr<ScriptNode> StageModule::add_script_node(const graph::Node& spec,
+                                                         const StageBuildOptions& options,
+                                                         const std::set<std::string>& tied,
+                                                         std::map<std::string, std::size_t>& groups,
+                                                         std::vector<std::size_t>& tensors) {
+  auto script = std::make_shared<ScriptNode>(spec, options.device, options.dtype);
+  for (const graph::ScriptParameter& p : spec.script->parameters) {
+    const std::string group = !p.tied_to.empty() ? p.tied_to : tied.count(p.name) ? p.name : "";
+    const auto it = group.empty() ? groups.end() : groups.find(group);
+    if (it != groups.end()) {
+      // Note [Tied parameters in a stage]: this node now reads the group's tensor.
+      script->set(p.name, params_[it->second].second);
+      aliases_.emplace_back(p.name, it->second);
+      tensors.push_back(it->second);
+      continue;
+    }
+    if (!group.empty()) groups.emplace(group, params_.size());
+    tensors.push_back(params_.size());
+    params_.emplace_back(p.name, script->get(p.name));
+    tie_groups_.push_back(group);
+  }
+  for (const graph::ScriptBuffer& b : spec.script->buffers) {
+    buffers_.emplace_back(b.name, script->get(b.name));
+    buffer_persistent_.push_back(b.persistent);
+  }
+  return script;
+}
+
+NamedTensors StageModule::persistent_buffers() const {
+  NamedTensors out;
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    if (buffer_persistent_[i]) out.push_back(buffers_[i]);
+  }
+  return out;
+}
+
+NamedTensors StageModule::state_dict() const {
+  NamedTensors out = params_;
+  for (const auto& [name, index] : aliases_) out.emplace_back(name, params_[index].second);
+  for (auto& b : persistent_buffers()) out.push_back(std::move(b));
+  return out;
 }
 
 std::vector<at::Tensor> StageModule::parameters() const {
@@ -385,6 +475,15 @@ void StageModule::load_parameters(const std::map<std::string, at::Tensor>& weigh
                     << "; parameters must be floating point");
     // detach() shares storage, so this writes the leaf in place without recording autograd.
     param.detach().copy_(w);
+  }
+  for (auto& [name, buffer] : persistent_buffers()) {
+    const auto it = weights.find(name);
+    if (it == weights.end()) continue;  // buffers keep the values of their .pt file
+    PW_CHECK(it->second.sizes() == buffer.sizes(), ConfigError,
+             source << ": tensor '" << name << "' has shape "
+                    << shape_text(it->second.sizes().vec()) << " but model '" << model_name_
+                    << "' needs " << shape_text(buffer.sizes().vec()));
+    buffer.detach().copy_(it->second);
   }
 }
 

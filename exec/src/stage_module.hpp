@@ -20,13 +20,25 @@
 // from a CPU generator seeded with mix(seed, i), using PyTorch's default schemes (Linear:
 // kaiming_uniform(a=sqrt(5)) weight and U(+-1/sqrt(in)) bias; LayerNorm: ones/zeros; Embedding:
 // N(0, 1)). The weights therefore depend on (seed, node index) only: pp=1 and pp=4 start equal.
+//
+// Torchscript nodes (issue 21, script_node.hpp): a model's nodes are all torchscript or all
+// built-in (model_check.hpp). A torchscript node's input slot j is forward argument j (the value
+// its edge brings, or the model input), its output k result k. Parameters carry the names
+// model.json lists (the original state_dict keys) and start from the values in the .pt files;
+// buffers are the listed ones. Note [Tied parameters in a stage]: a parameter listed with
+// tied_to whose group already has a tensor in this stage (node index order) becomes that tensor
+// (the module's attribute is replaced), so the stage has one trainable tensor per group and
+// autograd sums both uses; its name is kept as an alias (state_dict). Copies of one group in
+// different stages stay separate tensors; tied_sync.hpp sums their gradients every step.
 #pragma once
 
 #include <torch/types.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +48,8 @@
 #include "pipewright/graph/stage_graph.hpp"
 
 namespace pipewright::exec {
+
+class ScriptNode;
 
 struct StageBuildOptions {
   std::uint64_t seed = 0;
@@ -82,13 +96,23 @@ class StageModule {
   // leaves (requires_grad), shared with the module.
   [[nodiscard]] const NamedTensors& named_parameters() const noexcept { return params_; }
   [[nodiscard]] std::vector<torch::Tensor> parameters() const;
-  // Non-trainable state. No supported kind has any (the causal mask is built per call).
-  [[nodiscard]] NamedTensors named_buffers() const { return {}; }
+  // Non-trainable state: the buffers of torchscript nodes (built-in kinds have none; the causal
+  // mask is built per call).
+  [[nodiscard]] const NamedTensors& named_buffers() const noexcept { return buffers_; }
+  // The buffers that belong to the original state_dict (ScriptBuffer::persistent).
+  [[nodiscard]] NamedTensors persistent_buffers() const;
+  // What --save writes for this stage: every parameter under every name the stage knows it by
+  // (tied aliases too), then the persistent buffers.
+  [[nodiscard]] NamedTensors state_dict() const;
+  // Parallel to named_parameters(): the tied group of each parameter (the canonical name a
+  // tied_to names, shared by every copy in every stage), or "" for an untied parameter.
+  [[nodiscard]] const std::vector<std::string>& tie_groups() const noexcept { return tie_groups_; }
   [[nodiscard]] std::int64_t num_parameter_elements() const;
 
   // Copies every parameter of this stage from `weights` (e.g. load_safetensors of --init) under
-  // no_grad. Names not belonging to this stage are ignored. Throws ConfigError naming `source`
-  // and the tensor when one of this stage's parameters is missing or has another shape.
+  // no_grad, and the persistent buffers that `weights` holds. Names not belonging to this stage
+  // are ignored. Throws ConfigError naming `source` and the tensor when one of this stage's
+  // parameters is missing or has another shape.
   void load_parameters(const std::map<std::string, torch::Tensor>& weights,
                        const std::string& source);
 
@@ -102,7 +126,14 @@ class StageModule {
     std::map<std::string, std::int64_t> params;
     std::vector<graph::StageValue> sources;
     std::vector<std::size_t> tensors;
+    std::shared_ptr<ScriptNode> script;  // torchscript nodes: one source per forward argument
   };
+  // Loads a torchscript node and registers its parameters (Note [Tied parameters in a stage]:
+  // `groups` maps a tied group to its tensor's index in params_; `tied` holds every tied group
+  // of the model) and buffers; `tensors` receives the node's indices into params_.
+  [[nodiscard]] std::shared_ptr<ScriptNode> add_script_node(
+      const graph::Node& spec, const StageBuildOptions& options, const std::set<std::string>& tied,
+      std::map<std::string, std::size_t>& groups, std::vector<std::size_t>& tensors);
   [[nodiscard]] torch::Tensor run_node(const Op& op, const torch::Tensor& x) const;
   [[nodiscard]] std::string label(const Op& op) const;
 
@@ -115,6 +146,10 @@ class StageModule {
   std::vector<ValueType> output_types_;
   std::vector<Op> ops_;  // parallel to nodes_
   NamedTensors params_;
+  std::vector<std::string> tie_groups_;                       // parallel to params_
+  std::vector<std::pair<std::string, std::size_t>> aliases_;  // (name, index into params_)
+  NamedTensors buffers_;
+  std::vector<bool> buffer_persistent_;  // parallel to buffers_
 };
 
 // Mean loss of a batch. mse: output and target float of equal shape (a target [B] is accepted for

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <set>
 #include <unordered_map>
@@ -17,7 +18,7 @@ namespace pipewright::graph {
 
 namespace {
 
-constexpr std::array<std::pair<NodeKind, std::string_view>, 10> kKindNames = {{
+constexpr std::array<std::pair<NodeKind, std::string_view>, 11> kKindNames = {{
     {NodeKind::kLinear, "linear"},
     {NodeKind::kRelu, "relu"},
     {NodeKind::kGelu, "gelu"},
@@ -28,6 +29,7 @@ constexpr std::array<std::pair<NodeKind, std::string_view>, 10> kKindNames = {{
     {NodeKind::kTransformerBlock, "transformer_block"},
     {NodeKind::kLoss, "loss"},
     {NodeKind::kOpaque, "opaque"},
+    {NodeKind::kTorchScript, "torchscript"},
 }};
 
 bool finite_nonnegative(double v) { return std::isfinite(v) && v >= 0.0; }
@@ -38,6 +40,78 @@ detail::Digraph node_digraph(const Model& model) {
   g.edges.reserve(model.edges.size());
   for (const ModelEdge& e : model.edges) g.edges.emplace_back(e.from, e.to);
   return g;
+}
+
+using Where = std::function<std::string(const std::string&)>;
+
+void validate_shape(const std::vector<std::int64_t>& shape, const std::string& at,
+                    const Where& where) {
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    PW_CHECK(shape[d] > 0, InvalidGraphError,
+             where(at + "/shape/" + std::to_string(d)) << ": must be > 0, got " << shape[d]);
+  }
+}
+
+void validate_dtype(const std::string& dtype, const std::string& at, const Where& where) {
+  PW_CHECK(
+      is_script_dtype(dtype), InvalidGraphError,
+      where(at + "/dtype") << ": must be \"float32\", \"int64\", \"float64\" or \"bool\", got \""
+                           << dtype << "\"");
+}
+
+// The `script` of a torchscript node at `at` (e.g. "/nodes/3"); `model_inputs` is the number of
+// model inputs (1 without Model::inputs).
+void validate_script(const Node& node, const std::string& at, std::size_t model_inputs,
+                     const Where& where) {
+  const bool torchscript = node.kind == NodeKind::kTorchScript;
+  PW_CHECK(torchscript == node.script.has_value(), InvalidGraphError,
+           where(at + (torchscript ? "" : "/script"))
+               << (torchscript ? ": a torchscript node needs \"script\""
+                               : ": only torchscript nodes have \"script\""));
+  if (!torchscript) return;
+  const ScriptSpec& s = *node.script;
+  const std::string sat = at + "/script";
+  PW_CHECK(!s.file.empty(), InvalidGraphError, where(sat + "/file") << ": must not be empty");
+  PW_CHECK(!s.outputs.empty(), InvalidGraphError,
+           where(sat + "/outputs") << ": a torchscript node needs at least one output");
+  const auto values = [&](const std::vector<ScriptValue>& list, const char* key) {
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string vat = sat + "/" + key + "/" + std::to_string(i);
+      PW_CHECK(!list[i].name.empty(), InvalidGraphError,
+               where(vat + "/name") << ": must not be empty");
+      PW_CHECK(names.insert(list[i].name).second, InvalidGraphError,
+               where(vat + "/name") << ": duplicate name \"" << list[i].name << "\"");
+      validate_dtype(list[i].dtype, vat, where);
+      validate_shape(list[i].shape, vat, where);
+      PW_CHECK(
+          list[i].model_input >= 0 && static_cast<std::size_t>(list[i].model_input) < model_inputs,
+          InvalidGraphError,
+          where(vat + "/model_input")
+              << ": the model has " << model_inputs << " input(s), got " << list[i].model_input);
+    }
+  };
+  values(s.inputs, "inputs");
+  values(s.outputs, "outputs");
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < s.parameters.size(); ++i) {
+    const ScriptParameter& p = s.parameters[i];
+    const std::string pat = sat + "/parameters/" + std::to_string(i);
+    PW_CHECK(!p.name.empty(), InvalidGraphError, where(pat + "/name") << ": must not be empty");
+    PW_CHECK(names.insert(p.name).second, InvalidGraphError,
+             where(pat + "/name") << ": duplicate name \"" << p.name << "\"");
+    validate_dtype(p.dtype, pat, where);
+    validate_shape(p.shape, pat, where);
+  }
+  for (std::size_t i = 0; i < s.buffers.size(); ++i) {
+    const ScriptBuffer& b = s.buffers[i];
+    const std::string bat = sat + "/buffers/" + std::to_string(i);
+    PW_CHECK(!b.name.empty(), InvalidGraphError, where(bat + "/name") << ": must not be empty");
+    PW_CHECK(names.insert(b.name).second, InvalidGraphError,
+             where(bat + "/name") << ": duplicate name \"" << b.name << "\"");
+    validate_dtype(b.dtype, bat, where);
+    validate_shape(b.shape, bat, where);
+  }
 }
 
 }  // namespace
@@ -74,9 +148,14 @@ std::vector<std::string> required_params(NodeKind kind) {
     case NodeKind::kGelu:
     case NodeKind::kLoss:
     case NodeKind::kOpaque:
+    case NodeKind::kTorchScript:
       return {};
   }
   return {};
+}
+
+bool is_script_dtype(std::string_view dtype) noexcept {
+  return dtype == "float32" || dtype == "int64" || dtype == "float64" || dtype == "bool";
 }
 
 int Model::node_index(std::string_view node_name) const noexcept {
@@ -135,6 +214,34 @@ std::vector<int> Model::topological_order() const {
   return order;
 }
 
+bool Model::reads_model_input(int node) const {
+  return model_input_readers().at(static_cast<std::size_t>(node));
+}
+
+std::vector<bool> Model::model_input_readers() const {
+  // Distinct input slots fed per node; edges into one (node, slot) are unique in a valid model.
+  std::vector<std::set<int>> fed(nodes.size());
+  for (const ModelEdge& e : edges) {
+    if (e.to >= 0 && static_cast<std::size_t>(e.to) < nodes.size()) {
+      fed[static_cast<std::size_t>(e.to)].insert(e.to_input);
+    }
+  }
+  std::vector<bool> out(nodes.size());
+  for (std::size_t v = 0; v < nodes.size(); ++v) {
+    const Node& n = nodes[v];
+    if (!n.script) {
+      out[v] = fed[v].empty();
+      continue;
+    }
+    std::size_t within = 0;
+    for (const int slot : fed[v]) {
+      if (slot >= 0 && static_cast<std::size_t>(slot) < n.script->inputs.size()) ++within;
+    }
+    out[v] = within < n.script->inputs.size();
+  }
+  return out;
+}
+
 std::int64_t Model::input_bytes() const {
   std::int64_t elements = micro_batch_size;
   for (std::int64_t d : input.shape) elements *= d;
@@ -175,6 +282,20 @@ void detail::validate_model(const Model& model, const json::Source& source,
   }
   PW_CHECK(elements < 9.0e18, InvalidGraphError,
            where("/input/shape") << ": the input is too large to count in bytes");
+  for (std::size_t i = 0; i < model.inputs.size(); ++i) {
+    const NamedModelInput& in = model.inputs[i];
+    const std::string at = "/inputs/" + std::to_string(i);
+    PW_CHECK(
+        in.dtype == "float32" || in.dtype == "int64", InvalidGraphError,
+        where(at + "/dtype") << ": must be \"float32\" or \"int64\", got \"" << in.dtype << "\"");
+    PW_CHECK(!in.shape.empty(), InvalidGraphError,
+             where(at + "/shape") << ": must have at least one dimension");
+    validate_shape(in.shape, at, where);
+  }
+  PW_CHECK(model.inputs.empty() || (model.inputs[0].dtype == model.input.dtype &&
+                                    model.inputs[0].shape == model.input.shape),
+           InvalidGraphError, where("/inputs/0") << ": must equal \"input\" (dtype and shape)");
+  const std::size_t model_inputs = std::max<std::size_t>(1, model.inputs.size());
 
   std::unordered_map<std::string, std::size_t> seen;
   for (std::size_t i = 0; i < model.nodes.size(); ++i) {
@@ -220,6 +341,7 @@ void detail::validate_model(const Model& model, const json::Source& source,
                where(at + "/attrs/loss")
                    << ": must be \"mse\" or \"cross_entropy\", got \"" << loss->second << "\"");
     }
+    validate_script(node, at, model_inputs, where);
     const NodeCost& c = node.cost;
     const std::string cat = at + "/cost/";
     PW_CHECK(finite_nonnegative(c.forward_ms), InvalidGraphError,
@@ -266,6 +388,18 @@ void detail::validate_model(const Model& model, const json::Source& source,
     PW_CHECK(e.from != e.to, InvalidGraphError,
              where(at) << ": node \"" << model.nodes[static_cast<std::size_t>(e.from)].name
                        << "\" feeds itself (a cycle)");
+    const auto& from_script = model.nodes[static_cast<std::size_t>(e.from)].script;
+    PW_CHECK(!from_script || static_cast<std::size_t>(e.from_output) < from_script->outputs.size(),
+             InvalidGraphError,
+             where(at + "/from_output")
+                 << ": node \"" << model.nodes[static_cast<std::size_t>(e.from)].name << "\" has "
+                 << from_script->outputs.size() << " output(s), got " << e.from_output);
+    const auto& to_script = model.nodes[static_cast<std::size_t>(e.to)].script;
+    PW_CHECK(!to_script || static_cast<std::size_t>(e.to_input) < to_script->inputs.size(),
+             InvalidGraphError,
+             where(at + "/to_input")
+                 << ": node \"" << model.nodes[static_cast<std::size_t>(e.to)].name << "\" has "
+                 << to_script->inputs.size() << " input(s), got " << e.to_input);
     PW_CHECK(inputs_taken.emplace(e.to, e.to_input).second, InvalidGraphError,
              where(at) << ": input " << e.to_input << " of node \""
                        << model.nodes[static_cast<std::size_t>(e.to)].name

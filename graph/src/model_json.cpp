@@ -1,4 +1,5 @@
 // Model <-> JSON (format in docs/model-format.md).
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,8 +20,100 @@ using OrderedJson = nlohmann::ordered_json;
 constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMaxOffset = 1 << 20;  // output/input offsets of one node
 
+std::vector<std::int64_t> parse_shape(const At& at, bool allow_empty) {
+  at.expect_array();
+  if (!allow_empty && at.value.empty()) at.fail("must have at least one dimension");
+  std::vector<std::int64_t> shape;
+  for (std::size_t i = 0; i < at.value.size(); ++i) shape.push_back(at[i].as_int(1, kMaxInt));
+  return shape;
+}
+
+std::string parse_script_dtype(const At& at) {
+  std::string dtype = at.as_string();
+  if (!is_script_dtype(dtype)) {
+    at.fail("must be \"float32\", \"int64\", \"float64\" or \"bool\", got \"" + dtype + "\"");
+  }
+  return dtype;
+}
+
+std::vector<ScriptValue> parse_script_values(const At& at, bool inputs) {
+  at.expect_array();
+  std::vector<ScriptValue> out;
+  for (std::size_t i = 0; i < at.value.size(); ++i) {
+    const At v = at[i];
+    if (inputs) {
+      v.only_keys({"name", "dtype", "shape", "model_input"});
+    } else {
+      v.only_keys({"name", "dtype", "shape"});
+    }
+    ScriptValue value;
+    value.name = v["name"].as_string();
+    value.dtype = parse_script_dtype(v["dtype"]);
+    value.shape = parse_shape(v["shape"], true);
+    if (inputs && v.has("model_input")) {
+      value.model_input = static_cast<int>(v["model_input"].as_int(0, kMaxOffset));
+    }
+    out.push_back(std::move(value));
+  }
+  return out;
+}
+
+ScriptSpec parse_script(const At& at) {
+  at.only_keys({"file", "inputs", "outputs", "parameters", "buffers"});
+  ScriptSpec s;
+  s.file = at["file"].as_string();
+  s.path = s.file;
+  s.inputs = parse_script_values(at["inputs"], true);
+  s.outputs = parse_script_values(at["outputs"], false);
+  if (at.has("parameters")) {
+    const At list = at["parameters"];
+    list.expect_array();
+    for (std::size_t i = 0; i < list.value.size(); ++i) {
+      const At p = list[i];
+      p.only_keys({"name", "dtype", "shape", "tied_to"});
+      ScriptParameter param;
+      param.name = p["name"].as_string();
+      param.dtype = parse_script_dtype(p["dtype"]);
+      param.shape = parse_shape(p["shape"], true);
+      if (p.has_value("tied_to")) param.tied_to = p["tied_to"].as_string();
+      s.parameters.push_back(std::move(param));
+    }
+  }
+  if (at.has("buffers")) {
+    const At list = at["buffers"];
+    list.expect_array();
+    for (std::size_t i = 0; i < list.value.size(); ++i) {
+      const At b = list[i];
+      b.only_keys({"name", "dtype", "shape", "persistent"});
+      ScriptBuffer buffer;
+      buffer.name = b["name"].as_string();
+      buffer.dtype = parse_script_dtype(b["dtype"]);
+      buffer.shape = parse_shape(b["shape"], true);
+      if (b.has("persistent")) buffer.persistent = b["persistent"].as_bool();
+      s.buffers.push_back(std::move(buffer));
+    }
+  }
+  return s;
+}
+
+NamedModelInput parse_input(const At& at, bool named) {
+  if (named) {
+    at.only_keys({"name", "dtype", "shape"});
+  } else {
+    at.only_keys({"dtype", "shape"});
+  }
+  NamedModelInput in;
+  if (named && at.has("name")) in.name = at["name"].as_string();
+  in.dtype = at["dtype"].as_string();
+  if (in.dtype != "float32" && in.dtype != "int64") {
+    at["dtype"].fail("must be \"float32\" or \"int64\", got \"" + in.dtype + "\"");
+  }
+  in.shape = parse_shape(at["shape"], false);
+  return in;
+}
+
 Node parse_node(const At& at) {
-  at.only_keys({"name", "kind", "params", "attrs", "cost"});
+  at.only_keys({"name", "kind", "params", "attrs", "cost", "script"});
   Node node;
   node.name = at["name"].as_string();
   if (node.name.empty()) at["name"].fail("must not be empty");
@@ -30,9 +123,11 @@ Node parse_node(const At& at) {
   if (!parsed) {
     kind_at.fail_graph("unknown node kind \"" + kind +
                        "\" (valid: linear, relu, gelu, layernorm, embedding, "
-                       "causal_self_attention, mlp, transformer_block, loss, opaque)");
+                       "causal_self_attention, mlp, transformer_block, loss, opaque, "
+                       "torchscript)");
   }
   node.kind = *parsed;
+  if (at.has("script")) node.script = parse_script(at["script"]);
   if (at.has("params")) {
     const At params = at["params"];
     params.expect_object();
@@ -74,10 +169,48 @@ int node_ref(const Model& model, const At& at) {
   return index;
 }
 
+OrderedJson value_to_json(const ScriptValue& v, bool input) {
+  OrderedJson j;
+  j["name"] = v.name;
+  j["dtype"] = v.dtype;
+  j["shape"] = v.shape;
+  if (input && v.model_input != 0) j["model_input"] = v.model_input;
+  return j;
+}
+
+OrderedJson script_to_json(const ScriptSpec& s) {
+  OrderedJson j;
+  j["file"] = s.file;
+  j["inputs"] = OrderedJson::array();
+  for (const ScriptValue& v : s.inputs) j["inputs"].push_back(value_to_json(v, true));
+  j["outputs"] = OrderedJson::array();
+  for (const ScriptValue& v : s.outputs) j["outputs"].push_back(value_to_json(v, false));
+  j["parameters"] = OrderedJson::array();
+  for (const ScriptParameter& p : s.parameters) {
+    OrderedJson pj;
+    pj["name"] = p.name;
+    pj["dtype"] = p.dtype;
+    pj["shape"] = p.shape;
+    if (!p.tied_to.empty()) pj["tied_to"] = p.tied_to;
+    j["parameters"].push_back(pj);
+  }
+  j["buffers"] = OrderedJson::array();
+  for (const ScriptBuffer& b : s.buffers) {
+    OrderedJson bj;
+    bj["name"] = b.name;
+    bj["dtype"] = b.dtype;
+    bj["shape"] = b.shape;
+    bj["persistent"] = b.persistent;
+    j["buffers"].push_back(bj);
+  }
+  return j;
+}
+
 OrderedJson node_to_json(const Node& node) {
   OrderedJson j;
   j["name"] = node.name;
   j["kind"] = std::string(to_string(node.kind));
+  if (node.script) j["script"] = script_to_json(*node.script);
   if (!node.params.empty()) {
     OrderedJson params = OrderedJson::object();
     for (const auto& [k, v] : node.params) params[k] = v;
@@ -118,24 +251,33 @@ Model parse_model(std::string_view json_text, const std::string& source_name) {
   const json::Document doc =
       json::parse_strict(json_text, source_name, {kMaxModelFileBytes, kMaxJsonDepth});
   const At at{doc.root, doc.source, ""};
-  at.only_keys({"version", "name", "micro_batch_size", "input", "nodes", "layers", "edges"});
+  at.only_keys({"version", "name", "micro_batch_size", "input", "inputs", "source", "nodes",
+                "layers", "edges"});
   if (at.has("version")) (void)at["version"].as_int(1, 1);
   Model model;
   model.name = at.has("name") ? at["name"].as_string() : std::string();
   if (at.has("micro_batch_size"))
     model.micro_batch_size = at["micro_batch_size"].as_int(1, kMaxInt);
 
-  const At input = at["input"];
-  input.only_keys({"dtype", "shape"});
-  model.input.dtype = input["dtype"].as_string();
-  if (model.input.dtype != "float32" && model.input.dtype != "int64") {
-    input["dtype"].fail("must be \"float32\" or \"int64\", got \"" + model.input.dtype + "\"");
+  const NamedModelInput input = parse_input(at["input"], false);
+  model.input.dtype = input.dtype;
+  model.input.shape = input.shape;
+  if (at.has("inputs")) {
+    const At inputs = at["inputs"];
+    inputs.expect_array();
+    if (inputs.value.empty()) inputs.fail("must list at least one input");
+    for (std::size_t i = 0; i < inputs.value.size(); ++i) {
+      model.inputs.push_back(parse_input(inputs[i], true));
+    }
   }
-  const At shape = input["shape"];
-  shape.expect_array();
-  if (shape.value.empty()) shape.fail("must have at least one dimension");
-  for (std::size_t i = 0; i < shape.value.size(); ++i) {
-    model.input.shape.push_back(shape[i].as_int(1, kMaxInt));
+  if (at.has("source")) {
+    const At source = at["source"];
+    source.only_keys({"module", "torch", "init"});
+    ModelSource src;
+    if (source.has("module")) src.module = source["module"].as_string();
+    if (source.has("torch")) src.torch = source["torch"].as_string();
+    if (source.has("init")) src.init = source["init"].as_string();
+    model.source = src;
   }
 
   const bool has_nodes = at.has("nodes");
@@ -169,8 +311,9 @@ Model parse_model(std::string_view json_text, const std::string& source_name) {
                  std::to_string(kMaxModelEdges));
     }
     // Duplicate names must be reported before edges are resolved by name.
-    detail::validate_model(Model{model.name, model.input, model.nodes, {}, model.micro_batch_size},
-                           doc.source, "nodes");
+    Model nodes_only = model;
+    nodes_only.edges.clear();
+    detail::validate_model(nodes_only, doc.source, "nodes");
     for (std::size_t i = 0; i < edges.value.size(); ++i) {
       const At e = edges[i];
       e.only_keys({"from", "from_output", "to", "to_input"});
@@ -189,7 +332,14 @@ Model parse_model(std::string_view json_text, const std::string& source_name) {
 }
 
 Model load_model(const std::string& path) {
-  return parse_model(json::read_text_file(path, "model file", kMaxModelFileBytes), path);
+  Model model = parse_model(json::read_text_file(path, "model file", kMaxModelFileBytes), path);
+  // TorchScript files are named relative to the folder of the model file.
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  for (Node& node : model.nodes) {
+    if (!node.script || std::filesystem::path(node.script->file).is_absolute()) continue;
+    node.script->path = (folder / node.script->file).lexically_normal().string();
+  }
+  return model;
 }
 
 std::string to_json(const Model& model) {
@@ -199,6 +349,22 @@ std::string to_json(const Model& model) {
   j["micro_batch_size"] = model.micro_batch_size;
   j["input"]["dtype"] = model.input.dtype;
   j["input"]["shape"] = model.input.shape;
+  if (!model.inputs.empty()) {
+    OrderedJson inputs = OrderedJson::array();
+    for (const NamedModelInput& in : model.inputs) {
+      OrderedJson ij;
+      ij["name"] = in.name;
+      ij["dtype"] = in.dtype;
+      ij["shape"] = in.shape;
+      inputs.push_back(ij);
+    }
+    j["inputs"] = inputs;
+  }
+  if (model.source) {
+    j["source"]["module"] = model.source->module;
+    j["source"]["torch"] = model.source->torch;
+    j["source"]["init"] = model.source->init;
+  }
   OrderedJson nodes = OrderedJson::array();
   for (const Node& node : model.nodes) nodes.push_back(node_to_json(node));
   if (is_plain_chain(model)) {

@@ -48,8 +48,24 @@ std::string quoted_lines(const std::vector<std::string>& lines) {
   return out + "\"";
 }
 
+std::string value_text(const ScriptValue& v) {
+  std::string shape;
+  for (std::size_t i = 0; i < v.shape.size(); ++i) {
+    shape += (i ? " x " : "") + std::to_string(v.shape[i]);
+  }
+  return v.dtype + " [" + shape + "]";
+}
+
 std::string node_label(const Node& node) {
   std::vector<std::string> lines{node.name, std::string(to_string(node.kind))};
+  if (node.script) {
+    // What a TorchScript node computes is opaque here; its signature says what flows.
+    std::string outs;
+    for (const ScriptValue& v : node.script->outputs) {
+      outs += (outs.empty() ? "-> " : ", ") + value_text(v);
+    }
+    lines.push_back(std::to_string(node.script->inputs.size()) + " input(s) " + outs);
+  }
   lines.push_back("fwd " + ms(node.cost.forward_ms) + " ms, bwd " + ms(node.cost.backward_ms) +
                   " ms");
   return quoted_lines(lines);
@@ -145,13 +161,12 @@ std::string render_model_dot(const Model& model, const Partition* partition,
       os << "  }\n";
     }
   }
-  std::vector<bool> has_producer(model.nodes.size(), false);
-  for (const ModelEdge& e : model.edges) has_producer[static_cast<std::size_t>(e.to)] = true;
   auto stage_of = [&](int v) {
     return partition == nullptr ? 0 : partition->node_stage[static_cast<std::size_t>(v)];
   };
+  const std::vector<bool> readers = model.model_input_readers();
   for (std::size_t v = 0; v < model.nodes.size(); ++v) {
-    if (has_producer[v]) continue;
+    if (!readers[v]) continue;
     os << "  input -> n" << v;
     if (partition != nullptr) {
       os << " [label=" << quoted_lines({human_bytes(model.input_bytes())})

@@ -128,15 +128,16 @@ StageGraph build_stage_graph(const Model& model, const std::vector<int>& node_st
       it->second = consumer_node;
     }
   };
-  std::vector<bool> has_producer(n, false);
   for (const ModelEdge& e : model.edges) {
-    has_producer[static_cast<std::size_t>(e.to)] = true;
     const int p = node_stage[static_cast<std::size_t>(e.from)];
     const int c = node_stage[static_cast<std::size_t>(e.to)];
     if (p != c) note(Value{e.from, e.from_output}, c, e.to);
   }
+  const std::vector<bool> readers = model.model_input_readers();
   for (std::size_t v = 0; v < n; ++v) {
-    if (!has_producer[v]) note(Value{-1, 0}, node_stage[v], static_cast<int>(v));
+    if (readers[v]) {
+      note(Value{-1, 0}, node_stage[v], static_cast<int>(v));
+    }
   }
 
   // Slot order: inputs by (producer stage, producer position, output), model input first;

@@ -367,5 +367,30 @@ TEST(StageEdges, FromGraphStageDag) {
   EXPECT_THROW((void)stage_edges_from(g), ConfigError);
 }
 
+// Issue 21: a stage DAG that contains the chain plus edges to later stages (a skip connection
+// across stages) keeps the looped schedules' order (Note [Looped schedules over a stage DAG]).
+TEST(ScheduleDag, LoopedSchedulesTakeTheChainPlusForwardSkips) {
+  const std::vector<StageEdge> skips = {{0, 1}, {1, 2}, {2, 3}, {0, 2}, {1, 3}, {0, 3}};
+  for (ScheduleKind kind : all_schedule_kinds()) {
+    if (kind == ScheduleKind::kGPipe || kind == ScheduleKind::k1F1B) continue;
+    for (int m : {2, 4}) {
+      const std::string name = std::string(to_string(kind)) + " m=" + std::to_string(m);
+      ComputePlan plan;
+      try {
+        plan = generate({kind, 2, m, 2, skips});
+      } catch (const ConfigError& e) {
+        // Only the shape rules of the chain itself may refuse.
+        EXPECT_THROW((void)generate({kind, 2, m, 2, {}}), ConfigError) << name << ": " << e.what();
+        continue;
+      }
+      EXPECT_FALSE(plan.shape.is_chain()) << name;
+      check_runs(plan, name);
+    }
+  }
+  // Stage 1 does not feed stage 2: every edge still goes up, so the looped order covers it.
+  check_runs(generate({ScheduleKind::kInterleaved1F1B, 2, 4, 2, {{0, 1}, {0, 2}, {2, 3}}}),
+             "Interleaved1F1B without 1 -> 2");
+}
+
 }  // namespace
 }  // namespace pipewright::sched

@@ -28,6 +28,8 @@ namespace pipewright::graph {
 //   kLoss                no params; attrs {"loss": "mse" | "cross_entropy"}. A model may omit the
 //                        loss node: the executor then applies its --loss to the last node's output.
 //   kOpaque              anything (never executed; costs only)
+//   kTorchScript         no params; Node::script says which TorchScript file the executor loads,
+//                        its inputs, outputs, parameters and buffers (issue 21)
 enum class NodeKind {
   kLinear,
   kRelu,
@@ -39,10 +41,11 @@ enum class NodeKind {
   kTransformerBlock,
   kLoss,
   kOpaque,
+  kTorchScript,
 };
 
 // JSON spelling: "linear", "relu", "gelu", "layernorm", "embedding", "causal_self_attention",
-// "mlp", "transformer_block", "loss", "opaque".
+// "mlp", "transformer_block", "loss", "opaque", "torchscript".
 [[nodiscard]] std::string_view to_string(NodeKind kind) noexcept;
 // The kind spelled `text`, or nullopt (callers name the offending field in their error).
 [[nodiscard]] std::optional<NodeKind> parse_node_kind(std::string_view text) noexcept;
@@ -69,16 +72,83 @@ struct NodeCost {
   }
 };
 
+// Element types a TorchScript node's values, parameters and buffers may have.
+// JSON spelling: "float32", "int64", "float64", "bool".
+[[nodiscard]] bool is_script_dtype(std::string_view dtype) noexcept;
+
+// One argument or result of a TorchScript node's forward, per sample (no batch dimension).
+struct ScriptValue {
+  std::string name;
+  std::string dtype = "float32";    // is_script_dtype
+  std::vector<std::int64_t> shape;  // per sample; every entry > 0 (may be empty: a scalar)
+  // Inputs only: which model input an unproduced input slot reads (Model::inputs index).
+  int model_input = 0;
+
+  friend bool operator==(const ScriptValue& a, const ScriptValue& b) noexcept {
+    return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape &&
+           a.model_input == b.model_input;
+  }
+};
+
+// A trainable parameter of a TorchScript node. `name` is both the original module's state_dict
+// key and the attribute path inside the node's TorchScript module ("transformer.h.0.ln_1.weight").
+// A parameter shared with other nodes (tied weights) names the canonical entry in `tied_to`
+// (empty for the canonical entry and for untied parameters).
+struct ScriptParameter {
+  std::string name;
+  std::string dtype = "float32";
+  std::vector<std::int64_t> shape;
+  std::string tied_to;
+
+  friend bool operator==(const ScriptParameter& a, const ScriptParameter& b) noexcept {
+    return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.tied_to == b.tied_to;
+  }
+};
+
+// A buffer a TorchScript node's module holds; `persistent` = in the original state_dict.
+struct ScriptBuffer {
+  std::string name;
+  std::string dtype = "float32";
+  std::vector<std::int64_t> shape;
+  bool persistent = true;
+
+  friend bool operator==(const ScriptBuffer& a, const ScriptBuffer& b) noexcept {
+    return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape &&
+           a.persistent == b.persistent;
+  }
+};
+
+// What the executor needs to run a kTorchScript node (docs/model-format.md, "TorchScript nodes").
+// Input slot j of the node is argument j of forward; an input slot no edge feeds reads model input
+// inputs[j].model_input. Output k is result k (forward returns a tuple when there are several).
+struct ScriptSpec {
+  std::string file;  // as written in the model file (to_json writes it back unchanged)
+  // `file` resolved against the folder of the model file (load_model); equal to `file` for a
+  // model parsed from text or built in code, and for absolute paths. Not compared by ==: the same
+  // model read from two places is the same model.
+  std::string path;
+  std::vector<ScriptValue> inputs;
+  std::vector<ScriptValue> outputs;
+  std::vector<ScriptParameter> parameters;  // in the module's named_parameters() order
+  std::vector<ScriptBuffer> buffers;
+
+  friend bool operator==(const ScriptSpec& a, const ScriptSpec& b) noexcept {
+    return a.file == b.file && a.inputs == b.inputs && a.outputs == b.outputs &&
+           a.parameters == b.parameters && a.buffers == b.buffers;
+  }
+};
+
 struct Node {
   std::string name;  // unique within the model
   NodeKind kind = NodeKind::kOpaque;
   std::map<std::string, std::int64_t> params;
   std::map<std::string, std::string> attrs;
   NodeCost cost;
+  std::optional<ScriptSpec> script;  // exactly for kTorchScript nodes
 
   friend bool operator==(const Node& a, const Node& b) noexcept {
     return a.name == b.name && a.kind == b.kind && a.params == b.params && a.attrs == b.attrs &&
-           a.cost == b.cost;
+           a.cost == b.cost && a.script == b.script;
   }
 };
 
@@ -106,12 +176,37 @@ struct ModelInput {
   }
 };
 
+// One of several model inputs (JSON "inputs": the forward arguments of an exported module).
+struct NamedModelInput {
+  std::string name;
+  std::string dtype = "float32";  // "float32" | "int64"
+  std::vector<std::int64_t> shape;
+
+  friend bool operator==(const NamedModelInput& a, const NamedModelInput& b) noexcept {
+    return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape;
+  }
+};
+
+// Where an exported model came from (JSON "source"; informational, written back by to_json).
+struct ModelSource {
+  std::string module;  // "examples/byo/gpt2.py:tiny_gpt2"
+  std::string torch;   // torch version that exported it
+  std::string init;    // initial weights file, relative to the model file
+
+  friend bool operator==(const ModelSource& a, const ModelSource& b) noexcept {
+    return a.module == b.module && a.torch == b.torch && a.init == b.init;
+  }
+};
+
 struct Model {
   std::string name;
   ModelInput input;
   std::vector<Node> nodes;
   std::vector<ModelEdge> edges;
   std::int64_t micro_batch_size = 1;  // the batch the costs were computed for
+  // Several model inputs (JSON "inputs", optional; inputs[0] equals `input`). Empty: one input.
+  std::vector<NamedModelInput> inputs;
+  std::optional<ModelSource> source;
 
   // Index of the node called `name`, or -1.
   [[nodiscard]] int node_index(std::string_view node_name) const noexcept;
@@ -125,12 +220,17 @@ struct Model {
   // or an already-sorted node list keeps its order. Throws InvalidGraphError naming the nodes on
   // a cycle.
   [[nodiscard]] std::vector<int> topological_order() const;
+  // Whether `node` reads the model input: a node without producers, or a torchscript node with an
+  // input slot that no edge feeds.
+  [[nodiscard]] bool reads_model_input(int node) const;
+  // reads_model_input of every node (index = node), in one pass over the edges.
+  [[nodiscard]] std::vector<bool> model_input_readers() const;
   // Bytes of one microbatch of model input (product of shape x dtype size x micro_batch_size).
   [[nodiscard]] std::int64_t input_bytes() const;
 
   friend bool operator==(const Model& a, const Model& b) noexcept {
     return a.name == b.name && a.input == b.input && a.nodes == b.nodes && a.edges == b.edges &&
-           a.micro_batch_size == b.micro_batch_size;
+           a.micro_batch_size == b.micro_batch_size && a.inputs == b.inputs && a.source == b.source;
   }
 };
 
@@ -148,7 +248,8 @@ void validate_model(const Model& model, const std::string& source_name = "model"
 // Parses and validates a model. Errors are ParseError (bad JSON, duplicate keys, wrong types,
 // limits) or InvalidGraphError (bad graph), with `source_name` and a JSON pointer in the message.
 [[nodiscard]] Model parse_model(std::string_view json_text, const std::string& source_name);
-// Reads `path` (ParseError naming it if unreadable or too big) and parses it.
+// Reads `path` (ParseError naming it if unreadable or too big) and parses it; torchscript nodes'
+// ScriptSpec::path is resolved against the folder of `path`.
 [[nodiscard]] Model load_model(const std::string& path);
 // Stable, pretty JSON (2-space indent, fixed key order) that parse_model reads back equal.
 [[nodiscard]] std::string to_json(const Model& model);

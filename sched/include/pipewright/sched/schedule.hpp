@@ -39,7 +39,9 @@ struct ScheduleSpec {
   int microbatches = 1;
   int stages_per_rank = 1;
   // Stage dependency DAG over ranks * stages_per_rank stages; empty = the chain 0 -> 1 -> ...
-  // Only GPipe and 1F1B accept a non-chain DAG (torch's looped schedules assume a chain).
+  // GPipe and 1F1B accept any DAG; the looped schedules (torch's are written for the chain)
+  // accept a DAG whose every edge goes from a lower to a higher stage (the chain plus skip
+  // connections): Note [Looped schedules over a stage DAG] in schedule.cpp.
   std::vector<StageEdge> stage_edges;
 };
 
