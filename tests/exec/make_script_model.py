@@ -10,7 +10,7 @@ every state_dict parameter's gradient of that loss.
 The module: embed (Embedding 10x4) -> block (two outputs: a Linear and relu(h) * scale, with a
 persistent buffer `block.scale` and a non-persistent `block.table`) -> head (reads both block
 outputs and, at input slot 2 that no edge feeds, the model input; its weight is tied to
-embed.weight) -> out (logits times a learned gain). `make_script_model.py OUT_DIR --data ROWS`
+embed.weight) -> out (logits times a learned gain; an int64 persistent buffer `out.calls`). `make_script_model.py OUT_DIR --data ROWS`
 also writes OUT_DIR/x.npy, y.npy (token ids, next-token targets). Exit 77 without torch.
 """
 import json
@@ -43,6 +43,7 @@ class Gain(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.gain = nn.Parameter(torch.tensor([1.5]))
+        self.register_buffer("calls", torch.tensor([3, 4]))  # an int64 persistent buffer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * self.gain
@@ -156,7 +157,8 @@ def main(out: str) -> None:
             {"name": "out", "kind": "torchscript", "script": {
                 "file": "nodes/3_out.pt", "inputs": [value("x", f32, [SEQ, VOCAB])],
                 "outputs": [value("out", f32, [SEQ, VOCAB])],
-                "parameters": [value("out.gain", f32, [1])]}},
+                "parameters": [value("out.gain", f32, [1])],
+                "buffers": [dict(value("out.calls", "int64", [2]), persistent=True)]}},
         ],
         "edges": [
             {"from": "embed", "to": "block"},
