@@ -7,8 +7,7 @@
       --save DIR/<schedule>.safetensors, then plain PyTorch SGD on the same batches and
       max |pipewright - torch| <= 2e-5 over every state_dict key (after a strict load_state_dict)
 
-Exit 77 (CTest skip) when torch or safetensors is missing, or when this build's executor does
-not know torchscript nodes yet.
+Exit 77 (CTest skip) when torch or safetensors is missing.
 """
 import argparse
 import os
@@ -63,12 +62,6 @@ def run(example: str, schedule: str, pipewright: str, work: str) -> int:
     p = subprocess.run(cmd, capture_output=True, text=True)
     sys.stdout.write(p.stdout + p.stderr)
     if p.returncode != 0:
-        text = p.stdout + p.stderr
-        # A model parser from before issue 21: the first unknown thing it meets.
-        if any(m in text for m in ('unknown field "source"', 'unknown field "script"',
-                                   'unknown node kind "torchscript"')):
-            print("skipped: this executor does not know torchscript nodes")
-            return SKIP
         return 1
     import numpy as np
     import torch
