@@ -643,9 +643,9 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
 // every rank pings it twice a second, and the server notes connections that closed unfinished.
 // On a timeout or a peer failure, the ranks it has not heard from for 2 s (SIGSTOPped, hung) or
 // that left (died) are named in the message. If the store itself does not answer or is gone, its
-// host, rank 0, is the one that stopped or died.
-template <typename E>
-[[noreturn]] void rethrow_naming_unresponsive(Store& store, int self, const E& e) {
+// host, rank 0, is the one that stopped or died. A failing rank 0 keeps the store up until the
+// others have left (let_peers_ask, at most 2 s) so they can still ask.
+std::string naming_unresponsive(Store& store, int self, const std::string& what) {
   std::vector<int> silent;
   bool host_silent = false;
   try {
@@ -661,14 +661,33 @@ template <typename E>
     host_silent = self != 0;
   }
   if (host_silent) silent.push_back(0);
-  if (silent.empty()) throw e;
-  throw E(std::string(e.what()) + "; not responding: rank" + (silent.size() > 1 ? "s " : " ") +
-          [&] {
-            std::string list;
-            for (int r : silent) list += (list.empty() ? "" : ",") + std::to_string(r);
-            return list;
-          }() +
-          " (hung, stopped or dead: no sign of life at the rendezvous store for over 2 s)");
+  if (silent.empty()) return what;
+  std::string list;
+  for (int r : silent) list += (list.empty() ? "" : ",") + std::to_string(r);
+  return what + "; not responding: rank" + (silent.size() > 1 ? "s " : " ") + list +
+         " (hung, stopped or dead: no sign of life at the rendezvous store for over 2 s)";
+}
+
+// Rank 0 hosts the store: when it fails, it keeps the store up until every other rank has left
+// (at most 2 s), so that they can still ask it who failed first. Without this, a rank whose own
+// error came a moment later found the store gone and could only name rank 0.
+void let_peers_ask(Store& store, int world_size) {
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  try {
+    while (Clock::now() < until &&
+           static_cast<int>(store.unresponsive_ranks(std::chrono::hours(1)).size()) <
+               world_size - 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const Error&) {
+  }
+}
+
+template <typename E>
+[[noreturn]] void rethrow_naming_unresponsive(Store& store, int self, int world_size, const E& e) {
+  E named(naming_unresponsive(store, self, e.what()));
+  if (self == 0) let_peers_ask(store, world_size);
+  throw named;
 }
 
 }  // namespace
@@ -679,10 +698,10 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
   try {
     return train(c, on_step, store, self);
   } catch (const TimeoutError& e) {
-    if (store) rethrow_naming_unresponsive(*store, self, e);
+    if (store) rethrow_naming_unresponsive(*store, self, c.pp * c.dp, e);
     throw;
   } catch (const PeerError& e) {
-    if (store) rethrow_naming_unresponsive(*store, self, e);
+    if (store) rethrow_naming_unresponsive(*store, self, c.pp * c.dp, e);
     throw;
   }
 }

@@ -15,6 +15,8 @@
 #                every other rank exits non-zero within --timeout + 5 s naming the stopped rank.
 #   early        TRIALS times, direct ranks: one rank killed right after it starts (before the
 #                rendezvous). Pass: the others exit non-zero within --timeout + 5 s naming it.
+#   absent       TRIALS times, direct ranks: one random rank (rank 0 included) is never started.
+#                Pass: the others exit non-zero within --timeout + 5 s of their start, naming it.
 #   port         TRIALS times: job A (2 ranks, launch) runs; job B (2 ranks, launch) is started
 #                on A's port while A runs. Pass: B exits 2 naming the port or the refusal while
 #                A is still running, and A completes every step and exits 0.
@@ -82,7 +84,7 @@ rank_pid() {
   done
 }
 
-# start_direct N STEPS PORT: starts N ranks without a launcher; sets rank_pids (the `timeout`
+# start_direct N STEPS PORT [SKIP]: starts N ranks (but rank SKIP) without a launcher; sets rank_pids (the `timeout`
 # processes, to wait for) and proc_pids (the ranks themselves, to signal); outputs in
 # $work/out.R.
 start_direct() {
@@ -90,11 +92,13 @@ start_direct() {
   rank_pids=(); proc_pids=()
   read -ra args <<<"$(job_args "$1" "$2")"
   for (( r = 0; r < n; r++ )); do
+    if [ "$r" = "${4:--1}" ]; then rank_pids+=(""); continue; fi
     RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
       MASTER_PORT="$3" timeout 120 "$pw" "${args[@]}" >"$work/out.$r" 2>&1 &
     rank_pids+=("$!"); pids+=("$!")
   done
   for (( r = 0; r < n; r++ )); do
+    if [ -z "${rank_pids[$r]}" ]; then proc_pids+=(""); continue; fi
     proc_pids+=("$(child_of "${rank_pids[$r]}")"); pids+=("${proc_pids[$r]}")
   done
 }
@@ -164,6 +168,11 @@ for (( t = 1; t <= trials; t++ )); do
       sleep 0.$(( RANDOM % 5 ))
       t0=$(now_ms); kill -9 "${proc_pids[$victim]}"; wait "${rank_pids[$victim]}" 2>/dev/null
       check_survivors "$n" "$victim" "$t0" "trial $t (n=$n, kill -9 rank $victim before rendezvous)"
+      ;;
+    absent)
+      t0=$(now_ms)
+      start_direct "$n" 5 "$port" "$victim"
+      check_survivors "$n" "$victim" "$t0" "trial $t (n=$n, rank $victim never started)"
       ;;
     port)
       read -ra args <<<"$(job_args 2 600)"  # A runs ~8 s: B starts and ends meanwhile
