@@ -644,7 +644,8 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
 // On a timeout or a peer failure, the ranks it has not heard from for 2 s (SIGSTOPped, hung) or
 // that left (died) are named in the message. If the store itself does not answer or is gone, its
 // host, rank 0, is the one that stopped or died. A failing rank 0 keeps the store up until the
-// others have left (let_peers_ask, at most 2 s) so they can still ask.
+// others have left (let_peers_ask, at most 1 s) so they can still ask; and every rank keeps the
+// ranks gone as of its last ping, for when the store is gone by the time it asks.
 std::string naming_unresponsive(Store& store, int self, const std::string& what) {
   std::vector<int> silent;
   bool host_silent = false;
@@ -669,10 +670,10 @@ std::string naming_unresponsive(Store& store, int self, const std::string& what)
 }
 
 // Rank 0 hosts the store: when it fails, it keeps the store up until every other rank has left
-// (at most 2 s), so that they can still ask it who failed first. Without this, a rank whose own
+// (at most 1 s), so that they can still ask it who failed first. Without this, a rank whose own
 // error came a moment later found the store gone and could only name rank 0.
 void let_peers_ask(Store& store, int world_size) {
-  const auto until = Clock::now() + std::chrono::seconds(2);
+  const auto until = Clock::now() + std::chrono::seconds(1);
   try {
     while (Clock::now() < until &&
            static_cast<int>(store.unresponsive_ranks(std::chrono::hours(1)).size()) <

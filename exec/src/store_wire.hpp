@@ -31,7 +31,7 @@ enum class Op : std::uint8_t {
   kCheck = 5,  // n, keys... -> all present (1 byte)
   kErase = 6,  // key -> existed (1 byte)
   kStale = 7,  // threshold ms -> n, ranks... (accepted ranks silent for longer, or gone)
-  kPing = 8,   // -> (empty)
+  kPing = 8,   // -> n, ranks... (the ranks gone so far)
   kBye = 9,    // -> (empty); a clean close: the rank is not reported gone
 };
 

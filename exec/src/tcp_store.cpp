@@ -103,8 +103,12 @@ class TcpStore final : public Store {
       std::unique_lock<std::mutex> lock(stop_mu_);
       while (!stop_cv_.wait_for(lock, kPingInterval, [this] { return stop_; })) {
         try {
-          (void)request(wire::Writer().u8(static_cast<std::uint8_t>(wire::Op::kPing)), "ping",
-                        std::min(timeout_, kShortRequest));
+          const std::string reply =
+              request(wire::Writer().u8(static_cast<std::uint8_t>(wire::Op::kPing)), "ping",
+                      std::min(timeout_, kShortRequest));
+          std::vector<int> gone = read_ranks(reply);
+          std::lock_guard<std::mutex> cache(gone_mu_);
+          gone_seen_ = std::move(gone);
         } catch (const Error&) {
           return;  // the store is gone; the next real request reports it
         }
@@ -186,20 +190,34 @@ class TcpStore final : public Store {
                .u8() != 0;
   }
 
+  // When the store does not answer or is gone, its host (rank 0) is unresponsive, and so are
+  // the ranks it had reported gone in its last answer to a ping.
   std::vector<int> unresponsive_ranks(milliseconds silent_for) override {
-    const std::string reply = request(
-        wire::Writer().u8(static_cast<std::uint8_t>(wire::Op::kStale)).i64(silent_for.count()),
-        "unresponsive ranks", std::min(timeout_, kShortRequest));
-    wire::Reader r(reply);  // a view: `reply` must outlive it
+    try {
+      return read_ranks(request(
+          wire::Writer().u8(static_cast<std::uint8_t>(wire::Op::kStale)).i64(silent_for.count()),
+          "unresponsive ranks", std::min(timeout_, kShortRequest)));
+    } catch (const Error&) {
+      std::lock_guard<std::mutex> cache(gone_mu_);
+      std::vector<int> ranks = gone_seen_;
+      if (std::find(ranks.begin(), ranks.end(), 0) == ranks.end()) ranks.insert(ranks.begin(), 0);
+      std::sort(ranks.begin(), ranks.end());
+      return ranks;
+    }
+  }
+
+ private:
+  // "n, ranks..." (kStale and kPing answers).
+  std::vector<int> read_ranks(const std::string& reply) const {
+    wire::Reader r(reply);  // a view: `reply` outlives it
     const std::int64_t n = r.i64();
     PW_CHECK(r.ok() && n >= 0 && n <= std::int64_t{1} << 20, BackendError,
-             "store at " << where_ << ": malformed answer about unresponsive ranks");
+             "store at " << where_ << ": malformed list of ranks");
     std::vector<int> ranks(static_cast<std::size_t>(n));
     for (int& rank : ranks) rank = static_cast<int>(r.i64());
     return ranks;
   }
 
- private:
   // Sends one request and returns the reply's payload. PeerError when the connection breaks,
   // TimeoutError when no reply comes within `timeout` (default: the store's).
   std::string request(const wire::Writer& w, const std::string& what) {
@@ -229,6 +247,8 @@ class TcpStore final : public Store {
   milliseconds timeout_;
   std::mutex mu_;
   std::string broken_;  // once a request failed, every later one fails the same way
+  std::mutex gone_mu_;
+  std::vector<int> gone_seen_;  // the ranks the store reported gone in its last ping answer
   std::thread pinger_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

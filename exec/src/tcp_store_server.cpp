@@ -12,7 +12,9 @@
 //   * the server notes when an accepted rank's connection closes without a goodbye (the process
 //     died) under "pipewright/gone/<rank>", so the rendezvous names a dead rank at once instead
 //     of waiting for its deadline, and answers which ranks have been silent for longer than a
-//     threshold (kStale), so a timeout can name a hung (SIGSTOPped) rank: every client pings.
+//     threshold (kStale), so a timeout can name a hung (SIGSTOPped) rank: every client pings,
+//     and each ping's answer lists the ranks gone so far, which the client keeps for when the
+//     store itself is gone (its host, rank 0, failed because of them).
 // The wire format is in store_wire.hpp. One thread serves every connection with poll(); the
 // store holds only rendezvous keys, so requests are tiny and each is answered at once.
 #include "tcp_store_server.hpp"
@@ -183,7 +185,9 @@ bool TcpStoreServer::State::handle(Client& c, std::string_view payload) {
       for (int s : stale) w.i64(s);
       break;
     }
-    case wire::Op::kPing:
+    case wire::Op::kPing:  // the answer: the ranks gone so far, which the client keeps
+      w.i64(static_cast<std::int64_t>(gone.size()));
+      for (int g : gone) w.i64(g);
       break;
     case wire::Op::kBye:
       c.bye = true;

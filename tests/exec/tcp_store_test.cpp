@@ -192,5 +192,21 @@ TEST(TcpStore, NamesARankThatStoppedAnswering) {
   ::close(silent);
 }
 
+// When the store is gone (rank 0 failed because another rank died), a rank still names rank 0
+// and the ranks the store had reported gone in its last answer to a ping.
+TEST(TcpStore, RemembersTheRanksGoneWhenTheStoreIsGone) {
+  const int port = find_free_port();
+  auto host = make_tcp_store(world_of(0, 3, port, "j"), milliseconds(5000));
+  auto live = make_tcp_store(world_of(1, 3, port, "j"), milliseconds(5000));
+  try {  // rank 2 connects, then dies (its store closes while unwinding: no goodbye)
+    auto store = make_tcp_store(world_of(2, 3, port, "j"), milliseconds(5000));
+    throw std::runtime_error("rank 2 dies");
+  } catch (const std::runtime_error&) {
+  }
+  std::this_thread::sleep_for(milliseconds(1200));  // at least one ping answered since
+  host.reset();
+  EXPECT_EQ(live->unresponsive_ranks(milliseconds(2000)), (std::vector<int>{0, 2}));
+}
+
 }  // namespace
 }  // namespace pipewright::exec
