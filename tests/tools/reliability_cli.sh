@@ -9,6 +9,8 @@
 #   special-inputs  a FIFO (no writer) and /dev/zero as plan, model or data exit 2 at once
 #   json-number     a JSON number 1e400 exits 2 naming the file, line and column
 #   control-chars   terminal escapes in a plan cell are echoed as \x1b, never raw
+#   huge-model      layer sizes implying 10^15 parameters exit 2 before allocating, naming the
+#                   model, the size and the limit (libtorch used to fail with a stack trace)
 #   nan             a run whose loss becomes non-finite: --nan-policy error exits 1 naming the
 #                   step, rank and stage; skip-step and warn exit 0 with a warning
 set -uo pipefail
@@ -36,8 +38,12 @@ expect() {
 
 # The executor's cases only where it is built (PIPEWRIGHT_WITH_EXEC).
 have_exec=0; "$pw" run --help >/dev/null 2>&1 && have_exec=1
-run_mlp=(run --model "$data/mlp.json" --data-x "$data/mlp_x.npy" --data-y "$data/mlp_y.npy"
-         --loss mse --batch-size 8 --microbatches 2 --pp 1 --timeout 30)
+# run_with MODEL DATA_X: `run` on 1 rank (the flags cannot be given twice).
+run_with() {
+  run_args=(run --model "$1" --data-x "$2" --data-y "$data/mlp_y.npy" --loss mse --batch-size 8
+            --microbatches 2 --pp 1 --timeout 30)
+}
+run_with "$data/mlp.json" "$data/mlp_x.npy"; run_mlp=("${run_args[@]}")
 
 case "$what" in
   plan-limits)
@@ -62,23 +68,36 @@ case "$what" in
     expect "/dev/zero plan" 2 10000 "/dev/zero: the plan file is a character device" \
       "$pw" validate /dev/zero
     [ "$have_exec" = 1 ] || { echo "(no executor: run cases skipped)"; exit $failed; }
+    run_with "$data/mlp.json" "$work/fifo"; fifo_x=("${run_args[@]}")
+    run_with /dev/zero "$data/mlp_x.npy"; zero_model=("${run_args[@]}")
     expect "FIFO data" 2 20000 "fifo.*is a FIFO \\(pipe\\), not a regular file" \
-      "$pw" "${run_mlp[@]}" --steps 1 --data-x "$work/fifo"
+      "$pw" "${fifo_x[@]}" --steps 1
     expect "/dev/zero model (run)" 2 20000 "/dev/zero.*is a character device" \
-      "$pw" "${run_mlp[@]}" --steps 1 --model /dev/zero
+      "$pw" "${zero_model[@]}" --steps 1
     ;;
   json-number)
     sed 's/"in_features": 8/"in_features": 1e400/' "$data/mlp.json" >"$work/m.json"
     expect "1e400 in a model" 2 10000 "m.json:[0-9]+:[0-9]+: .*1e400" \
       "$pw" partition "$work/m.json" --stages 2
     [ "$have_exec" = 1 ] || exit $failed
+    run_with "$work/m.json" "$data/mlp_x.npy"
     expect "1e400 in a model (run)" 2 20000 "m.json:[0-9]+:[0-9]+: .*1e400" \
-      "$pw" "${run_mlp[@]}" --steps 1 --model "$work/m.json"
+      "$pw" "${run_args[@]}" --steps 1
     ;;
   control-chars)
     printf '0F0,\033[31mX\n' >"$work/esc.csv"
     expect "escape in a plan cell" 2 10000 'esc.csv:1:5: .*\\x1b' "$pw" validate "$work/esc.csv"
     if grep -q $'\033' "$work/out"; then fail "a raw ESC reached the terminal"; else ok "no raw ESC"; fi
+    ;;
+  huge-model)
+    sed 's/"out_features": 16/"out_features": 16000000/; s/"in_features": 16/"in_features": 16000000/' \
+      "$data/mlp.json" >"$work/huge.json"
+    run_with "$work/huge.json" "$data/mlp_x.npy"
+    expect "10^15 parameters" 2 30000 \
+      "stages of model 'mlp' on this rank \\(.*huge.json\\) have .* parameters, .* more than this host's memory" \
+      "$pw" "${run_args[@]}" --steps 1
+    expect "a limit of 1000 bytes" 2 30000 "more than PIPEWRIGHT_MAX_PARAM_BYTES \\(1000 bytes" \
+      env PIPEWRIGHT_MAX_PARAM_BYTES=1000 "$pw" "${run_mlp[@]}" --steps 1
     ;;
   nan)
     expect "--nan-policy error" 1 60000 \
