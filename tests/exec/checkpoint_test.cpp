@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <torch/torch.h>
+#include <fstream>
 
 #include <unistd.h>
 
@@ -173,7 +173,7 @@ TEST(Checkpoint, StaleTemporariesAreRemovedByTheirOwnRank) {
   EXPECT_FALSE(fs::exists(fs::path(step) / "rank-1.pt.tmp.a1b2c3"));
   EXPECT_TRUE(fs::exists(fs::path(step) / "rank-1.pt"));
   EXPECT_TRUE(fs::exists(fs::path(step) / "rank-10.pt.tmp.zzzzzz"));  // rank 10's, not rank 1's
-  EXPECT_EQ(remove_stale_temporaries(dir, 0), 2);                       // its own and the marker's
+  EXPECT_EQ(remove_stale_temporaries(dir, 0), 2);                     // its own and the marker's
   EXPECT_FALSE(fs::exists(fs::path(step) / "COMPLETE.tmp.g7h8i9"));
   EXPECT_EQ(remove_stale_temporaries(dir + "/missing", 0), 0);
   fs::remove_all(dir);
