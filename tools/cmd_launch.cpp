@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -129,6 +130,16 @@ std::string describe(const Child& c) {
   return s;
 }
 
+// Note [First failure]: a rank killed by a signal makes its peers fail with exit 3 (peer
+// failure) or 4 (timeout) within milliseconds, so the launcher often reaps the killed rank and
+// a peer in the same round; it reports the cause, not the rank with the lowest number. Lower is
+// more likely a cause: a signal, then an exit code other than 3 and 4, then 4, then 3.
+int cause_rank(const Child& c) {
+  if (WIFSIGNALED(c.status)) return 0;
+  const int code = WEXITSTATUS(c.status);
+  return code == 3 ? 3 : code == 4 ? 2 : 1;
+}
+
 void write_all(int fd, const std::string& text) {
   std::size_t done = 0;
   while (done < text.size()) {
@@ -164,7 +175,19 @@ void close_stream(Child& c, Stream& s, int out_fd, bool is_err) {
   s.fd = -1;
 }
 
-std::vector<std::string> child_environment(int rank, int nproc, int port) {
+// A random job id (16 hex digits) for the ranks' rendezvous (Note [Store protocol] in
+// exec/src/tcp_store_server.cpp): a process of another job that reaches this job's port is
+// refused instead of joining it.
+std::string new_job_id() {
+  std::random_device rd;
+  const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::vector<std::string> child_environment(int rank, int nproc, int port,
+                                           const std::string& job_id) {
   static const char* const kDropped[] = {"RANK",
                                          "WORLD_SIZE",
                                          "LOCAL_RANK",
@@ -179,7 +202,8 @@ std::vector<std::string> child_environment(int rank, int nproc, int port) {
                                          "PMI_SIZE",
                                          "SLURM_PROCID",
                                          "SLURM_NTASKS",
-                                         "SLURM_LOCALID"};
+                                         "SLURM_LOCALID",
+                                         "PIPEWRIGHT_JOB_ID"};
   std::map<std::string, std::string> env;
   for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
     const std::string entry(*p);
@@ -193,6 +217,7 @@ std::vector<std::string> child_environment(int rank, int nproc, int port) {
   env["LOCAL_WORLD_SIZE"] = std::to_string(nproc);
   env["MASTER_ADDR"] = "127.0.0.1";
   env["MASTER_PORT"] = std::to_string(port);
+  env["PIPEWRIGHT_JOB_ID"] = job_id;
   env.emplace("OMP_NUM_THREADS", "1");  // emplace: a user's explicit setting wins
   env.emplace("OPENBLAS_NUM_THREADS", "1");
   std::vector<std::string> out;
@@ -201,7 +226,8 @@ std::vector<std::string> child_environment(int rank, int nproc, int port) {
 }
 
 // Spawns one rank; returns its pid. Throws ConfigError if CMD cannot be started.
-pid_t spawn_rank(Child& c, const std::vector<std::string>& command, int nproc, int port) {
+pid_t spawn_rank(Child& c, const std::vector<std::string>& command, int nproc, int port,
+                 const std::string& job_id) {
   int out_pipe[2], err_pipe[2];
   PW_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0, BackendError,
            "launch: pipe() failed: " << std::strerror(errno));
@@ -220,7 +246,7 @@ pid_t spawn_rank(Child& c, const std::vector<std::string>& command, int nproc, i
   posix_spawnattr_setpgroup(&attr, 0);  // own process group: signals reach its children too
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
 
-  std::vector<std::string> env = child_environment(c.rank, nproc, port);
+  std::vector<std::string> env = child_environment(c.rank, nproc, port, job_id);
   std::vector<char*> argv, envp;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -281,7 +307,8 @@ int run_launch(const LaunchArgs& args) {
   std::vector<Child> children(static_cast<std::size_t>(args.nproc));
   for (int r = 0; r < args.nproc; ++r) children[static_cast<std::size_t>(r)].rank = r;
   try {
-    for (auto& c : children) spawn_rank(c, args.command, args.nproc, port);
+    const std::string job_id = new_job_id();
+    for (auto& c : children) spawn_rank(c, args.command, args.nproc, port, job_id);
   } catch (...) {
     signal_all(children, SIGKILL);
     for (auto& c : children) {
@@ -332,7 +359,9 @@ int run_launch(const LaunchArgs& args) {
       ::usleep(20000);
     }
 
-    // Reap exited ranks.
+    // Reap exited ranks. Failures seen in one round are ordered cause first (Note [First
+    // failure]).
+    std::vector<int> failed_now;
     for (auto& c : children) {
       if (!c.running) continue;
       int status = 0;
@@ -341,8 +370,13 @@ int run_launch(const LaunchArgs& args) {
       c.running = false;
       c.status = status;
       --running;
-      if (failed(c)) failure_order.push_back(c.rank);
+      if (failed(c)) failed_now.push_back(c.rank);
     }
+    std::stable_sort(failed_now.begin(), failed_now.end(), [&](int a, int b) {
+      return cause_rank(children[static_cast<std::size_t>(a)]) <
+             cause_rank(children[static_cast<std::size_t>(b)]);
+    });
+    failure_order.insert(failure_order.end(), failed_now.begin(), failed_now.end());
 
     // First failure or an interrupt: stop everyone, politely first.
     if ((!failure_order.empty() || g_interrupt != 0) && !kill_deadline) {

@@ -114,6 +114,9 @@ void setup_run(CLI::App& app) {
   sub->add_option("--local-world-size", flags->local_world_size, "Processes on this node");
   sub->add_option("--master-addr", flags->master_addr, "Rendezvous host (rank 0)");
   sub->add_option("--master-port", flags->master_port, "Rendezvous port");
+  sub->add_option("--job-id", flags->job_id,
+                  "This job's identity at the rendezvous: the store refuses processes of other "
+                  "jobs (default: PIPEWRIGHT_JOB_ID, which `pipewright launch` sets)");
   sub->add_option("--check-replicas", c.check_replicas,
                   "Every N steps verify that replicas hold identical parameters (0: never)")
       ->capture_default_str();
@@ -144,6 +147,7 @@ void setup_run(CLI::App& app) {
     if (flags->local_world_size >= 0) cfg.world.local_world_size = flags->local_world_size;
     if (!flags->master_addr.empty()) cfg.world.master_addr = flags->master_addr;
     if (flags->master_port >= 0) cfg.world.master_port = flags->master_port;
+    if (!flags->job_id.empty()) cfg.world.job_id = flags->job_id;
     if (flags->dry_run || !flags->plan_out.empty()) {
       const exec::DryRun dry = exec::dry_run_job(cfg);
       if (!flags->plan_out.empty()) write_plan_out(flags->plan_out, cfg, dry.plan);
@@ -156,7 +160,13 @@ void setup_run(CLI::App& app) {
     Progress progress;
     PW_CHECK(flags->log_every >= 1, ConfigError, "--log-every must be >= 1");
     const auto every = flags->log_every;
-    const auto result = exec::run_training(cfg, [&progress, every](const exec::StepLog& s) {
+    const auto policy = std::string(sched::to_string(cfg.nan_policy));
+    const auto result = exec::run_training(cfg, [&, every](const exec::StepLog& s) {
+      if (!s.nonfinite.empty()) {
+        progress.clear();
+        spdlog::warn("{} (--nan-policy {}: {})", s.nonfinite, policy,
+                     policy == "warn" ? "trained on" : "optimizer step skipped");
+      }
       if ((s.step + 1) % every != 0 && s.step + 1 != s.steps) {
         progress.draw(s.step + 1, s.steps);
         return;

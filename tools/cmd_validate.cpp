@@ -44,8 +44,7 @@ void run_validate(const ValidateArgs& args) {
   if (!diags.empty()) {
     std::string msg = args.path + ": invalid " + (lowered ? "lowered" : "compute-only") +
                       " plan, " + std::to_string(diags.size()) + " problem(s):";
-    for (const auto& d : diags) msg += "\n  " + sched::to_string(d);
-    throw InvalidPlanError(msg);
+    throw InvalidPlanError(msg + sched::format_diagnostics(diags));
   }
   const sched::LoweredPlan plan =
       lowered ? std::get<sched::LoweredPlan>(any) : sched::lower(std::get<sched::ComputePlan>(any));

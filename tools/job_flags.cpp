@@ -56,6 +56,13 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
   cmd->add_option("--weight-decay", job.weight_decay, "weight decay")
       ->capture_default_str()
       ->group(g);
+  cmd->add_option_function<std::string>(
+         "--nan-policy",
+         [&job](const std::string& s) { job.nan_policy = sched::parse_nan_policy(s); },
+         "when the loss or a gradient norm is NaN/Inf: error (stop, exit 1, naming step, rank "
+         "and stage) | skip-step (skip that optimizer step) | warn (train on)")
+      ->default_str(std::string(sched::to_string(job.nan_policy)))
+      ->group(g);
 
   // Options whose presence matters (SlowMo options are rejected with --dp-algorithm ddp) go
   // through callbacks into the spec's std::optional fields.

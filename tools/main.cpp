@@ -52,6 +52,33 @@ void set_fallthrough(CLI::App& app) {
   }
 }
 
+// The one-line error, written with one write(2): a message written in pieces (std::cerr is
+// unbuffered) could be cut after its prefix when the launcher stops this rank mid-way, leaving
+// a bare "pipewright: error: " (issue 20, item 6).
+// Control characters that came from input (a terminal escape in a plan cell, a key, a path) are
+// written as \xHH, so an error message cannot drive the terminal (issue 20, item 7); newlines
+// separate the lines of multi-line messages and stay.
+void print_error(const char* prefix, const std::string& what) {
+  std::string line = prefix;
+  for (const char ch : what) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      static const char kHex[] = "0123456789abcdef";
+      line += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    } else {
+      line += ch;
+    }
+  }
+  line += "\n";
+  std::size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
 #ifndef PIPEWRIGHT_EXECUTOR_BINARY
 // Index in argv of the subcommand: the first argument that is not a global option or its value
 // (0 if there is none).
@@ -192,11 +219,19 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const pipewright::Error& e) {
     std::fflush(stdout);
-    std::cerr << "pipewright: error: " << e.what() << "\n";
+    print_error("pipewright: error: ", e.what());
     return pipewright::exit_code_for(e);
-  } catch (const std::exception& e) {
+  } catch (const std::bad_alloc&) {
     std::fflush(stdout);
-    std::cerr << "pipewright: internal error: " << e.what() << "\n";
+    print_error("pipewright: error: ",
+                "out of memory (an input implies more memory than this host has; see "
+                "docs/reliability.md, \"Input limits\")");
+    return 1;
+  } catch (const std::exception& e) {
+    // libtorch's errors carry a stack trace after their first line ("frame #0: ...").
+    std::fflush(stdout);
+    const std::string what = e.what();
+    print_error("pipewright: internal error: ", what.substr(0, what.find("\nframe #")));
     return 1;
   }
   return 0;

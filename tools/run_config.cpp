@@ -133,6 +133,8 @@ const Key kKeys[] = {
     {"training", "save", Type::kString, "--save", "", [](F f) { return str(f.config.save_path); }},
     {"training", "save_replicas", Type::kBool, "--save-replicas", "",
      [](F f) { return boolean(f.config.save_replicas); }},
+    {"training", "nan_policy", Type::kString, "--nan-policy", "",
+     [](F f) { return str(sched::to_string(f.config.nan_policy)); }},
 
     {"optimizer", "name", Type::kString, "--optimizer", "",
      [](F f) { return str(sched::to_string(f.config.optimizer)); }},
@@ -191,6 +193,8 @@ const Key kKeys[] = {
      [](F f) { return f.master_addr.empty() ? std::string() : str(f.master_addr); }},
     {"distributed", "master_port", Type::kInt, "--master-port", "",
      [](F f) { return opt_int(f.master_port); }},
+    {"distributed", "job_id", Type::kString, "--job-id", "",
+     [](F f) { return f.job_id.empty() ? std::string() : str(f.job_id); }},
 
     {"checkpoint", "dir", Type::kString, "--checkpoint-dir", "",
      [](F f) { return str(f.config.checkpoint_dir); }},

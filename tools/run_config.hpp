@@ -30,6 +30,7 @@ struct RunFlags {
   int local_world_size = -1;
   std::string master_addr;
   int master_port = -1;
+  std::string job_id;
   std::int64_t log_every = 1;
   bool dry_run = false;
   std::string plan_out;

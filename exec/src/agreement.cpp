@@ -25,11 +25,13 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
 #include "pipewright/exec/communicator.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/json_reader.hpp"
 #include "pipewright/sched/plan_io.hpp"
 
 namespace pipewright::exec {
@@ -87,7 +89,19 @@ BufferView i64s(std::vector<std::int64_t>& v) {
 
 }  // namespace
 
+std::string fingerprint_digest(const JobFingerprint& fingerprint) {
+  return hex64(fnv1a(encode_fingerprint(fingerprint)));
+}
+
 std::string file_digest(const std::string& path, std::string_view flag) {
+  // A FIFO or a device has no size and may never end (issue 20, item 7).
+  try {
+    (void)json::check_input_file(path,
+                                 std::string(flag.substr(flag.find_first_not_of('-'))) + " file",
+                                 std::numeric_limits<std::uint64_t>::max());
+  } catch (const InputError& e) {
+    throw ConfigError(std::string(flag) + " " + e.what());
+  }
   std::ifstream in(path, std::ios::binary);
   PW_CHECK(in.good(), ConfigError, flag << " " << path << ": cannot be read");
   std::uint64_t h = kFnvOffset;

@@ -49,6 +49,10 @@ using JobFingerprint = std::vector<JobField>;
 [[nodiscard]] std::vector<std::string> describe_disagreements(
     const std::vector<JobFingerprint>& per_rank);
 
+// A short digest of the whole fingerprint (16 hex digits), presented at the rendezvous store
+// (Note [Store protocol] in tcp_store_server.cpp).
+[[nodiscard]] std::string fingerprint_digest(const JobFingerprint& fingerprint);
+
 // Text form exchanged between ranks ("name=value\n" per field, newlines in values escaped) and
 // back. decode(encode(f)) == f.
 [[nodiscard]] std::string encode_fingerprint(const JobFingerprint& fingerprint);

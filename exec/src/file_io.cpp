@@ -7,13 +7,21 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/json_reader.hpp"
 
 namespace pipewright::exec {
 
 std::string read_file_bytes(const std::string& path, std::string_view what) {
+  // Regular files only: a FIFO would block, /dev/zero would never end (issue 20, item 7).
+  try {
+    (void)json::check_input_file(path, what, std::numeric_limits<std::uint64_t>::max());
+  } catch (const InputError& e) {
+    throw ConfigError(e.what());
+  }
   std::ifstream in(path, std::ios::binary);
   PW_CHECK(in.good(), ConfigError,
            "cannot open " << what << " '" << path << "': " << std::strerror(errno));

@@ -2,6 +2,7 @@
 #include "interpreter.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <sstream>
 #include <string>
@@ -371,6 +372,7 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
                    << plan_.shape.microbatches);
   loss_sum_ = 0;
   loss_count_ = 0;
+  nonfinite_ = NonFinite{};
   if (options_.prepost_receives) prepost_receives(step);
   for (std::size_t i = 0; i < actions_.size(); ++i) {
     std::size_t run_end = i;
@@ -403,6 +405,9 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
   StepResult r;
   r.has_loss = loss_count_ > 0;
   r.loss = loss_count_ > 0 ? loss_sum_ / plan_.shape.microbatches : 0.0;
+  r.nonfinite = nonfinite_;
+  if (r.has_loss && !std::isfinite(r.loss)) r.nonfinite.loss_stage = loss_stage_;
+  r.nonfinite.loss = r.loss;
   return r;
 }
 
@@ -459,7 +464,9 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
         }
         auto& st = local(a.stage);
         if (st.optimizer) {
-          st.optimizer->step();
+          const double norm = checked_optimizer_step(*st.optimizer, options_.nan_policy);
+          if (!std::isfinite(norm) && nonfinite_.grad_stage < 0)
+            nonfinite_ = {-1, 0, a.stage, norm};
           if (!hooks_->clear_gradients(a.stage)) st.optimizer->zero_grad();
         }
         if (&*std::find_if(actions_.rbegin(), actions_.rend(), optim) == &a) {
@@ -497,6 +504,7 @@ void Interpreter::do_forward(const Action& a, std::int64_t step,
     auto l = loss_(ms.outputs[static_cast<std::size_t>(st.loss_output)], y);
     loss_sum_ += l.detach().to(torch::kDouble).item<double>();
     ++loss_count_;
+    loss_stage_ = a.stage;
     ms.loss = l / (static_cast<double>(plan_.shape.microbatches) *
                    static_cast<double>(hooks_->gradient_divisor()));
   }

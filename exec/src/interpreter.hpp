@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "dp_hooks.hpp"
+#include "nonfinite.hpp"
 #include "pipewright/exec/communicator.hpp"
 #include "pipewright/sched/plan.hpp"
 
@@ -88,6 +89,8 @@ struct InterpreterOptions {
   // Post every remote receive of a step when the step starts (Note [Pre-posted receives]).
   // Only for buffered transports (Gloo, MPI, fake): NCCL's receives occupy its stream in order.
   bool prepost_receives = false;
+  // What a non-finite gradient norm does to the OPTIM action (Note [Non-finite steps]).
+  sched::NanPolicy nan_policy = sched::NanPolicy::kError;
   // Note [Measured split backward] (run_report.hpp): in this step (a warm-up step of a profiled
   // run whose plan has no I/W), the full backward of every even microbatch runs as I then W and
   // is recorded as two actions. -1: never.
@@ -100,6 +103,9 @@ struct StepResult {
   // stage computes the loss).
   double loss = 0;
   bool has_loss = false;
+  // The first local stage whose loss / gradient norm was not finite this step (Note
+  // [Non-finite steps]); loss_stage -1 and grad_stage -1 when all were finite.
+  NonFinite nonfinite;
 };
 
 // Shape and dtype of one tensor crossing a cut, agreed at start-up.
@@ -197,6 +203,8 @@ class Interpreter {
   std::vector<ActionTiming> timings_;
   double loss_sum_ = 0;
   int loss_count_ = 0;
+  int loss_stage_ = -1;
+  NonFinite nonfinite_;
 };
 
 }  // namespace pipewright::exec

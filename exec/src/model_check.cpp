@@ -247,6 +247,49 @@ void check_script_files(const graph::Model& model) {
   }
 }
 
+double parameter_count(const graph::Node& node) {
+  const auto p = [&](const char* key, std::int64_t fallback = 0) {
+    const auto it = node.params.find(key);
+    return static_cast<double>(it == node.params.end() ? fallback : it->second);
+  };
+  const auto linear = [](double in, double out, bool bias) { return in * out + (bias ? out : 0); };
+  using K = graph::NodeKind;
+  const double h = p("hidden");
+  const double f = p("ffn_hidden");
+  switch (node.kind) {
+    case K::kLinear:
+      return linear(p("in_features"), p("out_features"), p("bias", 1) != 0);
+    case K::kLayerNorm:
+      return 2 * p("normalized_shape");
+    case K::kEmbedding:
+      return (p("num_embeddings") + p("max_positions")) * p("embedding_dim");
+    case K::kCausalSelfAttention:
+      return linear(h, 3 * h, true) + linear(h, h, true);
+    case K::kMlp:
+      return linear(h, f, true) + linear(f, h, true);
+    case K::kTransformerBlock:
+      return 4 * h + linear(h, 3 * h, true) + linear(h, h, true) + linear(h, f, true) +
+             linear(f, h, true);
+    case K::kTorchScript: {
+      double n = 0;  // every copy a stage holds, tied ones included (each stage stores its own)
+      if (node.script) {
+        for (const auto& param : node.script->parameters) {
+          double e = 1;
+          for (const std::int64_t d : param.shape) e *= static_cast<double>(d);
+          n += e;
+        }
+      }
+      return n;
+    }
+    case K::kRelu:
+    case K::kGelu:
+    case K::kLoss:
+    case K::kOpaque:
+      break;
+  }
+  return 0;
+}
+
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::ostringstream os;
   os << "[";

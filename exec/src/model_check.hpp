@@ -35,6 +35,11 @@ enum class LossKind : std::uint8_t { kMse, kCrossEntropy };
 [[nodiscard]] std::optional<LossKind> parse_loss_kind(const std::string& text) noexcept;
 [[nodiscard]] const char* to_string(LossKind kind) noexcept;
 
+// The parameters StageModule creates for `node` (make_params in stage_module.cpp: weights and
+// biases of linear layers, layer norms, embeddings), as a double so that absurd sizes in a model
+// file do not overflow. Used to refuse a model whose weights cannot fit before allocating them.
+[[nodiscard]] double parameter_count(const graph::Node& node);
+
 // The per-sample type of one value flowing through the model.
 struct ValueType {
   bool is_int64 = false;            // int64 token ids / class labels; float32 otherwise

@@ -156,6 +156,11 @@ WorldInfo resolve_world(const WorldFlags& flags, const EnvMap& env) {
   info.local_world_size = local_world_size.value.value_or(info.world_size);
   info.master_addr = master_addr.value.value_or("127.0.0.1");
   info.master_port = master_port.value.value_or(29500);
+  if (flags.job_id) {
+    info.job_id = *flags.job_id;
+  } else if (auto it = env.find("PIPEWRIGHT_JOB_ID"); it != env.end()) {
+    info.job_id = it->second;
+  }
   for (const auto& s : sources) info.sources += (info.sources.empty() ? "" : ", ") + s;
 
   const std::string from = info.sources.empty() ? "defaults" : info.sources;
@@ -185,33 +190,54 @@ void rendezvous(Store& store, const WorldInfo& world, std::chrono::milliseconds 
   std::vector<int> missing(static_cast<std::size_t>(world.world_size));
   for (int r = 0; r < world.world_size; ++r) missing[static_cast<std::size_t>(r)] = r;
   const std::string failed = prefix + "/failed";
+  // Set by the TCP store's server when a rank's connection closes unfinished (it died).
+  auto gone_ranks = [&] {
+    std::vector<int> gone;
+    for (int r = 0; r < world.world_size; ++r) {
+      if (r != world.rank && store.check({"pipewright/gone/" + std::to_string(r)}))
+        gone.push_back(r);
+    }
+    return gone;
+  };
+  std::vector<int> gone;
   auto pause = std::chrono::milliseconds(1);
   while (true) {
     missing.erase(std::remove_if(missing.begin(), missing.end(),
                                  [&](int r) { return store.check({base + std::to_string(r)}); }),
                   missing.end());
-    if (missing.empty()) return;
+    gone = gone_ranks();
+    if (missing.empty() && gone.empty()) return;
+    if (!gone.empty()) break;
     if (store.check({failed})) break;  // another rank timed out first
     if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
-  // Note [Failing rendezvous together]: the ranks that joined fail with the same TimeoutError.
-  // Without this, the store's host (rank 0) could time out first, exit, and leave the others a
-  // broken connection (a PeerError, exit 3, instead of 4). The first to time out marks the
-  // rendezvous failed; each rank acknowledges and waits (at most 2 s) until every rank that joined
-  // has, so the store outlives the ones that still read it. A store already gone changes nothing.
+  // Note [Failing rendezvous together]: the ranks that joined fail with the same error. Without
+  // this, the store's host (rank 0) could time out first, exit, and leave the others a broken
+  // connection (a PeerError, exit 3, instead of 4). The first to time out (or to see a rank
+  // gone) marks the rendezvous failed; each rank acknowledges and waits (at most 2 s) until every
+  // rank that joined and lives has, so the store outlives the ones that still read it. A store
+  // already gone changes nothing.
   const std::string ack = prefix + "/failed_ack/";
-  std::vector<std::string> acks;  // of every rank that joined
-  for (int r = 0; r < world.world_size; ++r) {
-    if (std::find(missing.begin(), missing.end(), r) == missing.end())
-      acks.push_back(ack + std::to_string(r));
-  }
+  std::vector<std::string> acks;  // of every rank that joined and is not gone
   try {
+    if (gone.empty()) gone = gone_ranks();
+    for (int r = 0; r < world.world_size; ++r) {
+      if (std::find(missing.begin(), missing.end(), r) == missing.end() &&
+          std::find(gone.begin(), gone.end(), r) == gone.end())
+        acks.push_back(ack + std::to_string(r));
+    }
     store.set(failed, yes);
     store.set(ack + std::to_string(world.rank), yes);
     store.wait(acks, std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(2)));
   } catch (const Error&) {  // a rank gone, the store gone: fail with our own error anyway
+  }
+  if (!gone.empty()) {
+    throw PeerError("rank " + std::to_string(world.rank) + ": rendezvous failed: ranks " +
+                    detail::rank_list(gone) +
+                    " left before every rank joined (died or failed; world size " +
+                    std::to_string(world.world_size) + ")");
   }
   throw TimeoutError("rank " + std::to_string(world.rank) + ": rendezvous " +
                      detail::timed_out_after(timeout) + ": ranks " + detail::rank_list(missing) +

@@ -15,14 +15,17 @@
 #include "pipewright/exec/run.hpp"
 
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "agreement.hpp"
@@ -32,7 +35,9 @@
 #include "file_io.hpp"
 #include "interpreter.hpp"
 #include "mesh.hpp"
+#include "model_check.hpp"
 #include "nccl_device.hpp"
+#include "nonfinite.hpp"
 #include "pipewright/exec/backend.hpp"
 #include "pipewright/exec/device_map.hpp"
 #include "pipewright/exec/store.hpp"
@@ -204,6 +209,37 @@ void check_outputs(const RunConfig& c, int world_rank) {
   if (!c.checkpoint_dir.empty()) check_output_dir(c.checkpoint_dir, "--checkpoint-dir", world_rank);
 }
 
+// Issue 20, item 7: a model file's layer sizes imply the memory of its weights; a rank must not
+// try to allocate a petabyte (libtorch's allocator then fails with an internal error and a
+// stack trace). The float32 weights of this rank's stages, with their gradients and the
+// optimizer's state (SGD momentum 1, Adam 2 per weight), must fit the host's physical memory,
+// or PIPEWRIGHT_MAX_PARAM_BYTES when set (docs/reliability.md, "Input limits").
+void check_parameter_memory(const RunConfig& c, const Prepared& p) {
+  double params = 0;
+  for (int s : p.plan.shape.stages_of_rank(p.pp_index)) {
+    for (int n : p.partition.graph.stages.at(static_cast<std::size_t>(s)).nodes)
+      params += parameter_count(p.model.nodes.at(static_cast<std::size_t>(n)));
+  }
+  const double states = c.optimizer == sched::Optimizer::kSgd ? (c.momentum > 0 ? 1 : 0) : 2;
+  const double bytes = params * 4 * (2 + states);
+  double limit =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  std::string source = "this host's memory";
+  if (const char* env = std::getenv("PIPEWRIGHT_MAX_PARAM_BYTES"); env != nullptr && *env) {
+    char* end = nullptr;
+    limit = std::strtod(env, &end);
+    PW_CHECK(
+        end != env && *end == '\0' && limit > 0, ConfigError,
+        "environment variable PIPEWRIGHT_MAX_PARAM_BYTES='" << env << "' is not a positive number");
+    source = "PIPEWRIGHT_MAX_PARAM_BYTES";
+  }
+  PW_CHECK(bytes <= limit, ConfigError,
+           "rank " << p.world.rank << ": the stages of model '" << p.model.name
+                   << "' on this rank (" << c.model_path << ") have " << params << " parameters, "
+                   << bytes << " bytes with gradients and optimizer state, more than " << source
+                   << " (" << limit << " bytes; set PIPEWRIGHT_MAX_PARAM_BYTES to override)");
+}
+
 Prepared prepare(const RunConfig& c) {
   Prepared p;
   prepare_job(c, p);
@@ -224,6 +260,7 @@ Prepared prepare(const RunConfig& c) {
     p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device));
   }
   check_outputs(c, p.world.rank);
+  check_parameter_memory(c, p);
   p.fingerprint = job_fingerprint(c, p.plan, to_string(p.loss));
   return p;
 }
@@ -483,12 +520,18 @@ DryRun dry_run_job(const RunConfig& c) {
   return out;
 }
 
-RunResult run_training(const RunConfig& c, const std::function<void(const StepLog&)>& on_step) {
+namespace {
+
+// The training itself; `store` is owned by the caller so that it outlives an error thrown here
+// (name_unresponsive asks it who stopped answering).
+RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& on_step,
+                std::unique_ptr<Store>& store, int& world_rank) {
   const auto timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(c.timeout_s * 1000)));
   Prepared p = prepare(c);
   RunResult result;
   result.world_rank = p.world.rank;
+  world_rank = p.world.rank;
 
   std::vector<std::shared_ptr<ModuleBody>> bodies;
   auto setups = build_stages(c, p, &bodies);
@@ -498,9 +541,8 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
 
   // Communication starts here.
   const Backend backend = c.backend;
-  std::unique_ptr<Store> store;
   if (backend == Backend::kGloo || backend == Backend::kNccl) {
-    store = make_tcp_store(p.world, timeout);
+    store = make_tcp_store(p.world, timeout, fingerprint_digest(p.fingerprint));
     rendezvous(*store, p.world, timeout);
   }
   CommOptions comm_opts;
@@ -550,6 +592,7 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
   iopts.record_timings = !c.trace_path.empty() || !c.profile_path.empty();
   iopts.world_rank = p.world.rank;
   iopts.prepost_receives = c.prepost_receives && backend != Backend::kNccl;
+  iopts.nan_policy = c.nan_policy;
   // Note [Measured split backward]: a profiled plan without I/W measures them in its last
   // warm-up step, so that zero-bubble plans can be predicted from its profile.
   if (!c.profile_path.empty()) {
@@ -615,14 +658,15 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
     if (step > first_step) next_microbatches(&xs, &ys);
     const auto t0 = Clock::now();
     const auto r = interp.run_step(step, xs, ys);
-    double loss = r.has_loss ? r.loss : 0.0;
-    world
-        ->all_reduce(BufferView{&loss, 1, DType::kFloat64, {}}, ReduceOp::kSum,
-                     OpContext{step, -1, -1, "loss all_reduce"})
-        ->wait(timeout);
+    std::string nonfinite;  // Note [Non-finite steps]
+    const double loss = all_reduce_loss_checked(*world, r.has_loss ? r.loss : 0.0, r.nonfinite,
+                                                step, timeout, &nonfinite);
+    PW_CHECK(nonfinite.empty() || c.nan_policy != sched::NanPolicy::kError, NumericalError,
+             nonfinite << " (--nan-policy error: stopped before the step was applied; lower --lr, "
+                          "or --nan-policy skip-step to skip such steps)");
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (p.world.rank == 0) {
-      StepLog log{step, c.steps, loss / c.dp, ms, samples_per_step / (ms / 1000.0)};
+      StepLog log{step, c.steps, loss / c.dp, ms, samples_per_step / (ms / 1000.0), nonfinite};
       result.steps.push_back(log);
       if (on_step) on_step(log);
     }
@@ -647,6 +691,76 @@ RunResult run_training(const RunConfig& c, const std::function<void(const StepLo
     write_measurements(c, p, *world, interp, bodies, timeout, baseline_rss, &result);
   world->barrier(OpContext{c.steps, -1, -1, "final barrier"})->wait(timeout);
   return result;
+}
+
+// Note [Naming the unresponsive rank]: a Gloo collective among more than two ranks cannot say
+// which peer stopped (it lists candidates), and a receive that times out names the peer it
+// waits for, which may itself be waiting for the rank that hung. The TCP store knows better:
+// every rank pings it twice a second, and the server notes connections that closed unfinished.
+// On a timeout or a peer failure, the ranks it has not heard from for 2 s (SIGSTOPped, hung) or
+// that left (died) are named in the message. If the store itself does not answer or is gone, its
+// host, rank 0, is the one that stopped or died. A failing rank 0 keeps the store up until the
+// others have left (let_peers_ask, at most 1 s) so they can still ask; and every rank keeps the
+// ranks gone as of its last ping, for when the store is gone by the time it asks.
+std::string naming_unresponsive(Store& store, int self, const std::string& what) {
+  std::vector<int> silent;
+  bool host_silent = false;
+  try {
+    // A dead peer's connections close together, but the store may see its close a moment after
+    // this rank saw the peer's: ask again once before concluding that nobody is silent.
+    for (int attempt = 0; attempt < 2 && silent.empty(); ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      for (int r : store.unresponsive_ranks(std::chrono::milliseconds(2000))) {
+        if (r != self) silent.push_back(r);
+      }
+    }
+  } catch (const Error&) {  // the store does not answer (TimeoutError) or is gone (PeerError)
+    host_silent = self != 0;
+  }
+  if (host_silent) silent.push_back(0);
+  if (silent.empty()) return what;
+  std::string list;
+  for (int r : silent) list += (list.empty() ? "" : ",") + std::to_string(r);
+  return what + "; not responding: rank" + (silent.size() > 1 ? "s " : " ") + list +
+         " (hung, stopped or dead: no sign of life at the rendezvous store for over 2 s)";
+}
+
+// Rank 0 hosts the store: when it fails, it keeps the store up until every other rank has left
+// (at most 1 s), so that they can still ask it who failed first. Without this, a rank whose own
+// error came a moment later found the store gone and could only name rank 0.
+void let_peers_ask(Store& store, int world_size) {
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  try {
+    while (Clock::now() < until &&
+           static_cast<int>(store.unresponsive_ranks(std::chrono::hours(1)).size()) <
+               world_size - 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const Error&) {
+  }
+}
+
+template <typename E>
+[[noreturn]] void rethrow_naming_unresponsive(Store& store, int self, int world_size, const E& e) {
+  E named(naming_unresponsive(store, self, e.what()));
+  if (self == 0) let_peers_ask(store, world_size);
+  throw named;
+}
+
+}  // namespace
+
+RunResult run_training(const RunConfig& c, const std::function<void(const StepLog&)>& on_step) {
+  std::unique_ptr<Store> store;
+  int self = -1;
+  try {
+    return train(c, on_step, store, self);
+  } catch (const TimeoutError& e) {
+    if (store) rethrow_naming_unresponsive(*store, self, c.pp * c.dp, e);
+    throw;
+  } catch (const PeerError& e) {
+    if (store) rethrow_naming_unresponsive(*store, self, c.pp * c.dp, e);
+    throw;
+  }
 }
 
 }  // namespace pipewright::exec

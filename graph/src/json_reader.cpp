@@ -126,22 +126,38 @@ class StrictTracker {
 
 }  // namespace
 
+std::uint64_t check_input_file(const std::string& path, std::string_view what,
+                               std::uint64_t max_bytes) {
+  struct stat st {};
+  PW_CHECK(::stat(path.c_str(), &st) == 0, InputError,
+           path << ": cannot open the " << what << " for reading: " << std::strerror(errno));
+  PW_CHECK(!S_ISDIR(st.st_mode), InputError, path << ": is a directory, not a " << what);
+  const char* kind = S_ISFIFO(st.st_mode)   ? "a FIFO (pipe)"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a regular file";
+  PW_CHECK(S_ISREG(st.st_mode), InputError,
+           path << ": the " << what << " is " << kind
+                << ", not a regular file; pipewright reads inputs whose size it can check before "
+                   "reading (save the stream to a file first)");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  PW_CHECK(size <= max_bytes, ParseError,
+           path << ": file is " << size << " bytes, more than the limit of " << max_bytes);
+  return size;
+}
+
 std::string read_text_file(const std::string& path, std::string_view what, std::size_t max_bytes) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const std::uint64_t size = check_input_file(path, what, max_bytes);
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   PW_CHECK(fd.get() >= 0, InputError,
            path << ": cannot open the " << what << " for reading: " << std::strerror(errno));
   struct stat st {};
-  PW_CHECK(::fstat(fd.get(), &st) == 0, InputError,
-           path << ": cannot inspect the " << what << ": " << std::strerror(errno));
-  PW_CHECK(!S_ISDIR(st.st_mode), InputError, path << ": is a directory, not a " << what);
+  PW_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), InputError,
+           path << ": the " << what << " changed while being opened");
   std::string text;
-  if (S_ISREG(st.st_mode)) {
-    const auto size = static_cast<std::uint64_t>(st.st_size);
-    PW_CHECK(size <= max_bytes, ParseError,
-             path << ": file is " << size << " bytes, more than the limit of " << max_bytes);
-    text.reserve(static_cast<std::size_t>(size));
-  }
-  // Read to the end (a regular file may still grow; a pipe has no size), never past the limit.
+  text.reserve(static_cast<std::size_t>(size));
+  // Read to the end (a regular file may still grow), never past the limit.
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd.get(), buf, sizeof buf);
@@ -318,10 +334,18 @@ Document parse_strict(std::string_view text, const std::string& source_name, con
     const std::size_t at = e.byte > 0 ? e.byte - 1 : 0;
     throw ParseError(source_name + ":" + line_col(text, at) + ": invalid JSON: " + what);
   } catch (const Json::exception& e) {
-    // Number overflow ("number overflow parsing '1e999'") carries no position.
+    // Number overflow ("number overflow parsing '1e999'") carries no position: the number's
+    // first occurrence in the text gives it (issue 20, item 6).
     std::string what = e.what();
     if (const auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
-    throw ParseError(source_name + ": invalid JSON: " + what);
+    std::string at;
+    const auto open = what.find('\'');
+    const auto close = what.rfind('\'');
+    if (open != std::string::npos && close > open + 1) {
+      const auto offset = text.find(what.substr(open + 1, close - open - 1));
+      if (offset != std::string_view::npos) at = ":" + line_col(text, offset);
+    }
+    throw ParseError(source_name + at + ": invalid JSON: " + what);
   }
   return doc;
 }

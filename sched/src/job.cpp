@@ -119,9 +119,35 @@ std::string_view to_string(Optimizer optimizer) noexcept {
   return "?";
 }
 
+NanPolicy parse_nan_policy(std::string_view name) {
+  if (name == "error") return NanPolicy::kError;
+  if (name == "skip-step") return NanPolicy::kSkipStep;
+  if (name == "warn") return NanPolicy::kWarn;
+  throw ConfigError("--nan-policy must be error, skip-step or warn, got '" + std::string(name) +
+                    "'");
+}
+
+std::string_view to_string(NanPolicy policy) noexcept {
+  switch (policy) {
+    case NanPolicy::kError:
+      return "error";
+    case NanPolicy::kSkipStep:
+      return "skip-step";
+    case NanPolicy::kWarn:
+      return "warn";
+  }
+  return "?";
+}
+
 void validate_job(const JobSpec& c) {
   PW_CHECK(c.pp >= 1, ConfigError, "--pp must be >= 1, got " << c.pp);
   PW_CHECK(c.dp >= 1, ConfigError, "--dp must be >= 1, got " << c.dp);
+  // The simulator and the executor do work per rank: a tiny command line must not imply a
+  // billion of them (issue 20, item 7; docs/reliability.md, "Input limits").
+  constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+  PW_CHECK(
+      static_cast<std::int64_t>(c.pp) * c.dp <= kMaxRanks, ConfigError,
+      "--pp " << c.pp << " x --dp " << c.dp << " is beyond the limit of " << kMaxRanks << " ranks");
   PW_CHECK(c.stages_per_rank >= 1, ConfigError,
            "--stages-per-rank must be >= 1, got " << c.stages_per_rank);
   PW_CHECK(c.microbatches >= 1, ConfigError, "--microbatches must be >= 1, got " << c.microbatches);

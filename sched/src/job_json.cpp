@@ -38,6 +38,7 @@ Json resolved(const JobSpec& j) {
       Json::array({"lr", j.lr}),
       Json::array({"momentum", j.momentum}),
       Json::array({"weight_decay", j.weight_decay}),
+      Json::array({"nan_policy", to_string(j.nan_policy)}),
       Json::array({"dp_algorithm", to_string(d.algorithm)}),
       Json::array({"bucket_cap_mb", d.bucket_cap_mb}),
       Json::array({"ddp_overlap", d.ddp_overlap}),
@@ -87,6 +88,7 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
                   "lr",
                   "momentum",
                   "weight_decay",
+                  "nan_policy",
                   "dp_algorithm",
                   "bucket_cap_mb",
                   "ddp_overlap",
@@ -135,6 +137,8 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
   j.lr = root["lr"].as_finite_positive();
   j.momentum = root["momentum"].as_finite_nonnegative();
   j.weight_decay = root["weight_decay"].as_finite_nonnegative();
+  if (root.has("nan_policy"))  // absent in files written before issue 20
+    j.nan_policy = named("nan_policy", [](const std::string& s) { return parse_nan_policy(s); });
   DataParallelSpec& d = j.data_parallel;
   d.algorithm = named("dp_algorithm", [](const std::string& s) { return parse_dp_algorithm(s); });
   d.bucket_cap_mb = root["bucket_cap_mb"].as_finite_positive();

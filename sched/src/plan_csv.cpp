@@ -1,4 +1,7 @@
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <utility>
@@ -92,6 +95,24 @@ AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptio
                             });
 }
 
+PlanLimits plan_limits() {
+  PlanLimits limits;
+  auto from_env = [](const char* name, std::int64_t& value) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') return;
+    std::int64_t v = 0;
+    const char* end = text + std::strlen(text);
+    auto [ptr, ec] = std::from_chars(text, end, v);
+    PW_CHECK(ec == std::errc() && ptr == end && v > 0, ConfigError,
+             "environment variable " << name << "='" << text << "' is not a positive integer");
+    value = v;
+  };
+  from_env("PIPEWRIGHT_MAX_STAGES", limits.max_stages);
+  from_env("PIPEWRIGHT_MAX_MICROBATCHES", limits.max_microbatches);
+  from_env("PIPEWRIGHT_MAX_PLAN_CELLS", limits.max_cells);
+  return limits;
+}
+
 namespace detail {
 
 AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Declared& declared,
@@ -106,10 +127,30 @@ AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Decla
   bool non_chain_peer = false;
   std::int32_t max_stage = -1;
   std::int32_t max_mb = -1;
+  const PlanLimits limits = plan_limits();
+  auto over = [&](const std::string& at, const char* what, std::int64_t value, std::int64_t limit,
+                  const char* var) {
+    throw ParseError(at + ": " + what + " " + std::to_string(value) + " is beyond the limit of " +
+                     std::to_string(limit) + " " + what + (what[0] == 's' ? "s" : "es") + " (set " +
+                     var + " to raise it; docs/reliability.md)");
+  };
+  if (declared.stages && *declared.stages > limits.max_stages)
+    over(std::string(source), "stage", *declared.stages, limits.max_stages,
+         "PIPEWRIGHT_MAX_STAGES");
+  if (declared.microbatches && *declared.microbatches > limits.max_microbatches)
+    over(std::string(source), "microbatch", *declared.microbatches, limits.max_microbatches,
+         "PIPEWRIGHT_MAX_MICROBATCHES");
   for (std::size_t r = 0; r < rows.size(); ++r) {
     for (std::size_t i = 0; i < rows[r].size(); ++i) {
       const ParsedCell& c = rows[r][i];
       const Action& a = c.action;
+      for (std::int32_t s : {a.stage, is_comm(a.kind) ? a.peer_stage : -1}) {
+        if (s >= limits.max_stages)
+          over(where(r, i, c.pos), "stage", s, limits.max_stages, "PIPEWRIGHT_MAX_STAGES");
+      }
+      if (a.microbatch >= limits.max_microbatches)
+        over(where(r, i, c.pos), "microbatch", a.microbatch, limits.max_microbatches,
+             "PIPEWRIGHT_MAX_MICROBATCHES");
       max_stage = std::max(max_stage, a.stage);
       max_mb = std::max(max_mb, a.microbatch);
       if (is_comm(a.kind)) {
@@ -149,6 +190,12 @@ AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Decla
   shape.ranks = ranks;
   shape.stages = declared.stages ? *declared.stages : max_stage + 1;
   shape.microbatches = declared.microbatches ? *declared.microbatches : std::max(max_mb + 1, 1);
+  PW_CHECK(static_cast<std::int64_t>(shape.stages) * shape.microbatches <= limits.max_cells,
+           ParseError,
+           source << ": " << shape.stages << " stages x " << shape.microbatches
+                  << " microbatches is beyond the limit of " << limits.max_cells
+                  << " (stage, microbatch) pairs (set PIPEWRIGHT_MAX_PLAN_CELLS to raise it; "
+                     "docs/reliability.md)");
   shape.schedule = declared.schedule;
   if (declared.stage_to_rank) {
     shape.stage_to_rank = *declared.stage_to_rank;

@@ -27,14 +27,20 @@ class Validator {
       : sh_(shape), per_rank_(per_rank), lowered_(lowered) {}
 
   std::vector<Diagnostic> run() {
-    if (!check_shape()) return std::move(out_);
-    index_actions();
-    check_counts_and_order();
-    if (lowered_) {
-      check_messages();
-      check_data_order();
-    } else if (out_.empty()) {
-      check_cycles();
+    if (check_shape()) {
+      index_actions();
+      check_counts_and_order();
+      if (lowered_) {
+        check_messages();
+        check_data_order();
+      } else if (out_.empty()) {
+        check_cycles();
+      }
+    }
+    if (suppressed_ > 0) {
+      out_.push_back({"... and " + std::to_string(suppressed_) + " more problems (only the first " +
+                          std::to_string(kMaxDiagnostics) + " are kept)",
+                      -1, -1});
     }
     return std::move(out_);
   }
@@ -42,6 +48,11 @@ class Validator {
  private:
   template <typename... Args>
   void diag(std::int32_t rank, std::int32_t step, const Args&... parts) {
+    // A broken plan can have a problem per (stage, microbatch): keep the first ones only.
+    if (out_.size() >= kMaxDiagnostics) {
+      ++suppressed_;
+      return;
+    }
     std::ostringstream os;
     (os << ... << parts);
     out_.push_back({os.str(), rank, step});
@@ -342,20 +353,26 @@ class Validator {
   const PlanShape& sh_;
   const std::vector<std::vector<Action>>& per_rank_;
   bool lowered_;
+  static constexpr std::size_t kMaxDiagnostics = 1000;
   std::vector<Diagnostic> out_;
+  std::size_t suppressed_ = 0;
   std::optional<PlanRules> rules_;  // the dependency rules (plan_dag.hpp), once the shape is valid
   std::vector<Pos> f_, b_, i_, w_, reduce_, optim_;
   std::vector<std::vector<bool>> usable_;
   std::vector<Message> messages_;  // by PlanRules::message_id
 };
 
-std::string join(const std::vector<Diagnostic>& diags) {
+}  // namespace
+
+std::string format_diagnostics(const std::vector<Diagnostic>& diags, std::size_t max_shown) {
   std::string out;
-  for (const auto& d : diags) out += "\n  " + to_string(d);
+  for (std::size_t i = 0; i < diags.size() && i < max_shown; ++i)
+    out += "\n  " + to_string(diags[i]);
+  if (diags.size() > max_shown) {
+    out += "\n  ... and " + std::to_string(diags.size() - max_shown) + " more (not shown)";
+  }
   return out;
 }
-
-}  // namespace
 
 std::string to_string(const Diagnostic& d) {
   std::string out;
@@ -375,14 +392,16 @@ std::vector<Diagnostic> validate(const LoweredPlan& plan) {
 
 void check_valid(const ComputePlan& plan, const std::string& origin) {
   auto diags = validate(plan);
-  PW_CHECK(diags.empty(), InvalidPlanError,
-           origin << ": invalid plan (" << diags.size() << " problems):" << join(diags));
+  PW_CHECK(
+      diags.empty(), InvalidPlanError,
+      origin << ": invalid plan (" << diags.size() << " problems):" << format_diagnostics(diags));
 }
 
 void check_valid(const LoweredPlan& plan, const std::string& origin) {
   auto diags = validate(plan);
-  PW_CHECK(diags.empty(), InvalidPlanError,
-           origin << ": invalid plan (" << diags.size() << " problems):" << join(diags));
+  PW_CHECK(
+      diags.empty(), InvalidPlanError,
+      origin << ": invalid plan (" << diags.size() << " problems):" << format_diagnostics(diags));
 }
 
 }  // namespace pipewright::sched

@@ -136,7 +136,7 @@ TEST(ModelJsonBadInput, NegativeNaNAndInfiniteCosts) {
               HasSubstr("at /layers/0/cost/forward_ms: must be a finite number >= 0, got -1"));
   // Out-of-range numbers never become infinities.
   EXPECT_THAT(parse_error(head + R"({"backward_ms": 1e999}}]})"),
-              HasSubstr("m.json: invalid JSON: number overflow parsing '1e999'"));
+              HasSubstr("m.json:2:70: invalid JSON: number overflow parsing '1e999'"));
   // JSON has no NaN literal: it is a syntax error with a position.
   EXPECT_THAT(parse_error(head + R"({"forward_ms": NaN}}]})"), HasSubstr("invalid JSON"));
   EXPECT_THAT(parse_error(head + R"({"param_bytes": -5}}]})"),

@@ -1,6 +1,7 @@
 // Round trips (action text, CSV, JSON), bad CSV / JSON with line and column, text grid and dot.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -138,6 +139,41 @@ TEST(Csv, BadInputNamesLineAndColumn) {
   EXPECT_NE(hole.find("stage 1 appears in no row"), std::string::npos) << hole;
   EXPECT_NE(message_of([] { (void)parse_csv("\n\n", "e.csv"); }).find("empty plan"),
             std::string::npos);
+}
+
+// Issue 20, item 7: sizes a plan implies are checked against documented limits while parsing,
+// before anything of that size is allocated (an 18-byte CSV once took 5.5 GB and 28 s), and a
+// stage index near INT32_MAX is an input error, not an internal one (it overflowed the count).
+TEST(Csv, ImpliedSizesAreCheckedAgainstLimits) {
+  const std::string mb = message_of([] { (void)parse_csv("0F0,0F10000000\n", "big.csv"); });
+  EXPECT_NE(mb.find("big.csv:1:5: microbatch 10000000 is beyond the limit of 1048576 microbatches "
+                    "(set PIPEWRIGHT_MAX_MICROBATCHES to raise it"),
+            std::string::npos)
+      << mb;
+  const std::string st = message_of([] { (void)parse_csv("2147483647F0\n", "s.csv"); });
+  EXPECT_NE(st.find("s.csv:1:1: stage 2147483647 is beyond the limit of 65536 stages"),
+            std::string::npos)
+      << st;
+  const std::string cells = message_of([] {
+    (void)parse_csv(
+        "0F0,"
+        "0F1000000\n1F0\n2F0\n3F0\n4F0\n5F0\n6F0\n7F0\n8F0\n9F0\n10F0\n11F0\n12F0\n13F0\n14F0\n15F0"
+        "\n16F0\n",
+        "c.csv");
+  });
+  EXPECT_NE(cells.find("c.csv: 17 stages x 1000001 microbatches is beyond the limit of 4194304"),
+            std::string::npos)
+      << cells;
+  // The limits are overridable.
+  ::setenv("PIPEWRIGHT_MAX_MICROBATCHES", "4", 1);
+  EXPECT_NE(message_of([] {
+              (void)parse_csv("0F0,0F4\n", "m.csv");
+            }).find("microbatch 4 is beyond the limit of 4 microbatches"),
+            std::string::npos);
+  EXPECT_NO_THROW((void)parse_csv("0F0,0F3\n", "m.csv"));
+  ::setenv("PIPEWRIGHT_MAX_MICROBATCHES", "lots", 1);
+  EXPECT_THROW((void)parse_csv("0F0\n", "m.csv"), ConfigError);
+  ::unsetenv("PIPEWRIGHT_MAX_MICROBATCHES");
 }
 
 TEST(Json, BadInputNamesLineColumnAndPointer) {

@@ -178,3 +178,29 @@ TEST(Transport, Names) {
 
 }  // namespace
 }  // namespace pipewright::sched
+
+namespace pipewright::sched {
+namespace {
+
+// Issue 20, item 7: a small file can imply millions of problems; validation keeps the first 1000
+// and counts the rest, and messages show 20 lines and a count.
+TEST(Validate, ManyProblemsAreCappedAndCounted) {
+  const AnyPlan any = parse_csv("0F0,0F5000\n", "many.csv");
+  const auto diags = validate(std::get<ComputePlan>(any));
+  ASSERT_EQ(diags.size(), 1001u);
+  EXPECT_NE(diags.back().message.find("more problems (only the first 1000 are kept)"),
+            std::string::npos)
+      << diags.back().message;
+  const std::string text = format_diagnostics(diags);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 21);
+  EXPECT_NE(text.find("... and 981 more (not shown)"), std::string::npos) << text;
+  try {
+    check_valid(std::get<ComputePlan>(any), "many.csv");
+    FAIL() << "expected InvalidPlanError";
+  } catch (const InvalidPlanError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 4000u);
+  }
+}
+
+}  // namespace
+}  // namespace pipewright::sched

@@ -14,7 +14,8 @@
 // both (e.g. RANK=1 under mpirun with OMPI_COMM_WORLD_RANK=0): a job whose ranks disagree on who
 // they are would deadlock or corrupt results later. Without any source the process is rank 0 of
 // a world of 1. local_rank defaults to rank and local_world_size to world_size (one node);
-// master_addr to 127.0.0.1 and master_port to 29500.
+// master_addr to 127.0.0.1 and master_port to 29500. The job id comes from --job-id, else
+// PIPEWRIGHT_JOB_ID.
 #pragma once
 
 #include <chrono>
@@ -34,6 +35,9 @@ struct WorldInfo {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // The job's identity at the rendezvous (Note [Store protocol]): --job-id, else
+  // PIPEWRIGHT_JOB_ID (set by `pipewright launch`); empty if neither.
+  std::string job_id;
   // The sources that supplied any field, in precedence order ("flags, torchrun"); empty if none.
   std::string sources;
 };
@@ -46,6 +50,7 @@ struct WorldFlags {
   std::optional<int> local_world_size;
   std::optional<std::string> master_addr;
   std::optional<int> master_port;
+  std::optional<std::string> job_id;
 };
 
 using EnvMap = std::map<std::string, std::string>;
@@ -60,7 +65,9 @@ using EnvMap = std::map<std::string, std::string>;
 
 // The rendezvous barrier: each rank sets "<prefix>/joined/<rank>" in `store`, then waits until
 // every rank's key exists. On expiry throws TimeoutError listing the ranks that never joined
-// ("rendezvous timed out after 5000 ms: ranks [2] never joined (world size 4)").
+// ("rendezvous timed out after 5000 ms: ranks [2] never joined (world size 4)"). A rank whose
+// store connection closes before the rendezvous completes (it died) ends it at once with a
+// PeerError naming that rank.
 void rendezvous(Store& store, const WorldInfo& world, std::chrono::milliseconds timeout,
                 const std::string& prefix = "pipewright");
 

@@ -15,6 +15,7 @@
 #include "pipewright/exec/backend.hpp"
 #include "pipewright/exec/data_parallel.hpp"
 #include "pipewright/exec/rendezvous.hpp"
+#include "pipewright/graph/error.hpp"
 #include "pipewright/sched/job.hpp"
 #include "pipewright/sched/plan.hpp"
 
@@ -68,12 +69,23 @@ struct DryRun {
 };
 
 // One step as logged by world rank 0.
+// Training produced a non-finite loss or gradient norm under --nan-policy error (Note
+// [Non-finite steps] in exec/src/nonfinite.cpp): a runtime fault, exit 1 (pipewright::Error's
+// default). The message names the step, rank and stage.
+class NumericalError : public Error {
+ public:
+  using Error::Error;
+};
+
 struct StepLog {
   std::int64_t step = 0;
   std::int64_t steps = 0;
   double loss = 0;     // mean over the global batch (averaged over replicas)
   double step_ms = 0;  // wall time of the step on rank 0 (ends with the loss all-reduce)
   double samples_per_s = 0;
+  // Non-empty when a loss or gradient norm was not finite this step and --nan-policy is
+  // skip-step or warn: "step 3: non-finite loss (nan) on rank 1, stage 1".
+  std::string nonfinite;
 };
 
 struct RunResult {

@@ -2,8 +2,9 @@
 // keys (joined ranks, Gloo addresses, NCCL unique ids). Every blocking call has a deadline and
 // throws TimeoutError naming the key(s) on expiry; transport failures throw BackendError.
 //
-// Implementations: make_tcp_store() (c10d::TCPStore, hosted by rank 0: the real multi-process
-// store) and MemoryStore (in-process, for tests and FakeWorld threads).
+// Implementations: make_tcp_store() (pipewright's TCP store, hosted by rank 0: the real
+// multi-process store; Note [Store protocol] in exec/src/tcp_store_server.cpp) and MemoryStore
+// (in-process, for tests and FakeWorld threads).
 #pragma once
 
 #include <chrono>
@@ -34,14 +35,25 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   // Removes `key`; returns whether it existed.
   virtual bool erase(const std::string& key) = 0;
+  // The ranks that have not been heard from for longer than `silent_for` (hung, stopped) or
+  // whose connection closed without finishing (died), ascending; used to name a hung rank when
+  // an operation times out. A store that cannot tell (MemoryStore) returns none.
+  [[nodiscard]] virtual std::vector<int> unresponsive_ranks(std::chrono::milliseconds silent_for) {
+    (void)silent_for;
+    return {};
+  }
 };
 
-// The TCP store of `world`: rank 0 listens on world.master_addr:world.master_port (the address
-// must be one of its own; 127.0.0.1 for local jobs), every rank (rank 0 too) connects as a
-// client. Connecting retries until `timeout`; then TimeoutError naming the address and rank 0.
-// `timeout` is also the deadline of the store's own blocking calls. Needs PIPEWRIGHT_WITH_EXEC.
+// The TCP store of `world`: rank 0 listens on world.master_addr:world.master_port only (the
+// address must be one of its own; 127.0.0.1 for local jobs), every rank (rank 0 too) connects
+// as a client and presents the job's identity: world.job_id, world.world_size and
+// `fingerprint` (a digest of the resolved job). Throws ConfigError when the port is in use
+// (rank 0) or when the store belongs to another job (the other job is untouched). Connecting
+// retries until `timeout`; then TimeoutError naming the address and rank 0. `timeout` is also
+// the deadline of the store's own requests. Needs PIPEWRIGHT_WITH_EXEC.
 [[nodiscard]] std::unique_ptr<Store> make_tcp_store(const WorldInfo& world,
-                                                    std::chrono::milliseconds timeout);
+                                                    std::chrono::milliseconds timeout,
+                                                    const std::string& fingerprint = "");
 
 // An in-process store, thread-safe.
 class MemoryStore final : public Store {

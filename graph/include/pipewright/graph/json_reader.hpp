@@ -36,9 +36,16 @@ struct Limits {
   int max_depth = 32;                            // nesting of objects and arrays
 };
 
-// Reads a whole input file of at most `max_bytes` bytes. For a regular file the size is checked
-// before anything is allocated; pipes and devices are read up to the limit. `what` names the kind
-// of file in errors ("model file"). Throws InputError naming the path.
+// The size of the input file at `path`, which must be a regular file (or a symlink to one) of at
+// most `max_bytes` bytes. A FIFO (which would block, or be read once and then block), a device
+// (/dev/zero never ends) or a socket is refused before it is opened: pipewright checks the size
+// an input implies before allocating for it (issue 20, item 7). `what` names the kind of file in
+// errors ("model file"). Throws InputError naming the path and the kind of file.
+std::uint64_t check_input_file(const std::string& path, std::string_view what,
+                               std::uint64_t max_bytes);
+
+// Reads a whole input file of at most `max_bytes` bytes (check_input_file first, then the size
+// is checked again while reading, in case the file grows). Throws InputError naming the path.
 [[nodiscard]] std::string read_text_file(const std::string& path, std::string_view what,
                                          std::size_t max_bytes);
 

@@ -40,6 +40,15 @@ enum class Optimizer : std::uint8_t { kSgd, kAdam, kAdamW };
 [[nodiscard]] Optimizer parse_optimizer(std::string_view name);
 [[nodiscard]] std::string_view to_string(Optimizer optimizer) noexcept;
 
+// What a run does when its loss or a stage's gradient norm is not finite (NaN or Inf), like
+// torchtitan's and DeepSpeed's overflow handling (issue 20, item 8; docs/reliability.md):
+// kError stops every rank (exit 1) naming the step, rank and stage; kSkipStep skips the
+// optimizer step of the affected stages and goes on; kWarn logs and trains on.
+enum class NanPolicy : std::uint8_t { kError, kSkipStep, kWarn };
+// "error", "skip-step", "warn"; anything else is a ConfigError listing the names.
+[[nodiscard]] NanPolicy parse_nan_policy(std::string_view name);
+[[nodiscard]] std::string_view to_string(NanPolicy policy) noexcept;
+
 // The data-parallel algorithm and its options. Unset optionals take the defaults of the
 // *_or_default accessors (fairscale's SlowMo defaults); setting an option that the algorithm
 // ignores is a ConfigError (validate_job), so the optionals record what the user said.
@@ -103,6 +112,7 @@ struct JobSpec {
   double lr = 0.01;
   double momentum = 0.0;  // sgd only
   double weight_decay = 0.0;
+  NanPolicy nan_policy = NanPolicy::kError;
   DataParallelSpec data_parallel;
 
   [[nodiscard]] int stages() const noexcept { return pp * stages_per_rank; }

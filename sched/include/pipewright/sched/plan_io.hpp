@@ -35,6 +35,22 @@ using AnyPlan = std::variant<ComputePlan, LoweredPlan>;
 }
 [[nodiscard]] const PlanShape& shape_of(const AnyPlan& plan) noexcept;
 
+// Sizes a plan file may imply (issue 20, item 7): a stage or microbatch index makes the loader,
+// the validator and the simulator allocate per stage and per (stage, microbatch), so an 18-byte
+// CSV "0F0,0F10000000" once took 5.5 GB. Checked while parsing, before any such allocation, and
+// reported with the file, line and column, the limit and how to raise it. The defaults are far
+// above any real pipeline; each can be raised with an environment variable
+// (docs/reliability.md, "Input limits").
+struct PlanLimits {
+  std::int64_t max_stages = std::int64_t{1} << 16;        // PIPEWRIGHT_MAX_STAGES
+  std::int64_t max_microbatches = std::int64_t{1} << 20;  // PIPEWRIGHT_MAX_MICROBATCHES
+  std::int64_t max_cells = std::int64_t{1}
+                           << 22;  // stages x microbatches, PIPEWRIGHT_MAX_PLAN_CELLS
+};
+// The defaults above, each replaced by its environment variable when set (a positive integer;
+// anything else is a ConfigError naming the variable).
+[[nodiscard]] PlanLimits plan_limits();
+
 // Declared sizes for a CSV (which has none); -1 = infer. Stages / microbatches beyond a declared
 // size are parse errors with line and column.
 struct CsvOptions {

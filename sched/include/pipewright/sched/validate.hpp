@@ -42,7 +42,13 @@ struct Diagnostic {
 // "rank 1, step 4: <message>" (or just the message when rank / step are -1).
 [[nodiscard]] std::string to_string(const Diagnostic& diagnostic);
 
-// All problems, ordered by (rank, step) as found; empty means valid.
+// "\n  <diagnostic>" for at most `max_shown` diagnostics, then "\n  ... and N more (not shown)":
+// a broken plan can have millions of problems, and a message must stay readable.
+[[nodiscard]] std::string format_diagnostics(const std::vector<Diagnostic>& diagnostics,
+                                             std::size_t max_shown = 20);
+
+// All problems, ordered by (rank, step) as found; empty means valid. At most the first 1000 are
+// kept, then one last diagnostic (rank and step -1) counting the others.
 [[nodiscard]] std::vector<Diagnostic> validate(const ComputePlan& plan);
 [[nodiscard]] std::vector<Diagnostic> validate(const LoweredPlan& plan);
 
