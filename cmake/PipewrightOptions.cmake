@@ -8,6 +8,9 @@ find_package(spdlog REQUIRED)
 find_package(Threads REQUIRED)
 
 option(PIPEWRIGHT_BUILD_BENCH "Build benchmarks in bench/ (Google Benchmark)" ON)
+# The libFuzzer target tests/fuzz/fuzz_loaders (clang only; tools/fuzz sets it with the sanitizer
+# flags). The corpus replay (ctest fuzz.replay) is built with every compiler.
+option(PIPEWRIGHT_BUILD_FUZZ "Build the libFuzzer loader target (clang, -fsanitize=fuzzer)" OFF)
 
 # --- libtorch (exec) ---------------------------------------------------------------------
 find_package(Torch QUIET)
