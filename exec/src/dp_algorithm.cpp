@@ -104,7 +104,8 @@ BufferView view_of(const torch::Tensor& t) {
       break;
     default:
       PW_CHECK(false, ConfigError,
-               "data parallelism: tensors of type " << t.scalar_type() << " are not supported");
+               "tensors of type " << t.scalar_type()
+                                  << " cannot be communicated (between stages or replicas)");
   }
   return v;
 }

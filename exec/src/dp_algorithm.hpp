@@ -62,7 +62,8 @@ WorkPtr counted_reduce(Communicator& comm, const BufferView& buf, int root, cons
                        DataParallelStats& stats);
 WorkPtr counted_broadcast(Communicator& comm, const BufferView& buf, int root, const OpContext& ctx,
                           DataParallelStats& stats);
-// View of a contiguous CPU float32/float64/int64 tensor for the Communicator.
+// View of a contiguous tensor (CPU or CUDA; float32/64/16, bfloat16, int64/32, uint8/bool) for
+// the Communicator: activations between stages and data-parallel buffers.
 [[nodiscard]] BufferView view_of(const torch::Tensor& t);
 // Waits and adds the blocked time to stats.exposed_wait_ns.
 void timed_wait(const WorkPtr& work, std::chrono::milliseconds timeout, DataParallelStats& stats);

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "dp_algorithm.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/action.hpp"
 #include "run_report.hpp"
@@ -17,6 +18,7 @@ namespace pipewright::exec {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using detail::view_of;  // one torch -> BufferView mapping for every exchange (dp_algorithm.hpp)
 using sched::Action;
 using sched::ActionKind;
 
@@ -29,41 +31,6 @@ std::int64_t now_ns() {
 constexpr std::int64_t kHeaderInts = 64;
 // Upper bound on tensors per (producer, consumer) edge; part of the tag layout.
 constexpr std::int64_t kMaxTensorsPerEdge = 16;
-
-DType to_dtype(torch::ScalarType t) {
-  switch (t) {
-    case torch::kFloat:
-      return DType::kFloat32;
-    case torch::kDouble:
-      return DType::kFloat64;
-    case torch::kHalf:
-      return DType::kFloat16;
-    case torch::kBFloat16:
-      return DType::kBFloat16;
-    case torch::kLong:
-      return DType::kInt64;
-    case torch::kInt:
-      return DType::kInt32;
-    case torch::kByte:
-      return DType::kUInt8;
-    default:
-      throw ConfigError(std::string("tensors of dtype ") + c10::toString(t) +
-                        " cannot cross a stage boundary");
-  }
-}
-
-BufferView view_of(const torch::Tensor& t) {
-  PW_ASSERT(t.is_contiguous(), "communication buffers must be contiguous");
-  BufferView v;
-  v.data = t.data_ptr();
-  v.count = static_cast<std::size_t>(t.numel());
-  v.dtype = to_dtype(t.scalar_type());
-  if (t.is_cuda()) {
-    v.device.kind = Device::Kind::kCuda;
-    v.device.index = t.device().index();
-  }
-  return v;
-}
 
 std::string shape_text(const torch::Tensor& t) {
   std::ostringstream os;
