@@ -93,25 +93,21 @@ void validate_script(const Node& node, const std::string& at, std::size_t model_
   };
   values(s.inputs, "inputs");
   values(s.outputs, "outputs");
+  // Parameters and buffers share one namespace (the module's state_dict) and the same checks.
   std::set<std::string> names;
-  for (std::size_t i = 0; i < s.parameters.size(); ++i) {
-    const ScriptParameter& p = s.parameters[i];
-    const std::string pat = sat + "/parameters/" + std::to_string(i);
-    PW_CHECK(!p.name.empty(), InvalidGraphError, where(pat + "/name") << ": must not be empty");
-    PW_CHECK(names.insert(p.name).second, InvalidGraphError,
-             where(pat + "/name") << ": duplicate name \"" << p.name << "\"");
-    validate_dtype(p.dtype, pat, where);
-    validate_shape(p.shape, pat, where);
-  }
-  for (std::size_t i = 0; i < s.buffers.size(); ++i) {
-    const ScriptBuffer& b = s.buffers[i];
-    const std::string bat = sat + "/buffers/" + std::to_string(i);
-    PW_CHECK(!b.name.empty(), InvalidGraphError, where(bat + "/name") << ": must not be empty");
-    PW_CHECK(names.insert(b.name).second, InvalidGraphError,
-             where(bat + "/name") << ": duplicate name \"" << b.name << "\"");
-    validate_dtype(b.dtype, bat, where);
-    validate_shape(b.shape, bat, where);
-  }
+  const auto tensors = [&](const auto& list, const char* field) {
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const auto& t = list[i];
+      const std::string at = sat + "/" + field + "/" + std::to_string(i);
+      PW_CHECK(!t.name.empty(), InvalidGraphError, where(at + "/name") << ": must not be empty");
+      PW_CHECK(names.insert(t.name).second, InvalidGraphError,
+               where(at + "/name") << ": duplicate name \"" << t.name << "\"");
+      validate_dtype(t.dtype, at, where);
+      validate_shape(t.shape, at, where);
+    }
+  };
+  tensors(s.parameters, "parameters");
+  tensors(s.buffers, "buffers");
 }
 
 }  // namespace
