@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Docs are tests (issue 25): runs every shell block of one Markdown file as written.
+
+A shell block is a fenced block opened by ```sh (or ```bash / ```shell). The blocks of one file
+run in order, each in its own `bash -e -o pipefail`, all in one scratch directory that mirrors
+the repository root (every top-level entry symlinked, `build` pointing at the build directory),
+so relative paths in the docs (examples/..., tools/..., build/bin/...) work and the files a block
+writes stay out of the checkout. PATH starts with <build>/bin, as the README asks of a user.
+
+A block is skipped only when the line before its fence is a marker naming why:
+    <!-- docs-test: skip gpu: needs an NVIDIA GPU -->
+A block of any language whose marker is `docs-test: file NAME` is written to NAME in the scratch
+directory before the next shell block runs (a configuration file the text shows, e.g. job.toml).
+Reasons: gpu, slurm, multi-host (needs what a CI machine has not), build (builds the project or
+runs the test suite itself: CI does exactly that), long (a benchmark of minutes).
+Any other marker, or a block left open, is an error.
+
+Exit 0: every block passed (or was skipped by a marker); 1: a block failed (its output is
+printed); 2: usage error or malformed document; 77: the pipewright binary is not built.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+FENCE_OPEN = re.compile(r"^```(sh|bash|shell)\s*$")
+FENCE_ANY = re.compile(r"^```")
+MARKER = re.compile(r"^<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
+SKIP_REASONS = ("gpu", "slurm", "multi-host", "build", "long")
+
+
+class DocError(Exception):
+    pass
+
+
+def parse_blocks(path):
+    """[(first line number of the body, body text, skip reason, file name or None)]."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    blocks = []
+    i = 0
+    previous = ""  # the last non-blank line before the current one
+    while i < len(lines):
+        line = lines[i]
+        if FENCE_ANY.match(line):
+            is_shell = FENCE_OPEN.match(line) is not None
+            start = i + 1
+            j = start
+            while j < len(lines) and not re.match(r"^```\s*$", lines[j]):
+                j += 1
+            if j == len(lines):
+                raise DocError(f"{path}:{i + 1}: code block opened here is never closed")
+            skip = None
+            file_name = None
+            m = MARKER.match(previous)
+            if m and m.group(1).startswith("file "):
+                file_name = m.group(1)[5:].strip()
+                if not file_name or "/" in file_name or file_name.startswith("."):
+                    raise DocError(f"{path}:{i}: bad docs-test file name '{file_name}'")
+                blocks.append((start + 1, "\n".join(lines[start:j]) + "\n", None, file_name))
+                previous = lines[j]
+                i = j + 1
+                continue
+            if m:
+                words = m.group(1).split(None, 2)
+                if len(words) < 2 or words[0] != "skip" or words[1].rstrip(":") not in SKIP_REASONS:
+                    raise DocError(
+                        f"{path}:{i}: bad docs-test marker '{m.group(1)}': write "
+                        f"'docs-test: skip REASON: why' with REASON one of {', '.join(SKIP_REASONS)}")
+                if not is_shell:
+                    raise DocError(f"{path}:{i}: docs-test marker before a block that is not ```sh")
+                skip = words[1].rstrip(":")
+            if is_shell:
+                blocks.append((start + 1, "\n".join(lines[start:j]) + "\n", skip, None))
+            previous = lines[j]
+            i = j + 1
+            continue
+        if line.strip():
+            previous = line
+        i += 1
+    return blocks
+
+
+def mirror_repo(repo, build_dir, scratch):
+    for entry in os.listdir(repo):
+        if entry in (".git", "build") or entry.startswith("build-"):
+            continue
+        os.symlink(os.path.join(repo, entry), os.path.join(scratch, entry))
+    os.symlink(build_dir, os.path.join(scratch, "build"))
+
+
+def run_block(text, cwd, env, timeout):
+    proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", text], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out.decode("utf-8", "replace"), False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return -1, out.decode("utf-8", "replace"), True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("doc", help="the Markdown file")
+    ap.add_argument("--repo", required=True, help="repository root")
+    ap.add_argument("--build-dir", required=True, help="the build directory (with bin/)")
+    ap.add_argument("--timeout", type=float, default=240.0, help="seconds per block")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    ap.add_argument("--list", action="store_true", help="print the blocks and exit")
+    args = ap.parse_args()
+
+    repo = os.path.abspath(args.repo)
+    build_dir = os.path.abspath(args.build_dir)
+    doc = os.path.join(repo, args.doc) if not os.path.isabs(args.doc) else args.doc
+    rel = os.path.relpath(doc, repo)
+    try:
+        blocks = parse_blocks(doc)
+    except (OSError, DocError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.list:
+        for line, text, skip, file_name in blocks:
+            tag = f" (skip: {skip})" if skip else f" (file {file_name})" if file_name else ""
+            print(f"--- {rel}:{line}{tag}")
+            print(text, end="")
+        return 0
+    if not os.access(os.path.join(build_dir, "bin", "pipewright"), os.X_OK):
+        print(f"skip: {build_dir}/bin/pipewright is not built")
+        return 77
+
+    env = dict(os.environ)
+    env["PATH"] = os.path.join(build_dir, "bin") + os.pathsep + env.get("PATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    scratch = tempfile.mkdtemp(prefix="pw-docs-")
+    failed = 0
+    try:
+        mirror_repo(repo, build_dir, scratch)
+        for line, text, skip, file_name in blocks:
+            where = f"{rel}:{line}"
+            if file_name:
+                with open(os.path.join(scratch, file_name), "w", encoding="utf-8") as f:
+                    f.write(text)
+                print(f"FILE {where} -> {file_name}")
+                continue
+            if skip:
+                print(f"SKIP {where} ({skip})")
+                continue
+            t0 = time.monotonic()
+            rc, out, timed_out = run_block(text, scratch, env, args.timeout)
+            dt = time.monotonic() - t0
+            if rc == 0:
+                print(f"PASS {where} ({dt:.1f} s)")
+                continue
+            failed += 1
+            why = f"timed out after {args.timeout:.0f} s" if timed_out else f"exit {rc}"
+            print(f"FAIL {where} ({why}, {dt:.1f} s)\n--- block:\n{text}--- output:\n{out}---")
+            break  # later blocks of a file usually build on earlier ones
+    finally:
+        if args.keep:
+            print(f"scratch directory kept: {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    shell = sum(1 for b in blocks if b[3] is None)
+    print(f"{rel}: {shell} shell blocks, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
