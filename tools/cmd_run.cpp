@@ -161,21 +161,41 @@ void setup_run(CLI::App& app) {
     PW_CHECK(flags->log_every >= 1, ConfigError, "--log-every must be >= 1");
     const auto every = flags->log_every;
     const auto policy = std::string(sched::to_string(cfg.nan_policy));
-    const auto result = exec::run_training(cfg, [&, every](const exec::StepLog& s) {
-      if (!s.nonfinite.empty()) {
-        progress.clear();
-        spdlog::warn("{} (--nan-policy {}: {})", s.nonfinite, policy,
-                     policy == "warn" ? "trained on" : "optimizer step skipped");
+    auto banner = [&cfg](const exec::RunStart& s) {
+      const std::string plan = cfg.plan_path.empty() ? std::string(sched::to_string(cfg.schedule))
+                                                     : "plan " + cfg.plan_path;
+      spdlog::info(
+          "run: model '{}' ({}), {}, pp {} x dp {} = {} ranks over {}, {} stages ({} per rank), "
+          "{} microbatches x {} samples, {} steps, {} lr {}, dp algorithm {}",
+          s.model_name, cfg.model_path, plan, cfg.pp, cfg.dp, s.world_size, s.backend, s.stages,
+          s.stages / std::max(1, cfg.pp), cfg.microbatches, cfg.micro_batch_size(), cfg.steps,
+          std::string(sched::to_string(cfg.optimizer)), cfg.lr,
+          std::string(sched::to_string(cfg.data_parallel.algorithm)));
+      if (s.first_step > 0) {
+        spdlog::info("resumed from the checkpoint in {} after step {}: training steps {}..{}",
+                     cfg.checkpoint_dir, s.first_step, s.first_step + 1, cfg.steps);
+      } else if (s.resume_found_none) {
+        spdlog::info("--resume: no checkpoint in {} yet, starting at step 1", cfg.checkpoint_dir);
       }
-      if ((s.step + 1) % every != 0 && s.step + 1 != s.steps) {
-        progress.draw(s.step + 1, s.steps);
-        return;
-      }
-      progress.clear();
-      spdlog::info("step {}/{} loss {:.6f} step {:.1f} ms {:.1f} samples/s", s.step + 1, s.steps,
-                   s.loss, s.step_ms, s.samples_per_s);
-      progress.draw(s.step + 1, s.steps);
-    });
+    };
+    const auto result = exec::run_training(
+        cfg,
+        [&, every](const exec::StepLog& s) {
+          if (!s.nonfinite.empty()) {
+            progress.clear();
+            spdlog::warn("{} (--nan-policy {}: {})", s.nonfinite, policy,
+                         policy == "warn" ? "trained on" : "optimizer step skipped");
+          }
+          if ((s.step + 1) % every != 0 && s.step + 1 != s.steps) {
+            progress.draw(s.step + 1, s.steps);
+            return;
+          }
+          progress.clear();
+          spdlog::info("step {}/{} loss {:.6f} step {:.1f} ms {:.1f} samples/s", s.step + 1,
+                       s.steps, s.loss, s.step_ms, s.samples_per_s);
+          progress.draw(s.step + 1, s.steps);
+        },
+        banner);
     progress.clear();
     for (const auto& f : result.written_files) spdlog::info("wrote {}", f);
     if (cfg.dp > 1 && result.world_rank == 0) {

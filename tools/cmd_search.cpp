@@ -3,7 +3,9 @@
 // best configurations (docs/simulator.md). Progress goes to stderr, results to stdout or -o.
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
 #include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -36,6 +38,7 @@ struct SearchArgs {
   int top_k = 10;
   bool json = false;
   bool no_progress = false;
+  bool progress = false;
   std::string output = "-";
 };
 
@@ -113,9 +116,10 @@ void run_search(const SearchArgs& a) {
   PW_CHECK(a.top_k >= 1, ConfigError, "--top must be >= 1, got " << a.top_k);
   opt.top_k = a.top_k;
 
-  // A progress bar on stderr, redrawn at most once per percent.
+  // A progress bar on stderr, redrawn at most once per percent; only on a terminal (a log file
+  // gets the summary line alone) unless --progress asks for it.
   int last_percent = -1;
-  const bool show = !a.no_progress;
+  const bool show = !a.no_progress && (a.progress || ::isatty(STDERR_FILENO) == 1);
   auto progress = [&](std::int64_t done, std::int64_t total) {
     if (!show || total <= 0) return;
     const int percent = static_cast<int>(100 * done / total);
@@ -166,6 +170,8 @@ void setup_search(CLI::App& app) {
   cmd->add_option("--top,-k", a->top_k, "rows to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->add_flag("--no-progress", a->no_progress, "no progress bar on stderr");
+  cmd->add_flag("--progress", a->progress,
+                "a progress bar on stderr also when it is not a terminal (default: only on a TTY)");
   cmd->add_option("-o,--output", a->output, "output file (default: stdout)");
   cmd->callback([a] { run_search(*a); });
 }

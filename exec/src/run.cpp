@@ -525,7 +525,8 @@ namespace {
 // The training itself; `store` is owned by the caller so that it outlives an error thrown here
 // (name_unresponsive asks it who stopped answering).
 RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& on_step,
-                std::unique_ptr<Store>& store, int& world_rank) {
+                const std::function<void(const RunStart&)>& on_start, std::unique_ptr<Store>& store,
+                int& world_rank) {
   const auto timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(c.timeout_s * 1000)));
   Prepared p = prepare(c);
@@ -642,6 +643,7 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   train_state.dp_algorithm = dp_algo.get();
   const CheckpointIdentity ckpt_id{p.world.rank, p.world.world_size, checkpoint_fingerprint(c)};
   std::int64_t first_step = 0;
+  bool resume_found_none = false;
   if (!c.checkpoint_dir.empty()) remove_stale_temporaries(c.checkpoint_dir, p.world.rank);
   if (c.resume) {
     const std::int64_t s = agree_resume_step(c.checkpoint_dir, p.world.rank, *world, timeout);
@@ -650,7 +652,13 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
       batches.seek(train_state.data);
       first_step = s;
       next_microbatches(&xs, &ys);  // the batch of step s
+    } else {
+      resume_found_none = true;
     }
+  }
+  if (p.world.rank == 0 && on_start) {
+    on_start(RunStart{p.model.name, p.world.world_size, world->backend_name(), p.plan.shape.stages,
+                      first_step, resume_found_none});
   }
 
   const double samples_per_step = static_cast<double>(c.batch_size) * c.dp;
@@ -749,11 +757,12 @@ template <typename E>
 
 }  // namespace
 
-RunResult run_training(const RunConfig& c, const std::function<void(const StepLog&)>& on_step) {
+RunResult run_training(const RunConfig& c, const std::function<void(const StepLog&)>& on_step,
+                       const std::function<void(const RunStart&)>& on_start) {
   std::unique_ptr<Store> store;
   int self = -1;
   try {
-    return train(c, on_step, store, self);
+    return train(c, on_step, on_start, store, self);
   } catch (const TimeoutError& e) {
     if (store) rethrow_naming_unresponsive(*store, self, c.pp * c.dp, e);
     throw;

@@ -88,6 +88,17 @@ struct StepLog {
   std::string nonfinite;
 };
 
+// What world rank 0 reports once every rank has joined and a checkpoint (if any) is loaded, just
+// before the first step: the `run` banner (issue 25).
+struct RunStart {
+  std::string model_name;
+  int world_size = 0;
+  std::string backend;             // the communicator's backend name
+  std::int32_t stages = 0;         // pipeline stages of the plan
+  std::int64_t first_step = 0;     // > 0: resumed from the checkpoint taken after that many steps
+  bool resume_found_none = false;  // --resume given and the directory had no checkpoint
+};
+
 struct RunResult {
   int world_rank = 0;
   std::vector<StepLog> steps;              // filled on world rank 0
@@ -106,7 +117,9 @@ void validate_run_config(const RunConfig& config);
 
 // Runs the training. `on_step` is called on world rank 0 after every step. Throws InputError
 // subclasses for bad input (before training), PeerError / TimeoutError when a peer fails.
+// `on_start` is called on world rank 0 once, before the first step.
 RunResult run_training(const RunConfig& config,
-                       const std::function<void(const StepLog&)>& on_step = {});
+                       const std::function<void(const StepLog&)>& on_step = {},
+                       const std::function<void(const RunStart&)>& on_start = {});
 
 }  // namespace pipewright::exec
