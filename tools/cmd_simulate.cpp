@@ -18,6 +18,7 @@
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/model.hpp"
 #include "pipewright/graph/partition.hpp"
+#include "pipewright/graph/render.hpp"
 #include "pipewright/sched/costs.hpp"
 #include "pipewright/sched/job.hpp"
 #include "pipewright/sched/lower.hpp"
@@ -143,9 +144,10 @@ void run_simulate(const SimulateArgs& a) {
                   sim::median_step_ms(plan, costs, cluster, opt, a.sampled_steps));
     }
     for (const auto& r : result.per_rank) {
-      std::printf("  rank %d: busy %.3f ms, idle %.3f ms, peak memory %lld B%s\n", r.rank,
+      // Human units here; exact bytes in --metrics JSON.
+      std::printf("  rank %d: busy %.3f ms, idle %.3f ms, peak memory %s%s\n", r.rank,
                   static_cast<double>(r.busy_ns) / 1e6, static_cast<double>(r.idle_ns) / 1e6,
-                  static_cast<long long>(r.peak_memory_bytes),
+                  graph::human_bytes(r.peak_memory_bytes).c_str(),
                   r.exceeds_memory ? " (exceeds device memory)" : "");
     }
     if (a.text_width > 0) std::printf("%s", sim::text_timeline(result, a.text_width).c_str());
