@@ -32,8 +32,9 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 node() { local k="$1"; shift; timeout 150 "$cluster" exec "$k" "$@"; }
 m0="$(${cluster} addr 0)"
 port=$(( 20000 + (RANDOM % 12000) ))
-common=(--log-level warn run --model "$data/mlp.json" --data-x "$data/mlp_x.npy" --data-y "$data/mlp_y.npy"
-        --loss mse --optimizer sgd --lr 0.05 --momentum 0.9 --seed 3 --no-shuffle --steps 5)
+train=(run --model "$data/mlp.json" --data-x "$data/mlp_x.npy" --data-y "$data/mlp_y.npy"
+        --loss mse --optimizer sgd --lr 0.05 --momentum 0.9 --seed 3 --no-shuffle)
+common=(--log-level warn "${train[@]}" --steps 5)
 failed=0
 check() {  # check NAME A B
   if "$cmp" "$2" "$3" 1e-5; then echo "OK   $1"; else echo "FAIL $1"; failed=1; fi
@@ -140,8 +141,8 @@ case "$what" in
     T=10
     for k in 1 0; do
       node "$k" "$pw" launch --nnodes 2 --node-rank "$k" --nproc-per-node 1 --master-addr "$m0" \
-        --master-port "$port" -- "$pw" "${common[@]}" --backend gloo --timeout "$T" \
-        --pp 2 --batch-size 8 --microbatches 4 --steps 1000000 --log-level info > "$work/node$k.log" 2>&1 &
+        --master-port "$port" -- "$pw" --log-level info "${train[@]}" --backend gloo \
+        --timeout "$T" --pp 2 --batch-size 8 --microbatches 4 --steps 1000000 > "$work/node$k.log" 2>&1 &
       eval "pid$k=$!"
     done
     # Training is under way once rank 0 has logged a few steps (at most 60 s).
