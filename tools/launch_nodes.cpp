@@ -307,19 +307,19 @@ class MasterGroup final : public NodeGroup {
     joined[0] = true;
     int missing = layout_.nnodes - 1;
     while (missing > 0) {
-      PW_CHECK(Clock::now() < deadline, TimeoutError,
-               "launch: node 0 waited " << seconds(join_timeout)
-                                        << " for the other nodes' launchers: nodes "
-                                        << [&] {
-                                             std::string s;
-                                             for (int n = 1; n < layout_.nnodes; ++n) {
-                                               if (!joined[static_cast<std::size_t>(n)])
-                                                 s += (s.empty() ? "" : ",") + std::to_string(n);
-                                             }
-                                             return s;
-                                           }()
-                                        << " never connected to " << layout_.master_addr << ":"
-                                        << layout_.agent_port);
+      PW_CHECK(
+          Clock::now() < deadline, TimeoutError,
+          "launch: node 0 waited " << seconds(join_timeout)
+                                   << " for the other nodes' launchers: nodes " <<
+              [&] {
+                std::string s;
+                for (int n = 1; n < layout_.nnodes; ++n) {
+                  if (!joined[static_cast<std::size_t>(n)])
+                    s += (s.empty() ? "" : ",") + std::to_string(n);
+                }
+                return s;
+              }() << " never connected to "
+                                   << layout_.master_addr << ":" << layout_.agent_port);
       pollfd pfd{listen_fd_, POLLIN, 0};
       ::poll(&pfd, 1, 50);
       while (true) {
@@ -346,14 +346,14 @@ class MasterGroup final : public NodeGroup {
           node = to_int(w[2], -1);
           const int nnodes = to_int(w[3], -1), nproc = to_int(w[4], -1);
           if (nnodes != layout_.nnodes) {
-            refuse = "--nnodes " + w[3] + " but node 0 has --nnodes " +
-                     std::to_string(layout_.nnodes);
+            refuse =
+                "--nnodes " + w[3] + " but node 0 has --nnodes " + std::to_string(layout_.nnodes);
           } else if (nproc != layout_.nproc_per_node) {
             refuse = "--nproc-per-node " + w[4] + " but node 0 has --nproc-per-node " +
                      std::to_string(layout_.nproc_per_node);
           } else if (node < 1 || node >= layout_.nnodes) {
-            refuse = "--node-rank " + w[2] + " is outside [1, " + std::to_string(layout_.nnodes) +
-                     ")";
+            refuse =
+                "--node-rank " + w[2] + " is outside [1, " + std::to_string(layout_.nnodes) + ")";
           } else if (joined[static_cast<std::size_t>(node)]) {
             refuse = "node " + w[2] + " has joined already (two launchers with --node-rank " +
                      w[2] + "?)";

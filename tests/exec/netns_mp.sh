@@ -13,6 +13,10 @@
 #                         SLURM_JOB_NODELIST=pwnode[0-1], node from SLURM_NODEID) and
 #                         `srun pipewright run` (one task per rank, no launcher); a conflict
 #                         between --node-rank and SLURM_NODEID exits 2 naming both
+#   calibrate             `calibrate --worker --network` on 2 nodes x 2 ranks over a 100 Mbit/s link:
+#                         the cluster JSON has 2 nodes of 2 ranks, an inter-node bandwidth within
+#                         15% of the shaped rate and far below the intra-node one, and simulate
+#                         reads it
 #   fault-link            node 1's link goes down mid-run: every rank on both nodes ends within
 #                         --timeout + 10 s, the launchers name the lost node
 #   fault-kill            every process of node 1 killed: node 0's ranks end within 5 s, node 1
@@ -28,7 +32,8 @@ work="$(mktemp -d "$work/netns.$what.XXXXXX")"
 cleanup() { "$cluster" down || true; rm -rf "$work"; }
 trap cleanup EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-"$cluster" up 2 --rate 1gbit >/dev/null
+rate=1gbit; [ "$what" = calibrate ] && rate=100mbit
+"$cluster" up 2 --rate "$rate" >/dev/null
 node() { local k="$1"; shift; timeout 150 "$cluster" exec "$k" "$@"; }
 m0="$(${cluster} addr 0)"
 port=$(( 20000 + (RANDOM % 12000) ))
@@ -136,6 +141,25 @@ case "$what" in
     if [ "$rc" = 2 ] && grep -q -- "--node-rank 0 but SLURM_NODEID=1 (Slurm)" <<<"$out"; then
       echo "OK   slurm: conflicting node rank names both"
     else echo "FAIL slurm conflict (exit $rc): $out"; failed=1; fi
+    ;;
+  calibrate)
+    launch_both 2 -- --log-level info calibrate --worker --network --max-mib 0.25 --iterations 10 \
+      -o "$work/cluster.json" || { echo "FAIL calibrate"; exit 1; }
+    grep -E "between node|within node" "$work/node0.log" || true
+    if python3 - "$work/cluster.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+inter, intra = c["inter_node"]["bandwidth_gb_per_s"], c["intra_node"]["bandwidth_gb_per_s"]
+pairs = json.loads(json.dumps(c["calibration"]))["pairs"]
+print(f"inter-node {inter * 8e3:.1f} Mbit/s (shaped at 100), intra-node {intra * 8e3:.0f} Mbit/s, {len(pairs)} pairs")
+ok = (c["nodes"] == 2 and c["ranks_per_node"] == 2 and len(pairs) == 3
+      and abs(inter - 0.0125) / 0.0125 < 0.15 and intra > 3 * inter)
+sys.exit(0 if ok else 1)
+PY
+    then echo "OK   calibrate --network"; else echo "FAIL calibrate --network"; failed=1; fi
+    if "$pw" simulate --model "$data/mlp.json" --pp 2 --dp 2 --microbatches 2 --cluster "$work/cluster.json" \
+        > "$work/sim.txt" 2>&1; then echo "OK   simulate reads the calibrated cluster"
+    else echo "FAIL simulate --cluster"; cat "$work/sim.txt"; failed=1; fi
     ;;
   fault-link|fault-kill)
     T=10
