@@ -7,6 +7,8 @@
 # predicts each from its profile's compute costs and the calibrated cluster (the profile's own
 # p2p figure is removed, so every message is priced by the cluster's links).
 #   sudo bench/netns_fidelity.sh [BUILD_DIR]     RATE=100mbit STEPS=12 WARMUP=2 M=8
+#   CORES_PER_NODE=1 ...   tell the simulator each namespace node has 1 core (they share the
+#                          host's; calibrate reports each process's affinity, the whole host)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
@@ -34,6 +36,10 @@ both() {  # both P LOG ARGS...: one launcher per node
 "$pw" --log-level warn partition "$work/model.json" --stages 2 --method balanced -o "$work/part.json"
 both 2 "$work/cal" --log-level info calibrate --worker --network --max-mib 1 --iterations 10 -o "$work/cluster.json"
 grep -E "between node|within node" "$work/cal.0" | sed 's/^\[rank 0\] //' >&2
+if [ -n "${CORES_PER_NODE:-}" ]; then
+  "$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["cores_per_node"]=int(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))' \
+    "$work/cluster.json" "$CORES_PER_NODE"
+fi
 printf "%-6s %-5s %-7s %12s %12s %8s\n" sched nodes "pp x dp" measured_ms simulated_ms error%
 for sched in GPipe 1F1B; do
   for p in 1 2; do
