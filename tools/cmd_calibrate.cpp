@@ -8,10 +8,16 @@
 // `mpirun -np N pipewright calibrate --worker ...` (MPI); every rank then runs the worker, and
 // world rank 0 fits and writes the output. On several hosts, start the workers with your own
 // launcher (`mpirun -np 16 -H a:8,b:8 pipewright calibrate --worker --backend mpi -o c.json`).
+//
+// --network (with --worker, under a multi-node launch): ping-pong between every pair of nodes
+// and within every node too, and write a cluster whose intra_node / inter_node links are fitted
+// from those (the median over nodes and over node pairs), with every pair's timings and fit in
+// "calibration". Ranks are placed replica-major, as the executor places them.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -41,6 +47,7 @@ struct CalibrateArgs {
   int iterations = 40;
   double max_mib = 16;
   double timeout_s = 120;
+  bool network = false;
 };
 
 std::string self_exe() {
@@ -134,12 +141,80 @@ std::vector<sim::TimingPoint> points(const std::vector<exec::SizeTiming>& ts) {
   return p;
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Note [Pair fit]: one pair's link: latency = the median one-way time of the messages up to
+// 4 KiB, bandwidth = the slope between the two largest sizes. A least-squares fit over every size
+// (sim::fit_p2p) weighs the many small, noisy messages of a shared machine as much as the large
+// ones that show the link's rate, and on a shaped 100 Mbit/s link gave 90-250 Mbit/s from run to
+// run; the slope gives the shaped rate within a few percent.
+sim::Link pair_link(const std::vector<exec::SizeTiming>& t) {
+  std::vector<double> small;
+  for (const auto& x : t) {
+    if (x.bytes <= 4096) small.push_back(x.median_ms);
+  }
+  sim::Link l;
+  l.latency_ms = small.empty() ? t.front().median_ms : median(small);
+  if (t.size() >= 2) {
+    const auto& a = t[t.size() - 2];
+    const auto& b = t.back();
+    const double dt_ms = b.median_ms - a.median_ms;
+    // Noise can make the larger message the faster one (a fast link on a busy host): then the
+    // largest message's own rate.
+    l.bandwidth_gb_per_s = dt_ms > 0 ? static_cast<double>(b.bytes - a.bytes) / dt_ms * 1e-6
+                                     : static_cast<double>(b.bytes) / b.median_ms * 1e-6;
+  }
+  return l;
+}
+
+// --network: the cluster's links from the node pairs (median of each pair's fitted latency and
+// bandwidth), the pairs recorded in `record`.
+void network_links(const exec::CommunicationMeasurements& m, sim::Cluster& c,
+                   nlohmann::json& record) {
+  std::vector<double> intra_lat, intra_bw, inter_lat, inter_bw;
+  auto pairs = nlohmann::json::array();
+  for (const auto& p : m.pairs) {
+    sim::LinkFit fit;
+    fit.link = pair_link(p.p2p);
+    const bool intra = p.node_a == p.node_b;
+    (intra ? intra_lat : inter_lat).push_back(fit.link.latency_ms);
+    (intra ? intra_bw : inter_bw).push_back(fit.link.bandwidth_gb_per_s);
+    spdlog::info("{} node {} <-> node {} (ranks {}, {}): latency {:.4f} ms, bandwidth {:.4f} GB/s",
+                 intra ? "within" : "between", p.node_a, p.node_b, p.rank_a, p.rank_b,
+                 fit.link.latency_ms, fit.link.bandwidth_gb_per_s);
+    pairs.push_back({{"node_a", p.node_a},
+                     {"node_b", p.node_b},
+                     {"rank_a", p.rank_a},
+                     {"rank_b", p.rank_b},
+                     {"latency_ms", fit.link.latency_ms},
+                     {"bandwidth_gb_per_s", fit.link.bandwidth_gb_per_s},
+                     {"p2p", timings_json(p.p2p)}});
+  }
+  c.nodes = m.nodes;
+  c.ranks_per_node = std::max(1, m.local_world_size);
+  c.placement = sim::Placement::kReplicaMajor;  // rank = replica * pp + stage (exec/src/mesh.cpp)
+  if (!inter_lat.empty()) c.inter_node = {median(inter_lat), median(inter_bw)};
+  if (!intra_lat.empty()) c.intra_node = {median(intra_lat), median(intra_bw)};
+  // The all-reduce over every rank spans the nodes: it is the inter-node collective; within a
+  // node, the point-to-point link.
+  c.collective_intra_node.reset();
+  if (m.nodes > 1 && intra_lat.empty()) c.intra_node = c.inter_node;  // not measured: 1 rank/node
+  record["nodes"] = m.nodes;
+  record["pairs"] = pairs;
+}
+
 void run_worker(const CalibrateArgs& a) {
   PW_CHECK(a.max_mib > 0 && a.max_mib <= 1024, ConfigError,
            "calibrate: --max-mib must be in (0, 1024], got " << a.max_mib);
   exec::CalibrationConfig cfg;
   cfg.backend = a.backend;
   cfg.iterations = a.iterations;
+  cfg.network = a.network;
   cfg.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
   const auto max_bytes = static_cast<std::int64_t>(a.max_mib * 1024 * 1024);
   for (std::int64_t b = 4; b <= max_bytes; b *= 4) cfg.sizes.push_back(b);
@@ -198,7 +273,13 @@ void run_worker(const CalibrateArgs& a) {
        {{"mean", p2p.mean_abs_relative_error}, {"max", p2p.max_abs_relative_error}}},
       {"allreduce_fit_error",
        {{"mean", ar.mean_abs_relative_error}, {"max", ar.max_abs_relative_error}}}};
-  c.calibration_json = record.dump();
+  if (a.network) {
+    nlohmann::json rec = record;
+    network_links(m, c, rec);
+    c.calibration_json = rec.dump();
+  } else {
+    c.calibration_json = record.dump();
+  }
   write_output(a.output, sim::to_json(c));
   if (a.output != "-") spdlog::info("wrote {}", a.output);
 }
@@ -222,7 +303,15 @@ void setup_calibrate(CLI::App& app) {
   cmd->add_flag("--worker", a->worker,
                 "run as one rank of an already launched job (used by calibrate itself, or under "
                 "your own mpirun/torchrun on several hosts)");
+  cmd->add_flag("--network", a->network,
+                "also measure every pair of nodes and within every node, and fit the cluster's "
+                "intra_node / inter_node links from them (with --worker under a multi-node "
+                "launch)");
   cmd->callback([a] {
+    PW_CHECK(!a->network || a->worker, ConfigError,
+             "calibrate --network measures between nodes: start it on every node, e.g. "
+             "`pipewright launch --nnodes N --node-rank K --nproc-per-node P --master-addr A -- "
+             "pipewright calibrate --worker --network -o cluster.json`");
     if (a->worker) {
       run_worker(*a);
     } else {

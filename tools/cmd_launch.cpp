@@ -1,9 +1,12 @@
-// `pipewright launch --nproc N [--master-port P] [--grace S] [--] CMD ARGS...`: starts N local
-// ranks of CMD, torchrun-style, and supervises them.
+// `pipewright launch [--nnodes N --node-rank K --master-addr A] --nproc-per-node P
+// [--master-port PORT] [--grace S] [--] CMD ARGS...`: starts P local ranks of CMD on this node,
+// torchrun-style, and supervises them; with --nnodes > 1, once per node, the launchers of all
+// nodes form one gang (launch_nodes.hpp, Note [Launcher links]).
 //
 // - Children are spawned with posix_spawnp (safe even if the launcher had threads; it has none
 //   when it spawns), each in its own process group, with RANK, WORLD_SIZE, LOCAL_RANK,
-//   LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port unless --master-port),
+//   LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR
+//   (127.0.0.1 on one node), MASTER_PORT (on one node a free port unless --master-port),
 //   and OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 unless already set. The variables of other
 //   launchers (OMPI_COMM_WORLD_*, PMI_RANK/SIZE, SLURM_PROCID/NTASKS/LOCALID) are removed, since
 //   this launcher now defines the world (they would otherwise disagree, see rendezvous.hpp).
@@ -38,6 +41,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "launch_nodes.hpp"
 #include "pipewright/graph/error.hpp"
 
 extern char** environ;
@@ -107,7 +111,8 @@ struct Stream {
 };
 
 struct Child {
-  int rank = 0;
+  int rank = 0;  // global rank
+  int local_rank = 0;
   pid_t pid = -1;
   Stream out, err;
   bool running = false;
@@ -186,12 +191,16 @@ std::string new_job_id() {
   return buf;
 }
 
-std::vector<std::string> child_environment(int rank, int nproc, int port,
+std::vector<std::string> child_environment(const Child& c, const NodeLayout& layout, int port,
                                            const std::string& job_id) {
   static const char* const kDropped[] = {"RANK",
                                          "WORLD_SIZE",
                                          "LOCAL_RANK",
                                          "LOCAL_WORLD_SIZE",
+                                         "GROUP_RANK",
+                                         "GROUP_WORLD_SIZE",
+                                         "ROLE_RANK",
+                                         "ROLE_WORLD_SIZE",
                                          "MASTER_ADDR",
                                          "MASTER_PORT",
                                          "OMPI_COMM_WORLD_RANK",
@@ -203,6 +212,10 @@ std::vector<std::string> child_environment(int rank, int nproc, int port,
                                          "SLURM_PROCID",
                                          "SLURM_NTASKS",
                                          "SLURM_LOCALID",
+                                         "SLURM_NODEID",
+                                         "SLURM_JOB_NODELIST",
+                                         "SLURM_NODELIST",
+                                         "SLURM_TASKS_PER_NODE",
                                          "PIPEWRIGHT_JOB_ID"};
   std::map<std::string, std::string> env;
   for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
@@ -211,11 +224,14 @@ std::vector<std::string> child_environment(int rank, int nproc, int port,
     if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   for (const char* name : kDropped) env.erase(name);
-  env["RANK"] = std::to_string(rank);
-  env["WORLD_SIZE"] = std::to_string(nproc);
-  env["LOCAL_RANK"] = std::to_string(rank);
-  env["LOCAL_WORLD_SIZE"] = std::to_string(nproc);
-  env["MASTER_ADDR"] = "127.0.0.1";
+  const int world = layout.nnodes * layout.nproc_per_node;
+  env["RANK"] = env["ROLE_RANK"] = std::to_string(c.rank);
+  env["WORLD_SIZE"] = env["ROLE_WORLD_SIZE"] = std::to_string(world);
+  env["LOCAL_RANK"] = std::to_string(c.local_rank);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(layout.nproc_per_node);
+  env["GROUP_RANK"] = std::to_string(layout.node_rank);
+  env["GROUP_WORLD_SIZE"] = std::to_string(layout.nnodes);
+  env["MASTER_ADDR"] = layout.master_addr;
   env["MASTER_PORT"] = std::to_string(port);
   env["PIPEWRIGHT_JOB_ID"] = job_id;
   env.emplace("OMP_NUM_THREADS", "1");  // emplace: a user's explicit setting wins
@@ -226,8 +242,8 @@ std::vector<std::string> child_environment(int rank, int nproc, int port,
 }
 
 // Spawns one rank; returns its pid. Throws ConfigError if CMD cannot be started.
-pid_t spawn_rank(Child& c, const std::vector<std::string>& command, int nproc, int port,
-                 const std::string& job_id) {
+pid_t spawn_rank(Child& c, const std::vector<std::string>& command, const NodeLayout& layout,
+                 int port, const std::string& job_id) {
   int out_pipe[2], err_pipe[2];
   PW_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0, BackendError,
            "launch: pipe() failed: " << std::strerror(errno));
@@ -246,7 +262,7 @@ pid_t spawn_rank(Child& c, const std::vector<std::string>& command, int nproc, i
   posix_spawnattr_setpgroup(&attr, 0);  // own process group: signals reach its children too
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
 
-  std::vector<std::string> env = child_environment(c.rank, nproc, port, job_id);
+  std::vector<std::string> env = child_environment(c, layout, port, job_id);
   std::vector<char*> argv, envp;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -282,18 +298,76 @@ void signal_all(std::vector<Child>& children, int sig) {
 }
 
 struct LaunchArgs {
-  int nproc = 1;
-  std::optional<int> master_port;
+  NodeLayoutFlags layout;
   double grace_s = 5.0;
+  double node_timeout_s = 5.0;
+  double join_timeout_s = 300.0;
   std::vector<std::string> command;
 };
 
+// One failure, of a local rank or of another node, in the order observed (Note [First failure]).
+struct Failure {
+  std::string text;  // "rank 2 died with signal 9 (SIGKILL)", "node 1: rank 3 exited ..."
+  int exit_code = 1;
+  int cause_class = 1;
+  bool stopped_by_us = false;
+  Clock::time_point when;
+};
+
+Failure local_failure(const Child& c, const NodeLayout& layout) {
+  Failure f;
+  f.text = describe(c);
+  if (layout.nnodes > 1) f.text = "node " + std::to_string(layout.node_rank) + ": " + f.text;
+  f.exit_code = WIFSIGNALED(c.status) ? 3 : WEXITSTATUS(c.status);
+  f.cause_class = cause_rank(c);
+  f.stopped_by_us = c.killed_by_us;
+  f.when = Clock::now();
+  return f;
+}
+
+Failure remote_failure(const NodeEvent& e) {
+  Failure f;
+  // A relayed failure already names its node ("node 1: rank 3 ..."); a lost node does not.
+  f.text =
+      e.kind == NodeEvent::Kind::kLost ? "node " + std::to_string(e.node) + " " + e.text : e.text;
+  f.exit_code = e.exit_code;
+  f.cause_class = e.cause_class;
+  f.when = Clock::now();
+  return f;
+}
+
+// Note [First failure], across nodes: a rank killed on node 1 makes node 0's ranks fail with
+// exit 3 within milliseconds, before node 1's launcher has told node 0's; so an effect (exit 3
+// or 4) seen first gives way to a likelier cause reported by another node within 2 s.
+void put_cause_first(std::vector<Failure>& failures) {
+  if (failures.size() < 2 || failures.front().cause_class < 2) return;
+  const auto first = failures.front().when;
+  for (std::size_t i = 1; i < failures.size(); ++i) {
+    const Failure& f = failures[i];
+    if (f.cause_class < 2 && !f.stopped_by_us && f.when - first <= std::chrono::seconds(2)) {
+      std::rotate(failures.begin(), failures.begin() + static_cast<std::ptrdiff_t>(i),
+                  failures.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return;
+    }
+  }
+}
+
 int run_launch(const LaunchArgs& args) {
   PW_CHECK(!args.command.empty(), ConfigError,
-           "launch: no command given (pipewright launch --nproc N -- CMD ARGS...)");
-  PW_CHECK(args.nproc >= 1, ConfigError, "launch: --nproc must be >= 1, got " << args.nproc);
+           "launch: no command given (pipewright launch --nproc-per-node N -- CMD ARGS...)");
   PW_CHECK(args.grace_s >= 0, ConfigError, "launch: --grace must be >= 0");
-  const int port = args.master_port ? *args.master_port : free_port();
+  PW_CHECK(args.node_timeout_s > 0 && args.join_timeout_s > 0, ConfigError,
+           "launch: --node-timeout and --join-timeout must be > 0");
+  NodeLayout layout = resolve_layout(args.layout, [] {
+    std::map<std::string, std::string> env;
+    for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
+      const std::string entry(*p);
+      const auto eq = entry.find('=');
+      if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+    return env;
+  }());
+  const int port = layout.master_port != 0 ? layout.master_port : free_port();
   PW_CHECK(port >= 1 && port <= 65535, ConfigError,
            "launch: --master-port " << port << " is outside [1, 65535]");
 
@@ -304,11 +378,26 @@ int run_launch(const LaunchArgs& args) {
   ::sigaction(SIGTERM, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  std::vector<Child> children(static_cast<std::size_t>(args.nproc));
-  for (int r = 0; r < args.nproc; ++r) children[static_cast<std::size_t>(r)].rank = r;
+  using std::chrono::duration;
+  using std::chrono::milliseconds;
+  std::unique_ptr<NodeGroup> group;
+  std::string job_id = new_job_id();
+  if (layout.nnodes > 1) {
+    group = NodeGroup::join(
+        layout, job_id,
+        std::chrono::duration_cast<milliseconds>(duration<double>(args.join_timeout_s)),
+        std::chrono::duration_cast<milliseconds>(duration<double>(args.node_timeout_s)));
+    job_id = group->job_id();
+  }
+
+  const int nproc = layout.nproc_per_node;
+  std::vector<Child> children(static_cast<std::size_t>(nproc));
+  for (int r = 0; r < nproc; ++r) {
+    children[static_cast<std::size_t>(r)].local_rank = r;
+    children[static_cast<std::size_t>(r)].rank = layout.node_rank * nproc + r;
+  }
   try {
-    const std::string job_id = new_job_id();
-    for (auto& c : children) spawn_rank(c, args.command, args.nproc, port, job_id);
+    for (auto& c : children) spawn_rank(c, args.command, layout, port, job_id);
   } catch (...) {
     signal_all(children, SIGKILL);
     for (auto& c : children) {
@@ -317,10 +406,13 @@ int run_launch(const LaunchArgs& args) {
     throw;
   }
 
-  std::vector<int> failure_order;  // ranks in the order their failure was observed
+  std::vector<Failure> failures;  // in the order observed
+  bool reported = false;          // this node's first failure went to the other nodes
+  bool stopping = false;
   std::optional<Clock::time_point> kill_deadline;
   bool sent_kill = false;
-  int running = args.nproc;
+  bool sent_done = false;
+  int running = nproc;
   std::optional<Clock::time_point> drain_deadline;
   char buffer[65536];
 
@@ -338,7 +430,8 @@ int run_launch(const LaunchArgs& args) {
         owners.emplace_back(&c, true);
       }
     }
-    if (fds.empty() && running == 0) break;
+    const bool drained = fds.empty() && running == 0;
+    if (drained && (!group || group->finished())) break;
     if (!fds.empty()) {
       const int n = ::poll(fds.data(), fds.size(), 50);
       if (n > 0) {
@@ -361,7 +454,7 @@ int run_launch(const LaunchArgs& args) {
 
     // Reap exited ranks. Failures seen in one round are ordered cause first (Note [First
     // failure]).
-    std::vector<int> failed_now;
+    std::vector<Child*> failed_now;
     for (auto& c : children) {
       if (!c.running) continue;
       int status = 0;
@@ -370,16 +463,30 @@ int run_launch(const LaunchArgs& args) {
       c.running = false;
       c.status = status;
       --running;
-      if (failed(c)) failed_now.push_back(c.rank);
+      if (failed(c)) failed_now.push_back(&c);
     }
-    std::stable_sort(failed_now.begin(), failed_now.end(), [&](int a, int b) {
-      return cause_rank(children[static_cast<std::size_t>(a)]) <
-             cause_rank(children[static_cast<std::size_t>(b)]);
+    std::stable_sort(failed_now.begin(), failed_now.end(), [](const Child* a, const Child* b) {
+      return cause_rank(*a) < cause_rank(*b);
     });
-    failure_order.insert(failure_order.end(), failed_now.begin(), failed_now.end());
+    for (const Child* c : failed_now) failures.push_back(local_failure(*c, layout));
+
+    // The other nodes: their failures and losses end this node's ranks too.
+    if (group) {
+      if (!failures.empty() && !reported && !stopping) {
+        group->report_failure(failures.front().text, failures.front().exit_code,
+                              failures.front().cause_class);
+        reported = true;
+      }
+      for (const NodeEvent& e : group->service()) failures.push_back(remote_failure(e));
+      if (running == 0 && failures.empty() && !sent_done) {
+        group->report_done();
+        sent_done = true;
+      }
+    }
 
     // First failure or an interrupt: stop everyone, politely first.
-    if ((!failure_order.empty() || g_interrupt != 0) && !kill_deadline) {
+    if ((!failures.empty() || g_interrupt != 0) && !kill_deadline) {
+      stopping = true;
       signal_all(children, SIGTERM);
       kill_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                          std::chrono::duration<double>(args.grace_s));
@@ -396,29 +503,29 @@ int run_launch(const LaunchArgs& args) {
           if (c.out.fd >= 0) close_stream(c, c.out, STDOUT_FILENO, false);
           if (c.err.fd >= 0) close_stream(c, c.err, STDERR_FILENO, true);
         }
-        break;
+        // Node 0 after a failure: the others know (FAIL was sent); do not wait for them.
+        if (!failures.empty() || g_interrupt != 0) break;
       }
     }
   }
 
-  if (failure_order.empty() && g_interrupt == 0) return 0;
+  if (failures.empty() && g_interrupt == 0) return 0;
 
   std::string report;
   int exit_code = 1;
-  if (!failure_order.empty()) {
-    const Child& first = children[static_cast<std::size_t>(failure_order.front())];
-    report += "pipewright launch: " + describe(first) + "\n";
-    exit_code = WIFSIGNALED(first.status) ? 3 : WEXITSTATUS(first.status);
+  put_cause_first(failures);
+  if (!failures.empty()) {
+    report += "pipewright launch: " + failures.front().text + "\n";
+    exit_code = failures.front().exit_code;
   }
   if (g_interrupt != 0) {
     report += "pipewright launch: interrupted by signal " + std::to_string(g_interrupt) + " (" +
               signal_name(g_interrupt) + "); stopped every rank\n";
-    if (failure_order.empty()) exit_code = 128 + g_interrupt;
+    if (failures.empty()) exit_code = 128 + g_interrupt;
   }
-  for (std::size_t i = 1; i < failure_order.size(); ++i) {
-    const Child& c = children[static_cast<std::size_t>(failure_order[i])];
-    report += "pipewright launch:   then " + describe(c) +
-              (c.killed_by_us ? " (stopped by the launcher)" : "") + "\n";
+  for (std::size_t i = 1; i < failures.size(); ++i) {
+    report += "pipewright launch:   then " + failures[i].text +
+              (failures[i].stopped_by_us ? " (stopped by the launcher)" : "") + "\n";
   }
   std::fflush(stdout);
   write_all(STDERR_FILENO, report);
@@ -428,17 +535,34 @@ int run_launch(const LaunchArgs& args) {
 void setup_launch(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "launch",
-      "Start N local ranks of a command torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK, "
-      "MASTER_ADDR, MASTER_PORT...), prefix their output with [rank N], and stop them all when "
-      "one fails");
+      "Start the ranks of a command on this node torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK, "
+      "GROUP_RANK, MASTER_ADDR, MASTER_PORT...), prefix their output with [rank N], and stop "
+      "every rank of every node when one fails");
   auto args = std::make_shared<LaunchArgs>();
-  sub->add_option("--nproc", args->nproc, "number of local ranks")
-      ->required()
-      ->check(CLI::Range(1, 4096));
-  sub->add_option("--master-port", args->master_port,
-                  "rendezvous port on 127.0.0.1 (default: a free port)");
+  sub->add_option("--nproc-per-node,--nproc", args->layout.nproc_per_node,
+                  "number of ranks on this node")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sub->add_option("--nnodes", args->layout.nnodes,
+                  "number of nodes, one launcher each (default 1, or SLURM_JOB_NUM_NODES)");
+  sub->add_option("--node-rank", args->layout.node_rank,
+                  "this node's rank in [0, --nnodes) (default 0, or SLURM_NODEID)");
+  sub->add_option("--master-addr", args->layout.master_addr,
+                  "address of node 0 that every node reaches (one node: 127.0.0.1; Slurm: the "
+                  "first host of SLURM_JOB_NODELIST)");
+  sub->add_option("--master-port", args->layout.master_port,
+                  "rendezvous port of the ranks on --master-addr (one node: a free port; several "
+                  "nodes: 29500)");
+  sub->add_option("--agent-port", args->layout.agent_port,
+                  "port of the launchers' own link on --master-addr (default --master-port + 1)");
   sub->add_option("--grace", args->grace_s,
                   "seconds between SIGTERM and SIGKILL when stopping the ranks")
+      ->capture_default_str();
+  sub->add_option("--node-timeout", args->node_timeout_s,
+                  "seconds without word from another node's launcher before it is lost")
+      ->capture_default_str();
+  sub->add_option("--join-timeout", args->join_timeout_s,
+                  "seconds to wait for every node's launcher at the start")
       ->capture_default_str();
   // CMD ARGS... are cut off argv by main() (split_command_tail) and arrive verbatim in
   // command_tail(); this positional only documents them in --help.

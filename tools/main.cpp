@@ -194,9 +194,11 @@ int main(int argc, char** argv) {
   }
 
   // Subcommands that run another command take it verbatim (commands.hpp).
-  argc = pipewright::cli::split_command_tail(argc, argv, "launch",
-                                             {"--nproc", "--master-port", "--grace"},
-                                             pipewright::cli::command_tail());
+  argc = pipewright::cli::split_command_tail(
+      argc, argv, "launch",
+      {"--nproc", "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+       "--agent-port", "--grace", "--node-timeout", "--join-timeout"},
+      pipewright::cli::command_tail());
   set_fallthrough(app);
 
   try {

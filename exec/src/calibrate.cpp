@@ -48,6 +48,86 @@ int repetitions(std::int64_t bytes, int iterations) {
   return static_cast<int>(std::max<std::int64_t>(5, std::min<std::int64_t>(iterations, by_volume)));
 }
 
+// Ranks `a` and `b` ping-pong every size (Note [Calibration timing]); every other rank of `comm`
+// only passes the barriers. The timings are complete on rank `a`.
+template <typename View>
+std::vector<SizeTiming> ping_pong(Communicator& comm, int a, int b,
+                                  const std::vector<std::int64_t>& sizes, int iterations,
+                                  const View& view, std::chrono::milliseconds timeout) {
+  const int me = comm.rank();
+  std::vector<SizeTiming> out;
+  for (const std::int64_t bytes : sizes) {
+    const int reps = repetitions(bytes, iterations);
+    std::vector<double> samples;
+    for (int it = 0; it < reps + 2; ++it) {
+      OpContext ctx{it, -1, -1,
+                    "calibrate p2p " + std::to_string(a) + "<->" + std::to_string(b) + " " +
+                        std::to_string(bytes) + " B"};
+      if (me == b) {
+        auto r = comm.recv(view(bytes), a, 2 * it, ctx);
+        comm.barrier(ctx)->wait(timeout);
+        r->wait(timeout);
+        comm.send(view(bytes), a, 2 * it + 1, ctx)->wait(timeout);
+      } else if (me == a) {
+        comm.barrier(ctx)->wait(timeout);
+        const auto t0 = Clock::now();
+        auto s = comm.send(view(bytes), b, 2 * it, ctx);
+        comm.recv(view(bytes), b, 2 * it + 1, ctx)->wait(timeout);
+        const double rtt = ms_since(t0);
+        s->wait(timeout);
+        if (it >= 2) samples.push_back(rtt / 2);
+      } else {
+        comm.barrier(ctx)->wait(timeout);
+      }
+    }
+    if (me == a) out.push_back(summarise(bytes, std::move(samples)));
+  }
+  return out;
+}
+
+// --network: within every node (its first two ranks), then between the first ranks of every pair
+// of nodes. Each pair's timings go from its rank a to every rank by a sum all-reduce (only rank
+// a contributes), so rank 0 has them all.
+template <typename View>
+void measure_pairs(Communicator& comm, const WorldInfo& world,
+                   const std::vector<std::int64_t>& sizes, int iterations, const View& view,
+                   std::chrono::milliseconds timeout, CommunicationMeasurements& out) {
+  const int per_node = world.local_world_size;
+  PW_CHECK(world.world_size % per_node == 0, ConfigError,
+           "calibrate --network: world size "
+               << world.world_size << " is not a multiple of the local world size " << per_node
+               << " (the same ranks on every node)");
+  out.nodes = world.world_size / per_node;
+  std::vector<PairTimings> pairs;
+  if (per_node >= 2) {
+    for (int n = 0; n < out.nodes; ++n) pairs.push_back({n, n, n * per_node, n * per_node + 1, {}});
+  }
+  for (int x = 0; x < out.nodes; ++x) {
+    for (int y = x + 1; y < out.nodes; ++y) pairs.push_back({x, y, x * per_node, y * per_node, {}});
+  }
+  const std::size_t n = sizes.size();
+  for (auto& p : pairs) {
+    const auto mine = ping_pong(comm, p.rank_a, p.rank_b, sizes, iterations, view, timeout);
+    std::vector<float> flat(4 * n, 0.0f);
+    if (comm.rank() == p.rank_a) {
+      for (std::size_t i = 0; i < n; ++i) {
+        flat[4 * i] = static_cast<float>(mine[i].median_ms);
+        flat[4 * i + 1] = static_cast<float>(mine[i].p10_ms);
+        flat[4 * i + 2] = static_cast<float>(mine[i].p90_ms);
+        flat[4 * i + 3] = static_cast<float>(mine[i].samples);
+      }
+    }
+    comm.all_reduce(BufferView{flat.data(), flat.size(), DType::kFloat32, {}}, ReduceOp::kSum,
+                    {-1, -1, -1, "calibrate pair results"})
+        ->wait(timeout);
+    for (std::size_t i = 0; i < n; ++i) {
+      p.p2p.push_back({sizes[i], flat[4 * i], flat[4 * i + 1], flat[4 * i + 2],
+                       static_cast<std::int64_t>(flat[4 * i + 3])});
+    }
+  }
+  out.pairs = std::move(pairs);
+}
+
 }  // namespace
 
 std::vector<std::int64_t> default_calibration_sizes() {
@@ -98,30 +178,8 @@ CommunicationMeasurements measure_communication(const CalibrationConfig& config)
   };
 
   // Point-to-point: ranks 0 and 1 ping-pong; the others wait at the barrier.
-  for (const std::int64_t bytes : sizes) {
-    const int reps = repetitions(bytes, config.iterations);
-    std::vector<double> samples;
-    for (int it = 0; it < reps + 2; ++it) {
-      OpContext ctx{it, -1, -1, "calibrate p2p " + std::to_string(bytes) + " B"};
-      if (me == 1) {
-        auto r = comm->recv(view(bytes), 0, 2 * it, ctx);
-        comm->barrier(ctx)->wait(timeout);
-        r->wait(timeout);
-        comm->send(view(bytes), 0, 2 * it + 1, ctx)->wait(timeout);
-      } else if (me == 0) {
-        comm->barrier(ctx)->wait(timeout);
-        const auto t0 = Clock::now();
-        auto s = comm->send(view(bytes), 1, 2 * it, ctx);
-        comm->recv(view(bytes), 1, 2 * it + 1, ctx)->wait(timeout);
-        const double rtt = ms_since(t0);
-        s->wait(timeout);
-        if (it >= 2) samples.push_back(rtt / 2);
-      } else {
-        comm->barrier(ctx)->wait(timeout);
-      }
-    }
-    if (me == 0) out.p2p.push_back(summarise(bytes, std::move(samples)));
-  }
+  out.p2p = ping_pong(*comm, 0, 1, sizes, config.iterations, view, timeout);
+  if (config.network) measure_pairs(*comm, world, sizes, config.iterations, view, timeout, out);
 
   // All-reduce over every rank, on the kind of buffer DDP's buckets use (shared memory among the
   // ranks of one host with Gloo: Note [Shared-memory all-reduce]).

@@ -17,12 +17,17 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -104,7 +109,9 @@ std::string first_line(const std::string& s) {
 
 // Ranks with equal identities can map each other's POSIX shared memory and see each other's
 // pids (peer-death detection): same host name, same boot, same /dev/shm file system (containers
-// on one machine have their own) and same pid namespace.
+// on one machine have their own) and same pid namespace. The network namespace counts too: ranks
+// in different ones are different nodes to the user (tools/netns-cluster), and their traffic
+// must cross the network between them, not shared memory.
 std::string host_identity() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -112,11 +119,39 @@ std::string host_identity() {
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
   struct stat st {};
   const bool has_shm = ::stat("/dev/shm", &st) == 0;
-  char pid_ns[128] = {};
+  char pid_ns[128] = {}, net_ns[128] = {};
   const auto n = ::readlink("/proc/self/ns/pid", pid_ns, sizeof pid_ns - 1);
+  const auto m = ::readlink("/proc/self/ns/net", net_ns, sizeof net_ns - 1);
   return std::string(host) + "|" + boot + "|" +
          (has_shm ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) : "no-shm") + "|" +
-         (n > 0 ? std::string(pid_ns, static_cast<std::size_t>(n)) : "no-pid-ns");
+         (n > 0 ? std::string(pid_ns, static_cast<std::size_t>(n)) : "no-pid-ns") + "|" +
+         (m > 0 ? std::string(net_ns, static_cast<std::size_t>(m)) : "no-net-ns");
+}
+
+// The local address of the route to `host` (the master): what this rank's peers reach it by,
+// as PyTorch picks Gloo's interface. A UDP connect() sends nothing; it only chooses the route.
+// Empty if `host` does not resolve or has no route.
+std::string address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return {};
+  std::string out;
+  for (addrinfo* p = res; p != nullptr && out.empty(); p = p->ai_next) {
+    const int fd = ::socket(p->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    if (::connect(fd, p->ai_addr, p->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char text[INET_ADDRSTRLEN] = {};
+      if (::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) != nullptr) out = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return out;
 }
 
 bool contains(const std::string& s, const char* needle) {
@@ -481,22 +516,32 @@ class GlooCommunicator final : public CommunicatorBase {
 std::unique_ptr<Communicator> make_gloo_communicator(const WorldInfo& world, Store& store,
                                                      const CommOptions& options) {
   auto adapter = c10::make_intrusive<StoreAdapter>(store, options.timeout);
-  // Bind where peers can reach us: an explicit interface, loopback for single-host jobs (the
-  // default, and what tests use), else the address this host's name resolves to.
+  // Bind where peers can reach us: an explicit interface (GLOO_SOCKET_IFNAME), loopback for
+  // single-host jobs (the default, and what tests use), else the local address of the route to
+  // the master (as PyTorch does), else the address this host's name resolves to.
   std::shared_ptr<::gloo::transport::Device> device;
   const std::string& addr = world.master_addr;
+  std::string interface = options.gloo_interface;
+  if (const char* env = std::getenv("GLOO_SOCKET_IFNAME"); interface.empty() && env != nullptr) {
+    interface = env;
+    PW_CHECK(interface.find(',') == std::string::npos, ConfigError,
+             "rank " << world.rank << ": GLOO_SOCKET_IFNAME='"
+                     << interface << "': pipewright binds one interface; name one");
+  }
   try {
-    if (!options.gloo_interface.empty()) {
-      device = c10d::ProcessGroupGloo::createDeviceForInterface(options.gloo_interface);
+    if (!interface.empty()) {
+      device = c10d::ProcessGroupGloo::createDeviceForInterface(interface);
     } else if (addr.rfind("127.", 0) == 0 || addr == "localhost" || addr == "::1") {
       device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+    } else if (const std::string local = address_towards(addr, world.master_port); !local.empty()) {
+      device = c10d::ProcessGroupGloo::createDeviceForHostname(local);
     } else {
       device = c10d::ProcessGroupGloo::createDefaultDevice();
     }
   } catch (const std::exception& e) {
     throw ConfigError("rank " + std::to_string(world.rank) +
-                      ": cannot create the Gloo network device (interface '" +
-                      options.gloo_interface + "'): " + first_line(e.what()));
+                      ": cannot create the Gloo network device (interface '" + interface +
+                      "'): " + first_line(e.what()));
   }
   std::vector<int> members(static_cast<std::size_t>(world.world_size));
   for (int r = 0; r < world.world_size; ++r) members[static_cast<std::size_t>(r)] = r;

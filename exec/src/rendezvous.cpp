@@ -18,6 +18,7 @@
 #include "comm_errors.hpp"
 #include "pipewright/exec/store.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/hostlist.hpp"
 
 extern char** environ;  // POSIX
 
@@ -34,15 +35,17 @@ struct Source {
   const char* local_world_size;
   const char* master_addr;
   const char* master_port;
+  const char* node_rank;
 };
 
 constexpr Source kEnvSources[] = {
     {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-     "MASTER_PORT"},
+     "MASTER_PORT", "GROUP_RANK"},
     {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, nullptr},
-    {"PMI", "PMI_RANK", "PMI_SIZE", nullptr, nullptr, nullptr, nullptr},
-    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, nullptr, nullptr},
+     "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, nullptr, nullptr},
+    {"PMI", "PMI_RANK", "PMI_SIZE", nullptr, nullptr, nullptr, nullptr, nullptr},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, nullptr, nullptr,
+     "SLURM_NODEID"},
 };
 
 // One field's value and where it came from ("RANK=1 (torchrun)", "--rank 1").
@@ -84,6 +87,38 @@ void offer_env_int(Resolved<int>& field, const char* field_name, const char* var
   used = true;
 }
 
+// A Slurm task (srun pipewright run): the master is the first host of the allocation when it
+// spans several nodes (on one node, loopback stays the default), and the ranks on this node are
+// SLURM_TASKS_PER_NODE's count for SLURM_NODEID.
+void offer_slurm_layout(const EnvMap& env, Resolved<std::string>& master_addr,
+                        Resolved<int>& local_world_size, std::vector<std::string>& conflicts) {
+  for (const char* var : {"SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+    auto it = env.find(var);
+    if (it == env.end()) continue;
+    const auto hosts =
+        graph::expand_hostlist(it->second, std::string("environment variable ") + var + " (Slurm)");
+    if (hosts.size() > 1) {
+      offer(master_addr, "master address", hosts.front(),
+            std::string(var) + "=" + it->second + " (Slurm: first host " + hosts.front() + ")",
+            conflicts);
+    }
+    break;
+  }
+  auto tasks = env.find("SLURM_TASKS_PER_NODE");
+  auto node = env.find("SLURM_NODEID");
+  if (tasks != env.end() && node != env.end()) {
+    const std::string what = "environment variable SLURM_TASKS_PER_NODE (Slurm)";
+    const auto counts = graph::expand_task_counts(tasks->second, what);
+    const int id = parse_int(node->second, "environment variable SLURM_NODEID (Slurm)");
+    PW_CHECK(id >= 0 && static_cast<std::size_t>(id) < counts.size(), ConfigError,
+             "SLURM_NODEID=" << id << " but SLURM_TASKS_PER_NODE=" << tasks->second << " lists "
+                             << counts.size() << " nodes");
+    offer(local_world_size, "local world size", counts[static_cast<std::size_t>(id)],
+          "SLURM_TASKS_PER_NODE=" + tasks->second + " (Slurm, node " + std::to_string(id) + ")",
+          conflicts);
+  }
+}
+
 }  // namespace
 
 EnvMap current_environment() {
@@ -98,7 +133,7 @@ EnvMap current_environment() {
 }
 
 WorldInfo resolve_world(const WorldFlags& flags, const EnvMap& env) {
-  Resolved<int> rank, world_size, local_rank, local_world_size, master_port;
+  Resolved<int> rank, world_size, local_rank, local_world_size, master_port, node_rank;
   Resolved<std::string> master_addr;
   std::vector<std::string> conflicts;
   std::vector<std::string> sources;
@@ -130,6 +165,7 @@ WorldInfo resolve_world(const WorldFlags& flags, const EnvMap& env) {
     offer_env_int(local_world_size, "local world size", src.local_world_size, src, env, conflicts,
                   used);
     offer_env_int(master_port, "master port", src.master_port, src, env, conflicts, used);
+    offer_env_int(node_rank, "node rank", src.node_rank, src, env, conflicts, used);
     if (src.master_addr != nullptr) {
       auto it = env.find(src.master_addr);
       if (it != env.end()) {
@@ -138,6 +174,8 @@ WorldInfo resolve_world(const WorldFlags& flags, const EnvMap& env) {
         used = true;
       }
     }
+    if (used && std::string(src.name) == "Slurm")
+      offer_slurm_layout(env, master_addr, local_world_size, conflicts);
     if (used) sources.emplace_back(src.name);
   }
 
@@ -156,6 +194,7 @@ WorldInfo resolve_world(const WorldFlags& flags, const EnvMap& env) {
   info.local_world_size = local_world_size.value.value_or(info.world_size);
   info.master_addr = master_addr.value.value_or("127.0.0.1");
   info.master_port = master_port.value.value_or(29500);
+  info.node_rank = node_rank.value.value_or(0);
   if (flags.job_id) {
     info.job_id = *flags.job_id;
   } else if (auto it = env.find("PIPEWRIGHT_JOB_ID"); it != env.end()) {

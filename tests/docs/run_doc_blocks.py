@@ -9,6 +9,8 @@ writes stay out of the checkout. PATH starts with <build>/bin, as the README ask
 
 A block is skipped only when the line before its fence is a marker naming why:
     <!-- docs-test: skip gpu: needs an NVIDIA GPU -->
+A block marked `<!-- docs-test: root: why -->` runs only as root (network namespaces; CI runs as
+root) and is skipped otherwise. Fences may be indented (a block inside a list item).
 A block of any language whose marker is `docs-test: file NAME` is written to NAME in the scratch
 directory before the next shell block runs (a configuration file the text shows, e.g. job.toml).
 Reasons: gpu, slurm, multi-host (needs what a CI machine has not), build (builds the project or
@@ -28,10 +30,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from textwrap import dedent
 
-FENCE_OPEN = re.compile(r"^```(sh|bash|shell)\s*$")
-FENCE_ANY = re.compile(r"^```")
-MARKER = re.compile(r"^<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
+FENCE_OPEN = re.compile(r"^\s*```(sh|bash|shell)\s*$")
+FENCE_ANY = re.compile(r"^\s*```")
+FENCE_CLOSE = re.compile(r"^\s*```\s*$")
+MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
 SKIP_REASONS = ("gpu", "slurm", "multi-host", "build", "long")
 
 
@@ -52,7 +56,7 @@ def parse_blocks(path):
             is_shell = FENCE_OPEN.match(line) is not None
             start = i + 1
             j = start
-            while j < len(lines) and not re.match(r"^```\s*$", lines[j]):
+            while j < len(lines) and not FENCE_CLOSE.match(lines[j]):
                 j += 1
             if j == len(lines):
                 raise DocError(f"{path}:{i + 1}: code block opened here is never closed")
@@ -67,6 +71,14 @@ def parse_blocks(path):
                 previous = lines[j]
                 i = j + 1
                 continue
+            if m and m.group(1).startswith("root"):
+                if not is_shell:
+                    raise DocError(f"{path}:{i}: docs-test marker before a block that is not ```sh")
+                skip = None if os.geteuid() == 0 else "root"
+                blocks.append((start + 1, dedent("\n".join(lines[start:j]) + "\n"), skip, None))
+                previous = lines[j]
+                i = j + 1
+                continue
             if m:
                 words = m.group(1).split(None, 2)
                 if len(words) < 2 or words[0] != "skip" or words[1].rstrip(":") not in SKIP_REASONS:
@@ -77,7 +89,7 @@ def parse_blocks(path):
                     raise DocError(f"{path}:{i}: docs-test marker before a block that is not ```sh")
                 skip = words[1].rstrip(":")
             if is_shell:
-                blocks.append((start + 1, "\n".join(lines[start:j]) + "\n", skip, None))
+                blocks.append((start + 1, dedent("\n".join(lines[start:j]) + "\n"), skip, None))
             previous = lines[j]
             i = j + 1
             continue

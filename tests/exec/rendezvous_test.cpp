@@ -77,6 +77,44 @@ TEST(ResolveWorld, EachLauncherAlone) {
   EXPECT_EQ(slurm.sources, "Slurm");
 }
 
+// Issue 23: a multi-node Slurm job takes its master from the node list (it used 127.0.0.1), its
+// node from SLURM_NODEID and its ranks per node from SLURM_TASKS_PER_NODE.
+TEST(ResolveWorld, SlurmSeveralNodes) {
+  const EnvMap env{{"SLURM_PROCID", "5"},
+                   {"SLURM_NTASKS", "6"},
+                   {"SLURM_LOCALID", "1"},
+                   {"SLURM_NODEID", "2"},
+                   {"SLURM_TASKS_PER_NODE", "2(x3)"},
+                   {"SLURM_JOB_NODELIST", "gpu[07-09]-ib"}};
+  const WorldInfo w = resolve_world({}, env);
+  EXPECT_EQ(w.master_addr, "gpu07-ib");
+  EXPECT_EQ(w.node_rank, 2);
+  EXPECT_EQ(w.local_world_size, 2);
+  EXPECT_EQ(w.rank, 5);
+  // One node: loopback stays the default.
+  const WorldInfo one = resolve_world(
+      {}, {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "node01"}});
+  EXPECT_EQ(one.master_addr, "127.0.0.1");
+  // A MASTER_ADDR that is not the first host: an error naming both.
+  EnvMap clash = env;
+  clash["MASTER_ADDR"] = "gpu09-ib";
+  EXPECT_NE(config_error({}, clash).find("master address: MASTER_ADDR=gpu09-ib (torchrun) but "
+                                         "SLURM_JOB_NODELIST=gpu[07-09]-ib (Slurm: first host "
+                                         "gpu07-ib)"),
+            std::string::npos)
+      << config_error({}, clash);
+  EnvMap node_clash = env;
+  node_clash["GROUP_RANK"] = "1";
+  EXPECT_NE(config_error({}, node_clash)
+                .find("node rank: GROUP_RANK=1 (torchrun) but "
+                      "SLURM_NODEID=2 (Slurm)"),
+            std::string::npos)
+      << config_error({}, node_clash);
+  EnvMap bad = env;
+  bad["SLURM_JOB_NODELIST"] = "gpu[07-";
+  EXPECT_NE(config_error({}, bad).find("SLURM_JOB_NODELIST"), std::string::npos);
+}
+
 TEST(ResolveWorld, SourcesThatAgreeCombineInPrecedenceOrder) {
   WorldFlags flags;
   flags.rank = 1;

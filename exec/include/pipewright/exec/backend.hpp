@@ -34,8 +34,8 @@ struct CommOptions {
   // itself applies to each operation (Gloo). Callers still pass their own deadline to
   // Work::wait. pipewright's --timeout.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
-  // Gloo: network interface to bind ("eth0"); empty -> 127.0.0.1 when master_addr is a loopback
-  // address, else the address this host's name resolves to.
+  // Gloo: network interface to bind ("eth0"); empty -> GLOO_SOCKET_IFNAME, else 127.0.0.1 when
+  // master_addr is a loopback address, else the local address of the route to master_addr.
   std::string gloo_interface;
   // Gloo: buffers from Communicator::allocate_collective_buffer() live in shared memory when
   // every member of the communicator is on this host, and all_reduce() of them runs there

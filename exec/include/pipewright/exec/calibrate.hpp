@@ -25,6 +25,10 @@ struct CalibrationConfig {
   // Timed repetitions per size (after 2 untimed ones); large messages use fewer, so that one
   // size moves at most ~512 MiB: reps(size) = max(5, min(iterations, 512 MiB / size)).
   int iterations = 40;
+  // Also ping-pong between every pair of nodes (their first ranks) and within every node (its
+  // first two ranks); node of a rank = rank / local world size (block placement, as `launch`
+  // and `mpirun --host a:P,b:P` place ranks).
+  bool network = false;
 };
 
 // One message size: the distribution of the timed repetitions, milliseconds.
@@ -34,6 +38,13 @@ struct SizeTiming {
   double p10_ms = 0;
   double p90_ms = 0;
   std::int64_t samples = 0;
+};
+
+// One ping-pong pair of --network: one-way times measured from rank_a.
+struct PairTimings {
+  int node_a = 0, node_b = 0;  // equal: within a node
+  int rank_a = 0, rank_b = 0;
+  std::vector<SizeTiming> p2p;
 };
 
 struct CommunicationMeasurements {
@@ -47,6 +58,10 @@ struct CommunicationMeasurements {
   std::vector<SizeTiming> p2p;
   // In-place float32 sum all-reduce over all ranks (from a barrier to completion on rank 0).
   std::vector<SizeTiming> allreduce;
+  // With CalibrationConfig::network: the number of nodes, and every node pair (inter-node) and
+  // node (intra-node, when it has >= 2 ranks), in that order: within nodes 0..N-1, then pairs.
+  int nodes = 1;
+  std::vector<PairTimings> pairs;
 };
 
 // The default sizes: 4, 16, 64, ..., 16 MiB.

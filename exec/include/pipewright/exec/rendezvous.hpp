@@ -9,7 +9,11 @@
 //   3. Open MPI         OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
 //                       OMPI_COMM_WORLD_LOCAL_SIZE
 //   4. PMI (MPICH)      PMI_RANK, PMI_SIZE
-//   5. Slurm            SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+//   5. Slurm            SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID; the master
+//                       address is the first host of SLURM_JOB_NODELIST (or SLURM_NODELIST)
+//                       when it lists several, local world size SLURM_TASKS_PER_NODE's count
+//                       for this node
+// The node rank comes from GROUP_RANK (torchrun) or SLURM_NODEID (Slurm), default 0.
 // Two present sources that give different values for the same field are a ConfigError naming
 // both (e.g. RANK=1 under mpirun with OMPI_COMM_WORLD_RANK=0): a job whose ranks disagree on who
 // they are would deadlock or corrupt results later. Without any source the process is rank 0 of
@@ -35,6 +39,7 @@ struct WorldInfo {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  int node_rank = 0;
   // The job's identity at the rendezvous (Note [Store protocol]): --job-id, else
   // PIPEWRIGHT_JOB_ID (set by `pipewright launch`); empty if neither.
   std::string job_id;

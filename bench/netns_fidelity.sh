@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Simulator fidelity across a shaped link (issue 23; root): two network-namespace nodes
+# (tools/netns-cluster) joined at RATE (default 100mbit; netem delay only where the kernel has
+# it), calibrated with `pipewright calibrate --worker --network`; then GPipe and 1F1B at pp=2
+# (2 nodes x 1 rank: every activation and gradient crosses the link) and pp=2 x dp=2 (2 x 2:
+# the DDP all-reduces cross it) are run with --trace/--profile, and `pipewright compare`
+# predicts each from its profile's compute costs and the calibrated cluster (the profile's own
+# p2p figure is removed, so every message is priced by the cluster's links).
+#   sudo bench/netns_fidelity.sh [BUILD_DIR]     RATE=100mbit STEPS=12 WARMUP=2 M=8
+#   CORES_PER_NODE=1 ...   tell the simulator each namespace node has 1 core (they share the
+#                          host's; calibrate reports each process's affinity, the whole host)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
+pw="$build/bin/pipewright"
+cluster="$root/tools/netns-cluster"
+rate="${RATE:-100mbit}"; steps="${STEPS:-12}"; warmup="${WARMUP:-2}"; m="${M:-8}"
+py=/usr/bin/python3; [ -x "$py" ] || py=python3
+work="$(mktemp -d /tmp/pw_netns_fidelity.XXXXXX)"
+trap '"$cluster" down; rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+"$cluster" up 2 --rate "$rate" >&2
+m0="$("$cluster" addr 0)"
+port=$(( 20000 + (RANDOM % 12000) ))
+both() {  # both P LOG ARGS...: one launcher per node
+  local p="$1" log="$2"; shift 2
+  port=$((port + 2))
+  timeout 300 "$cluster" exec 1 "$pw" launch --nnodes 2 --node-rank 1 --nproc-per-node "$p" \
+    --master-addr "$m0" --master-port "$port" -- "$pw" "$@" >"$log.1" 2>&1 &
+  local n1=$!
+  timeout 300 "$cluster" exec 0 "$pw" launch --nnodes 2 --node-rank 0 --nproc-per-node "$p" \
+    --master-addr "$m0" --master-port "$port" -- "$pw" "$@" >"$log.0" 2>&1 || { cat "$log.0"; exit 1; }
+  wait "$n1" || { cat "$log.1"; exit 1; }
+}
+"$pw" --log-level warn model gpt --layers 4 --hidden 128 --heads 4 --seq 64 --vocab 128 -o "$work/model.json"
+"$pw" --log-level warn partition "$work/model.json" --stages 2 --method balanced -o "$work/part.json"
+both 2 "$work/cal" --log-level info calibrate --worker --network --max-mib 1 --iterations 10 -o "$work/cluster.json"
+grep -E "between node|within node" "$work/cal.0" | sed 's/^\[rank 0\] //' >&2
+if [ -n "${CORES_PER_NODE:-}" ]; then
+  "$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["cores_per_node"]=int(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))' \
+    "$work/cluster.json" "$CORES_PER_NODE"
+fi
+printf "%-6s %-5s %-7s %12s %12s %8s\n" sched nodes "pp x dp" measured_ms simulated_ms error%
+for sched in GPipe 1F1B; do
+  for p in 1 2; do
+    dp=$p; pre="$work/$sched.$p"
+    "$pw" --log-level warn schedule "$sched" -p 2 -m "$m" -o "$pre.plan.csv"
+    both "$p" "$pre.log" --log-level info run --model "$work/model.json" --partition "$work/part.json" \
+      --plan "$pre.plan.csv" --pp 2 --dp "$dp" --microbatches "$m" --batch-size $((4 * m)) \
+      --steps "$steps" --warmup-steps "$warmup" --dataset sonnets --loss cross-entropy \
+      --optimizer adamw --lr 1e-3 --seed 1 --timeout 120 --backend gloo \
+      --profile "$pre.profile.json"
+    "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); d.pop("p2p", None); json.dump(d, open(sys.argv[2], "w"))' \
+      "$pre.profile.json" "$pre.noP2p.json"
+    # Simulated: the plan with the profile's compute costs, every message and all-reduce priced by
+    # the calibrated cluster (blocking receives, as the executor does).
+    "$pw" --log-level warn simulate "$pre.plan.csv" \
+      --dp "$dp" --microbatches "$m" --optimizer adamw --blocking-recv --profile "$pre.noP2p.json" \
+      --cluster "$work/cluster.json" --bucket-cap-mb 25 > "$pre.sim.txt"
+    "$py" - "$pre.log.0" "$pre.sim.txt" "$sched" "$p" "$dp" "$warmup" <<'PY'
+import re, statistics, sys
+log, sim, sched, p, dp, warmup = sys.argv[1:]
+steps = [float(x) for x in re.findall(r"\[rank 0\].*step \d+/\d+ loss \S+ step ([0-9.]+) ms", open(log).read())]
+meas = statistics.median(steps[int(warmup):])
+pred = float(re.search(r"makespan ([0-9.]+) ms", open(sim).read()).group(1))
+print(f"{sched:<6} {'2x' + p:<5} {'2 x ' + dp:<7} {meas:12.1f} {pred:12.1f} {100 * (pred - meas) / meas:+8.1f}")
+PY
+  done
+done

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Multi-node tests on a network-namespace cluster (issue 23, label netns; tools/netns-cluster):
+# every "node" is a network namespace with its own address, joined to the others by a bridge over
+# tc-shaped veth links. Needs root: exits 77 (skipped) otherwise. Everything it creates is
+# removed on exit (trap), including every process left inside the namespaces.
+#   netns_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR CASE
+# CASE:
+#   gloo-2x1 / gloo-2x2   `pipewright launch --nnodes 2` on each node, pp=2 (and pp=2 x dp=2 DDP):
+#                         weights within 1e-5 of one process
+#   mpi-2x1 / mpi-2x2     the same `run` under mpirun --host pwnode0:P,pwnode1:P (Open MPI starts
+#                         node 1's daemon with tools/netns-cluster as its rsh agent)
+#   slurm                 Slurm simulated with its variables: `srun pipewright launch` (master from
+#                         SLURM_JOB_NODELIST=pwnode[0-1], node from SLURM_NODEID) and
+#                         `srun pipewright run` (one task per rank, no launcher); a conflict
+#                         between --node-rank and SLURM_NODEID exits 2 naming both
+#   calibrate             `calibrate --worker --network` on 2 nodes x 2 ranks over a 100 Mbit/s link:
+#                         the cluster JSON has 2 nodes of 2 ranks, an inter-node bandwidth within
+#                         15% of the shaped rate and far below the intra-node one, and simulate
+#                         reads it
+#   fault-link            node 1's link goes down mid-run: every rank on both nodes ends within
+#                         --timeout + 10 s, the launchers name the lost node
+#   fault-kill            every process of node 1 killed: node 0's ranks end within 5 s, node 1
+#                         named
+set -euo pipefail
+pw="$1"; cmp="$2"; data="$3"; work="$4"; what="$5"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cluster="$here/../../tools/netns-cluster"
+if [ "$(id -u)" != 0 ]; then echo "SKIP: needs root to create network namespaces (CI runs as root)"; exit 77; fi
+if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then echo "SKIP: needs ip and tc (iproute2)"; exit 77; fi
+mkdir -p "$work"
+work="$(mktemp -d "$work/netns.$what.XXXXXX")"
+cleanup() { "$cluster" down || true; rm -rf "$work"; }
+trap cleanup EXIT
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+rate=1gbit; [ "$what" = calibrate ] && rate=100mbit
+"$cluster" up 2 --rate "$rate" >/dev/null
+node() { local k="$1"; shift; timeout 150 "$cluster" exec "$k" "$@"; }
+m0="$(${cluster} addr 0)"
+port=$(( 20000 + (RANDOM % 12000) ))
+train=(run --model "$data/mlp.json" --data-x "$data/mlp_x.npy" --data-y "$data/mlp_y.npy"
+        --loss mse --optimizer sgd --lr 0.05 --momentum 0.9 --seed 3 --no-shuffle)
+common=(--log-level warn "${train[@]}" --steps 5)
+failed=0
+check() {  # check NAME A B
+  if "$cmp" "$2" "$3" 1e-5; then echo "OK   $1"; else echo "FAIL $1"; failed=1; fi
+}
+# The job shapes: 2x1 is pp=2; 2x2 is pp=2 x dp=2 (ranks 0,1 on node 0; the dp groups cross nodes).
+job_args() {  # job_args 1|2 -> the run flags of a job with that many ranks per node
+  if [ "$1" = 1 ]; then echo "--pp 2 --dp 1 --batch-size 8 --microbatches 4 --schedule 1F1B"
+  else echo "--pp 2 --dp 2 --batch-size 4 --microbatches 2 --schedule 1F1B --bucket-cap-mb 0.0001"; fi
+}
+reference() {  # one process, the same global batch
+  "$pw" "${common[@]}" --backend gloo --timeout 60 --pp 1 --dp 1 --batch-size 8 --microbatches 1 \
+    --save "$work/ref.safetensors"
+}
+launch_both() {  # launch_both P EXTRA_LAUNCH_FLAGS... -- RUN ARGS: one launcher per node
+  local p="$1"; shift
+  local pre=() ; while [ "$1" != -- ]; do pre+=("$1"); shift; done; shift
+  node 1 "$pw" launch --nnodes 2 --node-rank 1 --nproc-per-node "$p" --master-addr "$m0" \
+    --master-port "$port" "${pre[@]}" -- "$pw" "$@" > "$work/node1.log" 2>&1 &
+  local n1=$! rc=0
+  node 0 "$pw" launch --nnodes 2 --node-rank 0 --nproc-per-node "$p" --master-addr "$m0" \
+    --master-port "$port" "${pre[@]}" -- "$pw" "$@" > "$work/node0.log" 2>&1 || rc=$?
+  wait "$n1" || rc=$((rc == 0 ? $? : rc))
+  if [ "$rc" != 0 ]; then cat "$work/node0.log" "$work/node1.log"; fi
+  return "$rc"
+}
+mpi_run() {  # mpi_run P RUN ARGS: mpirun started on node 0, node 1's daemon through the agent
+  local p="$1"; shift
+  node 0 mpirun --allow-run-as-root --oversubscribe -np $((2 * p)) --host "pwnode0:$p,pwnode1:$p" \
+    --mca plm_rsh_agent "$cluster mpi-agent" --mca btl self,vader,tcp --mca btl_tcp_if_include eth0 \
+    --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS "$pw" "$@"
+}
+# Exit status and seconds of a background launcher (waits at most $2 s).
+wait_for() {  # wait_for PID LIMIT_S -> sets rc, took
+  local pid="$1" limit="$2" start; start=$(date +%s.%N)
+  rc=""
+  while kill -0 "$pid" 2>/dev/null; do
+    if (( $(echo "$(date +%s.%N) - $start > $limit" | bc) )); then rc=timeout; break; fi
+    sleep 0.1
+  done
+  [ -z "$rc" ] && { wait "$pid" && rc=0 || rc=$?; }
+  took=$(echo "$(date +%s.%N) - $start" | bc)
+}
+no_leftovers() {
+  local k
+  for k in 0 1; do
+    if [ -n "$(ip netns pids "pwnode$k")" ]; then echo "FAIL processes left on node $k"; failed=1; fi
+  done
+}
+
+case "$what" in
+  gloo-2x1|gloo-2x2)
+    p="${what#gloo-2x}"
+    reference
+    # shellcheck disable=SC2046
+    launch_both "$p" -- "${common[@]}" --backend gloo --timeout 60 $(job_args "$p") \
+      --save "$work/w.safetensors" || { echo "FAIL launch"; exit 1; }
+    grep -q . "$work/node0.log" && cat "$work/node0.log" || true
+    check "gloo 2 nodes x $p procs ($(job_args "$p"))" "$work/ref.safetensors" "$work/w.safetensors"
+    ;;
+  mpi-2x1|mpi-2x2)
+    p="${what#mpi-2x}"
+    reference
+    # shellcheck disable=SC2046
+    mpi_run "$p" "${common[@]}" --backend mpi --timeout 60 $(job_args "$p") --save "$work/w.safetensors" \
+      || { echo "FAIL mpirun"; exit 1; }
+    check "mpi 2 nodes x $p procs ($(job_args "$p"))" "$work/ref.safetensors" "$work/w.safetensors"
+    ;;
+  slurm)
+    reference
+    slurm=(SLURM_JOB_ID=1 SLURM_JOB_NODELIST='pwnode[0-1]' SLURM_JOB_NUM_NODES=2 MASTER_PORT="$port")
+    # srun pipewright launch ...: one launcher per node, everything else from Slurm.
+    # shellcheck disable=SC2046
+    for k in 1 0; do
+      node "$k" env "${slurm[@]}" SLURM_NODEID=$k SLURM_PROCID=$k SLURM_NTASKS=2 SLURM_LOCALID=0 \
+        "$pw" launch --nproc-per-node 2 --master-port "$port" -- "$pw" "${common[@]}" --backend gloo \
+        --timeout 60 $(job_args 2) --save "$work/launch.safetensors" > "$work/slurm$k.log" 2>&1 &
+    done
+    rc=0; wait || rc=$?
+    wait; [ "$rc" = 0 ] || cat "$work"/slurm*.log
+    check "slurm: srun pipewright launch (2 nodes x 2)" "$work/ref.safetensors" "$work/launch.safetensors"
+    # srun pipewright run ...: one Slurm task per rank, no launcher.
+    port=$((port + 2))
+    pids=()
+    for r in 0 1 2 3; do
+      k=$((r / 2))
+      # shellcheck disable=SC2046
+      node "$k" env SLURM_JOB_ID=1 SLURM_JOB_NODELIST='pwnode[0-1]' SLURM_JOB_NUM_NODES=2 \
+        SLURM_NODEID=$k SLURM_PROCID=$r SLURM_NTASKS=4 SLURM_LOCALID=$((r % 2)) \
+        SLURM_TASKS_PER_NODE='2(x2)' MASTER_PORT="$port" \
+        "$pw" "${common[@]}" --backend gloo --timeout 60 $(job_args 2) \
+        --save "$work/run.safetensors" > "$work/srun$r.log" 2>&1 &
+      pids+=($!)
+    done
+    rc=0; for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    [ "$rc" = 0 ] || cat "$work"/srun*.log
+    check "slurm: srun pipewright run (4 tasks on 2 nodes)" "$work/ref.safetensors" "$work/run.safetensors"
+    # A flag and Slurm that disagree: exit 2 naming both.
+    out="$(node 1 env "${slurm[@]}" SLURM_NODEID=1 "$pw" launch --node-rank 0 -- true 2>&1)" && rc=0 || rc=$?
+    if [ "$rc" = 2 ] && grep -q -- "--node-rank 0 but SLURM_NODEID=1 (Slurm)" <<<"$out"; then
+      echo "OK   slurm: conflicting node rank names both"
+    else echo "FAIL slurm conflict (exit $rc): $out"; failed=1; fi
+    ;;
+  calibrate)
+    launch_both 2 -- --log-level info calibrate --worker --network --max-mib 0.25 --iterations 10 \
+      -o "$work/cluster.json" || { echo "FAIL calibrate"; exit 1; }
+    grep -E "between node|within node" "$work/node0.log" || true
+    if python3 - "$work/cluster.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+inter, intra = c["inter_node"]["bandwidth_gb_per_s"], c["intra_node"]["bandwidth_gb_per_s"]
+pairs = json.loads(json.dumps(c["calibration"]))["pairs"]
+print(f"inter-node {inter * 8e3:.1f} Mbit/s (shaped at 100), intra-node {intra * 8e3:.0f} Mbit/s, {len(pairs)} pairs")
+ok = (c["nodes"] == 2 and c["ranks_per_node"] == 2 and len(pairs) == 3
+      and abs(inter - 0.0125) / 0.0125 < 0.15 and intra > 3 * inter)
+sys.exit(0 if ok else 1)
+PY
+    then echo "OK   calibrate --network"; else echo "FAIL calibrate --network"; failed=1; fi
+    if "$pw" simulate --model "$data/mlp.json" --pp 2 --dp 2 --microbatches 2 --cluster "$work/cluster.json" \
+        > "$work/sim.txt" 2>&1; then echo "OK   simulate reads the calibrated cluster"
+    else echo "FAIL simulate --cluster"; cat "$work/sim.txt"; failed=1; fi
+    ;;
+  fault-link|fault-kill)
+    T=10
+    for k in 1 0; do
+      node "$k" "$pw" launch --nnodes 2 --node-rank "$k" --nproc-per-node 1 --master-addr "$m0" \
+        --master-port "$port" -- "$pw" --log-level info "${train[@]}" --backend gloo \
+        --timeout "$T" --pp 2 --batch-size 8 --microbatches 4 --steps 1000000 > "$work/node$k.log" 2>&1 &
+      eval "pid$k=$!"
+    done
+    # Training is under way once rank 0 has logged a few steps (at most 60 s).
+    for _ in $(seq 600); do
+      [ "$(grep -c 'step' "$work/node0.log" || true)" -ge 3 ] && break
+      sleep 0.1
+    done
+    if [ "$what" = fault-link ]; then
+      "$cluster" link 1 down
+      limit=$((T + 10))
+    else
+      # shellcheck disable=SC2046
+      kill -9 $(ip netns pids pwnode1)
+      limit=5
+    fi
+    wait_for "$pid0" "$limit"; rc0=$rc; took0=$took
+    if [ "$rc0" != timeout ] && [ "$rc0" != 0 ] && grep -q "pipewright launch: node 1 lost" "$work/node0.log"; then
+      echo "OK   $what: node 0 ended in ${took0}s (limit ${limit}s), exit $rc0, naming node 1"
+    else
+      echo "FAIL $what: node 0: exit $rc0 after ${took0}s"; tail -5 "$work/node0.log"; failed=1
+    fi
+    if [ "$what" = fault-link ]; then
+      wait_for "$pid1" 5; rc1=$rc
+      if [ "$rc1" != timeout ] && [ "$rc1" != 0 ] && grep -q "pipewright launch: node 0 lost" "$work/node1.log"; then
+        echo "OK   $what: node 1 ended (exit $rc1), naming node 0"
+      else echo "FAIL $what: node 1: exit $rc1"; tail -5 "$work/node1.log"; failed=1; fi
+    else
+      wait "$pid1" 2>/dev/null || true
+    fi
+    sleep 0.5
+    no_leftovers
+    ;;
+  *) echo "unknown case $what"; exit 2;;
+esac
+exit $failed
