@@ -353,14 +353,13 @@ TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
     per_step.push_back(
         static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns[0]) / 1e6);
   }
-  // The lines per rank and action (and the SVG) show the step closest to the measured median.
-  const double measured_median = median(replay.measured_step_ms);
-  std::size_t chosen = 0;
-  for (std::size_t k = 1; k < replay.steps.size(); ++k) {
-    if (std::fabs(replay.measured_step_ms[k] - measured_median) <
-        std::fabs(replay.measured_step_ms[chosen] - measured_median))
-      chosen = k;
-  }
+  // Note [One prediction]: the headline, the lines per rank and action and the SVG all show one
+  // simulated step, the median predicted one (the lower middle one for an even count).
+  std::vector<std::size_t> order(per_step.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return per_step[a] < per_step[b]; });
+  const std::size_t chosen = order.at((order.size() - 1) / 2);
   step_options.record_actions = true;
   step_options.replay_durations_ns = replay.durations_ns.at(chosen);
   TraceReplayComparison out;
@@ -370,10 +369,25 @@ TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
   report.step_numbers = replay.steps;
   report.per_step_measured_ms = replay.measured_step_ms;
   report.per_step_predicted_ms = per_step;
-  const double step_ms = median(per_step);
-  for (auto& rc : report.per_rank) rc.predicted_idle_ms += step_ms - report.predicted_step_ms;
-  report.predicted_step_ms = step_ms;
   report.prediction = "trace";
+  return out;
+}
+
+SampledComparison compare_sampled(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                                  const Cluster& cluster, const SimOptions& options,
+                                  std::int32_t sampled_steps, const sched::Trace& measured,
+                                  const CompareOptions& compare_options) {
+  PW_CHECK(sampled_steps >= 0, ConfigError, "--sampled-steps must be >= 0, got " << sampled_steps);
+  SimOptions so = options;
+  so.record_actions = true;
+  SampledComparison out;
+  if (sampled_steps > 0) {
+    out.predicted = median_sampled_step(plan, costs, cluster, so, sampled_steps);
+  } else {
+    out.predicted = simulate(plan, costs, cluster, so);
+  }
+  out.report = compare(out.predicted, measured, &costs, compare_options);
+  if (sampled_steps > 0) out.report.prediction = "sampled";
   return out;
 }
 
