@@ -141,6 +141,10 @@ struct SampledComparison {
 // be drawn with the simulator's own timeline renderer.
 [[nodiscard]] SimResult measured_as_result(const sched::Trace& measured, std::int64_t step);
 
+// The measured step whose duration is closest to the report's median, as a SimResult.
+[[nodiscard]] SimResult measured_median_step(const sched::Trace& measured,
+                                             const CompareReport& report);
+
 // One SVG: the predicted timeline above the measured one (the median step's timeline is drawn
 // for the measured side: the step whose duration is closest to the median).
 [[nodiscard]] std::string compare_svg(const SimResult& predicted, const sched::Trace& measured,
