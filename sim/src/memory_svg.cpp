@@ -52,8 +52,8 @@ MemoryPanel memory_panel(const SimResult& r, double width) {
     os << "<rect x=\"" << kLeft << "\" y=\"" << svg::num(ys) << "\" width=\"" << svg::num(plot_w)
        << "\" height=\"" << svg::num(base - ys) << "\" fill=\"" << colour
        << "\" fill-opacity=\"0.35\"><title>rank " << rank << ": static memory (parameters, "
-       << "gradients, optimizer state) " << svg::human_bytes(static_cast<double>(rr.static_memory_bytes))
-       << "</title></rect>\n";
+       << "gradients, optimizer state) "
+       << svg::human_bytes(static_cast<double>(rr.static_memory_bytes)) << "</title></rect>\n";
     if (!rr.memory_timeline.empty()) {
       std::ostringstream path;
       path << "M" << svg::num(kLeft) << "," << svg::num(base);
@@ -111,8 +111,8 @@ MemoryPanel memory_panel(const SimResult& r, double width) {
     std::snprintf(label, sizeof label, "%g", k * step);
     os << "<line x1=\"" << svg::num(x) << "\" y1=\"" << svg::num(axis_y) << "\" x2=\""
        << svg::num(x) << "\" y2=\"" << svg::num(axis_y + 5) << "\" stroke=\"#000\"/><text x=\""
-       << svg::num(x) << "\" y=\"" << svg::num(axis_y + 18) << "\" text-anchor=\"middle\">"
-       << label << "</text>\n";
+       << svg::num(x) << "\" y=\"" << svg::num(axis_y + 18) << "\" text-anchor=\"middle\">" << label
+       << "</text>\n";
   }
   os << "<text x=\"" << svg::num(kLeft + plot_w) << "\" y=\"" << svg::num(axis_y + 33)
      << "\" text-anchor=\"end\">time (ms)</text>\n";
@@ -126,9 +126,9 @@ MemoryPanel memory_panel(const SimResult& r, double width) {
 std::string svg_memory(const SimResult& result) {
   const MemoryPanel p = memory_panel(result, 900);
   std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg::num(p.width)
-     << "\" height=\"" << svg::num(p.height) << "\" viewBox=\"0 0 " << svg::num(p.width) << " "
-     << svg::num(p.height) << "\" font-family=\"" << svg::kFont << "\" font-size=\"11\">\n"
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg::num(p.width) << "\" height=\""
+     << svg::num(p.height) << "\" viewBox=\"0 0 " << svg::num(p.width) << " " << svg::num(p.height)
+     << "\" font-family=\"" << svg::kFont << "\" font-size=\"11\">\n"
      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
      << p.body << "</svg>\n";
   return os.str();

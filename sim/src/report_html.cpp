@@ -63,8 +63,8 @@ std::string html_report(const SimResult& r, const HtmlReportInputs& in) {
         " document.documentElement.setAttribute('data-js-error', String(e.message)); });"
         "</script>\n</head><body>\n";
   os << "<h1>" << svg::escape(title) << "</h1>\n<p class=\"sub\">" << r.ranks << " ranks x dp "
-     << r.dp << ", " << r.stages << " stages, " << r.microbatches << " microbatches, "
-     << r.steps << " step(s)" << (in.compare ? "; predicted vs measured" : "") << "</p>\n";
+     << r.dp << ", " << r.stages << " stages, " << r.microbatches << " microbatches, " << r.steps
+     << " step(s)" << (in.compare ? "; predicted vs measured" : "") << "</p>\n";
 
   // Summary.
   std::int64_t peak = 0;
@@ -121,9 +121,9 @@ std::string html_report(const SimResult& r, const HtmlReportInputs& in) {
         "<th>bubble</th><th></th>"
      << (in.compare ? "<th>busy measured</th><th>idle measured</th>" : "") << "</tr>\n";
   for (const auto& rr : r.per_rank) {
-    const double f = r.makespan_ns > 0 ? static_cast<double>(rr.idle_ns) /
-                                             static_cast<double>(r.makespan_ns)
-                                       : 0;
+    const double f = r.makespan_ns > 0
+                         ? static_cast<double>(rr.idle_ns) / static_cast<double>(r.makespan_ns)
+                         : 0;
     os << "<tr><td>" << rr.rank << "</td><td class=\"n\">" << ns_ms(rr.busy_ns)
        << "</td><td class=\"n\">" << ns_ms(rr.idle_ns) << "</td><td class=\"n\">" << pct(f)
        << "</td><td><span class=\"bar busy\" style=\"width:" << svg::num(200 * (1 - f))
@@ -140,15 +140,14 @@ std::string html_report(const SimResult& r, const HtmlReportInputs& in) {
 
   // Memory.
   os << "<h2>Memory over time</h2>\n";
-  const MemoryPanel mp = memory_panel(r, std::min(std::max(tp.width, 900.0), 1400.0));
+  const MemoryPanel mp = memory_panel(r, 1200);
   os << "<div class=\"pic\">" << inline_svg(mp.body, "", mp.width, mp.height) << "</div>\n";
   if (in.compare) {
     os << "<table><tr><th>rank</th><th>peak predicted</th><th>peak measured</th></tr>\n";
     for (const auto& c : in.compare->per_rank) {
       os << "<tr><td>" << c.rank << "</td><td class=\"n\">"
-         << (c.predicted_peak_bytes
-                 ? svg::human_bytes(static_cast<double>(*c.predicted_peak_bytes))
-                 : "-")
+         << (c.predicted_peak_bytes ? svg::human_bytes(static_cast<double>(*c.predicted_peak_bytes))
+                                    : "-")
          << "</td><td class=\"n\">"
          << (c.measured_peak_bytes ? svg::human_bytes(static_cast<double>(*c.measured_peak_bytes))
                                    : "-")
@@ -164,9 +163,9 @@ std::string html_report(const SimResult& r, const HtmlReportInputs& in) {
   const std::size_t shown = std::min<std::size_t>(r.critical_path.size(), 400);
   for (std::size_t k = 0; k < shown; ++k) {
     const auto& a = r.actions.at(static_cast<std::size_t>(r.critical_path[k]));
-    os << "<tr><td>" << k << "</td><td>" << a.rank << "</td><td>"
-       << svg::escape(action_name(a)) << "</td><td class=\"n\">" << ns_ms(a.start_ns)
-       << "</td><td class=\"n\">" << ns_ms(a.end_ns - a.start_ns) << "</td></tr>\n";
+    os << "<tr><td>" << k << "</td><td>" << a.rank << "</td><td>" << svg::escape(action_name(a))
+       << "</td><td class=\"n\">" << ns_ms(a.start_ns) << "</td><td class=\"n\">"
+       << ns_ms(a.end_ns - a.start_ns) << "</td></tr>\n";
   }
   os << "</table>\n";
   if (shown < r.critical_path.size())
@@ -180,9 +179,9 @@ std::string html_report(const SimResult& r, const HtmlReportInputs& in) {
     for (const auto& a : in.compare->largest) {
       const double e = a.end_error_ms();
       os << "<tr><td>" << a.rank << "</td><td>" << svg::escape(a.name) << "</td><td class=\"n\">"
-         << ms(a.predicted_start_ms) << " / " << ms(a.measured_start_ms)
-         << "</td><td class=\"n\">" << ms(a.predicted_ms) << " / " << ms(a.measured_ms)
-         << "</td><td class=\"n " << (e < 0 ? "neg" : "pos") << "\">" << ms(e) << "</td></tr>\n";
+         << ms(a.predicted_start_ms) << " / " << ms(a.measured_start_ms) << "</td><td class=\"n\">"
+         << ms(a.predicted_ms) << " / " << ms(a.measured_ms) << "</td><td class=\"n "
+         << (e < 0 ? "neg" : "pos") << "\">" << ms(e) << "</td></tr>\n";
     }
     os << "</table>\n";
   }

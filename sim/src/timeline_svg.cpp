@@ -38,8 +38,8 @@ constexpr double kBandHeight = 6;
 constexpr double kSliverPx = 1.5;
 constexpr double kMinWidth = 900;
 constexpr double kMaxWidth = 4800;
-constexpr double kLabelPx = 40;   // Note [Timeline width]
-constexpr double kCharPx = 6.6;   // average glyph width at font-size 11
+constexpr double kLabelPx = 40;  // Note [Timeline width]
+constexpr double kCharPx = 6.6;  // average glyph width at font-size 11
 constexpr const char* kCritical = "#000000";
 
 struct KindLook {
@@ -79,8 +79,8 @@ std::string tooltip(const TimedAction& a) {
   t << ": " << action_name(a);
   if (const KindLook* k = look_of(a.action.kind); k && a.collective == Collective::kNone)
     t << " (" << k->name << ")";
-  if (a.peer_rank >= 0) t << (sched::is_send(a.action.kind) ? " to rank " : " from rank ")
-                          << a.peer_rank;
+  if (a.peer_rank >= 0)
+    t << (sched::is_send(a.action.kind) ? " to rank " : " from rank ") << a.peer_rank;
   if (a.step > 0) t << ", step " << a.step;
   t << "; start " << ms_text(a.start_ns) << ", duration " << ms_text(a.end_ns - a.start_ns);
   return svg::escape(t.str());
@@ -148,8 +148,8 @@ TimelinePanel timeline_panel(const SimResult& r, const TimelineOptions& o) {
     for (ActionKind k : {ActionKind::kForward, ActionKind::kFullBackward,
                          ActionKind::kBackwardInput, ActionKind::kBackwardWeight}) {
       const KindLook* kl = look_of(k);
-      std::string sw = "<rect width=\"14\" height=\"11\" fill=\"" +
-                       svg::hsl(0, 0, kl->lightness) + "\"/>";
+      std::string sw =
+          "<rect width=\"14\" height=\"11\" fill=\"" + svg::hsl(0, 0, kl->lightness) + "\"/>";
       if (kl->hatched) sw += "<rect width=\"14\" height=\"11\" fill=\"url(#" + hatch + ")\"/>";
       item(sw, std::string(kl->letter) + " " + kl->name);
     }
@@ -257,9 +257,8 @@ TimelinePanel timeline_panel(const SimResult& r, const TimelineOptions& o) {
          << "\" fill=\"url(#" << hatch << ")\"/>";
     }
     const std::string letter = kl ? kl->letter : action_name(a);
-    const std::string full = a.action.microbatch >= 0 && kl
-                                 ? letter + std::to_string(a.action.microbatch)
-                                 : letter;
+    const std::string full =
+        a.action.microbatch >= 0 && kl ? letter + std::to_string(a.action.microbatch) : letter;
     const std::string shortl = a.action.microbatch >= 0 ? std::to_string(a.action.microbatch) : "";
     const double room = x1 - x0 - 4;
     const std::string label = kCharPx * static_cast<double>(full.size()) <= room     ? full
@@ -292,7 +291,8 @@ TimelinePanel timeline_panel(const SimResult& r, const TimelineOptions& o) {
     const bool down = recv.rank > send.rank;
     const double ys = lane_y(send.rank) + (down ? kBarHeight : 0);
     const double yr = lane_y(recv.rank) + (down ? 0 : kBarHeight);
-    const bool on_path = critical.count(recv.match) > 0 || critical.count(static_cast<std::int64_t>(i)) > 0;
+    const bool on_path =
+        critical.count(recv.match) > 0 || critical.count(static_cast<std::int64_t>(i)) > 0;
     ++arrows;
     (on_path ? outlines : os) << "<line x1=\"" << svg::num(x_of(send.start_ns)) << "\" y1=\""
                               << svg::num(ys) << "\" x2=\"" << svg::num(x_of(send.end_ns))
@@ -312,8 +312,9 @@ TimelinePanel timeline_panel(const SimResult& r, const TimelineOptions& o) {
        << "\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
           "patternTransform=\"rotate(45)\"><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" "
           "stroke=\"#000\" stroke-opacity=\"0.28\" stroke-width=\"2.2\"/></pattern>\n";
-  for (const auto& [id, colour] : {std::pair<std::string, std::string>{arrow, "#555"},
-                                   std::pair<std::string, std::string>{arrow_critical, kCritical}}) {
+  for (const auto& [id, colour] :
+       {std::pair<std::string, std::string>{arrow, "#555"},
+        std::pair<std::string, std::string>{arrow_critical, kCritical}}) {
     defs << "<marker id=\"" << id
          << "\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"6\" markerHeight=\"6\" "
             "orient=\"auto-start-reverse\"><path d=\"M0,0 L10,5 L0,10 z\" fill=\""
@@ -327,9 +328,9 @@ TimelinePanel timeline_panel(const SimResult& r, const TimelineOptions& o) {
 
 std::string svg_document(const TimelinePanel& p) {
   std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg::num(p.width)
-     << "\" height=\"" << svg::num(p.height) << "\" viewBox=\"0 0 " << svg::num(p.width) << " "
-     << svg::num(p.height) << "\" font-family=\"" << svg::kFont << "\" font-size=\"11\">\n"
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg::num(p.width) << "\" height=\""
+     << svg::num(p.height) << "\" viewBox=\"0 0 " << svg::num(p.width) << " " << svg::num(p.height)
+     << "\" font-family=\"" << svg::kFont << "\" font-size=\"11\">\n"
      << "<defs>\n"
      << p.defs << "</defs>\n"
      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"

@@ -28,8 +28,7 @@ struct TimelinePanel {
 // (room for its label "F12"), between 900 and 4800 px in all.
 [[nodiscard]] double timeline_width(const SimResult& result, std::int64_t span_ns);
 
-[[nodiscard]] TimelinePanel timeline_panel(const SimResult& result,
-                                           const TimelineOptions& options);
+[[nodiscard]] TimelinePanel timeline_panel(const SimResult& result, const TimelineOptions& options);
 
 // The panel as a standalone SVG document.
 [[nodiscard]] std::string svg_document(const TimelinePanel& panel);
