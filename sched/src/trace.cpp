@@ -107,13 +107,13 @@ void TraceBuilder::add_flow(std::size_t send_slice, std::size_t recv_slice) {
 
 void TraceBuilder::add_collective(const std::vector<std::size_t>& slices) {
   if (slices.size() < 2) return;
-  std::size_t last = slices.front();
+  std::size_t first = slices.front();
   for (std::size_t i : slices) {
     PW_ASSERT(i < slices_.size(), "collective with an unknown slice");
-    if (slices_[i].start_us > slices_[last].start_us) last = i;
+    if (slices_[i].start_us < slices_[first].start_us) first = i;
   }
   for (std::size_t i : slices) {
-    if (i != last) flows_.push_back(Flow{last, i, true});
+    if (i != first) flows_.push_back(Flow{first, i, true});
   }
 }
 
@@ -234,9 +234,11 @@ std::string TraceBuilder::to_json() const {
   // Note [Forward flows]: an arrow starts inside its source slice and ends inside its target
   // slice, and never goes back in time. A receive is posted before its send starts (its slice
   // starts earlier), so the arrow ends where the data arrived: the send's end, clamped into the
-  // receive slice. A collective's arrows start when the last replica joins (nothing completes
-  // before), clamped into each other replica's slice. An arrow that cannot go forward (a receive
-  // that ended before its send started: clocks of different hosts) is left out.
+  // receive slice. A collective's arrows go from the replica that joined first (at its start) to
+  // each other replica as it joins (a measured REDUCE_GRAD slice may be only the wait for work
+  // launched earlier, so another replica's slice can end before the last one starts). An arrow that
+  // cannot go forward (a receive that ended before its send started: clocks of different hosts) is
+  // left out.
   std::int64_t id = 0;
   for (std::size_t f : flow_order) {
     const Flow& flow = flows_[f];

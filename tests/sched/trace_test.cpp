@@ -85,7 +85,7 @@ TEST(Trace, SchemaHasRequiredFields) {
 // still starts at the send and ends at the data's arrival, inside the receive slice.
 TEST(Trace, FlowsGoForwardInTimeAndReadBack) {
   TraceBuilder b = two_rank_trace(false);
-  // Two replicas' REDUCE_GRAD of stage 0: replica 1 joins last.
+  // Two replicas' REDUCE_GRAD of stage 0: replica 0 (rank 0) joins first.
   const auto r0 = b.add_slice(
       slice("0REDUCE_GRAD", "REDUCE_GRAD", 0, TraceStream::kDpAllReduce, 3000, 500, 0, -1));
   const auto r1 = b.add_slice(
@@ -109,9 +109,9 @@ TEST(Trace, FlowsGoForwardInTimeAndReadBack) {
   EXPECT_EQ(p2p.to_stream, TraceStream::kRecv);
   EXPECT_DOUBLE_EQ(p2p.to_us, 1010.5);  // the send's end: the data's arrival
   EXPECT_EQ(dp.category, "dp");
-  EXPECT_EQ(dp.from_rank, 2);  // the replica that joined last
-  EXPECT_DOUBLE_EQ(dp.from_us, 3200);
-  EXPECT_EQ(dp.to_rank, 0);
+  EXPECT_EQ(dp.from_rank, 0);  // the replica that joined first
+  EXPECT_DOUBLE_EQ(dp.from_us, 3000);
+  EXPECT_EQ(dp.to_rank, 2);
   EXPECT_DOUBLE_EQ(dp.to_us, 3200);
   ASSERT_EQ(t.memory.size(), 3U);
   EXPECT_EQ(t.memory[1].rank, 0);

@@ -11,8 +11,8 @@
 // - Flow events "s" / "f" (bp "e") sharing an id, in time order (Note [Forward flows]):
 //   cat "p2p": from the send slice (at its start) to the matching receive slice (at the data's
 //   arrival: the send's end, clamped into the receive slice); cat "dp": a data-parallel
-//   collective, from the replica that joined last (at its start) to every other replica's slice
-//   of the same collective.
+//   collective, from the replica that joined first (at its start) to every other replica's slice
+//   of the same collective (at its start).
 // - Counter events "C" named "memory", one track per rank (pid): args {"bytes": N}, the rank's
 //   memory from that time on.
 // Slices on one (pid, tid) never overlap; TraceBuilder::to_json() asserts it.
