@@ -65,16 +65,12 @@ void run_compare(const CompareArgs& a) {
     predicted = std::move(replay.predicted);
     report = std::move(replay.report);
   } else {
-    predicted = sim::simulate(plan, costs, cluster, so);
-    report = sim::compare(predicted, measured, &costs, a.options);
-    // With measured distributions (executor profiles), predict the step time as the median over
-    // steps with sampled durations (Note [Sampled durations]); per-action lines stay at medians.
-    if (a.sampled_steps > 0) {
-      const double step_ms = sim::median_step_ms(plan, costs, cluster, so, a.sampled_steps);
-      for (auto& rc : report.per_rank) rc.predicted_idle_ms += step_ms - report.predicted_step_ms;
-      report.predicted_step_ms = step_ms;
-      report.prediction = "sampled";
-    }
+    // Note [One prediction] (sim/compare.hpp): with measured distributions (executor profiles)
+    // the median of --sampled-steps steps with sampled durations (Note [Sampled durations]).
+    auto sampled =
+        sim::compare_sampled(plan, costs, cluster, so, a.sampled_steps, measured, a.options);
+    predicted = std::move(sampled.predicted);
+    report = std::move(sampled.report);
   }
   if (!a.svg_out.empty()) write_output(a.svg_out, sim::compare_svg(predicted, measured, report));
   if (!a.json_out.empty()) write_output(a.json_out, sim::to_json(report));

@@ -22,6 +22,7 @@ struct RenderArgs {
   std::string format;
   std::string stage_to_rank;
   std::string output;
+  graph::RenderOptions options;  // --rankdir, --collapse
 };
 
 std::vector<int> parse_ranks(const std::string& text, int stages) {
@@ -60,7 +61,7 @@ void run_render(const RenderArgs& args) {
   }
   PW_CHECK(!args.stages_only || partition.has_value(), ConfigError,
            "--stages-only needs --partition P");
-  graph::RenderOptions options;
+  graph::RenderOptions options = args.options;
   if (!args.stage_to_rank.empty()) {
     PW_CHECK(partition.has_value(), ConfigError, "--stage-to-rank needs --partition P");
     options.stage_to_rank = parse_ranks(args.stage_to_rank, partition->num_stages());
@@ -81,6 +82,11 @@ void setup_render(CLI::App& app) {
   cmd->add_flag("--stages-only", args->stages_only, "draw stages and cut values, not nodes");
   cmd->add_option("--stage-to-rank", args->stage_to_rank,
                   "colour by rank: rank of each stage, e.g. 0,1,0,1 (default: stage s on rank s)");
+  cmd->add_option("--rankdir", args->options.rankdir,
+                  "TB (top to bottom) or LR (left to right: deep models as a row)")
+      ->capture_default_str();
+  cmd->add_flag("--collapse", args->options.collapse,
+                "fold runs of identical chained nodes (\"block0 .. block31, x 32\")");
   cmd->add_option("--format", args->format, "dot | svg | png (default: from -o's extension)")
       ->check(CLI::IsMember({"dot", "svg", "png"}));
   cmd->add_option("-o,--output", args->output,

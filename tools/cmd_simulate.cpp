@@ -25,6 +25,7 @@
 #include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sched/schedule.hpp"
 #include "pipewright/sim/cluster.hpp"
+#include "pipewright/sim/compare.hpp"
 #include "pipewright/sim/cost_inputs.hpp"
 #include "pipewright/sim/report.hpp"
 #include "pipewright/sim/simulator.hpp"
@@ -50,14 +51,48 @@ struct SimulateArgs {
   std::string trace;
   std::string timeline;
   std::string plan_out;
+  std::string memory_svg;
   int text_width = 0;
   bool memory_timeline = false;
+  // `pipewright report`: the HTML page, and for predicted vs measured the executor's trace.
+  bool report = false;
+  std::string report_out;
+  std::string measured_file;
+  sim::CompareOptions compare;
 };
 
 std::string describe_plan(const sched::JobSpec& job, const sched::PlanShape& shape) {
   if (!job.plan_path.empty()) return job.plan_path;
   return shape.schedule + " p=" + std::to_string(shape.ranks) +
          " v=" + std::to_string(job.stages_per_rank) + " m=" + std::to_string(shape.microbatches);
+}
+
+// `pipewright report`: the simulation (or, with --measured, the comparison that `compare` prints:
+// Note [One prediction]) as one HTML page.
+void write_report(const SimulateArgs& a, const std::string& description,
+                  const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                  const sim::Cluster& cluster, sim::SimOptions opt,
+                  const std::optional<sched::Trace>& measured) {
+  opt.record_actions = true;
+  opt.record_memory_timeline = true;
+  sim::HtmlReportInputs in;
+  in.title = description;
+  if (!measured) {
+    const sim::SimResult result = sim::simulate(plan, costs, cluster, opt);
+    write_output(a.report_out, sim::html_report(result, in));
+  } else {
+    // As `compare`: pipewright's executor waits for every receive of a p2p batch (Note [p2p
+    // batches]), so receives are simulated blocking.
+    opt.blocking_recv = true;
+    const auto got =
+        sim::compare_sampled(plan, costs, cluster, opt, a.sampled_steps, *measured, a.compare);
+    const sim::SimResult meas = sim::measured_median_step(*measured, got.report);
+    in.compare = &got.report;
+    in.measured = &meas;
+    write_output(a.report_out, sim::html_report(got.predicted, in));
+    std::cout << sim::to_text(got.report);
+  }
+  if (a.report_out != "-") spdlog::info("wrote {}", a.report_out);
 }
 
 void run_simulate(const SimulateArgs& a) {
@@ -68,7 +103,8 @@ void run_simulate(const SimulateArgs& a) {
   const int cost_sources = static_cast<int>(!a.forward_ms.empty() || !a.backward_ms.empty()) +
                            static_cast<int>(!job.model_path.empty()) +
                            static_cast<int>(!a.profile_file.empty());
-  PW_CHECK(cost_sources == 1, ConfigError,
+  // A report on a measured run may take its costs from the trace itself (as `compare` does).
+  PW_CHECK(cost_sources == 1 || (cost_sources == 0 && !a.measured_file.empty()), ConfigError,
            "give exactly one cost source: --forward-ms/--backward-ms, --model [--partition], or "
            "--profile");
   PW_CHECK(job.partition_path.empty() || !job.model_path.empty(), ConfigError,
@@ -92,8 +128,12 @@ void run_simulate(const SimulateArgs& a) {
   loaded.reset();
   if (!a.plan_out.empty()) write_plan_out(a.plan_out, job, plan);
 
+  std::optional<sched::Trace> measured;
+  if (!a.measured_file.empty()) measured = sched::load_trace(a.measured_file);
   sched::CostTable costs;
-  if (!a.profile_file.empty()) {
+  if (cost_sources == 0) {
+    costs = sim::costs_from_trace(*measured, plan.shape.stages, a.compare);
+  } else if (!a.profile_file.empty()) {
     costs = sched::load_costs(a.profile_file);
   } else if (model) {
     costs = sim::costs_from_partition(*model, *partition);
@@ -116,16 +156,24 @@ void run_simulate(const SimulateArgs& a) {
   if (opt.micro_batch_size == 0 && model) opt.micro_batch_size = model->micro_batch_size;
   opt.blocking_recv = a.blocking_recv;
   opt.p2p_override_ms = a.p2p_ms;
-  opt.record_memory_timeline = a.memory_timeline;
+  opt.record_memory_timeline = a.memory_timeline || !a.trace.empty() || !a.memory_svg.empty();
+  if (a.report) {
+    write_report(a, describe_plan(job, plan.shape), plan, costs, cluster, opt, measured);
+    return;
+  }
 
-  const sim::SimResult result = sim::simulate(plan, costs, cluster, opt);
+  sim::SimResult result = sim::simulate(plan, costs, cluster, opt);
 
   // Render everything before writing anything, so a failure leaves no partial set of outputs.
   std::vector<std::pair<std::string, std::string>> outputs;
-  if (!a.metrics.empty()) outputs.emplace_back(a.metrics, sim::metrics_json(result));
   if (!a.trace.empty())
     outputs.emplace_back(a.trace, sim::trace_json(result, describe_plan(job, plan.shape)));
   if (!a.timeline.empty()) outputs.emplace_back(a.timeline, sim::svg_timeline(result));
+  if (!a.memory_svg.empty()) outputs.emplace_back(a.memory_svg, sim::svg_memory(result));
+  if (!a.memory_timeline) {
+    for (auto& r : result.per_rank) r.memory_timeline.clear();  // the metrics JSON's choice
+  }
+  if (!a.metrics.empty()) outputs.emplace_back(a.metrics, sim::metrics_json(result));
   for (const auto& [path, text] : outputs) {
     write_output(path, text);
     if (path != "-") spdlog::info("wrote {}", path);
@@ -155,10 +203,9 @@ void run_simulate(const SimulateArgs& a) {
   }
 }
 
-void setup_simulate(CLI::App& app) {
-  auto a = std::make_shared<SimulateArgs>();
-  auto* cmd = app.add_subcommand(
-      "simulate", "Simulate a plan: step time, bubbles, memory, communication (docs/simulator.md)");
+// The flags of `simulate`, shared by `report` (which has -o and --measured instead of the
+// simulate outputs).
+void add_simulate_flags(CLI::App* cmd, const std::shared_ptr<SimulateArgs>& a) {
   cmd->add_option("plan", a->plan_file, "plan file (CSV or JSON); or generate with --schedule")
       ->check(CLI::ExistingFile);
   add_job_flags(cmd, a->job);
@@ -197,10 +244,27 @@ void setup_simulate(CLI::App& app) {
   cmd->add_flag("--blocking-recv", a->blocking_recv,
                 "RECV blocks compute until the data arrives (default: posted receives)")
       ->group(g);
+  if (a->report) {
+    g = "Report";
+    cmd->add_option("-o,--output", a->report_out, "the HTML page to write (- for stdout)")
+        ->required()
+        ->group(g);
+    cmd->add_option("--measured", a->measured_file,
+                    "trace of `pipewright run --trace`: predicted vs measured, as `compare` "
+                    "(costs from --profile, or from the trace itself)")
+        ->check(CLI::ExistingFile)
+        ->group(g);
+    cmd->add_option("--skip-steps", a->compare.skip_steps, "with --measured: warm-up steps")
+        ->capture_default_str()
+        ->group(g);
+    return;
+  }
   g = "Outputs";
   cmd->add_option("--metrics", a->metrics, "metrics JSON file, or - for stdout")->group(g);
   cmd->add_option("--trace", a->trace, "Chrome/Perfetto trace JSON file")->group(g);
   cmd->add_option("--timeline", a->timeline, "SVG Gantt timeline file")->group(g);
+  cmd->add_option("--memory-svg", a->memory_svg, "SVG chart of memory over time per rank")
+      ->group(g);
   cmd->add_option("--plan-out", a->plan_out,
                   "write the resolved job (every default filled) and its lowered plan as JSON "
                   "(the same file as `run --dry-run --plan-out` for the same job flags)")
@@ -211,11 +275,31 @@ void setup_simulate(CLI::App& app) {
   cmd->add_flag("--memory-timeline", a->memory_timeline,
                 "include each rank's memory timeline in the metrics JSON")
       ->group(g);
+}
+
+void setup_simulate(CLI::App& app) {
+  auto a = std::make_shared<SimulateArgs>();
+  auto* cmd = app.add_subcommand(
+      "simulate", "Simulate a plan: step time, bubbles, memory, communication (docs/simulator.md)");
+  add_simulate_flags(cmd, a);
+  cmd->callback([a] { run_simulate(*a); });
+}
+
+void setup_report(CLI::App& app) {
+  auto a = std::make_shared<SimulateArgs>();
+  a->report = true;
+  a->sampled_steps = 31;  // as `compare` (with --measured)
+  auto* cmd = app.add_subcommand(
+      "report",
+      "One self-contained HTML page for a simulation, or with --measured for predicted vs "
+      "measured (docs/rendering.md)");
+  add_simulate_flags(cmd, a);
   cmd->callback([a] { run_simulate(*a); });
 }
 
 }  // namespace
 
 PW_REGISTER_COMMAND(setup_simulate);
+PW_REGISTER_COMMAND(setup_report);
 
 }  // namespace pipewright::cli

@@ -449,6 +449,7 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
   ctx.plan_description = desc.str();
   ctx.schedule = p.plan.shape.schedule;
   ctx.world_size = p.world.world_size;
+  ctx.pp = p.plan.shape.ranks;
   ctx.warmup_steps = std::min<std::int64_t>(c.warmup_steps, c.steps - 1);
   ctx.p2p_uses_core = c.backend != Backend::kMpi;
   for (const auto& st : p.partition.graph.stages)

@@ -188,13 +188,20 @@ std::string make_trace_json(const std::vector<RankRecord>& records, const Report
   sched::TraceBuilder builder(sched::TraceInfo{"executor", ctx.plan_description, ctx.schedule},
                               ctx.world_size);
   const std::int64_t t0 = earliest(records);
+  const int pp = ctx.pp > 0 ? ctx.pp : std::max(ctx.world_size, 1);
   std::map<TransferKey, std::size_t> sends;
   std::vector<std::pair<TransferKey, std::size_t>> recvs;
+  // (stage, step) -> the REDUCE_GRAD slices of every replica of the stage.
+  std::map<std::pair<int, std::int64_t>, std::vector<std::size_t>> collectives;
   for (const auto& r : records) {
+    const int replica = r.world_rank / pp;
     // Actions of one p2p batch share one measured interval (Note [p2p batches]); a stream's
     // slices must not overlap, so a later member of a batch starts where the previous slice on
     // its stream ended (the batch's wait is shown on its first member of each stream).
     std::map<sched::TraceStream, std::int64_t> stream_end;
+    // Memory counter: (time, change); what each forward left allocated, by (stage, mb, step).
+    std::vector<std::pair<std::int64_t, std::int64_t>> memory;
+    std::map<std::tuple<int, int, std::int64_t>, std::int64_t> held;
     for (const auto& a : r.actions) {
       const auto stream = stream_of(a.action.kind);
       auto [it, fresh] = stream_end.try_emplace(stream, a.start_ns);
@@ -213,16 +220,38 @@ std::string make_trace_json(const std::vector<RankRecord>& records, const Report
       s.step = a.step;
       const auto idx = builder.add_slice(std::move(s));
       if (sched::is_comm(a.action.kind) && a.bytes > 0) {
-        // Flow arrows pair a send with its receive (replica index 0: see below).
+        // Flow arrows pair a send with its receive within one replica.
         if (sched::is_send(a.action.kind)) {
-          sends[transfer_key(a.action, a.step, 0)] = idx;
+          sends[transfer_key(a.action, a.step, replica)] = idx;
         } else {
-          recvs.emplace_back(transfer_key(a.action, a.step, 0), idx);
+          recvs.emplace_back(transfer_key(a.action, a.step, replica), idx);
+        }
+      }
+      if (a.action.kind == ActionKind::kReduceGrad) {
+        collectives[{a.action.stage, a.step}].push_back(idx);
+      }
+      const auto mb = std::make_tuple(a.action.stage, a.action.microbatch, a.step);
+      if (a.action.kind == ActionKind::kForward && a.bytes > 0) {
+        held[mb] += a.bytes;
+        memory.emplace_back(end - t0, a.bytes);
+      } else if (a.action.kind == ActionKind::kFullBackward ||
+                 a.action.kind == ActionKind::kBackwardWeight) {
+        if (auto h = held.find(mb); h != held.end()) {
+          memory.emplace_back(end - t0, -h->second);
+          held.erase(h);
         }
       }
     }
+    std::stable_sort(memory.begin(), memory.end(),
+                     [](const auto& x, const auto& y) { return x.first < y.first; });
+    std::int64_t bytes = r.baseline_rss_bytes;
+    builder.add_memory(r.world_rank, 0.0, bytes);
+    for (const auto& [t, change] : memory) {
+      bytes += change;
+      builder.add_memory(r.world_rank, static_cast<double>(t) / 1e3, bytes);
+    }
   }
-  // With dp > 1 every replica has the same keys; only pair flows when unambiguous (dp == 1).
+  // Pair flows only when unambiguous (one receive per key).
   bool unique = true;
   std::map<TransferKey, int> count;
   for (const auto& [k, i] : recvs) unique = unique && ++count[k] == 1;
@@ -232,6 +261,7 @@ std::string make_trace_json(const std::vector<RankRecord>& records, const Report
       if (it != sends.end()) builder.add_flow(it->second, i);
     }
   }
+  for (const auto& [key, slices] : collectives) builder.add_collective(slices);
   return builder.to_json();
 }
 

@@ -106,6 +106,7 @@ struct ReportContext {
   std::string plan_description;  // "1F1B pp=2 m=4" or the plan file
   std::string schedule;
   int world_size = 1;
+  int pp = 0;  // pipeline ranks per replica (world rank = replica * pp + rank); 0: world_size
   std::int64_t warmup_steps = 1;
   // Per stage, from the partition (model cost annotations): kept activation bytes.
   std::vector<std::int64_t> activation_bytes;
@@ -115,7 +116,9 @@ struct ReportContext {
 };
 
 // The trace of every rank (pid = world rank, tid = stream), times relative to the earliest
-// action of the run.
+// action of the run: p2p flows per replica, "dp" flows between the replicas' REDUCE_GRAD slices of
+// a stage and step, and a memory counter per rank (its baseline RSS plus the heap bytes each
+// forward left allocated, held until the microbatch's B or W ends).
 [[nodiscard]] std::string make_trace_json(const std::vector<RankRecord>& records,
                                           const ReportContext& context);
 

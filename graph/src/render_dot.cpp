@@ -77,13 +77,43 @@ std::string input_label(const Model& model) {
   return quoted_lines({"input", model.input.dtype + " [" + shape + "]"});
 }
 
-void header(std::ostringstream& os, const std::string& title) {
+void header(std::ostringstream& os, const std::string& title, const std::string& rankdir) {
+  PW_CHECK(rankdir == "TB" || rankdir == "LR" || rankdir == "BT" || rankdir == "RL", ConfigError,
+           "--rankdir must be TB, LR, BT or RL, got \"" << rankdir << "\"");
   os << "digraph " << quoted_lines({title}) << " {\n"
-     << "  graph [rankdir=TB, fontname=\"Helvetica\", label=" << quoted_lines({title})
-     << ", labelloc=t];\n"
+     << "  graph [rankdir=" << rankdir
+     << ", fontname=\"Helvetica\", label=" << quoted_lines({title}) << ", labelloc=t];\n"
      << "  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=\"Helvetica\", "
         "fontsize=10];\n"
      << "  edge [fontname=\"Helvetica\", fontsize=9];\n";
+}
+
+// Note [Collapsed runs]: for each node, the first node of its run: consecutive nodes (by index)
+// v-1 -> v where v's only input edge comes from v-1, v-1's only output edge goes to v, both have
+// the same kind and costs, and (with a partition) the same stage.
+std::vector<int> collapsed_runs(const Model& model, const Partition* partition) {
+  const std::size_t n = model.nodes.size();
+  std::vector<int> in_count(n, 0), out_count(n, 0), only_in(n, -1);
+  for (const ModelEdge& e : model.edges) {
+    ++in_count[static_cast<std::size_t>(e.to)];
+    ++out_count[static_cast<std::size_t>(e.from)];
+    only_in[static_cast<std::size_t>(e.to)] = e.from;
+  }
+  const std::vector<bool> readers = model.model_input_readers();
+  std::vector<int> rep(n);
+  for (std::size_t v = 0; v < n; ++v) {
+    rep[v] = static_cast<int>(v);
+    if (v == 0) continue;
+    const Node& a = model.nodes[v - 1];
+    const Node& b = model.nodes[v];
+    const bool chained = in_count[v] == 1 && only_in[v] == static_cast<int>(v) - 1 &&
+                         out_count[v - 1] == 1 && !readers[v];
+    const bool same =
+        a.kind == b.kind && a.cost == b.cost && !a.script && !b.script &&
+        (partition == nullptr || partition->node_stage[v - 1] == partition->node_stage[v]);
+    if (chained && same) rep[v] = rep[v - 1];
+  }
+  return rep;
 }
 
 std::string stage_summary(const StageInfo& s) {
@@ -139,11 +169,27 @@ std::string human_bytes(std::int64_t bytes) {
 std::string render_model_dot(const Model& model, const Partition* partition,
                              const RenderOptions& options) {
   std::ostringstream os;
-  header(os, model.name.empty() ? std::string("model") : model.name);
+  header(os, model.name.empty() ? std::string("model") : model.name, options.rankdir);
   os << "  input [shape=ellipse, label=" << input_label(model) << "];\n";
+  const std::vector<int> rep =
+      options.collapse ? collapsed_runs(model, partition) : std::vector<int>();
+  auto rep_of = [&](int v) { return rep.empty() ? v : rep[static_cast<std::size_t>(v)]; };
   auto node_line = [&](int v, const char* indent) {
-    os << indent << "n" << v << " [label=" << node_label(model.nodes[static_cast<std::size_t>(v)])
-       << "];\n";
+    if (rep_of(v) != v) return;  // folded into its run's first node
+    const Node& n = model.nodes[static_cast<std::size_t>(v)];
+    int last = v;
+    while (last + 1 < static_cast<int>(model.nodes.size()) && rep_of(last + 1) == v) ++last;
+    if (last == v) {
+      os << indent << "n" << v << " [label=" << node_label(n) << "];\n";
+      return;
+    }
+    const int count = last - v + 1;
+    os << indent << "n" << v << " [label="
+       << quoted_lines(
+              {n.name + " .. " + model.nodes[static_cast<std::size_t>(last)].name,
+               std::string(to_string(n.kind)) + " x " + std::to_string(count),
+               "each: fwd " + ms(n.cost.forward_ms) + " ms, bwd " + ms(n.cost.backward_ms) + " ms"})
+       << ", peripheries=2];\n";
   };
   if (partition == nullptr) {
     for (std::size_t v = 0; v < model.nodes.size(); ++v) node_line(static_cast<int>(v), "  ");
@@ -166,7 +212,7 @@ std::string render_model_dot(const Model& model, const Partition* partition,
   };
   const std::vector<bool> readers = model.model_input_readers();
   for (std::size_t v = 0; v < model.nodes.size(); ++v) {
-    if (!readers[v]) continue;
+    if (!readers[v] || rep_of(static_cast<int>(v)) != static_cast<int>(v)) continue;
     os << "  input -> n" << v;
     if (partition != nullptr) {
       os << " [label=" << quoted_lines({human_bytes(model.input_bytes())})
@@ -175,7 +221,8 @@ std::string render_model_dot(const Model& model, const Partition* partition,
     os << ";\n";
   }
   for (const ModelEdge& e : model.edges) {
-    os << "  n" << e.from << " -> n" << e.to;
+    if (rep_of(e.from) == rep_of(e.to)) continue;  // inside a folded run
+    os << "  n" << rep_of(e.from) << " -> n" << rep_of(e.to);
     std::vector<std::string> label;
     if (e.from_output != 0 || e.to_input != 0) {
       label.push_back("out " + std::to_string(e.from_output) + " -> in " +
@@ -201,8 +248,10 @@ std::string render_model_dot(const Model& model, const Partition* partition,
 std::string render_stages_dot(const Model& model, const Partition& partition,
                               const RenderOptions& options) {
   std::ostringstream os;
-  header(os, (model.name.empty() ? std::string("model") : model.name) + " (" + partition.method +
-                 ", " + std::to_string(partition.num_stages()) + " stages)");
+  header(os,
+         (model.name.empty() ? std::string("model") : model.name) + " (" + partition.method + ", " +
+             std::to_string(partition.num_stages()) + " stages)",
+         options.rankdir);
   os << "  input [shape=ellipse, label=" << input_label(model) << "];\n";
   for (const StageInfo& s : partition.graph.stages) {
     const std::string first = model.nodes[static_cast<std::size_t>(s.nodes.front())].name;

@@ -106,7 +106,10 @@ std::string render_image(const std::string& dot, ImageFormat format) {
     failure = "cannot create a Graphviz context";
   } else if (graph == nullptr) {
     failure = "Graphviz cannot parse the graph: " + g_graphviz_errors;
-  } else if (gvLayout(gvc, graph, "dot") != 0) {
+  } else if ((format == ImageFormat::kPng &&
+              agsafeset(graph, const_cast<char*>("dpi"), const_cast<char*>("144"),
+                        const_cast<char*>("")) != 0) ||
+             gvLayout(gvc, graph, "dot") != 0) {
     failure = "Graphviz layout failed: " + g_graphviz_errors;
   } else {
     char* data = nullptr;

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -101,7 +102,24 @@ std::size_t TraceBuilder::add_slice(TraceSlice slice) {
 
 void TraceBuilder::add_flow(std::size_t send_slice, std::size_t recv_slice) {
   PW_ASSERT(send_slice < slices_.size() && recv_slice < slices_.size(), "flow to unknown slice");
-  flows_.emplace_back(send_slice, recv_slice);
+  flows_.push_back(Flow{send_slice, recv_slice, false});
+}
+
+void TraceBuilder::add_collective(const std::vector<std::size_t>& slices) {
+  if (slices.size() < 2) return;
+  std::size_t first = slices.front();
+  for (std::size_t i : slices) {
+    PW_ASSERT(i < slices_.size(), "collective with an unknown slice");
+    if (slices_[i].start_us < slices_[first].start_us) first = i;
+  }
+  for (std::size_t i : slices) {
+    if (i != first) flows_.push_back(Flow{first, i, true});
+  }
+}
+
+void TraceBuilder::add_memory(std::int32_t rank, double time_us, std::int64_t bytes) {
+  PW_ASSERT(rank >= 0 && std::isfinite(time_us), "memory sample of rank " << rank);
+  memory_.push_back(TraceCounter{rank, time_us, bytes});
 }
 
 std::string TraceBuilder::to_json() const {
@@ -143,7 +161,7 @@ std::string TraceBuilder::to_json() const {
   // half-million-action plans of bench/cli_scale.sh; this is linear in the events, with no
   // per-event allocation beyond the output itself.
   std::string out;
-  out.reserve(256 + (slices_.size() + 2 * flows_.size()) * 160);
+  out.reserve(256 + (slices_.size() + 2 * flows_.size() + memory_.size()) * 160);
   bool first = true;
   auto begin_event = [&out, &first] {
     out += first ? "\n" : ",\n";
@@ -210,32 +228,61 @@ std::string TraceBuilder::to_json() const {
   std::vector<std::size_t> flow_order(flows_.size());
   std::iota(flow_order.begin(), flow_order.end(), 0);
   counting_sort(flow_order, slices_.size(),
-                [&](std::size_t f) { return slice_class[flows_[f].second]; });
+                [&](std::size_t f) { return slice_class[flows_[f].to]; });
   counting_sort(flow_order, slices_.size(),
-                [&](std::size_t f) { return slice_class[flows_[f].first]; });
-  std::vector<std::pair<const TraceSlice*, const TraceSlice*>> flows;
-  flows.reserve(flows_.size());
-  for (std::size_t f : flow_order) {
-    flows.emplace_back(&slices_[flows_[f].first], &slices_[flows_[f].second]);
-  }
+                [&](std::size_t f) { return slice_class[flows_[f].from]; });
+  // Note [Forward flows]: an arrow starts inside its source slice and ends inside its target
+  // slice, and never goes back in time. A receive is posted before its send starts (its slice
+  // starts earlier), so the arrow ends where the data arrived: the send's end, clamped into the
+  // receive slice. A collective's arrows go from the replica that joined first (at its start) to
+  // each other replica as it joins (a measured REDUCE_GRAD slice may be only the wait for work
+  // launched earlier, so another replica's slice can end before the last one starts). An arrow that
+  // cannot go forward (a receive that ended before its send started: clocks of different hosts) is
+  // left out.
   std::int64_t id = 0;
-  for (const auto& [send, recv] : flows) {
+  for (std::size_t f : flow_order) {
+    const Flow& flow = flows_[f];
+    const TraceSlice& from = slices_[flow.from];
+    const TraceSlice& to = slices_[flow.to];
+    const double from_us = from.start_us;
+    const double want_us = flow.collective ? from.start_us : from.start_us + from.duration_us;
+    const double to_us = std::clamp(want_us, to.start_us, to.start_us + to.duration_us);
+    if (to_us < from_us) continue;
     ++id;
     for (const bool start : {true, false}) {
-      const TraceSlice& at = start ? *send : *recv;
+      const TraceSlice& at = start ? from : to;
       begin_event();
       out += start ? R"({"ph":"s","name":)" : R"({"ph":"f","bp":"e","name":)";
-      append_string(out, send->name);
-      out += R"(,"cat":"p2p","id":)";
+      append_string(out, from.name);
+      out += flow.collective ? R"(,"cat":"dp","id":)" : R"(,"cat":"p2p","id":)";
       append_int(out, id);
       out += R"(,"pid":)";
       append_int(out, at.rank);
       out += R"(,"tid":)";
       append_int(out, static_cast<int>(at.stream));
       out += R"(,"ts":)";
-      append_double(out, at.start_us);
+      append_double(out, start ? from_us : to_us);
       out += "}";
     }
+  }
+  // Memory counters, by rank then time (stable: equal times keep their order of addition).
+  std::vector<std::size_t> mem_order(memory_.size());
+  std::iota(mem_order.begin(), mem_order.end(), 0);
+  std::stable_sort(mem_order.begin(), mem_order.end(), [&](std::size_t a, std::size_t b) {
+    const TraceCounter& x = memory_[a];
+    const TraceCounter& y = memory_[b];
+    return x.rank != y.rank ? x.rank < y.rank : x.time_us < y.time_us;
+  });
+  for (std::size_t k : mem_order) {
+    const TraceCounter& c = memory_[k];
+    begin_event();
+    out += R"({"ph":"C","name":"memory","pid":)";
+    append_int(out, c.rank);
+    out += R"(,"tid":0,"ts":)";
+    append_double(out, c.time_us);
+    out += R"(,"args":{"bytes":)";
+    append_int(out, c.bytes);
+    out += "}}";
   }
   out += "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": ";
   out += Json{{"source", info_.source}, {"plan", info_.plan}, {"schedule", info_.schedule}}.dump();
@@ -279,6 +326,8 @@ class TraceReader {
       throw ParseError(json::where(source_, event_error_pointer_) + ":" + event_error_);
     }
     if (other_seen_) trace_.info = other_;
+    std::sort(trace_.flows.begin(), trace_.flows.end(),
+              [](const TraceFlow& a, const TraceFlow& b) { return a.id < b.id; });
     return std::move(trace_);
   }
 
@@ -387,9 +436,9 @@ class TraceReader {
   };
   // The fields of the event being read (present ones only).
   struct Event {
-    std::optional<Value> ph, name, cat, pid, tid, ts, dur;
+    std::optional<Value> ph, name, cat, pid, tid, ts, dur, id;
     bool args = false;
-    std::optional<Value> stage, microbatch, step, kind;
+    std::optional<Value> stage, microbatch, step, kind, bytes;
   };
 
   static std::optional<Value>* event_field(Event& e, const std::string& k) {
@@ -400,6 +449,7 @@ class TraceReader {
     if (k == "tid") return &e.tid;
     if (k == "ts") return &e.ts;
     if (k == "dur") return &e.dur;
+    if (k == "id") return &e.id;
     return nullptr;
   }
   static std::optional<Value>* args_field(Event& e, const std::string& k) {
@@ -407,6 +457,7 @@ class TraceReader {
     if (k == "microbatch") return &e.microbatch;
     if (k == "step") return &e.step;
     if (k == "kind") return &e.kind;
+    if (k == "bytes") return &e.bytes;
     return nullptr;
   }
 
@@ -443,7 +494,8 @@ class TraceReader {
       case Role::kEvent:
         if (parent.key == "args") {
           event_.args = container && object;
-          event_.stage = event_.microbatch = event_.step = event_.kind = std::nullopt;
+          event_.stage = event_.microbatch = event_.step = event_.kind = event_.bytes =
+              std::nullopt;
           if (event_.args) return Role::kArgs;
         }
         if (auto* f = event_field(event_, parent.key)) *f = std::move(v);
@@ -522,6 +574,18 @@ class TraceReader {
       }
       return;
     }
+    if (ph == "s" || ph == "f") return finish_flow(index, ph == "s");
+    if (ph == "C") {
+      if (!is_str(e.name) || e.name->s != "memory") return;
+      if (!is_int(e.pid)) return set_event_error(index, "pid", " is missing or not an integer");
+      if (!is_num(e.ts)) return set_event_error(index, "ts", " is missing or not a number");
+      if (!e.args || !is_int(e.bytes)) {
+        return set_event_error(index, "args/bytes", " is missing or not an integer");
+      }
+      trace_.memory.push_back(
+          TraceCounter{static_cast<std::int32_t>(e.pid->i), e.ts->d, e.bytes->i});
+      return;
+    }
     if (ph != "X") return;
     TraceSlice s;
     if (!is_str(e.name)) return set_event_error(index, "name", " is missing or not a string");
@@ -550,6 +614,43 @@ class TraceReader {
     trace_.slices.push_back(std::move(s));
   }
 
+  void finish_flow(std::size_t index, bool start) {
+    const Event& e = event_;
+    auto is_int = [](const std::optional<Value>& v) { return v && v->kind == Value::kInteger; };
+    if (!is_int(e.id)) return set_event_error(index, "id", " is missing or not an integer");
+    if (!is_int(e.pid)) return set_event_error(index, "pid", " is missing or not an integer");
+    if (!is_int(e.tid) || e.tid->i < 0 || e.tid->i > 3) {
+      return set_event_error(index, "tid", " is missing or not a stream 0..3");
+    }
+    if (!e.ts || !(e.ts->kind == Value::kInteger || e.ts->kind == Value::kFloat) ||
+        !std::isfinite(e.ts->d)) {
+      return set_event_error(index, "ts", " is missing or not a number");
+    }
+    auto [it, fresh] = flow_index_.try_emplace(e.id->i, trace_.flows.size());
+    if (fresh) {
+      trace_.flows.emplace_back();
+      trace_.flows.back().id = e.id->i;
+    }
+    TraceFlow& f = trace_.flows[it->second];
+    if (e.cat && e.cat->kind == Value::kString) f.category = e.cat->s;
+    const auto rank = static_cast<std::int32_t>(e.pid->i);
+    const auto stream = static_cast<TraceStream>(e.tid->i);
+    if (start) {
+      if (f.has_start) return set_event_error(index, "id", " starts a second flow of that id");
+      f.has_start = true;
+      f.from_rank = rank;
+      f.from_stream = stream;
+      f.from_us = e.ts->d;
+    } else {
+      if (f.has_end) return set_event_error(index, "id", " ends a second flow of that id");
+      f.has_end = true;
+      f.to_rank = rank;
+      f.to_stream = stream;
+      f.to_us = e.ts->d;
+    }
+  }
+
+  std::map<std::int64_t, std::size_t> flow_index_;  // flow id -> index in trace_.flows
   json::Source source_;
   json::Limits limits_;
   std::vector<Frame> stack_;

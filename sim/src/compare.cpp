@@ -10,11 +10,14 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "median.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sim/report.hpp"
+#include "svg_util.hpp"
+#include "timeline_svg.hpp"
 
 namespace pipewright::sim {
 namespace {
@@ -353,14 +356,13 @@ TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
     per_step.push_back(
         static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns[0]) / 1e6);
   }
-  // The lines per rank and action (and the SVG) show the step closest to the measured median.
-  const double measured_median = median(replay.measured_step_ms);
-  std::size_t chosen = 0;
-  for (std::size_t k = 1; k < replay.steps.size(); ++k) {
-    if (std::fabs(replay.measured_step_ms[k] - measured_median) <
-        std::fabs(replay.measured_step_ms[chosen] - measured_median))
-      chosen = k;
-  }
+  // Note [One prediction]: the headline, the lines per rank and action and the SVG all show one
+  // simulated step, the median predicted one (the lower middle one for an even count).
+  std::vector<std::size_t> order(per_step.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return per_step[a] < per_step[b]; });
+  const std::size_t chosen = order.at((order.size() - 1) / 2);
   step_options.record_actions = true;
   step_options.replay_durations_ns = replay.durations_ns.at(chosen);
   TraceReplayComparison out;
@@ -370,10 +372,25 @@ TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
   report.step_numbers = replay.steps;
   report.per_step_measured_ms = replay.measured_step_ms;
   report.per_step_predicted_ms = per_step;
-  const double step_ms = median(per_step);
-  for (auto& rc : report.per_rank) rc.predicted_idle_ms += step_ms - report.predicted_step_ms;
-  report.predicted_step_ms = step_ms;
   report.prediction = "trace";
+  return out;
+}
+
+SampledComparison compare_sampled(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                                  const Cluster& cluster, const SimOptions& options,
+                                  std::int32_t sampled_steps, const sched::Trace& measured,
+                                  const CompareOptions& compare_options) {
+  PW_CHECK(sampled_steps >= 0, ConfigError, "--sampled-steps must be >= 0, got " << sampled_steps);
+  SimOptions so = options;
+  so.record_actions = true;
+  SampledComparison out;
+  if (sampled_steps > 0) {
+    out.predicted = median_sampled_step(plan, costs, cluster, so, sampled_steps);
+  } else {
+    out.predicted = simulate(plan, costs, cluster, so);
+  }
+  out.report = compare(out.predicted, measured, &costs, compare_options);
+  if (sampled_steps > 0) out.report.prediction = "sampled";
   return out;
 }
 
@@ -518,6 +535,31 @@ SimResult measured_as_result(const sched::Trace& measured, std::int64_t step) {
     }
     r.actions.push_back(a);
   }
+  // Pair each receive with its send (by producer stage, consumer stage, microbatch, direction)
+  // for the timeline's arrows; only when unambiguous (one replica).
+  using Key = std::tuple<std::int32_t, std::int32_t, std::int32_t, bool>;
+  std::map<Key, std::int64_t> sends;
+  std::map<Key, int> recv_count;
+  auto key_of = [](const sched::Action& x) {
+    const bool back = x.kind == ActionKind::kSendB || x.kind == ActionKind::kRecvB;
+    const bool send = sched::is_send(x.kind);
+    return (send != back) ? Key{x.stage, x.peer_stage, x.microbatch, back}
+                          : Key{x.peer_stage, x.stage, x.microbatch, back};
+  };
+  for (std::size_t i = 0; i < r.actions.size(); ++i) {
+    const auto& x = r.actions[i].action;
+    if (sched::is_send(x.kind)) sends[key_of(x)] = static_cast<std::int64_t>(i);
+    if (sched::is_recv(x.kind)) ++recv_count[key_of(x)];
+  }
+  for (auto& a : r.actions) {
+    if (!sched::is_recv(a.action.kind)) continue;
+    const Key k = key_of(a.action);
+    const auto it = sends.find(k);
+    if (it == sends.end() || recv_count[k] != 1) continue;
+    a.match = it->second;
+    a.peer_rank = r.actions[static_cast<std::size_t>(it->second)].rank;
+    r.actions[static_cast<std::size_t>(it->second)].peer_rank = a.rank;
+  }
   r.stages = static_cast<std::int32_t>(stages.size());
   r.microbatches = microbatches;
   r.makespan_ns = std::llround((t1 - t0) * 1e3);
@@ -537,26 +579,7 @@ SimResult measured_as_result(const sched::Trace& measured, std::int64_t step) {
 
 namespace {
 
-// Re-titles one panel drawn by svg_timeline and returns it with its height.
-std::pair<std::string, double> panel(const SimResult& r, const std::string& title) {
-  std::string svg = svg_timeline(r);
-  const std::string marker = "font-size=\"13\">";
-  const auto at = svg.find(marker);
-  if (at != std::string::npos) {
-    const auto end = svg.find("</text>", at);
-    svg.replace(at + marker.size(), end - at - marker.size(), title);
-  }
-  double height = 0;
-  const auto h = svg.find("height=\"");
-  if (h != std::string::npos) height = std::atof(svg.c_str() + h + 8);
-  return {svg, height};
-}
-
-}  // namespace
-
-std::string compare_svg(const SimResult& predicted, const sched::Trace& measured,
-                        const CompareReport& report) {
-  // The measured step drawn: the one whose duration is closest to the median.
+std::int64_t median_step_number(const sched::Trace& measured, const CompareReport& report) {
   std::vector<StepView> steps = steps_of(measured);
   std::int64_t chosen = steps.empty() ? 0 : steps.front().step;
   double best = -1;
@@ -567,37 +590,47 @@ std::string compare_svg(const SimResult& predicted, const sched::Trace& measured
       chosen = st.step;
     }
   }
-  SimResult meas = measured_as_result(measured, chosen);
-  SimResult pred = predicted;
-  // One time axis for both panels.
-  const std::int64_t span = std::max(pred.makespan_ns, meas.makespan_ns);
-  pred.makespan_ns = span;
-  meas.makespan_ns = span;
+  return chosen;
+}
+
+}  // namespace
+
+SimResult measured_median_step(const sched::Trace& measured, const CompareReport& report) {
+  return measured_as_result(measured, median_step_number(measured, report));
+}
+
+std::string compare_svg(const SimResult& predicted, const sched::Trace& measured,
+                        const CompareReport& report) {
+  // The measured step drawn: the one whose duration is closest to the median.
+  const std::int64_t chosen = median_step_number(measured, report);
+  const SimResult meas = measured_as_result(measured, chosen);
+  // One time axis and one width for both panels.
+  TimelineOptions top;
+  top.span_ns = std::max(predicted.makespan_ns, meas.makespan_ns);
+  top.width_px =
+      std::max(timeline_width(predicted, top.span_ns), timeline_width(meas, top.span_ns));
   char title[256];
   std::snprintf(title, sizeof title, "predicted (%s): step %.3f ms", report.schedule.c_str(),
                 report.predicted_step_ms);
-  auto top = panel(pred, title);
+  top.title = title;
+  top.id_prefix = "pred";
+  TimelineOptions bottom = top;
   std::snprintf(title, sizeof title,
                 "measured (step %lld, median of %d): step %.3f ms, error %+.2f%%",
                 static_cast<long long>(chosen), report.steps_used, report.measured_step_ms,
                 100 * report.step_error());
-  auto bottom = panel(meas, title);
-  std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1200\" height=\""
-     << (top.second + bottom.second) << "\">\n";
-  os << "<g>\n" << top.first.substr(top.first.find('\n') + 1);
-  // Replace the nested closing tags by group ends.
-  std::string out = os.str();
-  const auto close = out.rfind("</svg>");
-  out.replace(close, 6, "</g>");
-  std::ostringstream os2;
-  os2 << out << "<g transform=\"translate(0," << top.second << ")\">\n"
-      << bottom.first.substr(bottom.first.find('\n') + 1);
-  out = os2.str();
-  const auto close2 = out.rfind("</svg>");
-  out.replace(close2, 6, "</g>");
-  out += "</svg>\n";
-  return out;
+  bottom.title = title;
+  bottom.legend = false;
+  bottom.id_prefix = "meas";
+  const TimelinePanel p = timeline_panel(predicted, top);
+  const TimelinePanel m = timeline_panel(meas, bottom);
+  TimelinePanel both;
+  both.width = p.width;
+  both.height = p.height + m.height;
+  both.defs = p.defs + m.defs;
+  both.body = "<g>\n" + p.body + "</g>\n<g transform=\"translate(0," + svg::num(p.height) +
+              ")\">\n" + m.body + "</g>\n";
+  return svg_document(both);
 }
 
 }  // namespace pipewright::sim

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -122,6 +124,53 @@ void split_backward(sched::StageCost& c, double input_ratio, double weight_ratio
 
 }  // namespace
 
+namespace {
+
+// Note [Profile partition check]: a profile carries each stage's measured parameter bytes, and
+// the partition it was measured on fixes how the model's parameters fall into stages. A profile
+// from another partition with the same stage count splits them differently; each stage's share of
+// all parameters is compared (shares, not bytes: the executor counts the tensors it built, which
+// may differ from the model's estimate by a common factor such as a dtype). Stages whose share
+// differs by more than kMaxShareGap are named. Profiles without parameter bytes are not checked.
+constexpr double kMaxShareGap = 0.03;  // 3 percentage points
+
+// "nodes embed..block3" of stage `s`.
+std::string stage_nodes(const graph::Partition& p, std::size_t s) {
+  std::string first, last;
+  for (std::size_t i = 0; i < p.node_stage.size() && i < p.node_names.size(); ++i) {
+    if (p.node_stage[i] != static_cast<int>(s)) continue;
+    if (first.empty()) first = p.node_names[i];
+    last = p.node_names[i];
+  }
+  return first == last ? "node " + first : "nodes " + first + ".." + last;
+}
+
+void check_profile_partition(const graph::Model& model, const graph::Partition& from,
+                             const sched::CostTable& measured) {
+  const sched::CostTable expected = costs_from_partition(model, from);
+  double total_measured = 0;
+  double total_expected = 0;
+  for (const auto& c : measured.stages) total_measured += static_cast<double>(c.param_bytes);
+  for (const auto& c : expected.stages) total_expected += static_cast<double>(c.param_bytes);
+  if (total_measured <= 0 || total_expected <= 0) return;
+  std::ostringstream differs;
+  int n = 0;
+  for (std::size_t s = 0; s < measured.stages.size() && s < expected.stages.size(); ++s) {
+    const double pm = static_cast<double>(measured.stages[s].param_bytes) / total_measured;
+    const double pe = static_cast<double>(expected.stages[s].param_bytes) / total_expected;
+    if (std::fabs(pm - pe) <= kMaxShareGap) continue;
+    differs << (n++ > 0 ? "; " : "") << "stage " << s << " holds " << std::fixed
+            << std::setprecision(1) << 100 * pm << "% of the parameters ("
+            << measured.stages[s].param_bytes << " B) in the profile but " << 100 * pe << "% ("
+            << expected.stages[s].param_bytes << " B, " << stage_nodes(from, s) << ") in --from";
+  }
+  PW_CHECK(n == 0, ConfigError,
+           "profile transfer: the profile was measured on another partition than --from: "
+               << differs.str());
+}
+
+}  // namespace
+
 sched::CostTable transfer_profile(const graph::Model& model, const graph::Partition& from,
                                   const sched::CostTable& measured, const graph::Partition& to) {
   graph::check_partition_matches(from, model);
@@ -131,6 +180,7 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
                                                 << " stages but the partition it was measured on "
                                                    "has "
                                                 << from.num_stages());
+  check_profile_partition(model, from, measured);
   sched::CostTable t = costs_from_partition(model, to);
   t.source = "transfer:" + measured.source;
   t.compute_overhead_ms = measured.compute_overhead_ms;

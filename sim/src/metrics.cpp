@@ -153,6 +153,11 @@ std::string trace_json(const SimResult& r, const std::string& plan) {
   for (std::size_t i = 0; i < r.actions.size(); ++i) {
     if (r.actions[i].match >= 0) b.add_flow(static_cast<std::size_t>(r.actions[i].match), i);
   }
+  // The memory counter track of each rank (with record_memory_timeline).
+  for (const auto& rr : r.per_rank) {
+    for (const auto& p : rr.memory_timeline)
+      b.add_memory(rr.rank, static_cast<double>(p.time_ns) / 1e3, p.bytes);
+  }
   return b.to_json();
 }
 

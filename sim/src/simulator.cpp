@@ -27,9 +27,16 @@ SimResult simulate(const sched::LoweredPlan& plan, const sched::CostTable& costs
   return Engine(plan, costs, cluster, options).run();
 }
 
-double median_step_ms(const sched::LoweredPlan& plan, const sched::CostTable& costs,
-                      const Cluster& cluster, SimOptions options, std::int32_t steps,
-                      std::uint64_t seed) {
+namespace {
+
+std::uint64_t sampled_seed(std::uint64_t seed, std::int32_t k) noexcept {
+  return seed + static_cast<std::uint64_t>(k) * 0x632BE59BD9B4E019ULL;
+}
+
+// Step times (ms) of `steps` independent single steps with sampled durations, by draw.
+std::vector<double> sampled_step_ms(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                                    const Cluster& cluster, SimOptions options, std::int32_t steps,
+                                    std::uint64_t seed) {
   PW_CHECK(steps >= 1, ConfigError, "median_step_ms: steps must be >= 1, got " << steps);
   // Independent single steps: the executor ends every step with a loss all-reduce, so its steps
   // do not overlap across ranks as back-to-back simulated steps would.
@@ -38,14 +45,37 @@ double median_step_ms(const sched::LoweredPlan& plan, const sched::CostTable& co
   options.record_memory_timeline = false;
   std::vector<double> ms;
   for (std::int32_t k = 0; k < steps; ++k) {
-    options.sample_durations_seed = seed + static_cast<std::uint64_t>(k) * 0x632BE59BD9B4E019ULL;
+    options.sample_durations_seed = sampled_seed(seed, k);
     const SimResult r = simulate(plan, costs, cluster, options);
     ms.push_back(static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns[0]) /
                  1e6);
   }
+  return ms;
+}
+
+}  // namespace
+
+double median_step_ms(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                      const Cluster& cluster, SimOptions options, std::int32_t steps,
+                      std::uint64_t seed) {
+  std::vector<double> ms = sampled_step_ms(plan, costs, cluster, options, steps, seed);
   std::sort(ms.begin(), ms.end());
   const std::size_t n = ms.size();
   return n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+}
+
+SimResult median_sampled_step(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                              const Cluster& cluster, SimOptions options, std::int32_t steps,
+                              std::uint64_t seed) {
+  const std::vector<double> ms = sampled_step_ms(plan, costs, cluster, options, steps, seed);
+  std::vector<std::int32_t> order(ms.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = static_cast<std::int32_t>(k);
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return ms[static_cast<std::size_t>(a)] < ms[static_cast<std::size_t>(b)];
+  });
+  options.steps = 1;
+  options.sample_durations_seed = sampled_seed(seed, order[(order.size() - 1) / 2]);
+  return simulate(plan, costs, cluster, options);
 }
 
 }  // namespace pipewright::sim

@@ -3,6 +3,7 @@
 
 #include "graph_test_util.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/generators.hpp"
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/graph/render.hpp"
 
@@ -74,6 +75,28 @@ TEST(Render, StageViewListsCutValues) {
   EXPECT_THAT(dot, HasSubstr("input -> s0"));
   EXPECT_THAT(dot, HasSubstr("s0 -> s1 [label=\"evil\\\"name\\\\n<b> (out 1 -> in 0)\\n101 B\"]"));
   EXPECT_THAT(dot, HasSubstr("s0 -> s2 [label=\"n0 (out 0 -> in 0)\\n100 B\"]"));
+}
+
+// --collapse folds the 32 identical blocks of a GPT into one box; --rankdir LR reaches Graphviz.
+TEST(Render, CollapseFoldsRepeatedBlocksAndRankdirIsPassed) {
+  GptSpec spec;
+  spec.layers = 32;
+  spec.hidden = 256;
+  spec.heads = 4;
+  spec.seq = 64;
+  spec.vocab = 1000;
+  const Model m = make_gpt(spec);
+  RenderOptions o;
+  o.collapse = true;
+  o.rankdir = "LR";
+  const std::string dot = render_model_dot(m, nullptr, o);
+  EXPECT_THAT(dot, ::testing::HasSubstr("block0 .. block31"));
+  EXPECT_THAT(dot, ::testing::HasSubstr("transformer_block x 32"));
+  EXPECT_THAT(dot, ::testing::HasSubstr("rankdir=LR"));
+  EXPECT_THAT(dot, ::testing::Not(::testing::HasSubstr("n5 [")));  // block4 is folded
+  EXPECT_THAT(dot, ::testing::HasSubstr("n1 -> n33"));             // the run's box -> ln_f
+  o.rankdir = "sideways";
+  EXPECT_THROW((void)render_model_dot(m, nullptr, o), ConfigError);
 }
 
 TEST(Render, FormatsFromExtensions) {

@@ -81,6 +81,53 @@ TEST(Trace, SchemaHasRequiredFields) {
   EXPECT_EQ(process_names, (std::set<std::string>{"rank 0", "rank 1"}));
 }
 
+// Note [Forward flows]: the receive is posted (its slice starts) long before the send; the arrow
+// still starts at the send and ends at the data's arrival, inside the receive slice.
+TEST(Trace, FlowsGoForwardInTimeAndReadBack) {
+  TraceBuilder b = two_rank_trace(false);
+  // Two replicas' REDUCE_GRAD of stage 0: replica 0 (rank 0) joins first.
+  const auto r0 = b.add_slice(
+      slice("0REDUCE_GRAD", "REDUCE_GRAD", 0, TraceStream::kDpAllReduce, 3000, 500, 0, -1));
+  const auto r1 = b.add_slice(
+      slice("0REDUCE_GRAD", "REDUCE_GRAD", 2, TraceStream::kDpAllReduce, 3200, 300, 0, -1));
+  b.add_collective({r0, r1});
+  b.add_memory(0, 0, 100);
+  b.add_memory(0, 1000, 300);
+  b.add_memory(1, 0, 50);
+  const Trace t = parse_trace(b.to_json(), "t.json");
+  ASSERT_EQ(t.flows.size(), 2U);
+  for (const auto& f : t.flows) {
+    EXPECT_TRUE(f.has_start && f.has_end) << f.id;
+    EXPECT_LE(f.from_us, f.to_us) << f.id;
+  }
+  const TraceFlow& p2p = t.flows[0].category == "p2p" ? t.flows[0] : t.flows[1];
+  const TraceFlow& dp = t.flows[0].category == "dp" ? t.flows[0] : t.flows[1];
+  EXPECT_EQ(p2p.from_rank, 0);
+  EXPECT_EQ(p2p.from_stream, TraceStream::kSend);
+  EXPECT_DOUBLE_EQ(p2p.from_us, 1000);  // the send's start
+  EXPECT_EQ(p2p.to_rank, 1);
+  EXPECT_EQ(p2p.to_stream, TraceStream::kRecv);
+  EXPECT_DOUBLE_EQ(p2p.to_us, 1010.5);  // the send's end: the data's arrival
+  EXPECT_EQ(dp.category, "dp");
+  EXPECT_EQ(dp.from_rank, 0);  // the replica that joined first
+  EXPECT_DOUBLE_EQ(dp.from_us, 3000);
+  EXPECT_EQ(dp.to_rank, 2);
+  EXPECT_DOUBLE_EQ(dp.to_us, 3200);
+  ASSERT_EQ(t.memory.size(), 3U);
+  EXPECT_EQ(t.memory[1].rank, 0);
+  EXPECT_DOUBLE_EQ(t.memory[1].time_us, 1000);
+  EXPECT_EQ(t.memory[1].bytes, 300);
+}
+
+// A receive that ended before its send started (clocks of two hosts) gets no arrow.
+TEST(Trace, FlowThatCannotGoForwardIsLeftOut) {
+  TraceBuilder b(TraceInfo{}, 2);
+  const auto send = b.add_slice(slice("0SEND_F0", "SEND_F", 0, TraceStream::kSend, 500, 10, 0, 0));
+  const auto recv = b.add_slice(slice("1RECV_F0", "RECV_F", 1, TraceStream::kRecv, 100, 50, 1, 0));
+  b.add_flow(send, recv);
+  EXPECT_TRUE(parse_trace(b.to_json(), "t.json").flows.empty());
+}
+
 TEST(Trace, OutputIndependentOfInsertionOrder) {
   EXPECT_EQ(two_rank_trace(false).to_json(), two_rank_trace(true).to_json());
 }

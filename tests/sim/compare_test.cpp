@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "pipewright/graph/error.hpp"
@@ -239,6 +240,59 @@ TEST(TraceReplay, CompareReplaysEveryStepAndShowsTheMedianOne) {
   EXPECT_EQ(got.report.prediction, "trace");
   EXPECT_NEAR(static_cast<double>(got.predicted.makespan_ns) / 1e6, 1.1 * makespan_ms, 1e-5);
   EXPECT_FALSE(got.predicted.actions.empty());
+}
+
+// Note [One prediction]: with sampled durations the headline, the per-rank table, the per-action
+// lines and the SVG all come from one simulated step (before, the headline was the sampled median
+// while the table and the SVG showed the plain simulation with median costs).
+TEST(Compare, SampledHeadlineTableAndSvgShowOneSimulation) {
+  auto plan = testing::one_f_one_b(2, 4);
+  sched::CostTable costs = testing::uniform_costs(2, 1.0, 2.0);
+  for (auto& c : costs.stages) {  // skewed distributions: sampled steps are longer than medians
+    sched::KindStats f;
+    f.median_ms = 1.0;
+    f.p10_ms = 0.9;
+    f.p90_ms = 2.5;
+    f.samples = 100;
+    c.forward_stats = f;
+    sched::KindStats b = f.scaled(2.0);
+    c.backward_stats = b;
+  }
+  const SimResult plain = simulate(plan, costs, Cluster{}, SimOptions{});
+  sched::Trace m = measured_from(plain, 1.2);
+  CompareOptions opt;
+  const auto got = compare_sampled(plan, costs, Cluster{}, SimOptions{}, 31, m, opt);
+  const CompareReport& rep = got.report;
+  EXPECT_EQ(rep.prediction, "sampled");
+  const double step_ms = static_cast<double>(got.predicted.step_end_ns.at(0)) / 1e6;
+  EXPECT_EQ(rep.predicted_step_ms, step_ms);
+  EXPECT_DOUBLE_EQ(rep.predicted_step_ms, median_step_ms(plan, costs, Cluster{}, SimOptions{}, 31));
+  EXPECT_NE(got.predicted.makespan_ns, plain.makespan_ns);  // the draws matter here
+  for (const auto& rc : rep.per_rank)
+    EXPECT_NEAR(rc.predicted_busy_ms + rc.predicted_idle_ms, rep.predicted_step_ms, 1e-9);
+  // Every predicted action line is the recorded step's own action.
+  for (const auto& a : rep.largest) {
+    bool found = false;
+    for (const auto& t : got.predicted.actions) {
+      if (t.rank == a.rank && action_name(t) == a.name && t.stream == Stream::kCompute) {
+        found = true;
+        EXPECT_EQ(a.predicted_start_ms, static_cast<double>(t.start_ns) / 1e6) << a.name;
+      }
+    }
+    EXPECT_TRUE(found) << a.name;
+  }
+  // The text headline and the SVG's titles print the same figures.
+  char head[64];
+  std::snprintf(head, sizeof head, "predicted %.3f ms", rep.predicted_step_ms);
+  EXPECT_NE(to_text(rep).find(head), std::string::npos) << to_text(rep);
+  char err[64];
+  std::snprintf(err, sizeof err, "error %+.2f%%", 100 * rep.step_error());
+  EXPECT_NE(to_text(rep).find(err), std::string::npos) << to_text(rep);
+  const std::string svg = compare_svg(got.predicted, m, rep);
+  char title[64];
+  std::snprintf(title, sizeof title, "step %.3f ms", rep.predicted_step_ms);
+  EXPECT_NE(svg.find(title), std::string::npos);
+  EXPECT_NE(svg.find(err), std::string::npos);
 }
 
 TEST(TraceReplay, ReportListsEveryStep) {

@@ -73,6 +73,8 @@ TEST(Report, TraceFollowsTheSharedSchema) {
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;
   std::set<std::string> cats;
   std::map<std::int64_t, int> flow_ends;
+  std::map<std::int64_t, double> flow_start, flow_end;
+  std::set<int> memory_ranks;
   int process_names = 0, thread_names = 0;
   for (const auto& e : j["traceEvents"]) {
     const std::string ph = e.at("ph");
@@ -92,9 +94,14 @@ TEST(Report, TraceFollowsTheSharedSchema) {
       thread_names += e["name"] == "thread_name";
     } else if (ph == "s" || ph == "f") {
       flow_ends[e.at("id").get<std::int64_t>()] += ph == "s" ? 1 : 2;
+      (ph == "s" ? flow_start : flow_end)[e.at("id").get<std::int64_t>()] = e.at("ts");
       if (ph == "f") {
         EXPECT_EQ(e.at("bp"), "e");
       }
+    } else if (ph == "C") {
+      EXPECT_EQ(e.at("name"), "memory");
+      EXPECT_TRUE(e.at("args").at("bytes").is_number_integer());
+      memory_ranks.insert(e.at("pid").get<int>());
     } else {
       ADD_FAILURE() << "unexpected phase " << ph;
     }
@@ -105,6 +112,8 @@ TEST(Report, TraceFollowsTheSharedSchema) {
     EXPECT_TRUE(cats.count(c)) << c;
   EXPECT_FALSE(flow_ends.empty());
   for (const auto& [id, v] : flow_ends) EXPECT_EQ(v, 3) << "flow " << id;
+  for (const auto& [id, ts] : flow_start) EXPECT_LE(ts, flow_end.at(id)) << "flow " << id;
+  EXPECT_EQ(memory_ranks, (std::set<int>{0, 1, 2, 3}));  // a memory counter track per rank
   for (auto& [key, slices] : tracks) {
     std::sort(slices.begin(), slices.end());
     for (std::size_t i = 1; i < slices.size(); ++i)
@@ -115,6 +124,33 @@ TEST(Report, TraceFollowsTheSharedSchema) {
   const auto back = sched::parse_trace(text, "sim.json");
   EXPECT_EQ(back.ranks, 4);
   EXPECT_EQ(back.slices.size(), r.actions.size());
+}
+
+// The memory chart: a curve per rank from the memory timeline, peaks in human units.
+TEST(Report, MemorySvgHasEveryRank) {
+  const auto r = interleaved_with_everything();
+  const std::string svg = svg_memory(r);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_NE(svg.find(">rank " + std::to_string(rank) + "<"), std::string::npos) << rank;
+  EXPECT_NE(svg.find("<path d=\"M"), std::string::npos);
+  EXPECT_NE(svg.find("MiB"), std::string::npos);
+  EXPECT_NE(svg.find("device memory 1 GiB"), std::string::npos);
+}
+
+// The HTML report is one self-contained page: no external reference, inline SVG pictures.
+TEST(Report, HtmlReportIsSelfContained) {
+  const auto r = interleaved_with_everything();
+  const std::string html =
+      html_report(r, HtmlReportInputs{"Interleaved1F1B p=4", nullptr, nullptr});
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+  EXPECT_EQ(html.find("href="), std::string::npos);
+  EXPECT_EQ(html.find("http://", html.find("<body")), html.find("http://www.w3.org/2000/svg"));
+  for (const char* k : {"Summary", "Timeline", "Busy and idle per rank", "Memory over time",
+                        "Critical path", "data-report-ready"})
+    EXPECT_NE(html.find(k), std::string::npos) << k;
+  EXPECT_NE(html.find("<svg"), std::string::npos);
 }
 
 TEST(Report, OutputsAreByteIdenticalAcrossRuns) {
@@ -133,7 +169,12 @@ TEST(Report, SvgAndTextTimelines) {
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   EXPECT_NE(svg.find("rank 1"), std::string::npos);
-  EXPECT_NE(svg.find("#4C78A8"), std::string::npos);  // forward colour
+  EXPECT_NE(svg.find("<title>rank 0, stage 0, microbatch 0: 0F0 (forward)"), std::string::npos);
+  EXPECT_NE(svg.find(">F0</text>"), std::string::npos);            // labelled
+  EXPECT_NE(svg.find("marker-end"), std::string::npos);            // messages as arrows
+  EXPECT_NE(svg.find("stroke-width=\"2.2\""), std::string::npos);  // critical path outlined
+  EXPECT_EQ(svg.find("font-family"), svg.rfind("font-family"));    // one font, set once
+  EXPECT_NE(svg.find("sans-serif"), std::string::npos);
   EXPECT_NE(svg.find("time (ms)"), std::string::npos);
   // 1F1B p=2 m=2, F=1, B=2: 9 ms; 18 columns of 0.5 ms each.
   const std::string text = text_timeline(r, 18);

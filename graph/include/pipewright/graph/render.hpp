@@ -21,6 +21,11 @@ namespace pipewright::graph {
 struct RenderOptions {
   // Stage -> rank, for colouring (one colour per rank). Empty: stage s runs on rank s.
   std::vector<int> stage_to_rank;
+  // Graphviz rankdir: "TB" (top to bottom) or "LR" (left to right: deep models read as a row).
+  std::string rankdir = "TB";
+  // Node view: fold each run of consecutive chained nodes with the same kind and costs (in one
+  // stage) into one box "block0 .. block31, transformer_block x 32".
+  bool collapse = false;
 };
 
 // The node view. `partition` may be null (no clusters); otherwise it must match `model`

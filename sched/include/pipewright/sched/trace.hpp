@@ -8,7 +8,13 @@
 //   "SEND_F", "ALLREDUCE"...), pid = rank, tid = stream (see TraceStream), ts / dur in
 //   microseconds (floating point), args {stage, microbatch, kind, step}.
 // - "M" metadata events: process_name "rank N", thread_name per stream, sort indices.
-// - Flow events "s" (on the send slice) / "f" (bp "e", on the receive slice) sharing an id.
+// - Flow events "s" / "f" (bp "e") sharing an id, in time order (Note [Forward flows]):
+//   cat "p2p": from the send slice (at its start) to the matching receive slice (at the data's
+//   arrival: the send's end, clamped into the receive slice); cat "dp": a data-parallel
+//   collective, from the replica that joined first (at its start) to every other replica's slice
+//   of the same collective (at its start).
+// - Counter events "C" named "memory", one track per rank (pid): args {"bytes": N}, the rank's
+//   memory from that time on.
 // Slices on one (pid, tid) never overlap; TraceBuilder::to_json() asserts it.
 #pragma once
 
@@ -51,10 +57,33 @@ struct TraceInfo {
   std::string schedule;              // schedule name
 };
 
+// One flow arrow as read back: its "s" and "f" events (has_start / has_end say which were found).
+struct TraceFlow {
+  std::int64_t id = 0;
+  std::string category;  // "p2p" or "dp"
+  bool has_start = false;
+  bool has_end = false;
+  std::int32_t from_rank = 0;
+  TraceStream from_stream = TraceStream::kCompute;
+  double from_us = 0;
+  std::int32_t to_rank = 0;
+  TraceStream to_stream = TraceStream::kCompute;
+  double to_us = 0;
+};
+
+// One sample of a rank's memory counter track.
+struct TraceCounter {
+  std::int32_t rank = 0;
+  double time_us = 0;
+  std::int64_t bytes = 0;
+};
+
 struct Trace {
   TraceInfo info;
-  std::int32_t ranks = 0;          // number of "rank N" processes named by metadata
-  std::vector<TraceSlice> slices;  // the complete events, in file order
+  std::int32_t ranks = 0;            // number of "rank N" processes named by metadata
+  std::vector<TraceSlice> slices;    // the complete events, in file order
+  std::vector<TraceFlow> flows;      // by id, ascending
+  std::vector<TraceCounter> memory;  // "memory" counter samples, in file order
 };
 
 // Collects events; to_json() is deterministic (same events -> same bytes, whatever the order
@@ -65,8 +94,14 @@ class TraceBuilder {
 
   // Returns the slice's index (for add_flow).
   std::size_t add_slice(TraceSlice slice);
-  // An arrow from the send slice to the receive slice (both indices from add_slice).
+  // An arrow from the send slice to the receive slice (both indices from add_slice). Written in
+  // time order (Note [Forward flows]); dropped when the receive ended before the send started.
   void add_flow(std::size_t send_slice, std::size_t recv_slice);
+  // The slices of one data-parallel collective on its replicas (indices from add_slice): arrows
+  // from the replica that joined last to each other one.
+  void add_collective(const std::vector<std::size_t>& slices);
+  // A sample of `rank`'s memory counter: `bytes` from `time_us` on.
+  void add_memory(std::int32_t rank, double time_us, std::int64_t bytes);
 
   [[nodiscard]] std::size_t size() const noexcept { return slices_.size(); }
   // Throws InternalError when two slices on the same (rank, stream) overlap.
@@ -76,7 +111,12 @@ class TraceBuilder {
   TraceInfo info_;
   std::int32_t ranks_ = 0;
   std::vector<TraceSlice> slices_;
-  std::vector<std::pair<std::size_t, std::size_t>> flows_;
+  struct Flow {
+    std::size_t from, to;
+    bool collective;
+  };
+  std::vector<Flow> flows_;
+  std::vector<TraceCounter> memory_;
 };
 
 // Parses a trace written by TraceBuilder (or any Trace Event JSON with the required fields).

@@ -103,7 +103,8 @@ struct TraceReplay {
 // Note [Trace-driven replay], end to end: every kept step of `measured` simulated alone (one
 // step, `options` otherwise) with its replay table; the report's predicted_step_ms is the median
 // of those steps, its per-step fields are filled, and its per-rank / per-action lines come from
-// `predicted`, the recorded replay of the step whose measured time is closest to the median.
+// `predicted`, the recorded replay of the median predicted step (Note [One prediction]; the lower
+// middle one for an even count), whose time is predicted_step_ms.
 struct TraceReplayComparison {
   SimResult predicted;
   CompareReport report;
@@ -111,6 +112,21 @@ struct TraceReplayComparison {
 [[nodiscard]] TraceReplayComparison compare_trace_replay(
     const sched::LoweredPlan& plan, const sched::CostTable& costs, const Cluster& cluster,
     const SimOptions& options, const sched::Trace& measured, const CompareOptions& compare_options);
+
+// Note [One prediction]: `compare` prints a step-time error, per-rank and per-action lines and an
+// SVG; all of them come from one recorded simulated step. With `sampled_steps` > 0 it is the
+// median step of that many draws with sampled durations (median_sampled_step), else the plain
+// simulation with median costs; the report's predicted_step_ms is that step's end.
+struct SampledComparison {
+  SimResult predicted;
+  CompareReport report;
+};
+[[nodiscard]] SampledComparison compare_sampled(const sched::LoweredPlan& plan,
+                                                const sched::CostTable& costs,
+                                                const Cluster& cluster, const SimOptions& options,
+                                                std::int32_t sampled_steps,
+                                                const sched::Trace& measured,
+                                                const CompareOptions& compare_options);
 
 // Replay costs taken from the measured trace itself: per stage, the median F, B, I and W
 // durations over the steps kept (used by `compare` when no --profile is given). Byte sizes are
@@ -124,6 +140,10 @@ struct TraceReplayComparison {
 // The measured trace's step `step` as a SimResult (compute and send slices only), so that it can
 // be drawn with the simulator's own timeline renderer.
 [[nodiscard]] SimResult measured_as_result(const sched::Trace& measured, std::int64_t step);
+
+// The measured step whose duration is closest to the report's median, as a SimResult.
+[[nodiscard]] SimResult measured_median_step(const sched::Trace& measured,
+                                             const CompareReport& report);
 
 // One SVG: the predicted timeline above the measured one (the median step's timeline is drawn
 // for the measured side: the step whose duration is closest to the median).

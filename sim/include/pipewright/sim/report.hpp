@@ -23,9 +23,30 @@ namespace pipewright::sim {
 // Chrome Trace Event JSON (needs record_actions). `plan` describes the plan for otherData.
 [[nodiscard]] std::string trace_json(const SimResult& result, const std::string& plan);
 
-// SVG Gantt chart: one row per rank, F/B/I/W coloured, sends and DP collectives in a thin band
-// under the compute row, idle time (bubbles) visible as the grey background, axis in ms.
+// SVG Gantt chart (Note [Timeline picture] in sim/src/timeline_svg.cpp): one lane per rank,
+// every compute action its own labelled rectangle with a <title> tooltip, a hue per stage and a
+// lightness / hatching per kind, messages as arrows between lanes, the critical path outlined,
+// idle time as the grey background, axis in ms; the width follows the plan's length.
 [[nodiscard]] std::string svg_timeline(const SimResult& result);
+
+// Memory over time, one chart per rank on shared axes (needs record_memory_timeline for the
+// curve; the static memory and the peaks are drawn in any case).
+[[nodiscard]] std::string svg_memory(const SimResult& result);
+
+struct CompareReport;  // compare.hpp
+
+// What an HTML report shows besides the simulation.
+struct HtmlReportInputs {
+  std::string title;                       // e.g. the plan's description
+  const CompareReport* compare = nullptr;  // predicted vs measured (pipewright compare)
+  const SimResult* measured = nullptr;     // the measured step drawn as a timeline
+};
+
+// One self-contained HTML page (no network: inline SVG and style, a few lines of script):
+// summary table in human units, timeline(s), busy/idle per rank, memory over time, the critical
+// path, and with `compare` the predicted and measured figures side by side. Needs record_actions
+// (and record_memory_timeline for the memory curves).
+[[nodiscard]] std::string html_report(const SimResult& result, const HtmlReportInputs& inputs);
 
 // `width` columns per rank: F/B/I/W for the kind covering most of the column, '.' idle.
 [[nodiscard]] std::string text_timeline(const SimResult& result, int width = 100);

@@ -172,4 +172,13 @@ struct SimResult {
                                     const Cluster& cluster, SimOptions options, std::int32_t steps,
                                     std::uint64_t seed = 1);
 
+// Note [One prediction]: the recorded simulation of the median step of median_step_ms's draws
+// (the lower middle one when `steps` is even), so that a step time, the per-rank and per-action
+// lines and the pictures all come from one simulated step. `options.steps` is set to 1;
+// record_actions is kept as given.
+[[nodiscard]] SimResult median_sampled_step(const sched::LoweredPlan& plan,
+                                            const sched::CostTable& costs, const Cluster& cluster,
+                                            SimOptions options, std::int32_t steps,
+                                            std::uint64_t seed = 1);
+
 }  // namespace pipewright::sim
