@@ -105,7 +105,8 @@ void run_simulate(const SimulateArgs& a) {
     w.activation_bytes = a.activation_bytes;
     w.param_bytes = a.param_bytes;
     w.output_bytes = a.output_bytes;
-    costs = sim::what_if_costs(w, plan.shape.stages);
+    // Per model stage: Chimera's replicas share their model stage's costs (sim::replica_costs).
+    costs = sim::what_if_costs(w, plan.shape.model_stages());
   }
   if (a.compute_overhead_ms) costs.compute_overhead_ms = *a.compute_overhead_ms;
 

@@ -101,8 +101,8 @@ TEST(ForwardOnly, LatencyNoGradientsNoOptimizerState) {
   const auto r = simulate(plan, c, Cluster{}, o);
   EXPECT_EQ(r.makespan_ns, (m + p - 1) * kMs);  // a pipeline of forwards
   for (const auto& rr : r.per_rank) {
-    EXPECT_EQ(rr.static_memory_bytes, 5000);     // parameters only
-    EXPECT_EQ(rr.peak_activation_bytes, 1000);   // one forward's activations at a time
+    EXPECT_EQ(rr.static_memory_bytes, 5000);    // parameters only
+    EXPECT_EQ(rr.peak_activation_bytes, 1000);  // one forward's activations at a time
   }
 }
 
