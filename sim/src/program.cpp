@@ -103,7 +103,10 @@ Program decode(const sched::LoweredPlan& plan) {
       PW_CHECK(shape.stage_to_rank[static_cast<std::size_t>(a.stage)] == r, InvalidPlanError,
                where() << ": stage " << a.stage << " lives on rank "
                        << shape.stage_to_rank[static_cast<std::size_t>(a.stage)]);
-      if (a.kind != ActionKind::kReduceGrad && a.kind != ActionKind::kOptimizerStep) {
+      // An OVERLAP_F_B marker stays an op (positions are the plan's) that takes no time: its
+      // sub-actions follow and run back to back on the rank's compute stream, as torch's runtime
+      // runs them (docs/simulator.md, "OVERLAP_F_B").
+      if (sched::has_microbatch(a.kind)) {
         PW_CHECK(a.microbatch >= 0 && a.microbatch < M, InvalidPlanError,
                  where() << ": microbatch " << a.microbatch << " is out of range [0, " << M << ")");
       }
