@@ -91,6 +91,8 @@ std::string to_json(const sim::SearchResult& r) {
                       {"bucket_cap_mb", c.dp_variant.bucket_cap_mb},
                       {"localsgd_frequency", c.dp_variant.localsgd_frequency},
                       {"slowmo_frequency", c.dp_variant.slowmo_frequency},
+                      {"sync_every", c.dp_variant.sync_every},
+                      {"fragments", c.dp_variant.fragments},
                       {"step_ms", static_cast<double>(c.step_ns) / 1e6},
                       {"throughput_samples_per_s", c.throughput_samples_per_s},
                       {"bubble_fraction", c.bubble_fraction},

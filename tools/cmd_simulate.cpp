@@ -209,6 +209,11 @@ void run_simulate(const SimulateArgs& a) {
         std::printf(", throughput %.1f samples/s", result.throughput_samples_per_s());
       std::printf("\n");
     }
+    if (result.dp > 1) {
+      std::printf("data-parallel (%s): %.0f wire bytes/step per replica\n",
+                  std::string(sched::to_string(job.data_parallel.algorithm)).c_str(),
+                  result.dp_wire_bytes_per_step);
+    }
     if (a.sampled_steps > 0) {
       std::printf("median step over %d steps with sampled durations: %.3f ms\n", a.sampled_steps,
                   sim::median_step_ms(plan, costs, cluster, opt, a.sampled_steps));

@@ -7,6 +7,55 @@
 
 namespace pipewright::cli {
 
+namespace {
+
+// SlowMo's SGP base, DiLoCo / Streaming DiLoCo (issue 24), into the spec's std::optional fields.
+void add_diloco_flags(CLI::App* cmd, sched::DataParallelSpec& d, const char* g) {
+  cmd->add_option_function<std::string>(
+         "--slowmo-base",
+         [&d](const std::string& s) { d.slowmo_base = sched::parse_dp_algorithm(s); },
+         "SlowMo: base algorithm, localsgd (average every --localsgd-frequency steps, default) | "
+         "sgp (gossip every step)")
+      ->group(g);
+  cmd->add_option_function<std::int64_t>(
+         "--sync-every", [&d](std::int64_t v) { d.sync_every = v; },
+         "DiLoCo: inner steps H between outer steps of each fragment (default 100)")
+      ->group(g);
+  cmd->add_option_function<double>(
+         "--outer-lr", [&d](double v) { d.outer_lr = v; },
+         "DiLoCo: outer SGD learning rate (default 0.7)")
+      ->group(g);
+  cmd->add_option_function<double>(
+         "--outer-momentum", [&d](double v) { d.outer_momentum = v; },
+         "DiLoCo: outer SGD momentum (default 0.9)")
+      ->group(g);
+  cmd->add_flag_function(
+         "--outer-nesterov", [&d](std::int64_t) { d.outer_nesterov = true; },
+         "DiLoCo: Nesterov outer momentum (default when --outer-momentum > 0)")
+      ->group(g);
+  cmd->add_flag_function(
+         "--no-outer-nesterov", [&d](std::int64_t) { d.outer_nesterov = false; },
+         "DiLoCo: plain (heavy-ball) outer momentum")
+      ->group(g);
+  cmd->add_option_function<int>(
+         "--fragments", [&d](int v) { d.fragments = v; },
+         "Streaming DiLoCo: K fragments of the parameters, fragment i synced after steps "
+         "(i + 1) H / K + m H (default 1)")
+      ->group(g);
+  cmd->add_option_function<std::int64_t>(
+         "--fragment-sync-delay", [&d](std::int64_t v) { d.sync_delay = v; },
+         "Streaming DiLoCo: inner steps tau a fragment's all-reduce overlaps before it is "
+         "applied (default 1 with --fragments > 1, else 0)")
+      ->group(g);
+  cmd->add_option_function<std::string>(
+         "--outer-dtype",
+         [&d](const std::string& s) { d.outer_dtype = sched::parse_outer_dtype(s); },
+         "DiLoCo: outer all-reduce element type, fp32 | bf16 (bf16 on the wire, summed in fp32)")
+      ->group(g);
+}
+
+}  // namespace
+
 void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
   auto* g = "Job (the same flags for run and simulate)";
   cmd->add_option("--model", job.model_path, "model JSON (graph/)")->group(g);
@@ -83,7 +132,7 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
   cmd->add_option_function<std::string>(
          "--dp-algorithm",
          [&d](const std::string& s) { d.algorithm = sched::parse_dp_algorithm(s); },
-         "ddp | slowmo | localsgd")
+         "ddp | slowmo | localsgd | diloco | sgp")
       ->default_str(std::string(sched::to_string(d.algorithm)))
       ->group(g);
   cmd->add_option("--bucket-cap-mb", d.bucket_cap_mb, "DDP bucket cap, MiB (fractions allowed)")
@@ -125,6 +174,7 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
          "--procs-per-node", [&d](int v) { d.procs_per_node = v; },
          "SlowMo/LocalSGD: ranks per node (gradients all-reduced within a node)")
       ->group(g);
+  add_diloco_flags(cmd, d, g);
 }
 
 void write_plan_out(const std::string& path, const sched::JobSpec& job,

@@ -174,6 +174,32 @@ const Key kKeys[] = {
      [](F f) { return opt_num(f.config.data_parallel.procs_per_node); }},
     {"data_parallel", "check_replicas", Type::kInt, "--check-replicas", "",
      [](F f) { return num(f.config.check_replicas); }},
+    // SlowMo's SGP base, DiLoCo (issue 24).
+    {"data_parallel", "slowmo_base", Type::kString, "--slowmo-base", "",
+     [](F f) {
+       const auto& v = f.config.data_parallel.slowmo_base;
+       return v ? str(sched::to_string(*v)) : std::string();
+     }},
+    {"data_parallel", "sync_every", Type::kInt, "--sync-every", "",
+     [](F f) { return opt_num(f.config.data_parallel.sync_every); }},
+    {"data_parallel", "outer_lr", Type::kNumber, "--outer-lr", "",
+     [](F f) { return opt_num(f.config.data_parallel.outer_lr); }},
+    {"data_parallel", "outer_momentum", Type::kNumber, "--outer-momentum", "",
+     [](F f) { return opt_num(f.config.data_parallel.outer_momentum); }},
+    {"data_parallel", "outer_nesterov", Type::kBool, "--outer-nesterov", "--no-outer-nesterov",
+     [](F f) {
+       const auto& v = f.config.data_parallel.outer_nesterov;
+       return v ? boolean(*v) : std::string();
+     }},
+    {"data_parallel", "fragments", Type::kInt, "--fragments", "",
+     [](F f) { return opt_num(f.config.data_parallel.fragments); }},
+    {"data_parallel", "fragment_sync_delay", Type::kInt, "--fragment-sync-delay", "",
+     [](F f) { return opt_num(f.config.data_parallel.sync_delay); }},
+    {"data_parallel", "outer_dtype", Type::kString, "--outer-dtype", "",
+     [](F f) {
+       const auto& v = f.config.data_parallel.outer_dtype;
+       return v ? str(sched::to_string(*v)) : std::string();
+     }},
 
     {"comm", "backend", Type::kString, "--backend", "",
      [](F f) { return str(exec::to_string(f.config.backend)); }},

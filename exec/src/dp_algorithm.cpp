@@ -5,7 +5,9 @@
 #include <sstream>
 
 #include "ddp.hpp"
+#include "diloco.hpp"
 #include "pipewright/sched/buckets.hpp"
+#include "sgp.hpp"
 #include "slowmo.hpp"
 
 namespace pipewright::exec {
@@ -23,7 +25,24 @@ std::unique_ptr<DataParallelAlgorithm> make_data_parallel(const DataParallelSpec
     o.first_step = context.first_step;
     return std::make_unique<Ddp>(context.dp_comm, o);
   }
+  if (config.algorithm == DpAlgorithm::kDiLoCo) {
+    DiLoCoOptions o;
+    o.sync_every = config.sync_every_or_default();
+    o.outer_lr = config.outer_lr_or_default();
+    o.outer_momentum = config.outer_momentum_or_default();
+    o.nesterov = config.outer_nesterov_or_default();
+    o.fragments = config.fragments_or_default();
+    o.sync_delay = config.sync_delay_or_default();
+    o.bf16 = config.outer_dtype_or_default() == sched::OuterDtype::kBf16;
+    o.check_replicas = context.check_replicas;
+    o.timeout = context.timeout;
+    return std::make_unique<DiLoCo>(context.dp_comm, o);
+  }
+  if (config.algorithm == DpAlgorithm::kSgp) {
+    return std::make_unique<Sgp>(context.dp_comm, context.timeout, context.check_replicas);
+  }
   SlowMoOptions o;
+  o.sgp_base = config.slowmo_base_or_default() == DpAlgorithm::kSgp;
   o.localsgd_frequency = config.localsgd_frequency_or_default();
   o.slowmo_frequency = config.slowmo_frequency_or_default();
   o.momentum = config.slowmo_momentum_or_default();

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "pipewright/graph/error.hpp"
+#include "sgp.hpp"
 
 namespace pipewright::exec {
 
@@ -38,6 +39,7 @@ bool SlowMo::slow_step_after(std::int64_t step) const noexcept {
 }
 
 bool SlowMo::averages_after(std::int64_t step) const noexcept {
+  if (options_.sgp_base) return false;
   const bool localsgd = nodes_ > 1 && (step + 1) % options_.localsgd_frequency == 0;
   return localsgd && !(options_.memory_efficient && slow_step_after(step));
 }
@@ -50,6 +52,7 @@ void SlowMo::on_start(std::vector<StageParams>& stages) {
   PW_ASSERT(stages_.empty(), "SlowMo on_start called twice");
   detail::broadcast_from_replica0(*dp_, stages, options_.timeout, stats_);
   stages_ = stages;
+  if (options_.sgp_base) gossip_ = std::make_unique<PushSumGossip>(dp_, options_.timeout);
   for (const auto& sp : stages_) {
     for (const auto& p : sp.params) {
       if (!p.requires_grad()) continue;
@@ -210,12 +213,21 @@ void SlowMo::after_optimizer_step(std::int64_t step) {
   ++stats_.steps;
   const bool average = averages_after(step);
   const bool slow = slow_step_after(step);
+  if (gossip_) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor x = flat_params();
+    gossip_->exchange(x, step, stats_);
+    set_params(x);
+  }
   if (average) average_parameters(step);
   if (slow) slow_momentum_step(step);
   if (options_.check_replicas > 0 && (step + 1) % options_.check_replicas == 0) {
     // Replicas are bit-identical only right after an averaging (see Note [SlowMo step]); other
     // steps are not checked.
-    const bool identical = nodes_ == 1 || (average && !slow) || (slow && options_.memory_efficient);
+    const bool identical =
+        options_.sgp_base
+            ? dp_->size() == 2 || (slow && options_.memory_efficient)
+            : nodes_ == 1 || (average && !slow) || (slow && options_.memory_efficient);
     if (identical) detail::check_replicas_identical(*dp_, stages_, step, options_.timeout, stats_);
   }
 }
@@ -226,10 +238,18 @@ std::map<std::string, torch::Tensor> SlowMo::state() const {
     out["slowmo.x_old"] = x_old_;
     out["slowmo.u"] = u_;
   }
+  if (gossip_) out["slowmo.sgp_weight"] = torch::tensor({gossip_->weight()}, torch::kDouble);
   return out;
 }
 
 void SlowMo::load_state(const std::map<std::string, torch::Tensor>& state) {
+  if (gossip_) {
+    auto it = state.find("slowmo.sgp_weight");
+    PW_CHECK(
+        it != state.end() && it->second.numel() == 1 && it->second.scalar_type() == torch::kDouble,
+        ConfigError, "checkpoint: no valid 'slowmo.sgp_weight' tensor");
+    gossip_->set_weight(it->second.item<double>());
+  }
   if (!x_old_.defined()) return;
   for (auto [name, dst] : {std::pair<const char*, torch::Tensor*>{"slowmo.x_old", &x_old_},
                            std::pair<const char*, torch::Tensor*>{"slowmo.u", &u_}}) {

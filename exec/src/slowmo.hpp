@@ -21,6 +21,8 @@
 // backward hook does. There is no gradient communication across nodes: that is the point.
 // The concatenated parameters are those of every local stage, in stage order, then registration
 // order (trainable float32 parameters only).
+// With the SGP base (--slowmo-base sgp, fairscale's SlowMoBaseAlgorithm.SGP), (1) is replaced by
+// one push-sum gossip round after every step (Note [SGP step] in sgp.hpp); (2) is unchanged.
 #pragma once
 
 #include <torch/torch.h>
@@ -46,7 +48,10 @@ struct SlowMoOptions {
   std::int64_t check_replicas = 0;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   std::int64_t first_step = 0;
+  bool sgp_base = false;  // gossip every step instead of LocalSGD averaging
 };
+
+class PushSumGossip;
 
 class SlowMo final : public DataParallelAlgorithm {
  public:
@@ -88,8 +93,9 @@ class SlowMo final : public DataParallelAlgorithm {
   std::vector<torch::Tensor> trainable_;  // concatenation order
   std::int64_t total_ = 0;
   std::int64_t shard_len_ = 0;
-  torch::Tensor x_old_;  // this replica's shard (or everything), float32
-  torch::Tensor u_;      // slow momentum buffer, same extent
+  torch::Tensor x_old_;                    // this replica's shard (or everything), float32
+  torch::Tensor u_;                        // slow momentum buffer, same extent
+  std::unique_ptr<PushSumGossip> gossip_;  // sgp_base only
   DataParallelStats stats_;
 };
 

@@ -23,19 +23,65 @@ bool is_chain(const std::vector<std::pair<int, int>>& deps, int stages) {
   return true;
 }
 
+// DiLoCo's options, with torchft's constraints on the fragment schedule (Note [DiLoCo step]).
+void validate_diloco(const DataParallelSpec& c) {
+  const bool diloco = c.algorithm == DpAlgorithm::kDiLoCo;
+  const struct {
+    bool set;
+    const char* flag;
+  } diloco_only[] = {
+      {c.sync_every.has_value(), "--sync-every"},
+      {c.outer_lr.has_value(), "--outer-lr"},
+      {c.outer_momentum.has_value(), "--outer-momentum"},
+      {c.outer_nesterov.has_value(), "--outer-nesterov"},
+      {c.fragments.has_value(), "--fragments"},
+      {c.sync_delay.has_value(), "--fragment-sync-delay"},
+      {c.outer_dtype.has_value(), "--outer-dtype"},
+  };
+  for (const auto& o : diloco_only) {
+    PW_CHECK(diloco || !o.set, ConfigError,
+             o.flag << " is a DiLoCo option; it has no effect with --dp-algorithm "
+                    << to_string(c.algorithm));
+  }
+  if (!diloco) return;
+  const std::int64_t h = c.sync_every_or_default();
+  PW_CHECK(h >= 1, ConfigError, "--sync-every must be >= 1, got " << h);
+  const double lr = c.outer_lr_or_default();
+  PW_CHECK(std::isfinite(lr) && lr > 0, ConfigError, "--outer-lr must be > 0, got " << lr);
+  const double mu = c.outer_momentum_or_default();
+  PW_CHECK(std::isfinite(mu) && mu >= 0 && mu < 1, ConfigError,
+           "--outer-momentum must be in [0, 1), got " << mu);
+  PW_CHECK(!(c.outer_nesterov.value_or(false) && mu == 0), ConfigError,
+           "--outer-nesterov needs --outer-momentum > 0 (Nesterov momentum without momentum is "
+           "plain SGD)");
+  const int k = c.fragments_or_default();
+  PW_CHECK(k >= 1, ConfigError, "--fragments must be >= 1, got " << k);
+  PW_CHECK(k <= h && h % k == 0, ConfigError,
+           "--fragments " << k << " must divide --sync-every " << h
+                          << " (one fragment is synced every H / K inner steps)");
+  const std::int64_t tau = c.sync_delay_or_default();
+  PW_CHECK(tau >= 0 && tau < h / k, ConfigError,
+           "--fragment-sync-delay must be in 0..H/K-1 = 0.."
+               << h / k - 1 << ", got " << tau
+               << " (a fragment's all-reduce must end "
+                  "before the next one starts)");
+}
+
 void validate_data_parallel(const DataParallelSpec& c, int pp, int dp) {
   PW_CHECK(std::isfinite(c.bucket_cap_mb) && c.bucket_cap_mb > 0, ConfigError,
            "--bucket-cap-mb must be a positive number of MiB, got " << c.bucket_cap_mb);
-  const bool averaging = c.algorithm != DpAlgorithm::kDdp;
+  const bool averaging =
+      c.algorithm == DpAlgorithm::kSlowMo || c.algorithm == DpAlgorithm::kLocalSgd;
   const bool slowmo = c.algorithm == DpAlgorithm::kSlowMo;
   const std::string algo(to_string(c.algorithm));
   // Options that only mean something for an algorithm that averages parameters.
   PW_CHECK(averaging || !c.localsgd_frequency, ConfigError,
            "--localsgd-frequency is a SlowMo/LocalSGD option; it has no effect with "
-           "--dp-algorithm ddp");
+           "--dp-algorithm "
+               << to_string(c.algorithm));
   PW_CHECK(averaging || !c.procs_per_node, ConfigError,
            "--procs-per-node is a SlowMo/LocalSGD option; it has no effect with --dp-algorithm "
-           "ddp");
+               << to_string(c.algorithm));
   const struct {
     bool set;
     const char* flag;
@@ -63,6 +109,19 @@ void validate_data_parallel(const DataParallelSpec& c, int pp, int dp) {
   const int shards = c.slowmo_num_shards_or_default(dp);
   PW_CHECK(shards >= 1 && shards <= dp, ConfigError,
            "--slowmo-num-shards must be in 1..dp = 1.." << dp << ", got " << shards);
+  validate_diloco(c);
+  PW_CHECK(slowmo || !c.slowmo_base, ConfigError,
+           "--slowmo-base is a SlowMo option; it has no effect with --dp-algorithm " << algo);
+  PW_CHECK(!c.slowmo_base || *c.slowmo_base == DpAlgorithm::kLocalSgd ||
+               *c.slowmo_base == DpAlgorithm::kSgp,
+           ConfigError, "--slowmo-base must be localsgd or sgp, got " << to_string(*c.slowmo_base));
+  const bool gossip = c.algorithm == DpAlgorithm::kSgp ||
+                      (slowmo && c.slowmo_base_or_default() == DpAlgorithm::kSgp);
+  PW_CHECK(!gossip || dp >= 2, ConfigError,
+           "SGP needs --dp >= 2 (gossip between replicas), got --dp " << dp);
+  PW_CHECK(!gossip || c.procs_per_node_or_default() == 1, ConfigError,
+           "--slowmo-base sgp with --procs-per-node > 1 is not supported (gossip runs between "
+           "all replicas)");
   const int ppn = c.procs_per_node_or_default();
   PW_CHECK(ppn >= 1, ConfigError, "--procs-per-node must be >= 1, got " << ppn);
   if (ppn > 1) {
@@ -81,11 +140,20 @@ DpAlgorithm parse_dp_algorithm(std::string_view name) {
   if (name == "ddp") return DpAlgorithm::kDdp;
   if (name == "slowmo") return DpAlgorithm::kSlowMo;
   if (name == "localsgd") return DpAlgorithm::kLocalSgd;
-  PW_CHECK(name != "sgp", ConfigError,
-           "--dp-algorithm sgp: SlowMo's stochastic gradient push (gossip) base algorithm is not "
-           "supported; use --dp-algorithm slowmo (LocalSGD base), localsgd or ddp");
+  if (name == "diloco") return DpAlgorithm::kDiLoCo;
+  if (name == "sgp") return DpAlgorithm::kSgp;
   throw ConfigError("--dp-algorithm: unknown algorithm '" + std::string(name) +
-                    "' (expected ddp, slowmo or localsgd)");
+                    "' (expected ddp, slowmo, localsgd, diloco or sgp)");
+}
+
+OuterDtype parse_outer_dtype(std::string_view name) {
+  if (name == "fp32") return OuterDtype::kFp32;
+  if (name == "bf16") return OuterDtype::kBf16;
+  throw ConfigError("--outer-dtype must be fp32 or bf16, got '" + std::string(name) + "'");
+}
+
+std::string_view to_string(OuterDtype dtype) noexcept {
+  return dtype == OuterDtype::kBf16 ? "bf16" : "fp32";
 }
 
 std::string_view to_string(DpAlgorithm algorithm) noexcept {
@@ -96,6 +164,10 @@ std::string_view to_string(DpAlgorithm algorithm) noexcept {
       return "slowmo";
     case DpAlgorithm::kLocalSgd:
       return "localsgd";
+    case DpAlgorithm::kDiLoCo:
+      return "diloco";
+    case DpAlgorithm::kSgp:
+      return "sgp";
   }
   return "?";
 }

@@ -51,6 +51,14 @@ Json resolved(const JobSpec& j) {
       Json::array({"procs_per_node", d.procs_per_node_or_default()}),
       Json::array({"forward_only", j.forward_only}),
       Json::array({"recompute", to_string(j.recompute)}),
+      Json::array({"slowmo_base", to_string(d.slowmo_base_or_default())}),
+      Json::array({"sync_every", d.sync_every_or_default()}),
+      Json::array({"outer_lr", d.outer_lr_or_default()}),
+      Json::array({"outer_momentum", d.outer_momentum_or_default()}),
+      Json::array({"outer_nesterov", d.outer_nesterov_or_default()}),
+      Json::array({"fragments", d.fragments_or_default()}),
+      Json::array({"fragment_sync_delay", d.sync_delay_or_default()}),
+      Json::array({"outer_dtype", to_string(d.outer_dtype_or_default())}),
   });
 }
 
@@ -102,7 +110,15 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
                   "slowmo_num_shards",
                   "procs_per_node",
                   "forward_only",
-                  "recompute"});
+                  "recompute",
+                  "slowmo_base",
+                  "sync_every",
+                  "outer_lr",
+                  "outer_momentum",
+                  "outer_nesterov",
+                  "fragments",
+                  "fragment_sync_delay",
+                  "outer_dtype"});
   if (root["format"].as_string() != kJobFormat) {
     root["format"].fail("expected \"" + std::string(kJobFormat) + "\"");
   }
@@ -148,8 +164,10 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
   d.bucket_cap_mb = root["bucket_cap_mb"].as_finite_positive();
   d.ddp_overlap = root["ddp_overlap"].as_bool();
   // Options the algorithm ignores must hold their defaults (what to_json writes for them).
-  const bool averaging = d.algorithm != DpAlgorithm::kDdp;
+  const bool averaging =
+      d.algorithm == DpAlgorithm::kSlowMo || d.algorithm == DpAlgorithm::kLocalSgd;
   const bool slowmo = d.algorithm == DpAlgorithm::kSlowMo;
+  const bool diloco = d.algorithm == DpAlgorithm::kDiLoCo;
   DataParallelSpec defaults;
   defaults.algorithm = d.algorithm;
   auto option = [&](const char* key, bool applies, auto value, auto default_value, auto& field) {
@@ -178,6 +196,29 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
   if (root.has("forward_only")) j.forward_only = root["forward_only"].as_bool();
   if (root.has("recompute"))
     j.recompute = named("recompute", [](const std::string& s) { return parse_recompute(s); });
+  // slowmo_base and DiLoCo's keys are absent in files written before issue 24.
+  if (root.has("slowmo_base")) {
+    option("slowmo_base", slowmo,
+           named("slowmo_base", [](const std::string& s) { return parse_dp_algorithm(s); }),
+           defaults.slowmo_base_or_default(), d.slowmo_base);
+  }
+  if (root.has("sync_every")) {
+    option("sync_every", diloco, root["sync_every"].as_int(), defaults.sync_every_or_default(),
+           d.sync_every);
+    option("outer_lr", diloco, root["outer_lr"].as_finite_positive(),
+           defaults.outer_lr_or_default(), d.outer_lr);
+    option("outer_momentum", diloco, root["outer_momentum"].as_finite_nonnegative(),
+           defaults.outer_momentum_or_default(), d.outer_momentum);
+    // The defaults of these two follow the values read above.
+    option("outer_nesterov", diloco, root["outer_nesterov"].as_bool(),
+           d.outer_nesterov_or_default(), d.outer_nesterov);
+    option("fragments", diloco, int32("fragments"), defaults.fragments_or_default(), d.fragments);
+    option("fragment_sync_delay", diloco, root["fragment_sync_delay"].as_int(),
+           d.sync_delay_or_default(), d.sync_delay);
+    option("outer_dtype", diloco,
+           named("outer_dtype", [](const std::string& s) { return parse_outer_dtype(s); }),
+           defaults.outer_dtype_or_default(), d.outer_dtype);
+  }
   try {
     validate_job(j);
   } catch (const ConfigError& e) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <numeric>
 #include <string>
 
 #include "pipewright/graph/error.hpp"
@@ -27,6 +28,11 @@ SimOptions sim_options(const sched::JobSpec& job) {
   o.dp.bucket_cap_mb = d.bucket_cap_mb;
   o.dp.localsgd_frequency = static_cast<std::int32_t>(d.localsgd_frequency_or_default());
   o.dp.slowmo_frequency = static_cast<std::int32_t>(d.slowmo_frequency_or_default());
+  o.dp.sync_every = static_cast<std::int32_t>(d.sync_every_or_default());
+  o.dp.fragments = d.fragments_or_default();
+  o.dp.sync_delay = static_cast<std::int32_t>(d.sync_delay_or_default());
+  o.dp.outer_bf16 = d.outer_dtype_or_default() == sched::OuterDtype::kBf16;
+  o.dp.slowmo_base = d.slowmo_base_or_default();
   o.optimizer = job.optimizer;
   o.momentum = job.momentum;
   o.steps = static_cast<std::int32_t>(job.steps);
@@ -78,6 +84,46 @@ DdpBucketPlan ddp_buckets(const sched::StageCost& stage, const DataParallelOptio
     plan.cumulative_bytes.push_back(cum);
   }
   return plan;
+}
+
+double dp_wire_bytes_per_step(const sched::CostTable& costs, const DataParallelOptions& o) {
+  const std::int32_t n = o.replicas;
+  if (n <= 1) return 0;
+  double params = 0;  // one replica's parameter bytes, all stages
+  for (const auto& st : costs.stages) params += static_cast<double>(st.param_bytes);
+  // Bytes a member sends: ring all-reduce 2 (n - 1) / n, reduce or broadcast (n - 1) / n (as
+  // exec's DataParallelStats::wire_bytes counts them).
+  const double all_reduce = 2.0 * (n - 1) / n * params;
+  switch (o.algorithm) {
+    case DpAlgorithm::kDdp:
+      return all_reduce;
+    case DpAlgorithm::kLocalSgd:
+      return all_reduce / o.localsgd_frequency;
+    case DpAlgorithm::kSlowMo: {
+      // Per lcm period: averages every localsgd_frequency steps except where the (memory-
+      // efficient) slow step's reduce + broadcast replaces it.
+      const std::int64_t a = o.localsgd_frequency, b = o.slowmo_frequency;
+      const std::int64_t period = a / std::gcd(a, b) * b;
+      const bool sgp = o.slowmo_base == DpAlgorithm::kSgp;
+      double total = 0;
+      for (std::int64_t s = 1; s <= period; ++s) {
+        if (sgp) total += params;  // the gossip message, every step
+        if (s % b == 0) {
+          total += all_reduce;  // reduce + broadcast: 2 (n - 1) / n
+        } else if (!sgp && s % a == 0) {
+          total += all_reduce;
+        }
+      }
+      return total / static_cast<double>(period);
+    }
+    case DpAlgorithm::kDiLoCo:
+      // Every fragment once per sync_every steps; bf16: scatter + gather of 2-byte elements,
+      // (n - 1) / n of the fp32 bytes.
+      return (o.outer_bf16 ? all_reduce / 2 : all_reduce) / o.sync_every;
+    case DpAlgorithm::kSgp:
+      return params;  // its parameters (and a 4-byte weight) to one peer per step
+  }
+  return 0;
 }
 
 }  // namespace pipewright::sim

@@ -36,4 +36,11 @@ struct DdpBucketPlan {
 [[nodiscard]] DdpBucketPlan ddp_buckets(const sched::StageCost& stage,
                                         const DataParallelOptions& options);
 
+// Data-parallel bytes one replica sends per step (SimResult::dp_wire_bytes_per_step): DDP's
+// all-reduce of every parameter each step, LocalSGD's every localsgd_frequency steps, SlowMo's
+// reduce + broadcast on slow steps, DiLoCo's all-reduce of one fragment every sync_every /
+// fragments steps (1/H of DDP's in all, half that in bf16).
+[[nodiscard]] double dp_wire_bytes_per_step(const sched::CostTable& costs,
+                                            const DataParallelOptions& options);
+
 }  // namespace pipewright::sim

@@ -448,8 +448,14 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
       }
     }
   }
-  if (dp_ > 1 && opt_.dp.algorithm != DpAlgorithm::kDdp) {
-    const bool average = (step + 1) % opt_.dp.localsgd_frequency == 0;
+  if (dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDiLoCo) diloco_end_of_step(r, st, step);
+  if (dp_ > 1 &&
+      (opt_.dp.algorithm == DpAlgorithm::kLocalSgd || opt_.dp.algorithm == DpAlgorithm::kSlowMo ||
+       opt_.dp.algorithm == DpAlgorithm::kSgp)) {
+    const bool sgp =
+        opt_.dp.algorithm == DpAlgorithm::kSgp ||
+        (opt_.dp.algorithm == DpAlgorithm::kSlowMo && opt_.dp.slowmo_base == DpAlgorithm::kSgp);
+    const bool average = !sgp && (step + 1) % opt_.dp.localsgd_frequency == 0;
     const bool slowmo =
         opt_.dp.algorithm == DpAlgorithm::kSlowMo && (step + 1) % opt_.dp.slowmo_frequency == 0;
     auto blocking = [&](std::int64_t ns, Collective kind) {
@@ -468,13 +474,44 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
       st.time = end;
       st.dp_free = end;
     };
+    if (sgp) blocking(network_->sgp_ns(r), Collective::kSgp);
     if (average) blocking(network_->localsgd_ns(r), Collective::kLocalSgd);
     if (slowmo) blocking(network_->slowmo_ns(r), Collective::kSlowMo);
   }
-  // The step is over on this rank when compute, sends and collectives are all done.
-  const std::int64_t finish = std::max({st.time, st.send_free, st.dp_free});
+  // The step is over on this rank when compute, sends and collectives are all done (an
+  // outer all-reduce still in flight belongs to a later step).
+  const std::int64_t dp_end =
+      opt_.dp.algorithm == DpAlgorithm::kDiLoCo ? std::min(st.dp_free, st.time) : st.dp_free;
+  const std::int64_t finish = std::max({st.time, st.send_free, dp_end});
   auto& end = result_.step_end_ns[static_cast<std::size_t>(step)];
   end = std::max(end, finish);
+}
+
+void Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
+  // Note [DiLoCo step] (exec/src/diloco.hpp): a fragment's all-reduce starts after step n with
+  // (n + 1 + tau) % P == 0 on the dp stream, overlapping the compute of the next tau steps, and
+  // the step with (n + 1) % P == 0 waits for it (tau = 0: it is fully exposed).
+  const auto& d = opt_.dp;
+  const std::int64_t period = std::max(1, d.sync_every / std::max(d.fragments, 1));
+  auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+  if ((step + 1 + d.sync_delay) % period == 0) {
+    const std::int64_t ns = network_->diloco_ns(r);
+    const std::int64_t start = std::max(st.time, st.dp_free);
+    const std::int64_t end = start + ns;
+    rr.dp_comm_ns += ns;
+    if (record_ && ns > 0) {
+      Op cop{ActionKind::kReduceGrad, -1, -1, -1, false, false};
+      const auto idx = record(cop, r, step, Stream::kDpAllReduce, start, end, st.last_compute);
+      result_.actions[static_cast<std::size_t>(idx)].collective = Collective::kDiLoCo;
+      st.last_dp = idx;
+    }
+    st.dp_free = end;
+  }
+  if ((step + 1) % period == 0 && st.dp_free > st.time) {
+    rr.dp_exposed_ns += st.dp_free - st.time;
+    st.time = st.dp_free;
+    st.last_compute = st.last_dp;
+  }
 }
 
 void Engine::step_forward(std::int32_t r, RankState& st) {
@@ -604,6 +641,7 @@ SimResult Engine::run() {
   result_.microbatches = M_;
   result_.dp = dp_;
   result_.steps = K_;
+  result_.dp_wire_bytes_per_step = dp_wire_bytes_per_step(costs_, opt_.dp);
   result_.micro_batch_size = opt_.micro_batch_size;
   result_.device_memory_bytes = cluster_.device_memory_bytes;
   result_.step_end_ns.assign(static_cast<std::size_t>(K_), 0);

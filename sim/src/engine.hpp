@@ -149,6 +149,7 @@ class Engine {
   void complete(std::int32_t r, std::uint32_t version);
   void start_send(std::int32_t r);
   void complete_send(std::int32_t r, std::uint32_t version);
+  void diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step);
   void step_forward(std::int32_t r, RankState& st);
   void end_of_step(std::int32_t r, RankState& st, std::int32_t step);
   void launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_t step,

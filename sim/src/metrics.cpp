@@ -22,6 +22,10 @@ std::string action_name(const TimedAction& a) {
       return "LOCALSGD";
     case Collective::kSlowMo:
       return "SLOWMO";
+    case Collective::kDiLoCo:
+      return "DILOCO";
+    case Collective::kSgp:
+      return "SGP";
     case Collective::kNone:
       break;
   }
@@ -36,6 +40,10 @@ std::string action_category(const TimedAction& a) {
       return "LOCALSGD";
     case Collective::kSlowMo:
       return "SLOWMO";
+    case Collective::kDiLoCo:
+      return "DILOCO";
+    case Collective::kSgp:
+      return "SGP";
     case Collective::kNone:
       break;
   }
@@ -107,7 +115,8 @@ std::string metrics_json(const SimResult& r) {
                         {"recv_wait_ms", ms(recv_wait)},
                         {"dp_comm_ms", ms(dp)},
                         {"dp_exposed_ms", ms(dp_exposed)},
-                        {"dp_exposed_max_rank_ms", ms(dp_exposed_max)}};
+                        {"dp_exposed_max_rank_ms", ms(dp_exposed_max)},
+                        {"dp_wire_bytes_per_step", r.dp_wire_bytes_per_step}};
   j["device_memory_bytes"] = r.device_memory_bytes;
   j["fits_memory"] = fits;
   json path = json::array();

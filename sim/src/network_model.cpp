@@ -27,13 +27,19 @@ class AnalyticalNetwork final : public NetworkModel {
   std::int64_t slowmo_ns(std::int32_t rank) const noexcept override {
     return rank_slowmo_ns_[static_cast<std::size_t>(rank)];
   }
+  std::int64_t diloco_ns(std::int32_t rank) const noexcept override {
+    return rank_diloco_ns_[static_cast<std::size_t>(rank)];
+  }
+  std::int64_t sgp_ns(std::int32_t rank) const noexcept override {
+    return rank_sgp_ns_[static_cast<std::size_t>(rank)];
+  }
 
  private:
   std::int64_t batch_overhead_ns_ = 0;
   std::vector<std::int64_t> edge_ns_;                  // one message on the edge
   std::vector<std::vector<std::int64_t>> bucket_ns_;   // per stage: all-reduce time per bucket
   std::vector<std::vector<std::int64_t>> bucket_cum_;  // per stage: cumulative bytes per bucket
-  std::vector<std::int64_t> rank_localsgd_ns_, rank_slowmo_ns_;
+  std::vector<std::int64_t> rank_localsgd_ns_, rank_slowmo_ns_, rank_diloco_ns_, rank_sgp_ns_;
 };
 
 AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched::CostTable& costs,
@@ -49,6 +55,8 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
   bucket_cum_.assign(static_cast<std::size_t>(S), {});
   rank_localsgd_ns_.assign(static_cast<std::size_t>(R), 0);
   rank_slowmo_ns_.assign(static_cast<std::size_t>(R), 0);
+  rank_diloco_ns_.assign(static_cast<std::size_t>(R), 0);
+  rank_sgp_ns_.assign(static_cast<std::size_t>(R), 0);
   if (dp <= 1) return;
   for (std::int32_t s = 0; s < S; ++s) {
     const auto r = shape.stage_to_rank[static_cast<std::size_t>(s)];
@@ -70,6 +78,13 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
     rank_localsgd_ns_[static_cast<std::size_t>(r)] =
         allreduce_ns(cluster.collective, group.link, dp, bytes);
     rank_slowmo_ns_[static_cast<std::size_t>(r)] = 2 * reduce_ns(group.link, dp, bytes);
+    // One fragment (bytes / K; bf16: half of that on the wire, as a scatter + gather moves the
+    // bytes of an all-reduce of half the size).
+    const std::int64_t fragment = bytes / std::max(options.dp.fragments, 1);
+    rank_diloco_ns_[static_cast<std::size_t>(r)] = allreduce_ns(
+        cluster.collective, group.link, dp, options.dp.outer_bf16 ? fragment / 2 : fragment);
+    // SGP: the parameters plus the push-sum weight to one peer (full duplex with the receive).
+    rank_sgp_ns_[static_cast<std::size_t>(r)] = p2p_ns(group.link, bytes + 4);
   }
 }
 

@@ -32,6 +32,10 @@ class NetworkModel {
   // reduce + broadcast of them, ns.
   [[nodiscard]] virtual std::int64_t localsgd_ns(std::int32_t rank) const noexcept = 0;
   [[nodiscard]] virtual std::int64_t slowmo_ns(std::int32_t rank) const noexcept = 0;
+  // DiLoCo (dp > 1): the outer all-reduce of one fragment of rank `rank`'s parameters, ns.
+  [[nodiscard]] virtual std::int64_t diloco_ns(std::int32_t rank) const noexcept = 0;
+  // SGP (dp > 1): one gossip exchange (send the parameters to one peer, receive from another).
+  [[nodiscard]] virtual std::int64_t sgp_ns(std::int32_t rank) const noexcept = 0;
 };
 
 // The analytical model: latency + bytes / bandwidth per message on the cluster's links (or the

@@ -41,6 +41,12 @@ void check_inputs(const sched::LoweredPlan& plan, const sched::CostTable& costs,
            "--localsgd-frequency must be >= 1, got " << dp.localsgd_frequency);
   PW_CHECK(dp.slowmo_frequency >= 1, ConfigError,
            "--slowmo-frequency must be >= 1, got " << dp.slowmo_frequency);
+  PW_CHECK(dp.sync_every >= 1 && dp.fragments >= 1 && dp.sync_every % dp.fragments == 0 &&
+               dp.sync_delay >= 0 && dp.sync_delay < dp.sync_every / dp.fragments,
+           ConfigError,
+           "DiLoCo: --fragments " << dp.fragments << " must divide --sync-every " << dp.sync_every
+                                  << " and --fragment-sync-delay " << dp.sync_delay
+                                  << " be below their quotient");
   PW_CHECK(options.micro_batch_size >= 0, ConfigError,
            "--micro-batch-size must be >= 0, got " << options.micro_batch_size);
   if (!options.replay_durations_ns.empty()) {

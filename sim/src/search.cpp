@@ -27,6 +27,10 @@ std::int32_t steps_for(const DpVariant& d) {
       return d.localsgd_frequency;
     case DpAlgorithm::kSlowMo:
       return std::max(d.localsgd_frequency, d.slowmo_frequency);
+    case DpAlgorithm::kDiLoCo:
+      return d.sync_every;
+    case DpAlgorithm::kSgp:
+      return 1;
   }
   return 1;
 }
@@ -40,9 +44,14 @@ struct Config {
 
 std::vector<DpVariant> default_dp_variants() {
   return {
-      DpVariant{DpAlgorithm::kDdp, 1.0, 1, 1},     DpVariant{DpAlgorithm::kDdp, 25.0, 1, 1},
-      DpVariant{DpAlgorithm::kDdp, 100.0, 1, 1},   DpVariant{DpAlgorithm::kLocalSgd, 25.0, 2, 1},
+      DpVariant{DpAlgorithm::kDdp, 1.0, 1, 1},
+      DpVariant{DpAlgorithm::kDdp, 25.0, 1, 1},
+      DpVariant{DpAlgorithm::kDdp, 100.0, 1, 1},
+      DpVariant{DpAlgorithm::kLocalSgd, 25.0, 2, 1},
       DpVariant{DpAlgorithm::kSlowMo, 25.0, 2, 4},
+      DpVariant{DpAlgorithm::kDiLoCo, 25.0, 1, 1, 8, 1},
+      DpVariant{DpAlgorithm::kDiLoCo, 25.0, 1, 1, 8, 2},
+      DpVariant{DpAlgorithm::kSgp, 25.0, 1, 1},
   };
 }
 
@@ -58,6 +67,17 @@ std::string describe(const DpVariant& d) {
     case DpAlgorithm::kSlowMo:
       std::snprintf(dp, sizeof dp, "slowmo(avg %d, slow %d)", d.localsgd_frequency,
                     d.slowmo_frequency);
+      break;
+    case DpAlgorithm::kDiLoCo:
+      if (d.fragments > 1) {
+        std::snprintf(dp, sizeof dp, "streaming-diloco(every %d, %d fragments)", d.sync_every,
+                      d.fragments);
+      } else {
+        std::snprintf(dp, sizeof dp, "diloco(every %d)", d.sync_every);
+      }
+      break;
+    case DpAlgorithm::kSgp:
+      std::snprintf(dp, sizeof dp, "sgp");
       break;
   }
   return dp;
@@ -166,7 +186,12 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       auto& d = vjob.data_parallel;
       d.algorithm = variant.algorithm;
       d.bucket_cap_mb = variant.bucket_cap_mb;
-      if (variant.algorithm != DpAlgorithm::kDdp) d.localsgd_frequency = variant.localsgd_frequency;
+      if (variant.algorithm == DpAlgorithm::kLocalSgd || variant.algorithm == DpAlgorithm::kSlowMo)
+        d.localsgd_frequency = variant.localsgd_frequency;
+      if (variant.algorithm == DpAlgorithm::kDiLoCo) {
+        d.sync_every = variant.sync_every;
+        d.fragments = variant.fragments;
+      }
       if (variant.algorithm == DpAlgorithm::kSlowMo) d.slowmo_frequency = variant.slowmo_frequency;
       vjob.steps = c.dp > 1 ? steps_for(variant) : 1;
       SimOptions so = sim_options(vjob);

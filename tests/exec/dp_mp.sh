@@ -8,7 +8,14 @@
 #            without COMPLETE is ignored
 #   slowmo   SlowMo dp 2, --save-replicas writes one file per replica
 #   bad      bad data-parallel input exits 2
-#   dp_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR ddp|resume|slowmo|bad
+#   diloco   DiLoCo (issue 24) dp 2: outer lr 1, momentum 0, one fragment, --sync-every 2 ==
+#            LocalSGD every 2 (<= 1e-6); Nesterov outer momentum == torch.optim.SGD(nesterov=True)
+#            on the averaged outer gradient (diloco_reference.py, <= 1e-5)
+#   sgp      SGP dp 2 with plain SGD == DDP dp 2 (<= 1e-5); SlowMo with the SGP base runs;
+#            SGP resume bit-identical
+#   diloco-resume  Streaming DiLoCo (2 fragments, delay 1, bf16), 6 steps vs 3 + --resume with an
+#            outer all-reduce in flight at the checkpoint: bit-identical
+#   dp_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR ddp|resume|slowmo|bad|diloco|diloco-resume|sgp
 set -euo pipefail
 pw="$1"; cmp="$2"; data="$3"; work="$4"; what="$5"
 mkdir -p "$work"
@@ -80,7 +87,81 @@ case "$what" in
     expect2 num_shards "--slowmo-num-shards must be in 1..dp" --dp-algorithm slowmo --slowmo-num-shards 3
     expect2 localsgd_frequency "--localsgd-frequency must be >= 1" --dp-algorithm slowmo --localsgd-frequency 0
     expect2 slowmo_frequency "--slowmo-frequency must be >= 1" --dp-algorithm slowmo --slowmo-frequency -1
-    expect2 sgp "not supported" --dp-algorithm sgp
+    out="$(run_ranks 1 gloo "$pw" "${common[@]}" --pp 1 --dp 1 --batch-size 4 --steps 1 --dp-algorithm sgp 2>&1)" && rc=0 || rc=$?
+    if [ "$rc" = 2 ] && grep -q "SGP needs --dp >= 2" <<<"$out"; then echo "OK   bad sgp_dp1"
+    else echo "FAIL bad sgp_dp1 (exit $rc): $out"; failed=1; fi
+    expect2 slowmo_base_with_ddp "--slowmo-base is a SlowMo option" --slowmo-base sgp
+    expect2 diloco_option_with_ddp "--sync-every is a DiLoCo option" --sync-every 4
+    expect2 diloco_option_with_localsgd "--outer-lr is a DiLoCo option" --dp-algorithm localsgd --outer-lr 0.5
+    expect2 nesterov_without_momentum "--outer-nesterov needs --outer-momentum > 0" \
+      --dp-algorithm diloco --outer-momentum 0 --outer-nesterov
+    expect2 fragments_divide "--fragments 3 must divide --sync-every 4" --dp-algorithm diloco \
+      --sync-every 4 --fragments 3
+    expect2 fragments_tensors "--fragments 20 is larger than the number of parameter tensors" \
+      --dp-algorithm diloco --sync-every 20 --fragments 20
+    expect2 sync_delay "--fragment-sync-delay must be in 0..H/K-1 = 0..1" --dp-algorithm diloco \
+      --sync-every 4 --fragments 2 --fragment-sync-delay 2
+    expect2 outer_dtype "--outer-dtype must be fp32 or bf16" --dp-algorithm diloco --outer-dtype fp8
+    ;;
+  diloco)
+    run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 5 \
+      --dp-algorithm localsgd --localsgd-frequency 2 --save "$work/localsgd.safetensors"
+    run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 5 \
+      --dp-algorithm diloco --sync-every 2 --outer-lr 1 --outer-momentum 0 --check-replicas 2 \
+      --save "$work/diloco.safetensors"
+    check "diloco(lr 1, momentum 0, H 2) == localsgd(every 2)" "$work/localsgd.safetensors" \
+      "$work/diloco.safetensors" 1e-6
+    ref="$(dirname "${BASH_SOURCE[0]}")/diloco_reference.py"
+    /usr/bin/python3 "$ref" init --model "$data/mlp.json" --seed 5 -o "$work/init.safetensors"
+    run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 \
+      --init "$work/init.safetensors" --dp-algorithm diloco --sync-every 2 --outer-lr 0.7 \
+      --outer-momentum 0.9 --outer-nesterov --save "$work/nesterov.safetensors"
+    if /usr/bin/python3 "$ref" train --model "$data/mlp.json" --init "$work/init.safetensors" \
+        --data-x "$data/mlp_x.npy" --data-y "$data/mlp_y.npy" --dp 2 --batch-size 4 --steps 6 \
+        --lr 0.05 --momentum 0.9 --sync-every 2 --outer-lr 0.7 --outer-momentum 0.9 --nesterov \
+        --compare "$work/nesterov.safetensors" --tolerance 1e-5; then
+      echo "OK   diloco nesterov == torch.optim.SGD(nesterov=True) reference"
+    else
+      echo "FAIL diloco nesterov == torch.optim.SGD(nesterov=True) reference"; failed=1
+    fi
+    ;;
+  sgp)
+    plain=(); skip=0
+    for a in "${common[@]}"; do  # the common flags without --momentum 0.9 (plain SGD)
+      if [ "$skip" = 1 ]; then skip=0; continue; fi
+      if [ "$a" = --momentum ]; then skip=1; continue; fi
+      plain+=("$a")
+    done
+    run_ranks 2 gloo "$pw" "${plain[@]}" --pp 1 --dp 2 --batch-size 4 --steps 5 \
+      --save "$work/ddp.safetensors"
+    run_ranks 2 gloo "$pw" "${plain[@]}" --pp 1 --dp 2 --batch-size 4 --steps 5 \
+      --dp-algorithm sgp --check-replicas 1 --save "$work/sgp.safetensors"
+    check "sgp dp=2 plain SGD == ddp dp=2" "$work/ddp.safetensors" "$work/sgp.safetensors" 1e-5
+    run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --dp-algorithm slowmo \
+      --slowmo-base sgp --slowmo-frequency 2 --slowmo-momentum 0.3 --check-replicas 1 \
+      --save "$work/slowmo-sgp.safetensors"
+    echo "OK   slowmo --slowmo-base sgp runs"
+    args=("${common[@]}" --pp 1 --dp 2 --batch-size 4 --dp-algorithm slowmo --slowmo-base sgp
+          --slowmo-frequency 2 --slowmo-momentum 0.3)
+    run_ranks 2 gloo "$pw" "${args[@]}" --steps 5 --save "$work/straight.safetensors"
+    run_ranks 2 gloo "$pw" "${args[@]}" --steps 3 --checkpoint-dir "$work/ckpt" --checkpoint-every 3
+    run_ranks 2 gloo "$pw" "${args[@]}" --steps 5 --checkpoint-dir "$work/ckpt" --resume \
+      --save "$work/resumed.safetensors"
+    check "slowmo(sgp base) resume bit-identical" "$work/straight.safetensors" \
+      "$work/resumed.safetensors" 0
+    ;;
+  diloco-resume)
+    args=("${common[@]}" --pp 1 --dp 2 --batch-size 4 --dp-algorithm diloco --sync-every 4
+          --fragments 2 --fragment-sync-delay 1 --outer-dtype bf16 --outer-lr 0.7 --outer-momentum 0.9)
+    run_ranks 2 gloo "$pw" "${args[@]}" --steps 7 --save "$work/straight.safetensors" --save-replicas
+    # After step index 2 fragment 1's all-reduce is in flight (Note [DiLoCo step]).
+    run_ranks 2 gloo "$pw" "${args[@]}" --steps 3 --checkpoint-dir "$work/ckpt" --checkpoint-every 3
+    run_ranks 2 gloo "$pw" "${args[@]}" --steps 7 --checkpoint-dir "$work/ckpt" --resume \
+      --save "$work/resumed.safetensors" --save-replicas
+    check "streaming diloco resume bit-identical (replica 0)" "$work/straight.replica0.safetensors" \
+      "$work/resumed.replica0.safetensors" 0
+    check "streaming diloco resume bit-identical (replica 1)" "$work/straight.replica1.safetensors" \
+      "$work/resumed.replica1.safetensors" 0
     ;;
   *) echo "unknown case $what"; exit 2;;
 esac

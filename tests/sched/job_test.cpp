@@ -25,16 +25,23 @@ void expect_error(const JobSpec& job, const std::string& text) {
   EXPECT_NE(got.find(text), std::string::npos) << got;
 }
 
-TEST(Job, ParsesNamesAndRejectsSgp) {
+TEST(Job, ParsesNames) {
   EXPECT_EQ(parse_dp_algorithm("ddp"), DpAlgorithm::kDdp);
   EXPECT_EQ(parse_dp_algorithm("slowmo"), DpAlgorithm::kSlowMo);
   EXPECT_EQ(parse_dp_algorithm("localsgd"), DpAlgorithm::kLocalSgd);
-  try {
-    (void)parse_dp_algorithm("sgp");
-    ADD_FAILURE();
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("not supported"), std::string::npos);
-  }
+  EXPECT_EQ(parse_dp_algorithm("diloco"), DpAlgorithm::kDiLoCo);
+  EXPECT_EQ(parse_dp_algorithm("sgp"), DpAlgorithm::kSgp);
+  JobSpec sgp;
+  sgp.data_parallel.algorithm = DpAlgorithm::kSgp;
+  expect_error(sgp, "SGP needs --dp >= 2");
+  sgp.dp = 2;
+  EXPECT_EQ(config_error(sgp), "(no error)");
+  sgp.data_parallel.slowmo_base = DpAlgorithm::kSgp;
+  expect_error(sgp, "--slowmo-base is a SlowMo option");
+  sgp.data_parallel.algorithm = DpAlgorithm::kSlowMo;
+  EXPECT_EQ(config_error(sgp), "(no error)");
+  sgp.dp = 1;
+  expect_error(sgp, "SGP needs --dp >= 2");
   EXPECT_THROW((void)parse_dp_algorithm("allreduce"), ConfigError);
   EXPECT_EQ(parse_optimizer("adamw"), Optimizer::kAdamW);
   EXPECT_THROW((void)parse_optimizer("sgd-momentum"), ConfigError);
@@ -142,6 +149,42 @@ TEST(Job, JsonRoundTripsWithEveryDefault) {
   // Defaults written out and read back give the same job as defaults left unset.
   JobSpec ddp;
   EXPECT_EQ(to_json(parse_job(to_json(ddp), "d.json")), to_json(ddp));
+}
+
+TEST(Job, DiLoCoOptionsAreValidatedAndRoundTrip) {
+  JobSpec j;
+  j.dp = 2;
+  j.data_parallel.sync_every = 4;
+  expect_error(j, "--sync-every is a DiLoCo option; it has no effect with --dp-algorithm ddp");
+  j.data_parallel.algorithm = DpAlgorithm::kLocalSgd;
+  expect_error(j, "--sync-every is a DiLoCo option; it has no effect with --dp-algorithm localsgd");
+  j.data_parallel.algorithm = DpAlgorithm::kDiLoCo;
+  EXPECT_EQ(config_error(j), "(no error)");
+  EXPECT_TRUE(j.data_parallel.outer_nesterov_or_default());
+  EXPECT_EQ(j.data_parallel.sync_delay_or_default(), 0);
+  j.data_parallel.fragments = 3;
+  expect_error(j, "--fragments 3 must divide --sync-every 4");
+  j.data_parallel.fragments = 2;
+  EXPECT_EQ(j.data_parallel.sync_delay_or_default(), 1);  // overlapped by default when streaming
+  j.data_parallel.sync_delay = 2;
+  expect_error(j, "--fragment-sync-delay must be in 0..H/K-1 = 0..1, got 2");
+  j.data_parallel.sync_delay.reset();
+  j.data_parallel.outer_momentum = 0.0;
+  EXPECT_FALSE(j.data_parallel.outer_nesterov_or_default());
+  j.data_parallel.outer_nesterov = true;
+  expect_error(j, "--outer-nesterov needs --outer-momentum > 0");
+  j.data_parallel.outer_nesterov.reset();
+  j.data_parallel.localsgd_frequency = 2;
+  expect_error(j, "--localsgd-frequency is a SlowMo/LocalSGD option");
+  j.data_parallel.localsgd_frequency.reset();
+  j.data_parallel.outer_dtype = OuterDtype::kBf16;
+  j.data_parallel.outer_lr = 0.5;
+  const std::string text = to_json(j);
+  EXPECT_NE(text.find("\"dp_algorithm\": \"diloco\",\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"outer_dtype\": \"bf16\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"fragment_sync_delay\": 1,\n"), std::string::npos) << text;
+  EXPECT_EQ(to_json(parse_job(text, "d.json")), text);
+  EXPECT_THROW((void)parse_outer_dtype("fp8"), ConfigError);
 }
 
 TEST(Job, JsonErrorsNameTheField) {

@@ -116,5 +116,52 @@ TEST(DataParallel, ReplicasAcrossNodesUseTheInterNodeLink) {
   EXPECT_EQ(rm.makespan_ns, 6 * kMs + 500 + 500 + 2000);
 }
 
+TEST(DataParallel, DiLoCoSendsOneHthOfDdpsBytes) {
+  SimOptions opt;
+  opt.dp.replicas = 4;
+  opt.steps = 8;
+  const auto costs = one_stage({1000, 3000});
+  const auto ddp = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  // Ring all-reduce n = 4 of 4000 B: 2 * 3/4 * 4000 = 6000 B per replica per step.
+  EXPECT_DOUBLE_EQ(ddp.dp_wire_bytes_per_step, 6000.0);
+  opt.dp.algorithm = DpAlgorithm::kDiLoCo;
+  for (const int h : {1, 4, 8}) {
+    opt.dp.sync_every = h;
+    const auto d = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+    EXPECT_DOUBLE_EQ(d.dp_wire_bytes_per_step, 6000.0 / h) << "H = " << h;
+  }
+  opt.dp.sync_every = 4;
+  opt.dp.fragments = 2;
+  opt.dp.outer_bf16 = true;
+  const auto bf16 = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  EXPECT_DOUBLE_EQ(bf16.dp_wire_bytes_per_step, 6000.0 / 4 / 2);
+}
+
+TEST(DataParallel, DiLoCoOuterAllReduceOverlapsTheDelayedSteps) {
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  opt.steps = 4;
+  opt.dp.algorithm = DpAlgorithm::kDiLoCo;
+  opt.dp.sync_every = 2;
+  // Steps of F + B = 3 ms; 2 MB fragment all-reduce on a 1 B/ns link: 2 ms.
+  const auto costs = one_stage({2'000'000});
+  // tau = 0: the all-reduce starts and is waited for after steps 2 and 4 (fully exposed).
+  const auto blocking = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  EXPECT_EQ(blocking.makespan_ns, 12 * kMs + 4 * kMs);
+  EXPECT_EQ(blocking.per_rank[0].dp_exposed_ns, 4 * kMs);
+  // Two fragments of 1 MB, one every step, tau = 0: 1 ms exposed per step.
+  opt.dp.fragments = 2;
+  const auto streaming = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  EXPECT_EQ(streaming.per_rank[0].dp_exposed_ns, 4 * kMs);
+  // sync_every 4, two fragments (P = 2), tau = 1: each 1 ms all-reduce starts after steps 1
+  // and 3 and overlaps the next step's 3 ms of compute: nothing exposed.
+  opt.dp.sync_every = 4;
+  opt.dp.sync_delay = 1;
+  const auto overlapped = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  EXPECT_EQ(overlapped.per_rank[0].dp_exposed_ns, 0);
+  EXPECT_EQ(overlapped.per_rank[0].dp_comm_ns, 2 * kMs);
+  EXPECT_EQ(overlapped.makespan_ns, 12 * kMs);
+}
+
 }  // namespace
 }  // namespace pipewright::sim

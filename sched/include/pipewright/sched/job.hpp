@@ -30,11 +30,18 @@ enum class DpAlgorithm : std::uint8_t {
   kDdp,       // gradients averaged every step (PyTorch DistributedDataParallel)
   kSlowMo,    // fairscale SlowMo with the LocalSGD base algorithm
   kLocalSgd,  // LocalSGD alone (SlowMo with slowmo_lr = 1, momentum = 0)
+  kDiLoCo,    // DiLoCo / Streaming DiLoCo (torchft): outer optimizer on averaged parameter deltas
+  kSgp,       // Stochastic Gradient Push (fairscale's gossip): push-sum with one peer per step
 };
-// "ddp", "slowmo", "localsgd". "sgp" (SlowMo's gossip base algorithm) is rejected saying it is
-// not supported; anything else is a ConfigError listing the names.
+// "ddp", "slowmo", "localsgd", "diloco", "sgp"; anything else is a ConfigError listing them.
 [[nodiscard]] DpAlgorithm parse_dp_algorithm(std::string_view name);
 [[nodiscard]] std::string_view to_string(DpAlgorithm algorithm) noexcept;
+
+// The element type of DiLoCo's outer all-reduce: kBf16 sends bfloat16 and sums in float32.
+enum class OuterDtype : std::uint8_t { kFp32, kBf16 };
+// "fp32", "bf16"; anything else is a ConfigError naming --outer-dtype.
+[[nodiscard]] OuterDtype parse_outer_dtype(std::string_view name);
+[[nodiscard]] std::string_view to_string(OuterDtype dtype) noexcept;
 
 enum class Optimizer : std::uint8_t { kSgd, kAdam, kAdamW };
 // "sgd" (with --momentum), "adam", "adamw"; anything else is a ConfigError listing the names.
@@ -70,6 +77,9 @@ struct DataParallelSpec {
   // one node, SlowMo all-reduces gradients within the node every step and averages parameters
   // only across nodes, as fairscale does. Default 1.
   std::optional<int> procs_per_node;
+  // SlowMo's base algorithm (fairscale's slowmo_base_algorithm): LocalSGD averaging every
+  // localsgd_frequency steps (default) or SGP gossip every step.
+  std::optional<DpAlgorithm> slowmo_base;  // kLocalSgd or kSgp
 
   [[nodiscard]] std::int64_t localsgd_frequency_or_default() const {
     return localsgd_frequency.value_or(3);
@@ -91,6 +101,34 @@ struct DataParallelSpec {
     return slowmo_num_shards.value_or(dp < 32 ? dp : 32);
   }
   [[nodiscard]] int procs_per_node_or_default() const { return procs_per_node.value_or(1); }
+  [[nodiscard]] DpAlgorithm slowmo_base_or_default() const {
+    return slowmo_base.value_or(DpAlgorithm::kLocalSgd);
+  }
+
+  // DiLoCo / Streaming DiLoCo (docs/data-parallel.md, Note [DiLoCo step] in exec/src/diloco.hpp).
+  std::optional<std::int64_t> sync_every;  // H, inner steps per outer step; default 100
+  std::optional<double> outer_lr;          // default 0.7 (DiLoCo paper)
+  std::optional<double> outer_momentum;    // default 0.9
+  std::optional<bool> outer_nesterov;      // default: outer_momentum > 0
+  std::optional<int> fragments;            // K (Streaming DiLoCo); default 1
+  std::optional<std::int64_t> sync_delay;  // tau, inner steps the all-reduce overlaps;
+                                           // default 1 when K > 1 and H / K > 1, else 0
+  std::optional<OuterDtype> outer_dtype;   // default fp32
+
+  [[nodiscard]] std::int64_t sync_every_or_default() const { return sync_every.value_or(100); }
+  [[nodiscard]] double outer_lr_or_default() const { return outer_lr.value_or(0.7); }
+  [[nodiscard]] double outer_momentum_or_default() const { return outer_momentum.value_or(0.9); }
+  [[nodiscard]] bool outer_nesterov_or_default() const {
+    return outer_nesterov.value_or(outer_momentum_or_default() > 0);
+  }
+  [[nodiscard]] int fragments_or_default() const { return fragments.value_or(1); }
+  [[nodiscard]] std::int64_t sync_delay_or_default() const {
+    const int k = fragments_or_default();
+    return sync_delay.value_or(k > 1 && sync_every_or_default() / k > 1 ? 1 : 0);
+  }
+  [[nodiscard]] OuterDtype outer_dtype_or_default() const {
+    return outer_dtype.value_or(OuterDtype::kFp32);
+  }
 };
 
 // Activation recompute (activation checkpointing; Megatron's --recompute-granularity full with

@@ -22,6 +22,8 @@ struct DpVariant {
   double bucket_cap_mb = 25.0;
   std::int32_t localsgd_frequency = 1;
   std::int32_t slowmo_frequency = 1;
+  std::int32_t sync_every = 1;  // DiLoCo: H
+  std::int32_t fragments = 1;   // DiLoCo: K (Streaming DiLoCo when > 1, with a delay of 1 step)
 };
 
 struct SearchOptions {
@@ -45,7 +47,8 @@ struct SearchOptions {
 };
 
 // DDP with 1, 25 and 100 MiB buckets, LocalSGD averaging every 2 steps, SlowMo (LocalSGD every 2
-// steps, slow momentum every 4).
+// steps, slow momentum every 4), DiLoCo syncing every 8 steps, Streaming DiLoCo (H 8, 2
+// fragments, each all-reduce overlapping one step), SGP.
 [[nodiscard]] std::vector<DpVariant> default_dp_variants();
 
 struct SearchCandidate {

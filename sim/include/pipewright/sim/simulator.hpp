@@ -47,6 +47,16 @@ struct DataParallelOptions {
   // Defaults as sched::DataParallelSpec's (fairscale's); sim_options(job) fills them from a job.
   std::int32_t localsgd_frequency = 3;  // LocalSGD / SlowMo: average parameters every N steps
   std::int32_t slowmo_frequency = 48;   // SlowMo: slow-momentum reduce + broadcast every N steps
+  // DiLoCo / Streaming DiLoCo (Note [DiLoCo step] in exec/src/diloco.hpp): one fragment of
+  // param_bytes / fragments is all-reduced every sync_every / fragments steps; its all-reduce
+  // starts sync_delay steps before the step that applies it and overlaps their compute.
+  std::int32_t sync_every = 100;
+  std::int32_t fragments = 1;
+  std::int32_t sync_delay = 0;
+  bool outer_bf16 = false;  // bf16 on the wire: half the bytes
+  // SlowMo's base: kLocalSgd (average every localsgd_frequency steps) or kSgp (every step, each
+  // replica sends its parameters to one peer, as --dp-algorithm sgp does).
+  DpAlgorithm slowmo_base = DpAlgorithm::kLocalSgd;
 };
 
 struct SimOptions {
@@ -103,7 +113,7 @@ inline constexpr int kReplaySlots = 5;
 using Stream = sched::TraceStream;
 
 // What a slice on the dp-allreduce stream (or a blocking collective) is.
-enum class Collective : std::uint8_t { kNone, kDdpBucket, kLocalSgd, kSlowMo };
+enum class Collective : std::uint8_t { kNone, kDdpBucket, kLocalSgd, kSlowMo, kDiLoCo, kSgp };
 
 // One timed action of the plan, or one collective (then action.kind == kReduceGrad,
 // action.stage is the stage (DDP) or -1 (LocalSGD / SlowMo over all the rank's stages)).
@@ -159,6 +169,9 @@ struct SimResult {
   // With record_actions: every executed action and collective, in simulation order.
   std::vector<TimedAction> actions;
   std::vector<std::int64_t> critical_path;  // indices into `actions`, first to last
+  // Data-parallel bytes one replica (all its pipeline ranks) sends per step, averaged over a
+  // period of the algorithm (dp_wire_bytes_per_step in data_parallel.hpp); 0 when dp == 1.
+  double dp_wire_bytes_per_step = 0;
 
   [[nodiscard]] double bubble_fraction() const noexcept;
   // Samples per second over all steps (needs micro_batch_size); 0 when unknown.
