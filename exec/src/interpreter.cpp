@@ -12,6 +12,7 @@
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/action.hpp"
 #include "run_report.hpp"
+#include "split_backward.hpp"
 
 namespace pipewright::exec {
 
@@ -58,6 +59,7 @@ struct Interpreter::MbState {
   torch::Tensor loss;  // scaled by 1/m (loss stage only)
   std::vector<std::pair<int, torch::Tensor>> out_grads;
   std::vector<torch::Tensor> input_grads;
+  WeightBackward weight;  // after I: what W needs (Note [Split backward])
   bool forward_done = false;
   bool input_grads_done = false;
   bool weight_grads_done = false;
@@ -504,52 +506,44 @@ void Interpreter::do_backward(const Action& a, std::int64_t step, bool input, bo
              "rank " << pipe_rank_ << " step " << step << ": " << text
                      << " without a preceding I (or twice)");
   }
-  std::size_t expected = 0;
-  for (const auto& list : st.consumers) expected += list.size();
-  PW_CHECK(ms.out_grads.size() == expected, InvalidPlanError,
-           "rank " << pipe_rank_ << " step " << step << ": " << text << " has "
-                   << ms.out_grads.size() << " of the " << expected
-                   << " output gradient(s) it needs (plan order)");
-  std::vector<torch::Tensor> roots;
-  std::vector<torch::Tensor> grads;
-  for (const auto& [k, g] : ms.out_grads) {
-    const auto& out = ms.outputs[static_cast<std::size_t>(k)];
-    if (!out.requires_grad()) continue;
-    roots.push_back(out);
-    grads.push_back(g);
-  }
-  if (ms.loss.defined()) {
-    roots.push_back(ms.loss);
-    grads.emplace_back();
-  }
-  std::vector<torch::Tensor> needs_grad_inputs;
-  std::vector<std::size_t> needs_grad_slots;
-  for (std::size_t j = 0; j < ms.inputs.size(); ++j) {
-    if (ms.inputs[j].requires_grad()) {
-      needs_grad_inputs.push_back(ms.inputs[j]);
-      needs_grad_slots.push_back(j);
-    }
-  }
-  if (input && weight) {
-    if (!roots.empty()) torch::autograd::backward(roots, grads);
-    for (std::size_t i = 0; i < needs_grad_inputs.size(); ++i) {
-      ms.input_grads[needs_grad_slots[i]] = needs_grad_inputs[i].grad();
-    }
-  } else if (input) {
-    if (!roots.empty() && !needs_grad_inputs.empty()) {
-      auto g = torch::autograd::grad(roots, needs_grad_inputs, grads, /*retain_graph=*/true,
-                                     /*create_graph=*/false, /*allow_unused=*/true);
-      for (std::size_t i = 0; i < g.size(); ++i) ms.input_grads[needs_grad_slots[i]] = g[i];
-    }
+  if (!input) {
+    // W: the weight gradients from what I kept (Note [Split backward]).
+    backward_weight(ms.weight);
   } else {
-    std::vector<torch::Tensor> params;
-    for (auto& p : st.body->parameters()) {
-      if (p.requires_grad()) params.push_back(p);
+    std::size_t expected = 0;
+    for (const auto& list : st.consumers) expected += list.size();
+    PW_CHECK(ms.out_grads.size() == expected, InvalidPlanError,
+             "rank " << pipe_rank_ << " step " << step << ": " << text << " has "
+                     << ms.out_grads.size() << " of the " << expected
+                     << " output gradient(s) it needs (plan order)");
+    std::vector<torch::Tensor> roots;
+    std::vector<torch::Tensor> grads;
+    for (const auto& [k, g] : ms.out_grads) {
+      const auto& out = ms.outputs[static_cast<std::size_t>(k)];
+      if (!out.requires_grad()) continue;
+      roots.push_back(out);
+      grads.push_back(g);
     }
-    if (!roots.empty() && !params.empty()) {
-      torch::autograd::backward(roots, grads, /*retain_graph=*/false, /*create_graph=*/false,
-                                params);
+    if (ms.loss.defined()) {
+      roots.push_back(ms.loss);
+      grads.emplace_back();
     }
+    if (weight) {
+      if (!roots.empty()) torch::autograd::backward(roots, grads);
+      for (std::size_t j = 0; j < ms.inputs.size(); ++j) {
+        if (ms.inputs[j].requires_grad()) ms.input_grads[j] = ms.inputs[j].grad();
+      }
+    } else if (!roots.empty()) {
+      std::vector<torch::Tensor> params;
+      for (auto& p : st.body->parameters()) {
+        if (p.requires_grad()) params.push_back(p);
+      }
+      ms.input_grads = backward_input(roots, grads, ms.inputs, params, &ms.weight);
+    }
+    // What W needs is in ms.weight: the outputs' graph above it can go now.
+    ms.outputs.clear();
+    ms.loss = torch::Tensor();
+    ms.out_grads.clear();
   }
   if (input) {
     for (std::size_t j = 0; j < ms.inputs.size(); ++j) {
@@ -562,9 +556,6 @@ void Interpreter::do_backward(const Action& a, std::int64_t step, bool input, bo
   }
   if (weight) {
     ms.weight_grads_done = true;
-    ms.outputs.clear();
-    ms.loss = torch::Tensor();
-    ms.out_grads.clear();
     hooks_->after_backward(a.stage, a.microbatch, last);
   }
 }

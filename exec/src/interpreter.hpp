@@ -7,8 +7,8 @@
 //          outputs with their autograd graph; the loss stage also computes loss / m.
 //   B      backward of the stage's outputs with the gradients received by RECV_B (plus the loss);
 //          parameter gradients accumulate, input gradients are kept for SEND_B.
-//   I      input gradients only (autograd::grad, graph retained); W: weight gradients (backward
-//          restricted to the parameters), which frees the graph. Zero-bubble plans use I + W.
+//   I      input gradients only, keeping what W needs; W: weight gradients from it, which frees
+//          the graph (split_backward.hpp, Note [Split backward]). Zero-bubble plans use I + W.
 //   SEND_* non-blocking send to the peer stage's rank; the Work and the buffer are kept until the
 //          end of the step. A peer stage on the same rank needs no message: the tensors were
 //          handed over when they were produced.
