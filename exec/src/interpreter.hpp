@@ -67,6 +67,9 @@ struct StageSetup {
   // Consumers of each output slot: (consumer stage, consumer input slot), for every consumer.
   std::vector<std::vector<std::pair<int, int>>> consumers;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  // Note [Activation recompute] (interpreter_compute.cpp): F keeps no autograd graph; B / I run
+  // the forward again first.
+  bool recompute = false;
 };
 
 // Mean loss of one microbatch: (output, target) -> scalar.
@@ -167,6 +170,10 @@ class Interpreter {
                      const std::vector<torch::Tensor>& y_mbs);
   [[nodiscard]] bool is_remote_p2p(const sched::Action& a) const;
   void deliver_input_grads(int stage, int mb, MbState& st);
+  // The stage's forward on ms.inputs into ms.outputs, and on the loss stage ms.loss (scaled);
+  // returns the unscaled loss (undefined for other stages).
+  torch::Tensor forward_stage(const StageSetup& st, MbState& ms);
+  void recompute_forward(const StageSetup& st, MbState& ms);
   void wait_pending(std::int64_t step);
   [[nodiscard]] StageSetup& local(int stage);
   [[nodiscard]] MbState& state(int stage, int mb);
