@@ -21,8 +21,9 @@ struct ScheduleArgs {
   std::string name;
   int ranks = 0;
   int microbatches = 0;
-  int stages_per_rank = 1;
+  int stages_per_rank = 0;  // 0: the schedule's own (2 for the V schedules, else 1)
   std::string edges;
+  bool forward_only = false;
   bool lower = false;
   bool merge_iw = false;
   bool reduce_grad = false;
@@ -62,7 +63,10 @@ void run_schedule(const ScheduleArgs& args) {
   spec.kind = sched::parse_schedule_kind(args.name);
   spec.ranks = args.ranks;
   spec.microbatches = args.microbatches;
-  spec.stages_per_rank = args.stages_per_rank;
+  const int required = sched::required_stages_per_rank(spec.kind);
+  spec.stages_per_rank =
+      args.stages_per_rank != 0 ? args.stages_per_rank : (required != 0 ? required : 1);
+  spec.forward_only = args.forward_only;
   if (!args.edges.empty()) spec.stage_edges = parse_edges(args.edges);
   const sched::ComputePlan plan = sched::generate(spec);
   // Generators are tested to produce valid plans; checking again keeps a bug from reaching a run.
@@ -95,14 +99,16 @@ void setup_schedule(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "schedule", "Generate a pipeline schedule (torch.distributed.pipelining's orders)");
   cmd->add_option("name", args->name,
-                  "GPipe | 1F1B | Interleaved1F1B | LoopedBFS | "
-                  "InterleavedZeroBubble (case-insensitive)")
+                  "GPipe | 1F1B | Interleaved1F1B | LoopedBFS | InterleavedZeroBubble | "
+                  "ZBVZeroBubble | DualPipeV | Chimera (case-insensitive)")
       ->required();
   cmd->add_option("--ranks,-p", args->ranks, "pipeline ranks P")->required();
   cmd->add_option("--microbatches,-m", args->microbatches, "microbatches M")->required();
   cmd->add_option("--stages-per-rank,-v", args->stages_per_rank,
-                  "stages per rank V (looped schedules; stage s on rank s mod P)")
-      ->capture_default_str();
+                  "stages per rank V (looped schedules; stage s on rank s mod P); default: 2 for "
+                  "ZBVZeroBubble and DualPipeV (V placement), else 1");
+  cmd->add_flag("--forward-only", args->forward_only,
+                "inference plan: forwards only (GPipe/1F1B: torch's _ScheduleForwardOnly)");
   cmd->add_option("--edges", args->edges,
                   "stage DAG as FROM:TO pairs, e.g. 0:1,0:2,1:3,2:3 (GPipe, 1F1B); default chain");
   cmd->add_flag("--lower", args->lower, "insert SEND/RECV between ranks (compute+comm plan)");

@@ -30,7 +30,8 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
   cmd->add_option_function<std::string>(
          "--schedule",
          [&job](const std::string& s) { job.schedule = sched::parse_schedule_kind(s); },
-         "GPipe | 1F1B | Interleaved1F1B | LoopedBFS | InterleavedZeroBubble")
+         "GPipe | 1F1B | Interleaved1F1B | LoopedBFS | InterleavedZeroBubble | ZBVZeroBubble "
+         "| DualPipeV | Chimera")
       ->default_str(std::string(sched::to_string(job.schedule)))
       ->group(g);
   cmd->add_option("--pp,--ranks,-p", job.pp, "pipeline ranks P")->capture_default_str()->group(g);
@@ -62,6 +63,17 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
          "when the loss or a gradient norm is NaN/Inf: error (stop, exit 1, naming step, rank "
          "and stage) | skip-step (skip that optimizer step) | warn (train on)")
       ->default_str(std::string(sched::to_string(job.nan_policy)))
+      ->group(g);
+  cmd->add_flag("--forward-only", job.forward_only,
+                "inference / evaluation: the schedule's forward-only plan, no gradients, no "
+                "optimizer")
+      ->group(g);
+  cmd->add_option_function<std::string>(
+         "--recompute", [&job](const std::string& s) { job.recompute = sched::parse_recompute(s); },
+         "activation recompute (Megatron's --recompute-granularity full): none | full | a stage "
+         "list such as 0,2 (recomputed stages keep only their inputs and redo the forward in "
+         "the backward)")
+      ->default_str("none")
       ->group(g);
 
   // Options whose presence matters (SlowMo options are rejected with --dp-algorithm ddp) go

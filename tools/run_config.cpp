@@ -135,6 +135,10 @@ const Key kKeys[] = {
      [](F f) { return boolean(f.config.save_replicas); }},
     {"training", "nan_policy", Type::kString, "--nan-policy", "",
      [](F f) { return str(sched::to_string(f.config.nan_policy)); }},
+    {"training", "forward_only", Type::kBool, "--forward-only", "",
+     [](F f) { return boolean(f.config.forward_only); }},
+    {"training", "recompute", Type::kString, "--recompute", "",
+     [](F f) { return str(sched::to_string(f.config.recompute)); }},
 
     {"optimizer", "name", Type::kString, "--optimizer", "",
      [](F f) { return str(sched::to_string(f.config.optimizer)); }},

@@ -409,6 +409,10 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
       case ActionKind::kRecvB:
         do_recv(a, step, timing);
         break;
+      case ActionKind::kOverlapFB:
+        // OVERLAP_F_B marker: its two sub-actions follow and run in order, which is what torch's
+        // runtime does without a custom overlap function (sched/action.hpp).
+        break;
       case ActionKind::kReduceGrad:
         hooks_->reduce_grad(a.stage);
         break;

@@ -17,7 +17,8 @@ struct KindName {
   std::string_view name;
 };
 // Longest names first so that prefix matching picks "REDUCE_GRAD" before "R..." and "F".
-constexpr std::array<KindName, 10> kKindNames = {{
+constexpr std::array<KindName, 11> kKindNames = {{
+    {ActionKind::kOverlapFB, "OVERLAP_F_B"},
     {ActionKind::kReduceGrad, "REDUCE_GRAD"},
     {ActionKind::kSendF, "SEND_F"},
     {ActionKind::kRecvF, "RECV_F"},
@@ -63,6 +64,10 @@ Action Action::comm(std::int32_t stage, ActionKind kind, std::int32_t mb, std::i
 Action Action::stage_only(std::int32_t stage, ActionKind kind) {
   PW_ASSERT(!has_microbatch(kind), "Action::stage_only with kind " << to_string(kind));
   return Action{stage, kind, -1, -1};
+}
+
+Action Action::overlap(std::int32_t forward_stage) {
+  return Action{forward_stage, ActionKind::kOverlapFB, -1, -1};
 }
 
 bool operator<(const Action& a, const Action& b) noexcept {
@@ -130,10 +135,12 @@ std::optional<Action> try_parse_action(std::string_view text, std::string* error
       break;
     }
   }
-  if (found == nullptr) {
+  if (found == nullptr || found->kind == ActionKind::kOverlapFB) {
     return fail(b + pos,
-                "unknown action kind (expected F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, "
-                "REDUCE_GRAD or OPTIM)");
+                found != nullptr
+                    ? "OVERLAP_F_B is a container: write it as (<forward>;<backward>)OVERLAP_F_B"
+                    : "unknown action kind (expected F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, "
+                      "REDUCE_GRAD or OPTIM)");
   }
   a.kind = found->kind;
   pos += found->name.size();
@@ -156,6 +163,77 @@ Action parse_action(std::string_view text) {
   auto a = try_parse_action(text, &error);
   if (!a) throw ParseError(error);
   return *a;
+}
+
+std::vector<std::string> to_cells(const std::vector<Action>& ops) {
+  std::vector<std::string> cells;
+  cells.reserve(ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (!is_overlap(ops[i].kind)) {
+      cells.push_back(to_string(ops[i]));
+      continue;
+    }
+    std::string cell = "(";
+    std::size_t k = 0;
+    for (; k < static_cast<std::size_t>(kOverlapSubActions) && i + 1 < ops.size(); ++k) {
+      if (k > 0) cell += ';';
+      cell += to_string(ops[++i]);
+    }
+    cell += ")";
+    cell += to_string(ActionKind::kOverlapFB);
+    cells.push_back(std::move(cell));
+  }
+  return cells;
+}
+
+bool try_parse_cell(std::string_view text, std::vector<Action>& out, std::string* error,
+                    std::size_t* error_column) {
+  std::size_t b = 0;
+  while (b < text.size() && std::isspace(static_cast<unsigned char>(text[b])) != 0) ++b;
+  if (b == text.size() || text[b] != '(') {
+    auto a = try_parse_action(text, error, error_column);
+    if (!a) return false;
+    out.push_back(*a);
+    return true;
+  }
+  auto fail = [&](std::size_t col, const std::string& why) {
+    if (error_column != nullptr) *error_column = col + 1;
+    if (error != nullptr) {
+      *error = "cannot parse action '" + std::string(text) + "' at column " +
+               std::to_string(col + 1) + ": " + why;
+    }
+    return false;
+  };
+  const std::size_t close = text.find(')', b);
+  if (close == std::string_view::npos) return fail(b, "'(' without a closing ')'");
+  std::size_t e = text.size();
+  while (e > close + 1 && std::isspace(static_cast<unsigned char>(text[e - 1])) != 0) --e;
+  const std::string_view kind = text.substr(close + 1, e - close - 1);
+  if (kind != to_string(ActionKind::kOverlapFB)) {
+    return fail(close + 1, "a container cell must end in ')OVERLAP_F_B'");
+  }
+  std::vector<Action> subs;
+  std::size_t start = b + 1;
+  while (start <= close) {
+    std::size_t end = text.find(';', start);
+    if (end == std::string_view::npos || end > close) end = close;
+    std::size_t col = 0;
+    auto a = try_parse_action(text.substr(start, end - start), nullptr, &col);
+    if (!a) {
+      std::string inner;
+      (void)try_parse_action(text.substr(start, end - start), &inner, nullptr);
+      return fail(start + (col > 0 ? col - 1 : 0), "sub-action: " + inner);
+    }
+    subs.push_back(*a);
+    start = end + 1;
+  }
+  if (subs.size() != static_cast<std::size_t>(kOverlapSubActions)) {
+    return fail(b, "OVERLAP_F_B needs exactly 2 sub-actions (a forward, then a backward), got " +
+                       std::to_string(subs.size()));
+  }
+  out.push_back(Action::overlap(subs.front().stage));
+  out.insert(out.end(), subs.begin(), subs.end());
+  return true;
 }
 
 }  // namespace pipewright::sched

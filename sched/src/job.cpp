@@ -139,6 +139,62 @@ std::string_view to_string(NanPolicy policy) noexcept {
   return "?";
 }
 
+bool RecomputeSpec::recomputes(int model_stage) const noexcept {
+  if (mode == RecomputeMode::kFull) return true;
+  if (mode == RecomputeMode::kNone) return false;
+  return std::binary_search(stages.begin(), stages.end(), model_stage);
+}
+
+RecomputeSpec parse_recompute(std::string_view text) {
+  RecomputeSpec out;
+  if (text == "none") return out;
+  if (text == "full") {
+    out.mode = RecomputeMode::kFull;
+    return out;
+  }
+  auto bad = [&]() {
+    return ConfigError("--recompute: '" + std::string(text) +
+                       "' is not none, full or a comma-separated list of stage indices (e.g. "
+                       "0,2)");
+  };
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(start, end - start);
+    if (item.empty() || item.size() > 9) throw bad();
+    int v = 0;
+    for (char ch : item) {
+      if (ch < '0' || ch > '9') throw bad();
+      v = v * 10 + (ch - '0');
+    }
+    out.stages.push_back(v);
+    start = end + 1;
+  }
+  std::sort(out.stages.begin(), out.stages.end());
+  out.stages.erase(std::unique(out.stages.begin(), out.stages.end()), out.stages.end());
+  out.mode = RecomputeMode::kStages;
+  return out;
+}
+
+std::string to_string(const RecomputeSpec& r) {
+  if (r.mode == RecomputeMode::kNone) return "none";
+  if (r.mode == RecomputeMode::kFull) return "full";
+  std::string out;
+  for (int s : r.stages) out += (out.empty() ? "" : ",") + std::to_string(s);
+  return out;
+}
+
+void validate_recompute(const RecomputeSpec& r, int stages) {
+  if (r.mode != RecomputeMode::kStages) return;
+  PW_CHECK(!r.stages.empty(), ConfigError, "--recompute: the stage list is empty");
+  for (int s : r.stages) {
+    PW_CHECK(s >= 0 && s < stages, ConfigError,
+             "--recompute: stage " << s << " is out of range [0, " << stages
+                                   << ") (--pp x --stages-per-rank)");
+  }
+}
+
 void validate_job(const JobSpec& c) {
   PW_CHECK(c.pp >= 1, ConfigError, "--pp must be >= 1, got " << c.pp);
   PW_CHECK(c.dp >= 1, ConfigError, "--dp must be >= 1, got " << c.dp);
@@ -167,6 +223,23 @@ void validate_job(const JobSpec& c) {
   PW_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, ConfigError,
            "--weight-decay must be >= 0, got " << c.weight_decay);
   validate_data_parallel(c.data_parallel, c.pp, c.dp);
+  validate_recompute(c.recompute, c.stages());
+  PW_CHECK(!c.forward_only || c.recompute.mode == RecomputeMode::kNone, ConfigError,
+           "--recompute has no effect with --forward-only (nothing is kept for a backward)");
+  if (c.plan_path.empty() && is_v_shaped(c.schedule)) {
+    const int v = required_stages_per_rank(c.schedule);
+    PW_CHECK(c.stages_per_rank == v, ConfigError,
+             "--schedule " << to_string(c.schedule) << " needs --stages-per-rank " << v << ", got "
+                           << c.stages_per_rank
+                           << (v == 2 ? " (V placement: rank r holds stages r and 2P-1-r)" : ""));
+    PW_CHECK(c.schedule != ScheduleKind::kChimera || c.pp % 2 == 0, ConfigError,
+             "--schedule Chimera needs an even --pp (two pipelines in opposite directions), got "
+                 << c.pp);
+    PW_CHECK(c.schedule != ScheduleKind::kDualPipeV || c.microbatches >= 2 * c.pp, ConfigError,
+             "DualPipeV requires at least as many microbatches as stages, but got "
+                 << c.microbatches << " microbatches and " << 2 * c.pp << " stages (--microbatches"
+                 << " must be >= 2 x --pp)");
+  }
 }
 
 graph::Partition resolve_partition(const JobSpec& job, const graph::Model& model) {
@@ -192,9 +265,14 @@ LoweredPlan lower_for_run(AnyPlan plan) {
     // end of its list (all REDUCE_GRADs, then all OPTIMs, in stage order), as lower() places
     // them, so the executor and the simulator never add actions of their own.
     LoweredPlan lowered = std::get<LoweredPlan>(std::move(plan));
+    if (lowered.shape.forward_only) return lowered;  // no gradients: no REDUCE_GRAD / OPTIM
     for (int r = 0; r < lowered.shape.ranks; ++r) {
       auto& list = lowered.per_rank[static_cast<std::size_t>(r)];
-      const auto stages = lowered.shape.stages_of_rank(r);
+      auto stages = lowered.shape.stages_of_rank(r);
+      // Replicas all-reduce in model-stage order on every rank (Note [Stage replicas]).
+      std::stable_sort(stages.begin(), stages.end(), [&](int x, int y) {
+        return lowered.shape.model_stage(x) < lowered.shape.model_stage(y);
+      });
       for (const ActionKind kind : {ActionKind::kReduceGrad, ActionKind::kOptimizerStep}) {
         for (const int s : stages) {
           const bool has = std::any_of(list.begin(), list.end(), [&](const Action& a) {
@@ -214,12 +292,14 @@ LoweredPlan lower_for_run(AnyPlan plan) {
 
 JobSpec with_plan_shape(JobSpec job, const PlanShape& shape) {
   const std::string origin = job.plan_path.empty() ? std::string("plan") : job.plan_path;
-  PW_CHECK(shape.ranks >= 1 && shape.stages % shape.ranks == 0, InvalidPlanError,
-           origin << ": the plan has " << shape.stages << " stages on " << shape.ranks
+  const int model_stages = shape.model_stages();
+  PW_CHECK(shape.ranks >= 1 && model_stages % shape.ranks == 0, InvalidPlanError,
+           origin << ": the plan has " << model_stages << " (model) stages on " << shape.ranks
                   << " ranks; a job runs pp x stages-per-rank stages");
   job.pp = shape.ranks;
-  job.stages_per_rank = shape.stages / shape.ranks;
+  job.stages_per_rank = model_stages / shape.ranks;
   job.microbatches = shape.microbatches;
+  job.forward_only = shape.forward_only;
   return job;
 }
 
@@ -236,6 +316,7 @@ LoweredPlan make_plan(const JobSpec& job, const graph::Partition* partition,
     spec.ranks = job.pp;
     spec.microbatches = job.microbatches;
     spec.stages_per_rank = job.stages_per_rank;
+    spec.forward_only = job.forward_only;
     if (partition != nullptr && !is_chain(deps, partition->num_stages())) {
       spec.stage_edges = stage_edges_from(partition->graph);
     }
@@ -246,25 +327,37 @@ LoweredPlan make_plan(const JobSpec& job, const graph::Partition* partition,
   const auto& shape = plan.shape;
   PW_CHECK(shape.ranks == job.pp, InvalidPlanError,
            origin << ": the plan has " << shape.ranks << " ranks but --pp is " << job.pp);
+  // Plans with stage replicas (Chimera) run model_stages() model stages on more plan stages.
+  const int model_stages = shape.model_stages();
   if (partition != nullptr) {
-    PW_CHECK(shape.stages == partition->num_stages(), InvalidPlanError,
-             origin << ": the plan has " << shape.stages << " stages but the model '"
+    PW_CHECK(model_stages == partition->num_stages(), InvalidPlanError,
+             origin << ": the plan has " << model_stages << " stages but the model '"
                     << partition->model_name << "' is partitioned into " << partition->num_stages()
                     << " stages (--pp x --stages-per-rank)");
   }
-  PW_CHECK(shape.stages == stages, InvalidPlanError,
-           origin << ": the plan has " << shape.stages << " stages but --pp " << job.pp
+  PW_CHECK(model_stages == stages, InvalidPlanError,
+           origin << ": the plan has " << model_stages << " stages but --pp " << job.pp
                   << " x --stages-per-rank " << job.stages_per_rank << " = " << stages);
+  PW_CHECK(shape.forward_only == job.forward_only, InvalidPlanError,
+           origin << (shape.forward_only
+                          ? ": the plan is forward-only (no backward); pass --forward-only"
+                          : ": the plan trains (has backwards) but --forward-only is set"));
   PW_CHECK(shape.microbatches == job.microbatches, InvalidPlanError,
            origin << ": the plan has " << shape.microbatches
                   << " microbatches but --microbatches is " << job.microbatches);
   if (partition != nullptr) {
+    // Every replica of model stage b reads from a replica of model stage a.
     const auto edges = shape.edges();
     for (const auto& [a, b] : deps) {
-      PW_CHECK(std::find(edges.begin(), edges.end(), StageEdge{a, b}) != edges.end(),
-               InvalidPlanError,
-               origin << ": stage " << b << " reads values of stage " << a
-                      << " in the partition, but the plan has no edge " << a << " -> " << b);
+      for (const std::int32_t pb : shape.replicas_of(b)) {
+        const bool found = std::any_of(edges.begin(), edges.end(), [&](const StageEdge& e) {
+          return e.to == pb && shape.model_stage(e.from) == a;
+        });
+        PW_CHECK(found, InvalidPlanError,
+                 origin << ": stage " << b << " reads values of stage " << a
+                        << " in the partition, but the plan has no edge " << a << " -> " << b
+                        << (shape.has_replicas() ? " into plan stage " + std::to_string(pb) : ""));
+      }
     }
   }
   check_valid(plan, origin);

@@ -49,6 +49,8 @@ Json resolved(const JobSpec& j) {
       Json::array({"slowmo_memory_efficient", d.slowmo_memory_efficient_or_default()}),
       Json::array({"slowmo_num_shards", d.slowmo_num_shards_or_default(j.dp)}),
       Json::array({"procs_per_node", d.procs_per_node_or_default()}),
+      Json::array({"forward_only", j.forward_only}),
+      Json::array({"recompute", to_string(j.recompute)}),
   });
 }
 
@@ -98,7 +100,9 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
                   "slowmo_lr",
                   "slowmo_memory_efficient",
                   "slowmo_num_shards",
-                  "procs_per_node"});
+                  "procs_per_node",
+                  "forward_only",
+                  "recompute"});
   if (root["format"].as_string() != kJobFormat) {
     root["format"].fail("expected \"" + std::string(kJobFormat) + "\"");
   }
@@ -170,6 +174,10 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
          defaults.slowmo_memory_efficient_or_default(), d.slowmo_memory_efficient);
   option("slowmo_num_shards", slowmo, int32("slowmo_num_shards"),
          defaults.slowmo_num_shards_or_default(j.dp), d.slowmo_num_shards);
+  // Absent in files written before issue 22.
+  if (root.has("forward_only")) j.forward_only = root["forward_only"].as_bool();
+  if (root.has("recompute"))
+    j.recompute = named("recompute", [](const std::string& s) { return parse_recompute(s); });
   try {
     validate_job(j);
   } catch (const ConfigError& e) {

@@ -62,12 +62,26 @@ void check_lowerable(const ComputePlan& plan) {
   }
 }
 
-// torch's _merge_bw on one rank.
+// How many entries the unit starting at ops[i] spans: 1 + kOverlapSubActions for an OVERLAP_F_B
+// marker (Note [OVERLAP_F_B units]), else 1; clipped to the list.
+std::size_t unit_size(const Ops& ops, std::size_t i) {
+  const std::size_t n = is_overlap(ops[i].kind) ? 1 + kOverlapSubActions : 1;
+  return std::min(n, ops.size() - i);
+}
+
+// torch's _merge_bw on one rank (an I inside an OVERLAP_F_B unit stays an I).
 Ops merge_iw(const Ops& ops) {
   Ops out;
   out.reserve(ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Action& a = ops[i];
+    if (is_overlap(a.kind)) {
+      const std::size_t n = unit_size(ops, i);
+      out.insert(out.end(), ops.begin() + static_cast<std::ptrdiff_t>(i),
+                 ops.begin() + static_cast<std::ptrdiff_t>(i + n));
+      i += n - 1;
+      continue;
+    }
     if (a.kind == ActionKind::kBackwardInput && i + 1 < ops.size()) {
       const Action& n = ops[i + 1];
       if (n.kind == ActionKind::kBackwardWeight && n.stage == a.stage &&
@@ -82,8 +96,11 @@ Ops merge_iw(const Ops& ops) {
   return out;
 }
 
-// torch's _add_reduce_grad on one rank: REDUCE_GRAD(s) right after the m-th B or W of stage s.
-Ops add_reduce_grad(const Ops& ops, const PlanShape& sh) {
+// torch's _add_reduce_grad on one rank: REDUCE_GRAD(s) right after the stage's last B or W (after
+// the whole OVERLAP_F_B unit when that is inside one). Replicated stages (Chimera) all-reduce with
+// their replicas on other ranks, so every rank must reach them in the same order: their
+// REDUCE_GRADs go at the end of the list in model-stage order (Note [Stage replicas]).
+Ops add_reduce_grad(const Ops& ops, const PlanShape& sh, std::int32_t rank) {
   std::vector<std::int32_t> count(idx(sh.stages), 0);
   std::vector<bool> has(idx(sh.stages), false);
   for (const Action& a : ops) {
@@ -91,12 +108,28 @@ Ops add_reduce_grad(const Ops& ops, const PlanShape& sh) {
   }
   Ops out;
   out.reserve(ops.size() + 4);
-  for (const Action& a : ops) {
+  std::vector<std::int32_t> due;
+  std::size_t unit_end = 0;  // index past the current OVERLAP_F_B unit
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Action& a = ops[i];
+    if (is_overlap(a.kind)) unit_end = i + unit_size(ops, i);
     out.push_back(a);
-    if (completes_weight_grad(a.kind)) {
-      if (++count[idx(a.stage)] == sh.microbatches && !has[idx(a.stage)]) {
-        out.push_back(Action::stage_only(a.stage, ActionKind::kReduceGrad));
-      }
+    if (completes_weight_grad(a.kind) && !sh.has_replicas()) {
+      const std::int32_t mbs = sh.microbatch_end(a.stage) - sh.microbatch_begin(a.stage);
+      if (++count[idx(a.stage)] == mbs && !has[idx(a.stage)]) due.push_back(a.stage);
+    }
+    if (i + 1 >= unit_end) {
+      for (std::int32_t s : due) out.push_back(Action::stage_only(s, ActionKind::kReduceGrad));
+      due.clear();
+    }
+  }
+  if (sh.has_replicas()) {
+    auto local = sh.stages_of_rank(rank);
+    std::stable_sort(local.begin(), local.end(), [&](std::int32_t x, std::int32_t y) {
+      return sh.model_stage(x) < sh.model_stage(y);
+    });
+    for (std::int32_t s : local) {
+      if (!has[idx(s)]) out.push_back(Action::stage_only(s, ActionKind::kReduceGrad));
     }
   }
   return out;
@@ -121,13 +154,22 @@ class SendRecvInserter {
       bool progress = false;
       for (std::size_t r = 0; r < p; ++r) {
         if (pc[r] == compute[r].size()) continue;
-        const Action& a = compute[r][pc[r]];
-        if (!ready(a)) continue;
-        out[r].push_back(a);
-        mark(produces(a), a.microbatch);
-        emit_comm(a, static_cast<std::int32_t>(r), out);
-        ++pc[r];
-        --remaining;
+        // An OVERLAP_F_B unit is taken whole, once all of its sub-actions are ready; its SENDs
+        // follow the unit (torch's _add_send_recv).
+        const std::size_t n = unit_size(compute[r], pc[r]);
+        bool all_ready = true;
+        for (std::size_t k = pc[r]; k < pc[r] + n; ++k)
+          all_ready = all_ready && ready(compute[r][k]);
+        if (!all_ready) continue;
+        for (std::size_t k = pc[r]; k < pc[r] + n; ++k) {
+          out[r].push_back(compute[r][k]);
+          mark(produces(compute[r][k]), compute[r][k].microbatch);
+        }
+        for (std::size_t k = pc[r]; k < pc[r] + n; ++k) {
+          emit_comm(compute[r][k], static_cast<std::int32_t>(r), out);
+        }
+        pc[r] += n;
+        remaining -= n;
         progress = true;
       }
       if (!progress) throw stuck(compute, pc);
@@ -195,19 +237,31 @@ std::vector<Ops> insert_just_in_time(const PlanShape& sh, const std::vector<Ops>
   std::vector<Ops> out(compute.size());
   Ops comm;
   for (std::size_t r = 0; r < compute.size(); ++r) {
-    out[r].reserve(compute[r].size() * 2);
-    for (const Action& a : compute[r]) {
-      comm.clear();
-      for (const Fact& f : rules.needs(a)) {
-        if (f.is_message()) comm.push_back(PlanRules::action_of(f, a.microbatch));
+    const Ops& ops = compute[r];
+    out[r].reserve(ops.size() * 2);
+    // A unit is one action, or an OVERLAP_F_B marker with its sub-actions: the RECVs of all of
+    // them go before it, the SENDs of all of them after it (torch's _add_send_recv).
+    for (std::size_t i = 0; i < ops.size();) {
+      const std::size_t n = unit_size(ops, i);
+      for (std::size_t k = i; k < i + n; ++k) {
+        comm.clear();
+        for (const Fact& f : rules.needs(ops[k])) {
+          if (f.is_message()) comm.push_back(PlanRules::action_of(f, ops[k].microbatch));
+        }
+        if (comm.size() > 1) std::sort(comm.begin(), comm.end(), by_peer);
+        out[r].insert(out[r].end(), comm.begin(), comm.end());
       }
-      if (comm.size() > 1) std::sort(comm.begin(), comm.end(), by_peer);
-      out[r].insert(out[r].end(), comm.begin(), comm.end());
-      out[r].push_back(a);
-      comm.clear();
-      for (const Fact& f : rules.sent_by(a)) comm.push_back(PlanRules::action_of(f, a.microbatch));
-      if (comm.size() > 1) std::sort(comm.begin(), comm.end(), by_peer);
-      out[r].insert(out[r].end(), comm.begin(), comm.end());
+      out[r].insert(out[r].end(), ops.begin() + static_cast<std::ptrdiff_t>(i),
+                    ops.begin() + static_cast<std::ptrdiff_t>(i + n));
+      for (std::size_t k = i; k < i + n; ++k) {
+        comm.clear();
+        for (const Fact& f : rules.sent_by(ops[k])) {
+          comm.push_back(PlanRules::action_of(f, ops[k].microbatch));
+        }
+        if (comm.size() > 1) std::sort(comm.begin(), comm.end(), by_peer);
+        out[r].insert(out[r].end(), comm.begin(), comm.end());
+      }
+      i += n;
     }
   }
   return out;
@@ -300,9 +354,14 @@ LoweredPlan lower(const ComputePlan& plan, const LowerOptions& options) {
   check_lowerable(plan);
   const PlanShape& sh = plan.shape;
   std::vector<Ops> compute = plan.per_rank;
-  for (auto& ops : compute) {
+  // Forward-only plans have no gradients: no REDUCE_GRAD, no OPTIM.
+  const bool training = !sh.forward_only;
+  for (std::size_t r = 0; r < compute.size(); ++r) {
+    auto& ops = compute[r];
     if (options.merge_iw) ops = merge_iw(ops);
-    if (options.reduce_grad) ops = add_reduce_grad(ops, sh);
+    if (options.reduce_grad && training) {
+      ops = add_reduce_grad(ops, sh, static_cast<std::int32_t>(r));
+    }
   }
   LoweredPlan out;
   out.shape = sh;
@@ -320,7 +379,7 @@ LoweredPlan lower(const ComputePlan& plan, const LowerOptions& options) {
     }
     out.per_rank = std::move(*lists);
   }
-  if (options.optimizer_step) {
+  if (options.optimizer_step && training) {
     for (std::int32_t r = 0; r < sh.ranks; ++r) {
       auto& ops = out.per_rank[idx(r)];
       std::vector<bool> has(idx(sh.stages), false);

@@ -19,9 +19,10 @@ template <typename Plan>
 std::string csv_of(const Plan& plan) {
   std::string out;
   for (const auto& ops : plan.per_rank) {
-    for (std::size_t i = 0; i < ops.size(); ++i) {
+    const auto cells = to_cells(ops);
+    for (std::size_t i = 0; i < cells.size(); ++i) {
       if (i > 0) out += ',';
-      out += to_string(ops[i]);
+      out += cells[i];
     }
     out += '\n';
   }
@@ -42,7 +43,8 @@ AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptio
   std::vector<std::size_t> line_of_row;
   std::size_t line_start = 0;
   std::size_t line_no = 0;
-  std::size_t last_nonempty = 0;  // rows up to here are kept (trailing empty lines dropped)
+  std::size_t last_nonempty = 0;     // rows up to here are kept (trailing empty lines dropped)
+  std::vector<Action> cell_actions;  // the actions of one cell (3 for an OVERLAP_F_B unit)
   while (line_start < text.size()) {
     std::size_t line_end = text.find('\n', line_start);
     if (line_end == std::string_view::npos) line_end = text.size();
@@ -69,12 +71,12 @@ AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptio
       if (!cell.empty()) {
         std::string error;
         std::size_t col = 0;
-        auto action = try_parse_action(cell, &error, &col);
-        if (!action) {
+        cell_actions.clear();
+        if (!try_parse_cell(cell, cell_actions, &error, &col)) {
           throw ParseError(std::string(source) + ":" + std::to_string(line_no) + ":" +
                            std::to_string(offset + col) + ": " + error);
         }
-        row.push_back({*action, offset + 1});
+        for (const Action& a : cell_actions) row.push_back({a, offset + 1});
       }
       cell_start = cell_end + 1;
     }
@@ -243,6 +245,18 @@ AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Decla
       }
     }
     for (const auto& [from, to] : edges) shape.stage_edges.push_back({from, to});
+  }
+  if (declared.stage_to_model_stage) shape.stage_to_model_stage = *declared.stage_to_model_stage;
+  if (declared.forward_only) {
+    shape.forward_only = *declared.forward_only;
+  } else {
+    // A plan with forwards and nothing that computes or moves a gradient is an inference plan.
+    shape.forward_only = std::all_of(rows.begin(), rows.end(), [](const auto& row) {
+      return std::all_of(row.begin(), row.end(), [](const ParsedCell& c) {
+        const ActionKind k = c.action.kind;
+        return k == ActionKind::kForward || k == ActionKind::kSendF || k == ActionKind::kRecvF;
+      });
+    });
   }
   const bool lowered = declared.lowered ? *declared.lowered : any_comm;
   std::vector<std::vector<Action>> per_rank(rows.size());

@@ -31,6 +31,8 @@ struct Declared {
   std::optional<std::vector<std::int32_t>> stage_to_rank;
   std::optional<std::vector<StageEdge>> stage_edges;
   std::optional<bool> lowered;
+  std::optional<std::vector<std::int32_t>> stage_to_model_stage;
+  std::optional<bool> forward_only;  // unset: inferred (no B / I / W / SEND_B / RECV_B / ...)
   std::string schedule = "custom";
 };
 

@@ -71,6 +71,19 @@ class Reader {
       }
       d.stage_edges = edges;
     }
+    if (doc.contains("stage_to_model_stage")) {
+      const Json& a = doc.at("stage_to_model_stage");
+      if (!a.is_array()) fail("/stage_to_model_stage", "expected an array of model stages");
+      std::vector<std::int32_t> map;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        map.push_back(int_at(a[i], "/stage_to_model_stage/" + std::to_string(i), 0));
+      }
+      d.stage_to_model_stage = map;
+    }
+    if (doc.contains("forward_only")) {
+      if (!doc.at("forward_only").is_boolean()) fail("/forward_only", "expected true or false");
+      d.forward_only = doc.at("forward_only").get<bool>();
+    }
     const Json& actions = field(doc, "actions");
     if (!actions.is_array() || actions.empty()) {
       fail("/actions", "expected an array with one array of action strings per rank");
@@ -90,14 +103,14 @@ class Reader {
         const auto& s = v.get_ref<const std::string&>();
         std::string error;
         std::size_t col = 0;
-        auto action = try_parse_action(s, &error, &col);
+        cell_actions_.clear();
         // After the opening quote (strings without escapes, as action strings are).
         const std::size_t start = offsets.at(r).at(i) + 1;
-        if (!action) {
+        if (!try_parse_cell(s, cell_actions_, &error, &col)) {
           throw ParseError(std::string(source_) + ":" + json::line_col(text_, start + col - 1) +
                            ": at " + cell_path(r, i) + ": " + error);
         }
-        rows[r].push_back({*action, start - 1});
+        for (const Action& a : cell_actions_) rows[r].push_back({a, start - 1});
       }
     }
     return detail::build_plan(rows, d, source_,
@@ -142,6 +155,7 @@ class Reader {
 
   std::string_view text_;
   std::string_view source_;
+  std::vector<Action> cell_actions_;  // scratch: the actions of one cell
 };
 
 template <typename Plan>
@@ -167,11 +181,20 @@ std::string json_of(const Plan& plan, bool lowered) {
     os << (i ? ", " : "") << "[" << sh.stage_edges[i].from << ", " << sh.stage_edges[i].to << "]";
   }
   os << "],\n";
+  // Written only when set, so that plans without replicas keep their bytes.
+  if (sh.has_replicas()) {
+    os << "  \"stage_to_model_stage\": [";
+    for (std::size_t i = 0; i < sh.stage_to_model_stage.size(); ++i) {
+      os << (i ? ", " : "") << sh.stage_to_model_stage[i];
+    }
+    os << "],\n";
+  }
+  if (sh.forward_only) os << "  \"forward_only\": true,\n";
   os << "  \"actions\": [";
   for (std::size_t r = 0; r < plan.per_rank.size(); ++r) {
     os << (r ? ",\n    [" : "\n    [");
-    const auto& ops = plan.per_rank[r];
-    for (std::size_t i = 0; i < ops.size(); ++i) os << (i ? ", \"" : "\"") << ops[i] << "\"";
+    const auto cells = to_cells(plan.per_rank[r]);
+    for (std::size_t i = 0; i < cells.size(); ++i) os << (i ? ", \"" : "\"") << cells[i] << "\"";
     os << "]";
   }
   os << "\n  ]\n}\n";

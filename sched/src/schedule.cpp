@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "pipewright/graph/error.hpp"
+#include "schedule_detail.hpp"
 
 namespace pipewright::sched {
 namespace {
@@ -180,6 +181,67 @@ bool is_chain(const std::vector<StageEdge>& edges, std::int32_t stages) {
 }  // namespace
 
 namespace {
+
+// ZBVZeroBubble, DualPipeV, Chimera: V placement over 2p plan stages (schedule.hpp).
+ComputePlan generate_v(const ScheduleSpec& spec) {
+  const std::int32_t p = spec.ranks;
+  const std::int32_t m = spec.microbatches;
+  const std::int32_t v = spec.stages_per_rank;
+  const bool chimera = spec.kind == ScheduleKind::kChimera;
+  const std::string name(to_string(spec.kind));
+  if (chimera) {
+    PW_CHECK(p % 2 == 0, ConfigError,
+             "Chimera needs an even number of ranks (its two pipelines in opposite directions "
+             "pair rank r with rank P-1-r), got --ranks "
+                 << p);
+    PW_CHECK(v == 1, ConfigError,
+             "Chimera: --stages-per-rank must be 1 (the model has P stages; each rank holds one "
+             "stage of the down and one of the up pipeline), got "
+                 << v);
+    PW_CHECK(spec.stage_edges.empty() || is_chain(spec.stage_edges, p), ConfigError,
+             "Chimera runs a chain of stages; a stage DAG is not supported");
+  } else {
+    // torch: "ZBV requires exactly 2 stages per rank, but got {n}." (both V schedules)
+    PW_CHECK(v == 2, ConfigError,
+             name << ": ZBV requires exactly 2 stages per rank, but got " << v
+                  << " (V placement: rank r holds stages r and 2P-1-r; pass --stages-per-rank 2)");
+    PW_CHECK(spec.stage_edges.empty() || is_chain(spec.stage_edges, 2 * p), ConfigError,
+             name << " runs a chain of stages (V placement); a stage DAG is not supported");
+  }
+  if (spec.kind == ScheduleKind::kDualPipeV) {
+    PW_CHECK(m >= 2 * p, ConfigError,
+             "DualPipeV requires at least as many microbatches as stages, but got "
+                 << m << " microbatches and " << 2 * p << " stages (torch's ScheduleDualPipeV)");
+  }
+  ComputePlan plan;
+  plan.shape.ranks = p;
+  plan.shape.stages = 2 * p;
+  plan.shape.microbatches = m;
+  plan.shape.schedule = name;
+  plan.shape.stage_to_rank = v_placement(p);
+  plan.per_rank.resize(static_cast<std::size_t>(p));
+  if (chimera) {
+    plan.shape.stage_to_model_stage.resize(static_cast<std::size_t>(2 * p));
+    for (std::int32_t s = 0; s < 2 * p; ++s) {
+      plan.shape.stage_to_model_stage[static_cast<std::size_t>(s)] = s < p ? s : s - p;
+      if (s + 1 < 2 * p && s + 1 != p) plan.shape.stage_edges.push_back({s, s + 1});
+    }
+    // P = 2 down chain 0 -> 1, up chain 2 -> 3; an explicit list even when it looks like a chain.
+    plan.per_rank = detail::chimera(p, m);
+  } else {
+    for (std::int32_t r = 0; r < p; ++r) {
+      plan.per_rank[static_cast<std::size_t>(r)] = spec.kind == ScheduleKind::kZBVZeroBubble
+                                                       ? detail::zbv_rank(p, m, r)
+                                                       : detail::dualpipev_rank(p, m, r);
+    }
+  }
+  if (spec.forward_only) {
+    plan.shape.forward_only = true;
+    for (auto& ops : plan.per_rank) ops = detail::forward_only(ops);
+  }
+  return plan;
+}
+
 struct KindEntry {
   ScheduleKind kind;
   std::string_view name;
@@ -190,8 +252,30 @@ constexpr KindEntry kKinds[] = {
     {ScheduleKind::kInterleaved1F1B, "Interleaved1F1B"},
     {ScheduleKind::kLoopedBFS, "LoopedBFS"},
     {ScheduleKind::kInterleavedZeroBubble, "InterleavedZeroBubble"},
+    {ScheduleKind::kZBVZeroBubble, "ZBVZeroBubble"},
+    {ScheduleKind::kDualPipeV, "DualPipeV"},
+    {ScheduleKind::kChimera, "Chimera"},
 };
 }  // namespace
+
+bool is_v_shaped(ScheduleKind kind) noexcept {
+  return kind == ScheduleKind::kZBVZeroBubble || kind == ScheduleKind::kDualPipeV ||
+         kind == ScheduleKind::kChimera;
+}
+
+int required_stages_per_rank(ScheduleKind kind) noexcept {
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+    case ScheduleKind::k1F1B:
+    case ScheduleKind::kChimera:
+      return 1;
+    case ScheduleKind::kZBVZeroBubble:
+    case ScheduleKind::kDualPipeV:
+      return 2;
+    default:
+      return 0;
+  }
+}
 
 std::string_view to_string(ScheduleKind kind) noexcept {
   for (const auto& k : kKinds) {
@@ -281,6 +365,8 @@ ComputePlan generate(const ScheduleSpec& spec) {
   const std::int32_t v = spec.stages_per_rank;
   const std::string_view name = to_string(spec.kind);
 
+  if (is_v_shaped(spec.kind)) return generate_v(spec);
+
   ComputePlan plan;
   plan.shape.ranks = p;
   plan.shape.stages = p * v;
@@ -312,7 +398,20 @@ ComputePlan generate(const ScheduleSpec& spec) {
     }
   }
 
+  if (spec.forward_only && single_stage) {
+    // torch's _ScheduleForwardOnly / DeepSpeed's InferenceSchedule: every microbatch in order.
+    plan.shape.forward_only = true;
+    for (std::int32_t r = 0; r < p; ++r) {
+      auto& ops = plan.per_rank[static_cast<std::size_t>(r)];
+      for (std::int32_t i = 0; i < m; ++i) ops.push_back(fwd(r, i));
+    }
+    return plan;
+  }
   switch (spec.kind) {
+    case ScheduleKind::kZBVZeroBubble:
+    case ScheduleKind::kDualPipeV:
+    case ScheduleKind::kChimera:
+      break;  // generate_v
     case ScheduleKind::kGPipe:
       for (std::int32_t r = 0; r < p; ++r)
         plan.per_rank[static_cast<std::size_t>(r)] = gpipe_rank(r, m);
@@ -351,6 +450,10 @@ ComputePlan generate(const ScheduleSpec& spec) {
       }
       break;
     }
+  }
+  if (spec.forward_only) {
+    plan.shape.forward_only = true;
+    for (auto& ops : plan.per_rank) ops = detail::forward_only(ops);
   }
   return plan;
 }

@@ -123,7 +123,25 @@ class Validator {
                sh_.microbatches, ")");
           continue;
         }
+        if (has_microbatch(a.kind) && !sh_.runs_microbatch(a.stage, a.microbatch)) {
+          diag(rank, step, a, ": stage ", a.stage, " runs microbatches [",
+               sh_.microbatch_begin(a.stage), ", ", sh_.microbatch_end(a.stage),
+               ") only (it is a replica; plan.hpp Note [Stage replicas])");
+          continue;
+        }
+        if (sh_.forward_only && a.kind != ActionKind::kForward && !is_comm(a.kind)) {
+          diag(rank, step, a, ": a forward-only plan has only F (and SEND_F / RECV_F) actions");
+          continue;
+        }
+        if (is_overlap(a.kind)) {
+          check_unit(rank, step);
+          continue;
+        }
         if (is_comm(a.kind)) {
+          if (sh_.forward_only && (a.kind == ActionKind::kSendB || a.kind == ActionKind::kRecvB)) {
+            diag(rank, step, a, ": a forward-only plan sends no gradients");
+            continue;
+          }
           if (!lowered_) {
             diag(rank, step, a, ": communication action in a compute-only plan");
             continue;
@@ -170,15 +188,40 @@ class Validator {
     }
   }
 
+  // Note [OVERLAP_F_B units] (action.hpp): the marker at (rank, step) is followed by a forward
+  // of its stage and a backward (B or I) of another stage of the same rank.
+  void check_unit(std::int32_t rank, std::int32_t step) {
+    const auto& ops = per_rank_[idx(rank)];
+    const Action& m = ops[idx(step)];
+    const std::size_t first = idx(step) + 1;
+    if (first + 1 >= ops.size()) {
+      diag(rank, step, m, ": OVERLAP_F_B needs a forward and a backward after it");
+      return;
+    }
+    const Action& f = ops[first];
+    const Action& b = ops[first + 1];
+    if (f.kind != ActionKind::kForward || f.stage != m.stage) {
+      diag(rank, step, "OVERLAP_F_B unit: the first sub-action must be a forward of stage ",
+           m.stage, ", got ", f);
+    } else if (b.kind != ActionKind::kFullBackward && b.kind != ActionKind::kBackwardInput) {
+      diag(rank, step, "OVERLAP_F_B unit (", f, "; ", b,
+           "): the second sub-action must be a backward (B or I)");
+    } else if (b.stage == f.stage) {
+      diag(rank, step, "OVERLAP_F_B unit (", f, "; ", b,
+           "): the forward and the backward must be of different stages");
+    }
+  }
+
   void check_counts_and_order() {
     for (std::int32_t s = 0; s < sh_.stages; ++s) {
       const std::int32_t owner = sh_.stage_to_rank[idx(s)];
       Pos last_backward;  // the latest action completing a weight gradient (B, W) of the stage
-      for (std::int32_t k = 0; k < sh_.microbatches; ++k) {
+      for (std::int32_t k = sh_.microbatch_begin(s); k < sh_.microbatch_end(s); ++k) {
         const std::size_t c = cell(s, k);
         const Pos f = f_[c], b = b_[c], in = i_[c], w = w_[c];
         if (!f.present())
           diag(owner, -1, "stage ", s, " microbatch ", k, " has no forward (", s, "F", k, ")");
+        if (sh_.forward_only) continue;
         if (b.present() && (in.present() || w.present())) {
           diag(owner, b.step, "stage ", s, " microbatch ", k,
                " has both a full backward (B) and a split backward (I/W)");

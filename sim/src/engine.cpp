@@ -420,6 +420,8 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       // The stage's optimizer time (profiles measure it; 0 when the cost table has none).
       return run_compute(r, st, op, step, st.time, st.last_compute,
                          compute_ns(op, ComputeSlot::kOptim, step));
+    case ActionKind::kOverlapFB:
+      return true;  // program.cpp drops the markers; their sub-actions are ordinary ops
   }
   return true;
 }

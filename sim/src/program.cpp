@@ -92,6 +92,9 @@ Program decode(const sched::LoweredPlan& plan) {
     bool prev_comm = false;
     for (std::size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
+      // An OVERLAP_F_B marker: its sub-actions follow and run back to back on the rank's compute
+      // stream, as torch's runtime runs them (docs/simulator.md, "OVERLAP_F_B").
+      if (sched::is_overlap(a.kind)) continue;
       auto where = [&] {
         std::ostringstream os;
         os << "plan: rank " << r << ", position " << i << ", action " << sched::to_string(a);

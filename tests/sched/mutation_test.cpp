@@ -282,6 +282,9 @@ struct Counts {
 TEST(MutationCorpus, FlagsExactlyTheBrokenMutants) {
   std::vector<ComputePlan> bases;
   for (ScheduleKind kind : all_schedule_kinds()) {
+    // The reference interpreter below knows neither OVERLAP_F_B units nor stage replicas; the
+    // V-shaped schedules have their own checks (schedule_v_test.cpp).
+    if (is_v_shaped(kind)) continue;
     for (auto [p, m, v] : {std::tuple{2, 4, 1}, std::tuple{3, 3, 1}, std::tuple{3, 6, 2},
                            std::tuple{4, 8, 2}, std::tuple{2, 3, 2}}) {
       try {

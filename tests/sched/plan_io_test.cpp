@@ -46,7 +46,10 @@ TEST(RoundTrip, ActionTextOfEveryGeneratedAction) {
   for (const auto& plan : sample_plans()) {
     for (const auto& lowered : {lower(plan), lower(plan, {true, true, true})}) {
       for (const auto& ops : lowered.per_rank) {
-        for (const Action& a : ops) ASSERT_EQ(parse_action(to_string(a)), a) << a;
+        for (const Action& a : ops) {
+          if (is_overlap(a.kind)) continue;  // a container cell: to_cells / try_parse_cell
+          ASSERT_EQ(parse_action(to_string(a)), a) << a;
+        }
       }
     }
   }
@@ -78,7 +81,9 @@ TEST(RoundTrip, CsvKeepsActionsAndInfersTheShape) {
     EXPECT_EQ(l.per_rank, lowered.per_rank);
     EXPECT_EQ(l.shape.stage_to_rank, lowered.shape.stage_to_rank);
     // Edges are recovered from "@peer" when every edge crosses ranks (true for these DAGs).
-    if (!plan.shape.is_chain()) {
+    // Chimera's two chains meet no "@peer" (neighbours only) and its replica map is not in a
+    // CSV: JSON is its file format (docs/plan-format.md).
+    if (!plan.shape.is_chain() && !plan.shape.has_replicas()) {
       EXPECT_EQ(l.shape.edges().size(), plan.shape.edges().size());
     }
   }

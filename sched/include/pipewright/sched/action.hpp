@@ -6,6 +6,18 @@
 // (SEND_F / RECV_B to or from stage+1, RECV_F / SEND_B from or to stage-1) the text form omits
 // it, exactly as torch does; for any other peer (stage DAGs with skip edges) the text form
 // appends "@<peer stage>", e.g. "1SEND_F3@4".
+//
+// Note [OVERLAP_F_B units]: torch's compound action `(0F3;3B1)OVERLAP_F_B` (DualPipeV: a forward
+// of one local stage and a backward of the other, run as one unit) is three consecutive entries
+// of a rank's list: a marker Action{stage of the forward, kOverlapFB, -1, -1} followed by its two
+// sub-actions, the F and then the B (or I). Action stays a small value type and every pass that
+// does not care about units (dependencies, dry runs) sees the sub-actions as ordinary actions and
+// the marker as a no-op (it needs and produces nothing). Passes that do care: lowering puts the
+// RECVs of both sub-actions before the marker and the SENDs of both after the second one (torch's
+// _add_send_recv), REDUCE_GRAD never lands inside a unit, validation checks the unit's form, CSV /
+// JSON read and write the container cell (to_cells / try_parse_cell), the simulator runs the two
+// sub-actions back to back, the executor runs them in order (what torch's runtime does unless a
+// custom OVERLAP_F_B function is registered).
 #pragma once
 
 #include <cstddef>
@@ -15,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pipewright::sched {
 
@@ -29,7 +42,11 @@ enum class ActionKind : std::uint8_t {
   kRecvB,           // "RECV_B"  gradient from a consumer stage
   kReduceGrad,      // "REDUCE_GRAD"  data-parallel gradient reduction of one stage (no microbatch)
   kOptimizerStep,   // "OPTIM"  optimizer step of one stage's parameters (no microbatch)
+  kOverlapFB,       // "OVERLAP_F_B" unit marker (no microbatch): Note [OVERLAP_F_B units]
 };
+
+// Sub-actions that follow an OVERLAP_F_B marker: the forward, then the backward (B or I).
+inline constexpr int kOverlapSubActions = 2;
 
 [[nodiscard]] std::string_view to_string(ActionKind kind) noexcept;
 // Inline: plan passes call these once per action on plans with millions of actions.
@@ -46,9 +63,13 @@ enum class ActionKind : std::uint8_t {
 [[nodiscard]] constexpr bool is_comm(ActionKind kind) noexcept {  // SEND_*, RECV_*
   return is_send(kind) || is_recv(kind);
 }
-// False for REDUCE_GRAD and OPTIM.
+// False for REDUCE_GRAD, OPTIM and the OVERLAP_F_B marker.
 [[nodiscard]] constexpr bool has_microbatch(ActionKind kind) noexcept {
-  return kind != ActionKind::kReduceGrad && kind != ActionKind::kOptimizerStep;
+  return kind != ActionKind::kReduceGrad && kind != ActionKind::kOptimizerStep &&
+         kind != ActionKind::kOverlapFB;
+}
+[[nodiscard]] constexpr bool is_overlap(ActionKind kind) noexcept {
+  return kind == ActionKind::kOverlapFB;
 }
 
 struct Action {
@@ -62,6 +83,8 @@ struct Action {
   [[nodiscard]] static Action comm(std::int32_t stage, ActionKind kind, std::int32_t mb,
                                    std::int32_t peer_stage);
   [[nodiscard]] static Action stage_only(std::int32_t stage, ActionKind kind);
+  // The OVERLAP_F_B marker of a unit whose forward runs on `forward_stage`.
+  [[nodiscard]] static Action overlap(std::int32_t forward_stage);
 
   // The chain neighbour a comm action talks to when no "@peer" is given.
   [[nodiscard]] static std::int32_t default_peer(std::int32_t stage, ActionKind kind) noexcept;
@@ -74,7 +97,8 @@ struct Action {
   friend bool operator<(const Action& a, const Action& b) noexcept;
 };
 
-// "2F0", "1SEND_F3", "1SEND_F3@4", "2REDUCE_GRAD".
+// "2F0", "1SEND_F3", "1SEND_F3@4", "2REDUCE_GRAD"; an OVERLAP_F_B marker alone prints as
+// "0OVERLAP_F_B" (diagnostics only; plan files hold the container cell, to_cells).
 [[nodiscard]] std::string to_string(const Action& action);
 std::ostream& operator<<(std::ostream& os, const Action& action);
 
@@ -88,6 +112,17 @@ std::ostream& operator<<(std::ostream& os, const Action& action);
 // readers that report line and column).
 [[nodiscard]] std::optional<Action> try_parse_action(std::string_view text, std::string* error,
                                                      std::size_t* error_column);
+
+// Plan-file cells of one rank's list: one per action, except that an OVERLAP_F_B marker and the
+// two actions after it make one container cell "(0F3;3B1)OVERLAP_F_B" (torch's _Action repr). A
+// marker with fewer than two actions after it writes what there is ("(0F3)OVERLAP_F_B").
+[[nodiscard]] std::vector<std::string> to_cells(const std::vector<Action>& ops);
+// Parses one plan-file cell and appends its actions to `out`: one action, or for a container
+// cell "(a;b)OVERLAP_F_B" the marker and its two sub-actions (any other number of sub-actions or
+// container kind is an error; the marker takes the first sub-action's stage). Same error contract
+// as try_parse_action; the column points into `text`.
+[[nodiscard]] bool try_parse_cell(std::string_view text, std::vector<Action>& out,
+                                  std::string* error, std::size_t* error_column);
 
 }  // namespace pipewright::sched
 

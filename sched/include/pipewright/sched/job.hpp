@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/sched/plan.hpp"
@@ -92,6 +93,33 @@ struct DataParallelSpec {
   [[nodiscard]] int procs_per_node_or_default() const { return procs_per_node.value_or(1); }
 };
 
+// Activation recompute (activation checkpointing; Megatron's --recompute-granularity full with
+// --recompute-method uniform over a whole stage). A recomputed stage keeps only its inputs during
+// the forward and recomputes its forward inside its backward (B, or I when the backward is split;
+// W then uses what I kept). Text form (flag --recompute, TOML key `recompute`):
+//   "none"  (default) keep every activation;
+//   "full"  recompute every stage;
+//   "0,2"   recompute the listed model stages (partition stages, 0-based; replicas of a model
+//           stage, Chimera's, follow it).
+enum class RecomputeMode : std::uint8_t { kNone, kFull, kStages };
+struct RecomputeSpec {
+  RecomputeMode mode = RecomputeMode::kNone;
+  std::vector<int> stages;  // kStages only: ascending, unique, non-empty
+
+  [[nodiscard]] bool any() const noexcept { return mode != RecomputeMode::kNone; }
+  [[nodiscard]] bool recomputes(int model_stage) const noexcept;
+  friend bool operator==(const RecomputeSpec& a, const RecomputeSpec& b) noexcept {
+    return a.mode == b.mode && a.stages == b.stages;
+  }
+};
+// Parses the text form; throws ConfigError naming --recompute (e.g. "--recompute: '0,x' is not
+// none, full or a comma-separated list of stage indices").
+[[nodiscard]] RecomputeSpec parse_recompute(std::string_view text);
+// "none", "full" or "0,2".
+[[nodiscard]] std::string to_string(const RecomputeSpec& recompute);
+// Stage indices in [0, stages): ConfigError naming --recompute otherwise.
+void validate_recompute(const RecomputeSpec& recompute, int stages);
+
 struct JobSpec {
   // Model and partition.
   std::string model_path;      // model JSON; empty only where costs come from elsewhere
@@ -114,6 +142,10 @@ struct JobSpec {
   double weight_decay = 0.0;
   NanPolicy nan_policy = NanPolicy::kError;
   DataParallelSpec data_parallel;
+  // Inference / evaluation: the schedule's forward-only plan (ScheduleSpec::forward_only), no
+  // gradients, no optimizer (flag --forward-only, TOML key `forward_only`).
+  bool forward_only = false;
+  RecomputeSpec recompute;  // flag --recompute, TOML key `recompute`
 
   [[nodiscard]] int stages() const noexcept { return pp * stages_per_rank; }
   // Samples per microbatch (batch_size / microbatches), 0 when batch_size is not given.
