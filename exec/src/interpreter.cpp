@@ -110,6 +110,7 @@ Interpreter::Interpreter(const sched::LoweredPlan& plan, int pipe_rank,
   // Plans come from sched::make_plan / lower_for_run, which give every stage its REDUCE_GRAD
   // and OPTIM; the interpreter adds no actions of its own.
   for (int s : got) {
+    if (plan_.shape.forward_only) break;  // inference: no gradients, no optimizer
     PW_CHECK(has_reduce.count(s) != 0 && has_optim.count(s) != 0, InvalidPlanError,
              "rank " << pipe_rank_ << ": the plan has no "
                      << (has_reduce.count(s) == 0 ? "REDUCE_GRAD" : "OPTIM") << " for stage " << s
@@ -329,6 +330,7 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
                    << plan_.shape.microbatches);
   loss_sum_ = 0;
   loss_count_ = 0;
+  predictions_.assign(static_cast<std::size_t>(plan_.shape.microbatches), torch::Tensor());
   nonfinite_ = NonFinite{};
   if (options_.prepost_receives) prepost_receives(step);
   for (std::size_t i = 0; i < actions_.size(); ++i) {
@@ -354,7 +356,8 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
   }
   wait_pending(step);
   for (const auto& [key, st] : states_) {
-    PW_CHECK(st->weight_grads_done || !st->forward_done, InvalidPlanError,
+    PW_CHECK(st->weight_grads_done || !st->forward_done || plan_.shape.forward_only,
+             InvalidPlanError,
              "rank " << pipe_rank_ << " step " << step << ": stage " << key.first << " microbatch "
                      << key.second << " ran forward but never backward");
   }

@@ -145,6 +145,11 @@ class Interpreter {
   [[nodiscard]] const std::vector<ActionTiming>& timings() const noexcept { return timings_; }
   void clear_timings() { timings_.clear(); }
   [[nodiscard]] const std::vector<sched::Action>& actions() const noexcept { return actions_; }
+  // Forward-only plans (PlanShape::forward_only): the prediction of each microbatch of the last
+  // run_step, for the microbatches whose loss stage is local (undefined for the others).
+  [[nodiscard]] const std::vector<torch::Tensor>& predictions() const noexcept {
+    return predictions_;
+  }
   // Shapes received from (producer, consumer) for remote edges, after agree_shapes.
   [[nodiscard]] const std::vector<TensorMeta>& edge_meta(int producer, int consumer) const;
 
@@ -208,6 +213,7 @@ class Interpreter {
   void prepost_receives(std::int64_t step);
   [[nodiscard]] Posted post_receive(const sched::Action& a, std::int64_t step);
   std::vector<ActionTiming> timings_;
+  std::vector<torch::Tensor> predictions_;  // forward-only plans, per microbatch
   double loss_sum_ = 0;
   int loss_count_ = 0;
   int loss_stage_ = -1;

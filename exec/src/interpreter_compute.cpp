@@ -43,9 +43,20 @@ void Interpreter::do_forward(const Action& a, std::int64_t step,
                      << " needs input " << j << " from stage " << st.inputs[j].producer_stage
                      << ", which has not been received yet (plan order)");
   }
-  if (st.loss_output >= 0) ms.target = y_mbs.at(static_cast<std::size_t>(a.microbatch));
+  if (st.loss_output >= 0 && static_cast<std::size_t>(a.microbatch) < y_mbs.size()) {
+    ms.target = y_mbs[static_cast<std::size_t>(a.microbatch)];
+  }
   torch::Tensor l;
-  if (st.recompute) {
+  if (plan_.shape.forward_only) {
+    // Inference: no graph, nothing to differentiate; the loss stage keeps its prediction.
+    torch::NoGradGuard no_grad;
+    l = ms.target.defined() ? forward_stage(st, ms) : torch::Tensor();
+    if (!ms.target.defined()) ms.outputs = st.body->forward(ms.inputs);
+    if (st.loss_output >= 0) {
+      predictions_.at(static_cast<std::size_t>(a.microbatch)) =
+          ms.outputs.at(static_cast<std::size_t>(st.loss_output));
+    }
+  } else if (st.recompute) {
     // Note [Activation recompute]: no graph now; B (or I) runs the forward again.
     ms.rng_state = cpu_rng_state();
     torch::NoGradGuard no_grad;
