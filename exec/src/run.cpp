@@ -219,7 +219,8 @@ void check_outputs(const RunConfig& c, int world_rank) {
 void check_parameter_memory(const RunConfig& c, const Prepared& p) {
   double params = 0;
   for (int s : p.plan.shape.stages_of_rank(p.pp_index)) {
-    for (int n : p.partition.graph.stages.at(static_cast<std::size_t>(s)).nodes)
+    for (int n :
+         p.partition.graph.stages.at(static_cast<std::size_t>(p.plan.shape.model_stage(s))).nodes)
       params += parameter_count(p.model.nodes.at(static_cast<std::size_t>(n)));
   }
   const double states = c.optimizer == sched::Optimizer::kSgd ? (c.momentum > 0 ? 1 : 0) : 2;
@@ -290,7 +291,7 @@ std::vector<StageSetup> build_stages(const RunConfig& c, const Prepared& p,
     // The partition's edges between model stages, as edges between this replica's plan stages.
     const auto& shape = p.plan.shape;
     const auto replica_of = [&](int model) {
-      if (!shape.has_replicas()) return model;
+      if (!shape.has_replicas() || model < 0) return model;  // -1: the model input
       const auto mine = shape.replicas_of(model_stage);
       const auto k = std::find(mine.begin(), mine.end(), s) - mine.begin();
       return static_cast<int>(shape.replicas_of(model).at(static_cast<std::size_t>(k)));
