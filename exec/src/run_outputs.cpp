@@ -73,9 +73,9 @@ void PredictionGather::write(Communicator& world, int world_rank, int world_size
       auto t = torch::empty(shape, torch::kFloat);
       if (t.numel() > 0) {
         world
-            .recv(BufferView{t.data_ptr(), static_cast<std::size_t>(t.numel()), DType::kFloat32,
-                             {}},
-                  src, kTagData, ctx)
+            .recv(
+                BufferView{t.data_ptr(), static_cast<std::size_t>(t.numel()), DType::kFloat32, {}},
+                src, kTagData, ctx)
             ->wait(timeout);
       }
       all[{step, mb}] = t;
