@@ -36,6 +36,7 @@ struct SearchArgs {
   int top_k = 10;
   bool json = false;
   bool no_progress = false;
+  bool recompute = false;
   std::string output = "-";
 };
 
@@ -50,7 +51,8 @@ std::string table(const sim::SearchResult& r) {
   os << line;
   int k = 0;
   for (const auto& c : r.ranked) {
-    const std::string dp = c.dp > 1 ? sim::describe(c.dp_variant) : std::string("-");
+    const std::string dp = (c.dp > 1 ? sim::describe(c.dp_variant) : std::string("-")) +
+                           (c.recompute ? " +recompute" : "");
     std::snprintf(line, sizeof line,
                   "%4d  %-22s %4d %4d %3d %5d  %-24s %12.3f %14.1f %7.1f%% %10.2f\n", ++k,
                   std::string(sched::to_string(c.schedule)).c_str(), c.pp, c.dp, c.v,
@@ -90,6 +92,7 @@ std::string to_json(const sim::SearchResult& r) {
                       {"throughput_samples_per_s", c.throughput_samples_per_s},
                       {"bubble_fraction", c.bubble_fraction},
                       {"peak_memory_bytes", c.peak_memory_bytes},
+                      {"recompute", c.recompute ? "full" : "none"},
                       {"description", sim::describe(c)}});
   }
   j["ranked"] = std::move(ranked);
@@ -110,6 +113,7 @@ void run_search(const SearchArgs& a) {
     PW_CHECK(v >= 1, ConfigError, "--stages-per-rank values must be >= 1, got " << v);
   opt.optimizer = sched::parse_optimizer(a.optimizer);
   opt.momentum = a.momentum;
+  opt.try_recompute = a.recompute;
   PW_CHECK(a.top_k >= 1, ConfigError, "--top must be >= 1, got " << a.top_k);
   opt.top_k = a.top_k;
 
@@ -165,6 +169,9 @@ void setup_search(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--top,-k", a->top_k, "rows to print")->capture_default_str();
   cmd->add_flag("--json", a->json, "machine-readable output");
+  cmd->add_flag("--recompute", a->recompute,
+                "when a configuration is over the memory limit, try it with --recompute full "
+                "(activation recompute of every stage)");
   cmd->add_flag("--no-progress", a->no_progress, "no progress bar on stderr");
   cmd->add_option("-o,--output", a->output, "output file (default: stdout)");
   cmd->callback([a] { run_search(*a); });

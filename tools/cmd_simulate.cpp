@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -104,7 +105,8 @@ void run_simulate(const SimulateArgs& a) {
     w.activation_bytes = a.activation_bytes;
     w.param_bytes = a.param_bytes;
     w.output_bytes = a.output_bytes;
-    costs = sim::what_if_costs(w, plan.shape.stages);
+    // Per model stage: Chimera's replicas share their model stage's costs (sim::replica_costs).
+    costs = sim::what_if_costs(w, plan.shape.model_stages());
   }
   if (a.compute_overhead_ms) costs.compute_overhead_ms = *a.compute_overhead_ms;
 
@@ -138,6 +140,26 @@ void run_simulate(const SimulateArgs& a) {
     if (result.micro_batch_size > 0)
       std::printf(", throughput %.1f samples/s", result.throughput_samples_per_s());
     std::printf("\n");
+    if (plan.shape.forward_only) {
+      // Inference: how long one batch takes end to end, and when the first microbatch's output
+      // leaves the last stage.
+      std::int64_t first = 0;
+      for (const auto& t : result.actions) {
+        if (t.action.kind == sched::ActionKind::kForward && t.action.microbatch == 0 &&
+            t.step == 0 && plan.shape.consumers(t.action.stage).empty()) {
+          first = std::max(first, t.end_ns);
+        }
+      }
+      const double batch_ms =
+          static_cast<double>(result.step_end_ns.empty() ? result.makespan_ns
+                                                         : result.step_end_ns.front()) /
+          1e6;
+      std::printf("forward-only: batch latency %.3f ms, first microbatch latency %.3f ms", batch_ms,
+                  static_cast<double>(first) / 1e6);
+      if (result.micro_batch_size > 0)
+        std::printf(", throughput %.1f samples/s", result.throughput_samples_per_s());
+      std::printf("\n");
+    }
     if (a.sampled_steps > 0) {
       std::printf("median step over %d steps with sampled durations: %.3f ms\n", a.sampled_steps,
                   sim::median_step_ms(plan, costs, cluster, opt, a.sampled_steps));

@@ -29,7 +29,8 @@ Ops zbv_rank(std::int32_t p, std::int32_t m, std::int32_t rank) {
   std::int32_t f0 = 0, f1 = 0, b0 = 0, b1 = 0;
   Ops ops;
   ops.reserve(static_cast<std::size_t>(6 * n));
-  for (std::int32_t i = 0; i < 2 * (p - rank) - 1; ++i) ops.push_back(act(c0, ActionKind::kForward, f0++));
+  for (std::int32_t i = 0; i < 2 * (p - rank) - 1; ++i)
+    ops.push_back(act(c0, ActionKind::kForward, f0++));
   for (std::int32_t i = 0; i < rank; ++i) {
     ops.push_back(act(c1, ActionKind::kForward, f1++));
     ops.push_back(act(c0, ActionKind::kForward, f0++));
@@ -59,8 +60,9 @@ Ops zbv_rank(std::int32_t p, std::int32_t m, std::int32_t rank) {
   while (w1 < b1) ops.push_back(act(c1, ActionKind::kBackwardWeight, w1++));
   while (w0 < b0) ops.push_back(act(c0, ActionKind::kBackwardWeight, w0++));
   PW_ASSERT(w0 == b0 && b0 == f0 && w1 == b1 && b1 == f1, "ZB-V counts disagree on rank " << rank);
-  ops.erase(std::remove_if(ops.begin(), ops.end(), [&](const Action& a) { return a.microbatch >= m; }),
-            ops.end());
+  ops.erase(
+      std::remove_if(ops.begin(), ops.end(), [&](const Action& a) { return a.microbatch >= m; }),
+      ops.end());
   return ops;
 }
 
@@ -173,7 +175,9 @@ std::vector<Ops> chimera(std::int32_t p, std::int32_t m) {
     next_f[static_cast<std::size_t>(s)] = begin(s);
     next_b[static_cast<std::size_t>(s)] = begin(s);
   }
-  auto done_by = [](std::int64_t finish, std::int64_t t) { return finish != kNever && finish <= t; };
+  auto done_by = [](std::int64_t finish, std::int64_t t) {
+    return finish != kNever && finish <= t;
+  };
   // Ready time of the next forward / backward of stage s at time t, or kNever.
   auto f_ready = [&](std::int32_t s, std::int64_t t) -> std::int64_t {
     const auto i = static_cast<std::size_t>(s);

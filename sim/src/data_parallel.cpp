@@ -31,6 +31,7 @@ SimOptions sim_options(const sched::JobSpec& job) {
   o.momentum = job.momentum;
   o.steps = static_cast<std::int32_t>(job.steps);
   o.micro_batch_size = job.micro_batch_size();
+  o.recompute = job.recompute;
   return o;
 }
 

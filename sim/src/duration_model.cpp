@@ -105,6 +105,12 @@ TableDurations::TableDurations(const sched::LoweredPlan& plan, const sched::Cost
       if (c.optimizer_stats && c.optimizer_stats->samples > 0)
         f[4] = ms_to_ns(c.optimizer_stats->mean_or_estimate_ms());
     }
+    // Activation recompute (Note [Recompute] in engine.cpp): B and I re-run the stage's forward.
+    const bool recomputed =
+        options.recompute.recomputes(plan.shape.model_stage(static_cast<std::int32_t>(k)));
+    const std::int64_t redo = recomputed ? f[0] - overhead : 0;
+    f[1] += redo;
+    f[2] += redo;
     if (sample_) {
       auto q = [](const std::optional<sched::KindStats>& st, std::int64_t extra) {
         Quantiles out;
@@ -116,8 +122,8 @@ TableDurations::TableDurations(const sched::LoweredPlan& plan, const sched::Cost
         }
         return out;
       };
-      quantiles_[k] = {q(c.forward_stats, overhead), q(c.backward_stats, overhead),
-                       q(c.input_grad_stats, overhead), q(c.weight_grad_stats, overhead),
+      quantiles_[k] = {q(c.forward_stats, overhead), q(c.backward_stats, overhead + redo),
+                       q(c.input_grad_stats, overhead + redo), q(c.weight_grad_stats, overhead),
                        q(c.optimizer_stats, 0)};
     }
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "data_parallel.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::sim {
@@ -277,11 +278,16 @@ void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::in
   switch (op.kind) {
     case ActionKind::kForward:
       memory_change(r, st, start, act_bytes_[s], 1);
+      if (plan_.shape.forward_only) memory_change(r, st, end, -act_bytes_[s], -1);
       set_slot(base + at(static_cast<std::size_t>(op.out_row), op.mb), end, idx);
       break;
     case ActionKind::kFullBackward:
     case ActionKind::kBackwardInput: {
       const bool full = op.kind == ActionKind::kFullBackward;
+      if (recompute_bytes_[s] > 0) {
+        memory_change(r, st, start, recompute_bytes_[s], 0);  // the recomputed forward
+        if (full) memory_change(r, st, end, -recompute_bytes_[s], 0);
+      }
       if (full) memory_change(r, st, end, -act_bytes_[s], -1);
       set_slot(base + at(static_cast<std::size_t>(op.out_row), op.mb), end, idx);
       if (full && op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
@@ -289,7 +295,7 @@ void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::in
       break;
     }
     case ActionKind::kBackwardWeight:
-      memory_change(r, st, end, -act_bytes_[s], -1);
+      memory_change(r, st, end, -act_bytes_[s] - recompute_bytes_[s], -1);
       if (op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
         launch_ddp(r, st, op, step, start, end, idx);
       break;
@@ -396,7 +402,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       return true;
     }
     case ActionKind::kReduceGrad: {
-      std::int64_t end = st.time;
+      std::int64_t end = st.time + (op.stage >= 0 ? replica_reduce_ns_[s] : 0);
       std::int64_t pred = st.last_compute;
       if (dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp &&
           !network_->bucket_ns(op.stage).empty()) {
@@ -421,7 +427,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       return run_compute(r, st, op, step, st.time, st.last_compute,
                          compute_ns(op, ComputeSlot::kOptim, step));
     case ActionKind::kOverlapFB:
-      return true;  // program.cpp drops the markers; their sub-actions are ordinary ops
+      return true;  // a marker: no time; its sub-actions are the next two ops
   }
   return true;
 }
@@ -541,9 +547,39 @@ SimResult Engine::run() {
   if (!durations_) durations_ = make_table_durations(plan_, costs_, opt_, shared_);
   if (!network_) network_ = make_analytical_network(plan_, costs_, cluster_, opt_);
   comm_overhead_ns_ = network_->batch_overhead_ns();
-  for (const auto& c : costs_.stages) {
-    act_bytes_.push_back(c.activation_bytes);
+  // Note [Recompute]: a recomputed stage keeps its inputs (its producers' outputs; the first
+  // stage's input batch is the data loader's) from F to its backward, and its full activations
+  // only during the B (or from I to W) that recomputes them. Note [Forward-only memory]: an
+  // inference plan frees a forward's activations when the forward ends and holds no gradients
+  // or optimizer state.
+  const auto& shape = plan_.shape;
+  for (std::int32_t s = 0; s < static_cast<std::int32_t>(costs_.stages.size()); ++s) {
+    const auto& c = costs_.stages[static_cast<std::size_t>(s)];
+    std::int64_t kept = c.activation_bytes;
+    std::int64_t redo = 0;
+    if (opt_.recompute.recomputes(shape.model_stage(s)) && !shape.forward_only) {
+      kept = 0;
+      for (std::int32_t q : shape.producers(s)) {
+        if (q >= 0 && q < static_cast<std::int32_t>(costs_.stages.size()))
+          kept += costs_.stages[static_cast<std::size_t>(q)].output_bytes;
+      }
+      redo = c.activation_bytes;
+    }
+    act_bytes_.push_back(kept);
+    recompute_bytes_.push_back(redo);
     stage_param_bytes_.push_back(c.param_bytes);
+    // Chimera: REDUCE_GRAD also sums the gradients with the stage's replica on another rank, a
+    // two-rank ring all-reduce (reduce-scatter + all-gather of half the gradient each), costed
+    // on the rank's compute stream (the partner's arrival is not waited for: a lower bound).
+    std::int64_t reduce = 0;
+    if (shape.has_replicas()) {
+      for (std::int32_t other : shape.replicas_of(shape.model_stage(s))) {
+        if (other == s) continue;
+        reduce += 2 * p2p_message_ns(shape, costs_, cluster_, opt_, sched::StageEdge{s, other},
+                                     c.param_bytes / 2);
+      }
+    }
+    replica_reduce_ns_.push_back(reduce);
   }
 
   rows_per_step_ = 2 * static_cast<std::size_t>(S_) + 4 * static_cast<std::size_t>(E_);
@@ -584,10 +620,12 @@ SimResult Engine::run() {
     std::int64_t params = 0;
     for (auto s : plan_.shape.stages_of_rank(r))
       params += stage_param_bytes_[static_cast<std::size_t>(s)];
-    // parameters + gradients (same dtype) + optimizer state.
+    // parameters + gradients (same dtype) + optimizer state; inference: parameters only.
     rr.static_memory_bytes =
-        2 * params +
-        static_cast<std::int64_t>(std::llround(opt_factor * static_cast<double>(params)));
+        plan_.shape.forward_only
+            ? params
+            : 2 * params +
+                  static_cast<std::int64_t>(std::llround(opt_factor * static_cast<double>(params)));
     if (opt_.record_memory_timeline) rr.memory_timeline.push_back({0, rr.static_memory_bytes});
   }
 

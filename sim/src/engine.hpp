@@ -196,6 +196,10 @@ class Engine {
   // deps_[op.deps_begin .. op.deps_end).
   std::vector<std::int32_t> deps_;
   std::vector<std::int64_t> act_bytes_, stage_param_bytes_;  // per stage
+  // Note [Recompute]: per stage, the full activations live again during a recomputing B / I
+  // (0 for stages without recompute), and the replica gradient all-reduce at REDUCE_GRAD (0 for
+  // stages without replicas).
+  std::vector<std::int64_t> recompute_bytes_, replica_reduce_ns_;
 
   std::size_t rows_per_step_ = 0;
   SlotArray slots_;

@@ -92,9 +92,6 @@ Program decode(const sched::LoweredPlan& plan) {
     bool prev_comm = false;
     for (std::size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
-      // An OVERLAP_F_B marker: its sub-actions follow and run back to back on the rank's compute
-      // stream, as torch's runtime runs them (docs/simulator.md, "OVERLAP_F_B").
-      if (sched::is_overlap(a.kind)) continue;
       auto where = [&] {
         std::ostringstream os;
         os << "plan: rank " << r << ", position " << i << ", action " << sched::to_string(a);
@@ -106,7 +103,10 @@ Program decode(const sched::LoweredPlan& plan) {
       PW_CHECK(shape.stage_to_rank[static_cast<std::size_t>(a.stage)] == r, InvalidPlanError,
                where() << ": stage " << a.stage << " lives on rank "
                        << shape.stage_to_rank[static_cast<std::size_t>(a.stage)]);
-      if (a.kind != ActionKind::kReduceGrad && a.kind != ActionKind::kOptimizerStep) {
+      // An OVERLAP_F_B marker stays an op (positions are the plan's) that takes no time: its
+      // sub-actions follow and run back to back on the rank's compute stream, as torch's runtime
+      // runs them (docs/simulator.md, "OVERLAP_F_B").
+      if (sched::has_microbatch(a.kind)) {
         PW_CHECK(a.microbatch >= 0 && a.microbatch < M, InvalidPlanError,
                  where() << ": microbatch " << a.microbatch << " is out of range [0, " << M << ")");
       }

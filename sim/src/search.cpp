@@ -68,7 +68,7 @@ std::string describe(const SearchCandidate& c) {
   std::snprintf(buf, sizeof buf, "%s pp=%d dp=%d v=%d m=%d %s",
                 std::string(sched::to_string(c.schedule)).c_str(), c.pp, c.dp, c.v, c.microbatches,
                 c.dp == 1 ? "-" : describe(c.dp_variant).c_str());
-  return buf;
+  return std::string(buf) + (c.recompute ? " recompute=full" : "");
 }
 
 SearchResult search(const graph::Model& model, const Cluster& cluster, const SearchOptions& opt,
@@ -98,8 +98,11 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       for (auto f : opt.microbatch_factors) ms.push_back(f * pp);
     }
     for (auto kind : schedules) {
-      const std::vector<std::int32_t> vs =
-          is_looped(kind) ? opt.stages_per_rank : std::vector<std::int32_t>{1};
+      // The V-shaped schedules (ZBVZeroBubble, DualPipeV: 2; Chimera: 1) take one V only.
+      const std::int32_t required = sched::required_stages_per_rank(kind);
+      const std::vector<std::int32_t> vs = required != 0     ? std::vector<std::int32_t>{required}
+                                           : is_looped(kind) ? opt.stages_per_rank
+                                                             : std::vector<std::int32_t>{1};
       for (auto v : vs) {
         if (pp * v > nodes) continue;  // a stage needs at least one node
         for (auto m : ms) configs.push_back(Config{pp, dp, v, m, kind});
@@ -151,8 +154,10 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       plan = sched::make_plan(job, &parted->partition);
     } catch (const InputError&) {
       result.rejected_shape += n_variants;
-      done += n_variants;
-      if (progress) progress(done, total);
+      for (std::int64_t k = 0; k < n_variants; ++k) {  // one call per configuration
+        ++done;
+        if (progress) progress(done, total);
+      }
       continue;
     }
     for (std::int64_t k = 0; k < n_variants; ++k) {
@@ -169,10 +174,29 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       so.record_actions = false;
       Cluster cl = cluster;
       cl.device_memory_bytes = limit;
-      const SimResult r = simulate(plan, parted->costs, cl, so);
+      SimResult r = simulate(plan, parted->costs, cl, so);
       ++result.simulated;
       result.simulated_actions += r.simulated_actions;
+      bool recompute = false;
+      // Memory is the constraint: try again with every stage recomputing its activations
+      // (--recompute full), which trades a forward per backward for keeping stage inputs only.
+      const auto over = [](const SimResult& x) {
+        return std::any_of(x.per_rank.begin(), x.per_rank.end(),
+                           [](const RankResult& rr) { return rr.exceeds_memory; });
+      };
+      if (opt.try_recompute && over(r)) {
+        so.recompute = sched::parse_recompute("full");
+        SimResult again = simulate(plan, parted->costs, cl, so);
+        ++result.simulated;
+        result.simulated_actions += again.simulated_actions;
+        if (!over(again)) {
+          r = std::move(again);
+          recompute = true;
+          ++result.recomputed;
+        }
+      }
       SearchCandidate cand;
+      cand.recompute = recompute;
       cand.pp = c.pp;
       cand.dp = c.dp;
       cand.v = c.v;

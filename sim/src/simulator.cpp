@@ -22,8 +22,28 @@ double SimResult::throughput_samples_per_s() const noexcept {
   return samples / (static_cast<double>(makespan_ns) * 1e-9);
 }
 
+sched::CostTable replica_costs(const sched::CostTable& costs, const sched::PlanShape& shape) {
+  if (!shape.has_replicas() ||
+      costs.stages.size() != static_cast<std::size_t>(shape.model_stages()))
+    return costs;
+  sched::CostTable out = costs;
+  out.stages.clear();
+  for (std::int32_t s = 0; s < shape.stages; ++s) {
+    sched::StageCost c = costs.stages[static_cast<std::size_t>(shape.model_stage(s))];
+    c.stage = s;
+    out.stages.push_back(std::move(c));
+  }
+  out.peak_memory.clear();  // measured per rank of another placement
+  return out;
+}
+
 SimResult simulate(const sched::LoweredPlan& plan, const sched::CostTable& costs,
                    const Cluster& cluster, const SimOptions& options) {
+  if (plan.shape.has_replicas() &&
+      costs.stages.size() == static_cast<std::size_t>(plan.shape.model_stages())) {
+    const sched::CostTable expanded = replica_costs(costs, plan.shape);
+    return Engine(plan, expanded, cluster, options).run();
+  }
   return Engine(plan, costs, cluster, options).run();
 }
 

@@ -205,5 +205,62 @@ TEST(Job, PlanOutHoldsJobAndPlan) {
   EXPECT_EQ(out.substr(out.size() - 3), "}}\n");
 }
 
+// Issue 22: recompute and forward-only in the job, the V schedules' shape rules, Chimera's plan.
+TEST(Job, RecomputeForwardOnlyAndVSchedules) {
+  EXPECT_EQ(parse_recompute("none"), RecomputeSpec{});
+  EXPECT_EQ(parse_recompute("full").mode, RecomputeMode::kFull);
+  const RecomputeSpec list = parse_recompute("2,0,2");
+  EXPECT_EQ(list.stages, (std::vector<int>{0, 2}));
+  EXPECT_TRUE(list.recomputes(2));
+  EXPECT_FALSE(list.recomputes(1));
+  EXPECT_EQ(to_string(list), "0,2");
+  for (const char* bad : {"", "0,", "x", "1,-2", "fulll"}) {
+    EXPECT_THROW((void)parse_recompute(bad), ConfigError) << bad;
+  }
+  JobSpec j;
+  j.pp = 2;
+  j.microbatches = 4;
+  j.recompute = parse_recompute("0,2");
+  expect_error(j, "--recompute: stage 2 is out of range [0, 2)");
+  j.recompute = parse_recompute("full");
+  j.forward_only = true;
+  expect_error(j, "--recompute has no effect with --forward-only");
+  j.forward_only = false;
+  j.schedule = ScheduleKind::kZBVZeroBubble;
+  expect_error(j, "needs --stages-per-rank 2");
+  j.stages_per_rank = 2;
+  validate_job(j);
+  j.schedule = ScheduleKind::kDualPipeV;
+  j.microbatches = 3;
+  expect_error(j, "DualPipeV requires at least as many microbatches as stages");
+  j.schedule = ScheduleKind::kChimera;
+  j.stages_per_rank = 1;
+  j.pp = 3;
+  j.microbatches = 6;
+  j.recompute = {};
+  expect_error(j, "Chimera needs an even --pp");
+  // Job JSON keeps both fields and reads files written before them.
+  j.pp = 2;
+  j.recompute = parse_recompute("1");
+  const std::string text = to_json(j);
+  EXPECT_NE(text.find("\"recompute\": \"1\""), std::string::npos) << text;
+  EXPECT_EQ(to_json(parse_job(text, "j.json")), text);
+  // Chimera's plan: 2P plan stages over P model stages, forward-only as asked.
+  const LoweredPlan chimera = make_plan(j, nullptr);
+  EXPECT_EQ(chimera.shape.stages, 4);
+  EXPECT_EQ(chimera.shape.model_stages(), 2);
+  j.forward_only = true;
+  j.recompute = {};
+  const LoweredPlan inference = make_plan(j, nullptr);
+  EXPECT_TRUE(inference.shape.forward_only);
+  for (const auto& list : inference.per_rank) {
+    for (const Action& a : list) {
+      EXPECT_TRUE(a.kind == ActionKind::kForward || a.kind == ActionKind::kSendF ||
+                  a.kind == ActionKind::kRecvF)
+          << a;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pipewright::sched

@@ -185,9 +185,8 @@ TEST(DualPipeV, RejectsWithTorchsReason) {
 TEST(DualPipeV, UnitFormIsChecked) {
   ComputePlan plan = generate(spec_of(ScheduleKind::kDualPipeV, 2, 4));
   auto& ops = plan.per_rank[0];
-  const auto at = std::find_if(ops.begin(), ops.end(), [](const Action& a) {
-    return is_overlap(a.kind);
-  });
+  const auto at =
+      std::find_if(ops.begin(), ops.end(), [](const Action& a) { return is_overlap(a.kind); });
   ASSERT_NE(at, ops.end());
   std::iter_swap(at + 1, at + 2);  // backward first: not a unit torch can express
   const auto diags = validate(plan);

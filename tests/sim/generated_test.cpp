@@ -58,7 +58,9 @@ TEST(Generated, Interleaved1F1BClosedForm) {
 
 TEST(Generated, EverySchedulesRunsWithCommunicationAndDp) {
   for (auto kind : sched::all_schedule_kinds()) {
-    const int v = (kind == ScheduleKind::kGPipe || kind == ScheduleKind::k1F1B) ? 1 : 2;
+    // Chimera's costs are per model stage (p of them) and expanded to its 2p plan stages.
+    const int required = sched::required_stages_per_rank(kind);
+    const int v = required == 0 ? 2 : required;
     const auto plan = make(kind, 4, 8, v);
     auto costs = uniform_costs(4 * v, 1, 2, 1 << 20, 64 << 20, 1 << 20);
     Cluster c;

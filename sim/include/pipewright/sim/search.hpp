@@ -38,6 +38,10 @@ struct SearchOptions {
   Optimizer optimizer = Optimizer::kSgd;  // memory: optimizer state (sched::JobSpec's default)
   double momentum = 0.0;
   std::int32_t top_k = 10;
+  // A configuration over the memory limit is simulated again with activation recompute of every
+  // stage (--recompute full); when that fits it is ranked, marked recompute (issue 22; `search
+  // --recompute`). The re-simulations count in `simulated`.
+  bool try_recompute = false;
 };
 
 // DDP with 1, 25 and 100 MiB buckets, LocalSGD averaging every 2 steps, SlowMo (LocalSGD every 2
@@ -56,6 +60,7 @@ struct SearchCandidate {
   double bubble_fraction = 0;
   std::int64_t peak_memory_bytes = 0;  // max over ranks
   bool fits_memory = true;
+  bool recompute = false;  // fits only with --recompute full
 };
 
 struct SearchResult {
@@ -64,6 +69,7 @@ struct SearchResult {
   std::int64_t simulated = 0;           // configurations simulated
   std::int64_t rejected_shape = 0;      // schedule/partition cannot take the shape
   std::int64_t dropped_memory = 0;      // simulated but over the memory limit
+  std::int64_t recomputed = 0;          // over the limit without recompute, fit with it
   std::int64_t simulated_actions = 0;
 };
 
@@ -75,7 +81,8 @@ struct SearchResult {
 
 // "ddp(25MB)", "localsgd(every 2)", "slowmo(avg 2, slow 4)".
 [[nodiscard]] std::string describe(const DpVariant& variant);
-// "1F1B pp=4 dp=2 v=1 m=8 ddp(25MB)" ("-" for the DP algorithm when dp == 1).
+// "1F1B pp=4 dp=2 v=1 m=8 ddp(25MB)" ("-" for the DP algorithm when dp == 1), with
+// " recompute=full" when the candidate fits only with recompute.
 [[nodiscard]] std::string describe(const SearchCandidate& candidate);
 
 }  // namespace pipewright::sim

@@ -78,6 +78,12 @@ struct SimOptions {
   // microbatch 0); entries < 0 fall back to the costs. Overrides sampled durations. With shared
   // cores the entries are work at full speed, like the costs.
   std::vector<std::int64_t> replay_durations_ns;
+  // Activation recompute of the job (sched::RecomputeSpec, by model stage): a recomputed stage
+  // keeps only its inputs from F to its backward, and its B (or I) re-runs the forward first:
+  // B and I take forward_ms longer, and during them the stage's full activations of that
+  // microbatch are live again (until the end of B, or of W after an I). Note [Recompute] in
+  // sim/src/engine.cpp. Costs are taken as measured without recompute.
+  sched::RecomputeSpec recompute;
 };
 
 // The simulator's options for a job: replicas, data-parallel algorithm and its options, steps,
@@ -162,8 +168,15 @@ struct SimResult {
 // Simulates `plan`. Throws ConfigError when the costs, cluster and options do not match the plan
 // (naming the field), InvalidPlanError for malformed plans (naming rank, position and action) and
 // for plans that deadlock (naming every blocked rank and what it waits for).
+// Plans with stage replicas (Chimera; PlanShape::stage_to_model_stage) take costs either per plan
+// stage or per model stage; the latter are expanded with replica_costs().
 [[nodiscard]] SimResult simulate(const sched::LoweredPlan& plan, const sched::CostTable& costs,
                                  const Cluster& cluster, const SimOptions& options);
+
+// Costs per model stage -> costs per plan stage (each replica gets its model stage's costs);
+// `costs` unchanged when it already has a cost per plan stage or the plan has no replicas.
+[[nodiscard]] sched::CostTable replica_costs(const sched::CostTable& costs,
+                                             const sched::PlanShape& shape);
 
 // The median step time (ms) of `steps` consecutive simulated steps (step k lasts from the end of
 // step k-1 to its own end; the first from 0), with sampled durations (Note [Sampled durations],
