@@ -86,6 +86,9 @@ void setup_run(CLI::App& app) {
   sub->add_option("--seed", c.seed, "Seed of initialisation and shuffling")->capture_default_str();
   sub->add_option("--init", c.init_path, "Initial weights (safetensors)");
   sub->add_option("--save", c.save_path, "Write final weights (safetensors, rank 0)");
+  sub->add_option("--outputs", c.outputs_path,
+                  "With --forward-only: write the last stage's outputs in sample order (.npy, "
+                  "rank 0)");
   sub->add_option_function<std::string>(
          "--backend", [&c](const std::string& b) { c.backend = exec::parse_backend(b); },
          "gloo|mpi|nccl")

@@ -131,6 +131,8 @@ const Key kKeys[] = {
      [](F f) { return boolean(!f.no_shuffle); }},
     {"training", "init", Type::kString, "--init", "", [](F f) { return str(f.config.init_path); }},
     {"training", "save", Type::kString, "--save", "", [](F f) { return str(f.config.save_path); }},
+    {"training", "outputs", Type::kString, "--outputs", "",
+     [](F f) { return str(f.config.outputs_path); }},
     {"training", "save_replicas", Type::kBool, "--save-replicas", "",
      [](F f) { return boolean(f.config.save_replicas); }},
     {"training", "nan_policy", Type::kString, "--nan-policy", "",

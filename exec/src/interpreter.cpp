@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "dp_algorithm.hpp"
+#include "interpreter_state.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/action.hpp"
 #include "run_report.hpp"
@@ -51,17 +52,6 @@ void with_context(const std::string& where, Fn&& fn) {
 }
 
 }  // namespace
-
-struct Interpreter::MbState {
-  std::vector<torch::Tensor> inputs;
-  std::vector<torch::Tensor> outputs;
-  torch::Tensor loss;  // scaled by 1/m (loss stage only)
-  std::vector<std::pair<int, torch::Tensor>> out_grads;
-  std::vector<torch::Tensor> input_grads;
-  bool forward_done = false;
-  bool input_grads_done = false;
-  bool weight_grads_done = false;
-};
 
 Interpreter::Interpreter(const sched::LoweredPlan& plan, int pipe_rank,
                          std::vector<StageSetup> stages, Communicator* pipe,
@@ -120,6 +110,7 @@ Interpreter::Interpreter(const sched::LoweredPlan& plan, int pipe_rank,
   // Plans come from sched::make_plan / lower_for_run, which give every stage its REDUCE_GRAD
   // and OPTIM; the interpreter adds no actions of its own.
   for (int s : got) {
+    if (plan_.shape.forward_only) break;  // inference: no gradients, no optimizer
     PW_CHECK(has_reduce.count(s) != 0 && has_optim.count(s) != 0, InvalidPlanError,
              "rank " << pipe_rank_ << ": the plan has no "
                      << (has_reduce.count(s) == 0 ? "REDUCE_GRAD" : "OPTIM") << " for stage " << s
@@ -339,6 +330,7 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
                    << plan_.shape.microbatches);
   loss_sum_ = 0;
   loss_count_ = 0;
+  predictions_.assign(static_cast<std::size_t>(plan_.shape.microbatches), torch::Tensor());
   nonfinite_ = NonFinite{};
   if (options_.prepost_receives) prepost_receives(step);
   for (std::size_t i = 0; i < actions_.size(); ++i) {
@@ -364,7 +356,8 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
   }
   wait_pending(step);
   for (const auto& [key, st] : states_) {
-    PW_CHECK(st->weight_grads_done || !st->forward_done, InvalidPlanError,
+    PW_CHECK(st->weight_grads_done || !st->forward_done || plan_.shape.forward_only,
+             InvalidPlanError,
              "rank " << pipe_rank_ << " step " << step << ": stage " << key.first << " microbatch "
                      << key.second << " ran forward but never backward");
   }
@@ -447,140 +440,6 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
       }
     }
   });
-}
-
-void Interpreter::do_forward(const Action& a, std::int64_t step,
-                             const std::vector<torch::Tensor>& x_mbs,
-                             const std::vector<torch::Tensor>& y_mbs) {
-  auto& st = local(a.stage);
-  auto& ms = state(a.stage, a.microbatch);
-  PW_CHECK(
-      !ms.forward_done, InvalidPlanError,
-      "rank " << pipe_rank_ << " step " << step << ": " << sched::to_string(a) << " runs twice");
-  for (std::size_t j = 0; j < st.inputs.size(); ++j) {
-    if (st.inputs[j].producer_stage == -1) {
-      ms.inputs[j] = x_mbs.at(static_cast<std::size_t>(a.microbatch));
-    }
-    PW_CHECK(ms.inputs[j].defined(), InvalidPlanError,
-             "rank " << pipe_rank_ << " step " << step << ": " << sched::to_string(a)
-                     << " needs input " << j << " from stage " << st.inputs[j].producer_stage
-                     << ", which has not been received yet (plan order)");
-  }
-  ms.outputs = st.body->forward(ms.inputs);
-  PW_ASSERT(static_cast<int>(ms.outputs.size()) == st.num_outputs,
-            "stage " << a.stage << " produced " << ms.outputs.size() << " outputs");
-  ms.forward_done = true;
-  if (st.loss_output >= 0) {
-    const auto& y = y_mbs.at(static_cast<std::size_t>(a.microbatch));
-    auto l = loss_(ms.outputs[static_cast<std::size_t>(st.loss_output)], y);
-    loss_sum_ += l.detach().to(torch::kDouble).item<double>();
-    ++loss_count_;
-    loss_stage_ = a.stage;
-    ms.loss = l / (static_cast<double>(plan_.shape.microbatches) *
-                   static_cast<double>(hooks_->gradient_divisor()));
-  }
-  // Hand the outputs to consumers on this rank now; remote consumers get them with SEND_F.
-  for (std::size_t k = 0; k < st.consumers.size(); ++k) {
-    for (const auto& [c, slot] : st.consumers[k]) {
-      if (rank_of(c) != pipe_rank_) continue;
-      auto t = ms.outputs[k].detach();
-      if (t.is_floating_point()) t.requires_grad_(true);
-      auto& cs = state(c, a.microbatch);
-      cs.inputs[static_cast<std::size_t>(slot)] = t;
-    }
-  }
-}
-
-void Interpreter::do_backward(const Action& a, std::int64_t step, bool input, bool weight) {
-  auto& st = local(a.stage);
-  auto& ms = state(a.stage, a.microbatch);
-  const std::string text = sched::to_string(a);
-  PW_CHECK(ms.forward_done, InvalidPlanError,
-           "rank " << pipe_rank_ << " step " << step << ": " << text << " before its forward");
-  const int last_mb = last_backward_mb_.count(a.stage) ? last_backward_mb_[a.stage] : -1;
-  const bool last = a.microbatch == last_mb;
-  if (input) {
-    PW_CHECK(!ms.input_grads_done, InvalidPlanError,
-             "rank " << pipe_rank_ << " step " << step << ": " << text << " runs twice");
-    hooks_->before_backward(a.stage, a.microbatch, last);
-  } else {
-    PW_CHECK(ms.input_grads_done && !ms.weight_grads_done, InvalidPlanError,
-             "rank " << pipe_rank_ << " step " << step << ": " << text
-                     << " without a preceding I (or twice)");
-  }
-  std::size_t expected = 0;
-  for (const auto& list : st.consumers) expected += list.size();
-  PW_CHECK(ms.out_grads.size() == expected, InvalidPlanError,
-           "rank " << pipe_rank_ << " step " << step << ": " << text << " has "
-                   << ms.out_grads.size() << " of the " << expected
-                   << " output gradient(s) it needs (plan order)");
-  std::vector<torch::Tensor> roots;
-  std::vector<torch::Tensor> grads;
-  for (const auto& [k, g] : ms.out_grads) {
-    const auto& out = ms.outputs[static_cast<std::size_t>(k)];
-    if (!out.requires_grad()) continue;
-    roots.push_back(out);
-    grads.push_back(g);
-  }
-  if (ms.loss.defined()) {
-    roots.push_back(ms.loss);
-    grads.emplace_back();
-  }
-  std::vector<torch::Tensor> needs_grad_inputs;
-  std::vector<std::size_t> needs_grad_slots;
-  for (std::size_t j = 0; j < ms.inputs.size(); ++j) {
-    if (ms.inputs[j].requires_grad()) {
-      needs_grad_inputs.push_back(ms.inputs[j]);
-      needs_grad_slots.push_back(j);
-    }
-  }
-  if (input && weight) {
-    if (!roots.empty()) torch::autograd::backward(roots, grads);
-    for (std::size_t i = 0; i < needs_grad_inputs.size(); ++i) {
-      ms.input_grads[needs_grad_slots[i]] = needs_grad_inputs[i].grad();
-    }
-  } else if (input) {
-    if (!roots.empty() && !needs_grad_inputs.empty()) {
-      auto g = torch::autograd::grad(roots, needs_grad_inputs, grads, /*retain_graph=*/true,
-                                     /*create_graph=*/false, /*allow_unused=*/true);
-      for (std::size_t i = 0; i < g.size(); ++i) ms.input_grads[needs_grad_slots[i]] = g[i];
-    }
-  } else {
-    std::vector<torch::Tensor> params;
-    for (auto& p : st.body->parameters()) {
-      if (p.requires_grad()) params.push_back(p);
-    }
-    if (!roots.empty() && !params.empty()) {
-      torch::autograd::backward(roots, grads, /*retain_graph=*/false, /*create_graph=*/false,
-                                params);
-    }
-  }
-  if (input) {
-    for (std::size_t j = 0; j < ms.inputs.size(); ++j) {
-      if (ms.inputs[j].requires_grad() && !ms.input_grads[j].defined()) {
-        ms.input_grads[j] = torch::zeros_like(ms.inputs[j]);
-      }
-    }
-    ms.input_grads_done = true;
-    deliver_input_grads(a.stage, a.microbatch, ms);
-  }
-  if (weight) {
-    ms.weight_grads_done = true;
-    ms.outputs.clear();
-    ms.loss = torch::Tensor();
-    ms.out_grads.clear();
-    hooks_->after_backward(a.stage, a.microbatch, last);
-  }
-}
-
-void Interpreter::deliver_input_grads(int stage, int mb, MbState& ms) {
-  const auto& st = local(stage);
-  for (std::size_t j = 0; j < st.inputs.size(); ++j) {
-    const int p = st.inputs[j].producer_stage;
-    if (p < 0 || rank_of(p) != pipe_rank_) continue;
-    if (!ms.input_grads[j].defined()) continue;
-    state(p, mb).out_grads.emplace_back(st.inputs[j].producer_output, ms.input_grads[j]);
-  }
 }
 
 void Interpreter::do_send(const Action& a, std::int64_t step, ActionTiming* timing) {

@@ -7,8 +7,8 @@
 //          outputs with their autograd graph; the loss stage also computes loss / m.
 //   B      backward of the stage's outputs with the gradients received by RECV_B (plus the loss);
 //          parameter gradients accumulate, input gradients are kept for SEND_B.
-//   I      input gradients only (autograd::grad, graph retained); W: weight gradients (backward
-//          restricted to the parameters), which frees the graph. Zero-bubble plans use I + W.
+//   I      input gradients only, keeping what W needs; W: weight gradients from it, which frees
+//          the graph (split_backward.hpp, Note [Split backward]). Zero-bubble plans use I + W.
 //   SEND_* non-blocking send to the peer stage's rank; the Work and the buffer are kept until the
 //          end of the step. A peer stage on the same rank needs no message: the tensors were
 //          handed over when they were produced.
@@ -67,6 +67,9 @@ struct StageSetup {
   // Consumers of each output slot: (consumer stage, consumer input slot), for every consumer.
   std::vector<std::vector<std::pair<int, int>>> consumers;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  // Note [Activation recompute] (interpreter_compute.cpp): F keeps no autograd graph; B / I run
+  // the forward again first.
+  bool recompute = false;
 };
 
 // Mean loss of one microbatch: (output, target) -> scalar.
@@ -142,6 +145,11 @@ class Interpreter {
   [[nodiscard]] const std::vector<ActionTiming>& timings() const noexcept { return timings_; }
   void clear_timings() { timings_.clear(); }
   [[nodiscard]] const std::vector<sched::Action>& actions() const noexcept { return actions_; }
+  // Forward-only plans (PlanShape::forward_only): the prediction of each microbatch of the last
+  // run_step, for the microbatches whose loss stage is local (undefined for the others).
+  [[nodiscard]] const std::vector<torch::Tensor>& predictions() const noexcept {
+    return predictions_;
+  }
   // Shapes received from (producer, consumer) for remote edges, after agree_shapes.
   [[nodiscard]] const std::vector<TensorMeta>& edge_meta(int producer, int consumer) const;
 
@@ -167,6 +175,10 @@ class Interpreter {
                      const std::vector<torch::Tensor>& y_mbs);
   [[nodiscard]] bool is_remote_p2p(const sched::Action& a) const;
   void deliver_input_grads(int stage, int mb, MbState& st);
+  // The stage's forward on ms.inputs into ms.outputs, and on the loss stage ms.loss (scaled);
+  // returns the unscaled loss (undefined for other stages).
+  torch::Tensor forward_stage(const StageSetup& st, MbState& ms);
+  void recompute_forward(const StageSetup& st, MbState& ms);
   void wait_pending(std::int64_t step);
   [[nodiscard]] StageSetup& local(int stage);
   [[nodiscard]] MbState& state(int stage, int mb);
@@ -201,6 +213,7 @@ class Interpreter {
   void prepost_receives(std::int64_t step);
   [[nodiscard]] Posted post_receive(const sched::Action& a, std::int64_t step);
   std::vector<ActionTiming> timings_;
+  std::vector<torch::Tensor> predictions_;  // forward-only plans, per microbatch
   double loss_sum_ = 0;
   int loss_count_ = 0;
   int loss_stage_ = -1;

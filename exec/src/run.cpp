@@ -48,6 +48,7 @@
 #include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sched/schedule.hpp"
 #include "pipewright/sched/validate.hpp"
+#include "run_outputs.hpp"
 #include "run_report.hpp"
 #include "safetensors.hpp"
 #include "sharding.hpp"
@@ -200,6 +201,7 @@ void check_outputs(const RunConfig& c, int world_rank) {
   const int dp_index = world_rank / c.pp;
   if (world_rank == 0) {
     if (!c.save_path.empty()) check_output_file(c.save_path, "--save");
+    if (!c.outputs_path.empty()) check_output_file(c.outputs_path, "--outputs");
     if (!c.trace_path.empty()) check_output_file(c.trace_path, "--trace");
     if (!c.profile_path.empty()) check_output_file(c.profile_path, "--profile");
   }
@@ -217,7 +219,8 @@ void check_outputs(const RunConfig& c, int world_rank) {
 void check_parameter_memory(const RunConfig& c, const Prepared& p) {
   double params = 0;
   for (int s : p.plan.shape.stages_of_rank(p.pp_index)) {
-    for (int n : p.partition.graph.stages.at(static_cast<std::size_t>(s)).nodes)
+    for (int n :
+         p.partition.graph.stages.at(static_cast<std::size_t>(p.plan.shape.model_stage(s))).nodes)
       params += parameter_count(p.model.nodes.at(static_cast<std::size_t>(n)));
   }
   const double states = c.optimizer == sched::Optimizer::kSgd ? (c.momentum > 0 ? 1 : 0) : 2;
@@ -272,7 +275,8 @@ std::vector<StageSetup> build_stages(const RunConfig& c, const Prepared& p,
   std::vector<StageSetup> setups;
   const auto& g = p.partition.graph;
   for (int s : p.plan.shape.stages_of_rank(p.pp_index)) {
-    const auto& info = g.stages.at(static_cast<std::size_t>(s));
+    const int model_stage = p.plan.shape.model_stage(s);  // Note [Stage replicas] (plan.hpp)
+    const auto& info = g.stages.at(static_cast<std::size_t>(model_stage));
     StageBuildOptions opts;
     opts.seed = c.seed;
     opts.device = p.device;
@@ -284,17 +288,26 @@ std::vector<StageSetup> build_stages(const RunConfig& c, const Prepared& p,
     st.num_outputs = static_cast<int>(body->module().outputs().size());
     st.consumers.resize(static_cast<std::size_t>(st.num_outputs));
     st.inputs.resize(body->module().inputs().size());
+    // The partition's edges between model stages, as edges between this replica's plan stages.
+    const auto& shape = p.plan.shape;
+    const auto replica_of = [&](int model) {
+      if (!shape.has_replicas() || model < 0) return model;  // -1: the model input
+      const auto mine = shape.replicas_of(model_stage);
+      const auto k = std::find(mine.begin(), mine.end(), s) - mine.begin();
+      return static_cast<int>(shape.replicas_of(model).at(static_cast<std::size_t>(k)));
+    };
     for (const auto& e : g.edges) {
-      if (e.consumer_stage == s) {
+      if (e.consumer_stage == model_stage) {
         st.inputs.at(static_cast<std::size_t>(e.consumer_input)) =
-            InputSource{e.producer_stage, e.producer_output};
+            InputSource{replica_of(e.producer_stage), e.producer_output};
       }
-      if (e.producer_stage == s) {
+      if (e.producer_stage == model_stage) {
         st.consumers.at(static_cast<std::size_t>(e.producer_output))
-            .emplace_back(e.consumer_stage, e.consumer_input);
+            .emplace_back(replica_of(e.consumer_stage), e.consumer_input);
       }
     }
     st.loss_output = body->module().prediction_output().value_or(-1);
+    st.recompute = c.recompute.recomputes(model_stage);  // Note [Activation recompute]
     st.optimizer = make_optimizer(c, body->parameters());
     st.body = body;
     bodies->push_back(body);
@@ -496,6 +509,10 @@ void validate_run_config(const RunConfig& c) {
            "--checkpoint-every needs --checkpoint-dir");
   PW_CHECK(!c.save_replicas || !c.save_path.empty(), ConfigError,
            "--save-replicas needs --save FILE");
+  PW_CHECK(c.outputs_path.empty() || c.forward_only, ConfigError,
+           "--outputs needs --forward-only (a training run writes weights with --save)");
+  PW_CHECK(c.outputs_path.empty() || c.dp == 1, ConfigError,
+           "--outputs supports --dp 1 only, got --dp " << c.dp);
   const bool npy = !c.data_x.empty() || !c.data_y.empty();
   PW_CHECK(npy != !c.dataset.empty(), ConfigError,
            "give either --data-x and --data-y, or --dataset (exactly one data source)");
@@ -573,17 +590,18 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   }
   // Tied parameters across stages: gradients summed before the optimizer (tied_sync.hpp).
   std::unique_ptr<TiedGradientSync> tied;
-  if (auto groups = cross_stage_tied_groups(p.model, p.partition); !groups.empty()) {
-    std::set<std::string> names;
-    for (const auto& g : groups) names.insert(g.name);
-    std::vector<TiedCopy> copies;
-    for (const auto& b : bodies) {
-      const auto& params = b->module().named_parameters();
-      const auto& keys = b->module().tie_groups();
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        if (names.count(keys[i]) != 0) copies.push_back(TiedCopy{keys[i], params[i].second});
-      }
-    }
+  // Chimera's replicas too (Note [Replica gradients]).
+  auto groups = cross_stage_tied_groups(p.model, p.partition);
+  std::set<std::string> names;
+  for (const auto& g : groups) names.insert(g.name);
+  for (auto& g : replica_groups(p.model, p.partition, p.plan.shape, names)) {
+    groups.push_back(std::move(g));
+  }
+  if (!groups.empty()) {
+    std::vector<const StageModule*> modules;
+    for (const auto& b : bodies) modules.push_back(&b->module());
+    auto copies =
+        local_tied_copies(modules, p.plan.shape.stages_of_rank(p.pp_index), p.plan.shape, names);
     tied = std::make_unique<TiedGradientSync>(hooks, mesh.pipe.get(), std::move(groups),
                                               std::move(copies), p.plan, p.device, timeout);
     hooks = tied.get();
@@ -663,10 +681,12 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   }
 
   const double samples_per_step = static_cast<double>(c.batch_size) * c.dp;
+  PredictionGather predictions;  // --forward-only --outputs
   for (std::int64_t step = first_step; step < c.steps; ++step) {
     if (step > first_step) next_microbatches(&xs, &ys);
     const auto t0 = Clock::now();
     const auto r = interp.run_step(step, xs, ys);
+    if (!c.outputs_path.empty()) predictions.add(step - first_step, interp.predictions());
     std::string nonfinite;  // Note [Non-finite steps]
     const double loss = all_reduce_loss_checked(*world, r.has_loss ? r.loss : 0.0, r.nonfinite,
                                                 step, timeout, &nonfinite);
@@ -687,6 +707,11 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     }
   }
   if (dp_algo) result.data_parallel = dp_algo->stats();
+  if (!c.outputs_path.empty()) {
+    predictions.write(*world, p.world.rank, p.world.world_size, c.steps - first_step,
+                      c.microbatches, c.outputs_path, timeout);
+    if (p.world.rank == 0) result.written_files.push_back(c.outputs_path);
+  }
   if (!c.save_path.empty()) {
     save_weights(c, p, *world, bodies, timeout, 0, c.save_path);
     if (p.world.rank == 0) result.written_files.push_back(c.save_path);

@@ -7,6 +7,7 @@
 
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/action.hpp"
+#include "stage_module.hpp"
 
 namespace pipewright::exec {
 
@@ -45,6 +46,54 @@ std::vector<TiedGroup> cross_stage_tied_groups(const graph::Model& model,
     out.push_back(std::move(g));
   }
   return out;
+}
+
+std::string replica_group_name(int model_stage, const std::string& param) {
+  return "replica:" + std::to_string(model_stage) + ":" + param;
+}
+
+std::vector<TiedGroup> replica_groups(const graph::Model& model, const graph::Partition& partition,
+                                      const sched::PlanShape& shape,
+                                      const std::set<std::string>& tied_groups) {
+  std::vector<TiedGroup> out;
+  if (!shape.has_replicas()) return out;
+  for (int d = 0; d < shape.model_stages(); ++d) {
+    const auto replicas = shape.replicas_of(d);
+    if (replicas.size() < 2) continue;
+    const StageModule module(model, partition.graph.stages.at(static_cast<std::size_t>(d)), {});
+    const auto& params = module.named_parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (tied_groups.count(module.tie_groups()[i]) != 0) continue;
+      TiedGroup g;
+      g.name = replica_group_name(d, params[i].first);
+      g.shape = params[i].second.sizes().vec();
+      g.stages.assign(replicas.begin(), replicas.end());
+      out.push_back(std::move(g));
+    }
+  }
+  return out;
+}
+
+std::vector<TiedCopy> local_tied_copies(const std::vector<const StageModule*>& modules,
+                                        const std::vector<std::int32_t>& stages,
+                                        const sched::PlanShape& shape,
+                                        const std::set<std::string>& tied_groups) {
+  std::vector<TiedCopy> copies;
+  for (std::size_t b = 0; b < modules.size(); ++b) {
+    const auto& params = modules[b]->named_parameters();
+    const auto& keys = modules[b]->tie_groups();
+    const int model_stage = shape.model_stage(stages.at(b));
+    const bool replicated = shape.replicas_of(model_stage).size() > 1;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (tied_groups.count(keys[i]) != 0) {
+        copies.push_back(TiedCopy{keys[i], params[i].second});
+      } else if (replicated) {
+        copies.push_back(
+            TiedCopy{replica_group_name(model_stage, params[i].first), params[i].second});
+      }
+    }
+  }
+  return copies;
 }
 
 TiedGradientSync::TiedGradientSync(DataParallelHooks* inner, Communicator* pipe,

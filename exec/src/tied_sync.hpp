@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,11 +49,32 @@ struct TiedGroup {
 [[nodiscard]] std::vector<TiedGroup> cross_stage_tied_groups(const graph::Model& model,
                                                              const graph::Partition& partition);
 
+// Note [Replica gradients]: Chimera's replicas of a model stage (plan.hpp, Note [Stage replicas])
+// are kept equal the same way: every parameter of a replicated model stage is a group
+// replica_group_name(model stage, name) whose copies are the replicas' tensors, so the exchange
+// replaces each replica's gradient by the sum over the replicas (each accumulated over its own
+// microbatches, all scaled by 1/m of the whole batch): the gradient of one pipeline over the
+// whole batch. Parameters of a cross-stage tied group are left to that group, whose sum covers
+// every replica's copy already. The shapes come from building each replicated model stage once.
+[[nodiscard]] std::string replica_group_name(int model_stage, const std::string& param);
+[[nodiscard]] std::vector<TiedGroup> replica_groups(const graph::Model& model,
+                                                    const graph::Partition& partition,
+                                                    const sched::PlanShape& shape,
+                                                    const std::set<std::string>& tied_groups);
+
 // One local copy: a trainable tensor of a local stage and its group.
 struct TiedCopy {
   std::string group;
   torch::Tensor param;
 };
+
+class StageModule;
+// The copies on this rank: `modules` are the rank's stages (plan stages `stages`, in that order);
+// a parameter in a group of `tied_groups` belongs to it, else one of a replicated model stage to
+// its replica group.
+[[nodiscard]] std::vector<TiedCopy> local_tied_copies(
+    const std::vector<const StageModule*>& modules, const std::vector<std::int32_t>& stages,
+    const sched::PlanShape& shape, const std::set<std::string>& tied_groups);
 
 // Forwards every hook to `inner` and sums tied gradients in before_optimizer_steps.
 class TiedGradientSync final : public DataParallelHooks {

@@ -117,7 +117,8 @@ struct RunResult {
 // stage 0 to stage skip_to.
 RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, const torch::Tensor& x,
                         const torch::Tensor& y, int steps, int skip_to,
-                        bool prepost_receives = false, std::int64_t split_backward_step = -1) {
+                        bool prepost_receives = false, std::int64_t split_backward_step = -1,
+                        bool recompute = false) {
   const int ranks = plan.shape.ranks;
   const int stages = plan.shape.stages;
   const int m = plan.shape.microbatches;
@@ -150,6 +151,7 @@ RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, con
           if (s + 1 < stages) st.consumers[0].emplace_back(s + 1, 0);
           if (s == 0 && skip_to > 0) st.consumers[0].emplace_back(skip_to, 1);
           st.loss_output = s + 1 == stages ? 0 : -1;
+          st.recompute = recompute;
           st.optimizer = std::make_unique<torch::optim::SGD>(
               st.body->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
           setups.push_back(std::move(st));
@@ -302,6 +304,30 @@ TEST(Interpreter, SplitBackwardStepRecordsInputAndWeightGradients) {
   EXPECT_EQ(count(1, K::kBackwardInput), 4);
   EXPECT_EQ(count(1, K::kBackwardWeight), 4);
   EXPECT_EQ(count(2, K::kBackwardWeight), 0);
+}
+
+// Note [Activation recompute]: recomputing every stage's forward inside B / I trains to the
+// same weights (bit for bit) and losses as keeping the activations.
+TEST(Interpreter, RecomputeGivesTheSameWeights) {
+  torch::set_num_threads(1);
+  for (const auto& [kind, v] :
+       {std::pair{ScheduleKind::k1F1B, 1}, std::pair{ScheduleKind::kInterleavedZeroBubble, 2}}) {
+    sched::ScheduleSpec spec;
+    spec.kind = kind;
+    spec.ranks = 2;
+    spec.stages_per_rank = v;
+    spec.microbatches = 4;
+    const auto plan = sched::lower_for_run(sched::generate(spec));
+    const auto init = init_weights(2 * v);
+    torch::manual_seed(9);
+    auto x = torch::randn({16, kWidth});
+    auto y = torch::randn({16, kWidth});
+    const auto keep = run_pipelined(plan, init, x, y, 3, -1);
+    const auto again = run_pipelined(plan, init, x, y, 3, -1, false, -1, /*recompute=*/true);
+    EXPECT_EQ(max_diff(keep.weights, again.weights), 0.0) << sched::to_string(kind);
+    EXPECT_EQ(keep.losses, again.losses) << sched::to_string(kind);
+    EXPECT_GT(max_diff(init, keep.weights), 1e-3);
+  }
 }
 
 TEST(Interpreter, SkipEdgeDag) {

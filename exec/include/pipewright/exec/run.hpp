@@ -28,6 +28,9 @@ struct RunConfig : sched::JobSpec {
   std::uint64_t seed = 0;
   std::string init_path;  // safetensors with initial weights (names as in the model)
   std::string save_path;  // safetensors of the final weights, written by world rank 0
+  // --forward-only: the last stage's outputs of every step in sample order (.npy, world rank 0;
+  // exec/src/run_outputs.hpp).
+  std::string outputs_path;
   // Data: either data_x + data_y (npy) or dataset (bundled name).
   std::string data_x;
   std::string data_y;
