@@ -24,9 +24,12 @@ install(TARGETS ${_pw_targets} EXPORT pipewrightTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# graph/json_reader.hpp is the loaders' shared reader over nlohmann::json (a third-party type):
+# no other public header includes it, and it is not installed.
 foreach(_pw_dir IN LISTS _pw_header_dirs)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_pw_dir}/include/
-          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.hpp")
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.hpp"
+          PATTERN "json_reader.hpp" EXCLUDE)
 endforeach()
 
 set(_pw_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/pipewright)

@@ -3,9 +3,10 @@
 # prefix, builds examples/library/cpp against it twice (CMake find_package, and pkg-config), and
 # checks that the consumer prints the same torch CSV and step time as the installed CLI; then
 # imports the installed Python module (when built) and runs examples/library/python/sweep.py.
-#   install_consumer.sh BUILD_DIR SOURCE_DIR CXX WORK_DIR [PYTHON]
+#   install_consumer.sh BUILD_DIR SOURCE_DIR CXX WORK_DIR CXXFLAGS [PYTHON]
+# CXXFLAGS: the build's CMAKE_CXX_FLAGS (a sanitizer build's consumer needs the same runtime).
 set -euo pipefail
-build="$1" src="$2" cxx="$3" work="$4" python="${5:-}"
+build="$1" src="$2" cxx="$3" work="$4" cxxflags="$5" python="${6:-}"
 cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
 rm -rf "$work"
@@ -30,7 +31,10 @@ if grep -rhoE '#include <[^>]+>' "$prefix/include/pipewright" | sort -u |
   fail "an installed header includes a third-party header"
 fi
 # The installed programs load the installed libraries, not the build tree's.
-ldd "$prefix/bin/pipewright" | grep -q "$prefix/$libdir/libpw_graph" ||
+loaded() {  # FILE LIB: the real path of the LIB that FILE loads
+  ldd "$1" | sed -n "s/^[[:space:]]*$2[^ ]* => \([^ ]*\) .*/\1/p" | head -1 | xargs -r readlink -f
+}
+[ "$(loaded "$prefix/bin/pipewright" libpw_graph)" = "$(readlink -f "$prefix/$libdir")/libpw_graph.so.0.1.0" ] ||
   { ldd "$prefix/bin/pipewright"; fail "installed pipewright does not load $prefix/$libdir/libpw_graph"; }
 
 expect_same() {  # NAME P M F B: consumer output == CLI output
@@ -50,7 +54,8 @@ expect_same() {  # NAME P M F B: consumer output == CLI output
 
 echo "== find_package(pipewright) consumer"
 cmake -S "$src/examples/library/cpp" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Release >"$work/cmake.log" ||
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$cxxflags" \
+  -DCMAKE_EXE_LINKER_FLAGS="$cxxflags" >"$work/cmake.log" ||
   { cat "$work/cmake.log"; fail "consumer configure"; }
 cmake --build "$work/cmake" >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "consumer build"; }
 expect_same cmake 4 8 1 2
@@ -59,9 +64,9 @@ expect_same cmake 2 6 1.5 2.5
 echo "== pkg-config consumer"
 export PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig"
 mkdir -p "$work/pkgconfig"
-# shellcheck disable=SC2046
-"$cxx" -std=c++17 -O1 "$src/examples/library/cpp/step_time.cpp" -o "$work/pkgconfig/step_time" \
-  $(pkg-config --cflags --libs pipewright)
+# shellcheck disable=SC2046,SC2086
+"$cxx" -std=c++17 -O1 $cxxflags "$src/examples/library/cpp/step_time.cpp" \
+  -o "$work/pkgconfig/step_time" $(pkg-config --cflags --libs pipewright)
 expect_same pkgconfig 4 8 1 2
 expect_same pkgconfig 3 9 0.5 1.25
 
@@ -73,7 +78,8 @@ if [ -n "$python" ]; then
     if ldd "$site"/pipewright/_pipewright*.so | grep -E "libpw_exec|libtorch|libc10|libmpi"; then
       fail "the Python module loads the executor's libraries"
     fi
-    ldd "$site"/pipewright/_pipewright*.so | grep -q "$prefix/$libdir/libpw_sim" ||
+    [ "$(loaded "$(ls "$site"/pipewright/_pipewright*.so)" libpw_sim)" = \
+      "$(readlink -f "$prefix/$libdir")/libpw_sim.so.0.1.0" ] ||
       fail "the installed Python module does not load $prefix/$libdir/libpw_sim"
     cli="$("$prefix/bin/pipewright" --log-level warn simulate --schedule 1F1B -p 4 -m 8 \
       --forward-ms 1 --backward-ms 2 --metrics -)"

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "pipewright/graph/error.hpp"
 #include "pipewright/sched/job.hpp"
 #include "pipewright/sched/validate.hpp"
 #include "pipewright/sim/cost_inputs.hpp"
