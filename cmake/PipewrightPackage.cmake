@@ -22,8 +22,7 @@ endforeach()
 install(TARGETS ${_pw_targets} EXPORT pipewrightTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # graph/json_reader.hpp is the loaders' shared reader over nlohmann::json (a third-party type):
 # no other public header includes it, and it is not installed.
 foreach(_pw_dir IN LISTS _pw_header_dirs)
