@@ -101,6 +101,27 @@ if(PIPEWRIGHT_WITH_TOML AND NOT TARGET tomlplusplus::tomlplusplus)
 endif()
 message(STATUS "pipewright: TOML config files ${PIPEWRIGHT_WITH_TOML}")
 
+# --- Python module (pybind11; tools/python) ---------------------------------------------
+# Built against Debian's /usr/bin/python3 (the first python3 on PATH may be another one);
+# -DPython3_EXECUTABLE=... chooses another interpreter.
+if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+  set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "Python for the pipewright module and its tests")
+endif()
+find_package(Python3 3.8 QUIET COMPONENTS Interpreter Development.Module)
+if(Python3_FOUND)
+  find_package(pybind11 2.6 CONFIG QUIET)
+endif()
+set(_pw_python_default OFF)
+# Not in sanitizer builds: an instrumented module cannot load into an uninstrumented python3.
+if(Python3_FOUND AND pybind11_FOUND AND NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
+  set(_pw_python_default ON)
+endif()
+option(PIPEWRIGHT_WITH_PYTHON "Build the Python module `pipewright` (pybind11)" ${_pw_python_default})
+if(PIPEWRIGHT_WITH_PYTHON AND NOT (Python3_FOUND AND pybind11_FOUND))
+  message(FATAL_ERROR "PIPEWRIGHT_WITH_PYTHON=ON but pybind11 or the Python headers were not found (apt-get install pybind11-dev python3-dev)")
+endif()
+message(STATUS "pipewright: Python module ${PIPEWRIGHT_WITH_PYTHON} (${Python3_EXECUTABLE}, pybind11 ${pybind11_VERSION})")
+
 # --- Tests and benchmarks ----------------------------------------------------------------
 if(BUILD_TESTING OR NOT DEFINED BUILD_TESTING)
   find_package(GTest REQUIRED)
