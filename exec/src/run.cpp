@@ -644,8 +644,7 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
       ys->push_back(my);
     }
   };
-  std::vector<torch::Tensor> xs;
-  std::vector<torch::Tensor> ys;
+  std::vector<torch::Tensor> xs, ys;
   next_microbatches(&xs, &ys);
   interp.agree_shapes(xs.at(0));
   auto stage_params = interp.stage_params();
