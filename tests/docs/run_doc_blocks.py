@@ -37,6 +37,10 @@ FENCE_ANY = re.compile(r"^\s*```")
 FENCE_CLOSE = re.compile(r"^\s*```\s*$")
 MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
 SKIP_REASONS = ("gpu", "slurm", "multi-host", "build", "long")
+# A block that would configure, build or test the build directory the scratch directory links
+# to (`build` is the real one): it must carry `docs-test: skip build`, or it would rebuild the
+# tree the other tests are running from.
+BUILDS = re.compile(r"cmake\s+--preset|--build\s+build\b|-B\s*build\b|\btools/(test|quickstart)\b")
 
 
 class DocError(Exception):
@@ -89,7 +93,12 @@ def parse_blocks(path):
                     raise DocError(f"{path}:{i}: docs-test marker before a block that is not ```sh")
                 skip = words[1].rstrip(":")
             if is_shell:
-                blocks.append((start + 1, dedent("\n".join(lines[start:j]) + "\n"), skip, None))
+                body = dedent("\n".join(lines[start:j]) + "\n")
+                code = "\n".join(re.sub(r"(^|\s)#.*", "", ln) for ln in body.split("\n"))
+                if skip is None and BUILDS.search(code):
+                    raise DocError(f"{path}:{i + 1}: this block builds the project in build/: "
+                                   "mark it <!-- docs-test: skip build: why -->")
+                blocks.append((start + 1, body, skip, None))
             previous = lines[j]
             i = j + 1
             continue
