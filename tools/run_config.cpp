@@ -127,6 +127,8 @@ const Key kKeys[] = {
     {"training", "data_y", Type::kString, "--data-y", "", [](F f) { return str(f.config.data_y); }},
     {"training", "dataset", Type::kString, "--dataset", "",
      [](F f) { return str(f.config.dataset); }},
+    {"training", "prefetch", Type::kInt, "--prefetch", "",
+     [](F f) { return num(f.config.prefetch); }},
     {"training", "shuffle", Type::kBool, "", "--no-shuffle",
      [](F f) { return boolean(!f.no_shuffle); }},
     {"training", "init", Type::kString, "--init", "", [](F f) { return str(f.config.init_path); }},
