@@ -83,6 +83,10 @@ void setup_run(CLI::App& app) {
   sub->add_option("--data-y", c.data_y, "Targets, .npy");
   sub->add_option("--dataset", c.dataset, "Bundled dataset (e.g. sonnets)");
   sub->add_flag("--no-shuffle", flags->no_shuffle, "Read samples in file order");
+  sub->add_option("--prefetch", c.prefetch,
+                  "Steps of batches read ahead on a background thread (0: read each batch when "
+                  "its step starts)")
+      ->capture_default_str();
   sub->add_option("--seed", c.seed, "Seed of initialisation and shuffling")->capture_default_str();
   sub->add_option("--init", c.init_path, "Initial weights (safetensors)");
   sub->add_option("--save", c.save_path, "Write final weights (safetensors, rank 0)");

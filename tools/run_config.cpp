@@ -129,6 +129,8 @@ const Key kKeys[] = {
      [](F f) { return str(f.config.dataset); }},
     {"training", "shuffle", Type::kBool, "", "--no-shuffle",
      [](F f) { return boolean(!f.no_shuffle); }},
+    {"training", "prefetch", Type::kInt, "--prefetch", "",
+     [](F f) { return num(f.config.prefetch); }},
     {"training", "init", Type::kString, "--init", "", [](F f) { return str(f.config.init_path); }},
     {"training", "save", Type::kString, "--save", "", [](F f) { return str(f.config.save_path); }},
     {"training", "outputs", Type::kString, "--outputs", "",

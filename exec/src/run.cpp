@@ -48,6 +48,7 @@
 #include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sched/schedule.hpp"
 #include "pipewright/sched/validate.hpp"
+#include "prefetch.hpp"
 #include "run_outputs.hpp"
 #include "run_report.hpp"
 #include "safetensors.hpp"
@@ -422,8 +423,8 @@ void save_weights(const RunConfig& c, const Prepared& p, Communicator& world,
 void write_measurements(const RunConfig& c, const Prepared& p, Communicator& world,
                         const Interpreter& interp,
                         const std::vector<std::shared_ptr<ModuleBody>>& bodies,
-                        std::chrono::milliseconds timeout, std::int64_t baseline_rss,
-                        RunResult* result) {
+                        const std::vector<DataWait>& data_waits, std::chrono::milliseconds timeout,
+                        std::int64_t baseline_rss, RunResult* result) {
   RankRecord rec;
   rec.world_rank = p.world.rank;
   rec.peak_rss_bytes = peak_rss_bytes();
@@ -441,6 +442,7 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
   for (const auto& t : interp.timings()) {
     rec.actions.push_back(TimedAction{t.action, t.step, t.start_ns, t.end_ns, t.bytes});
   }
+  rec.data_waits = data_waits;
   if (p.world.rank != 0) {
     send_i64s(world, 0, kTagRecordSize, kTagRecord, encode_record(rec), timeout,
               "gather measurements");
@@ -500,6 +502,7 @@ void validate_run_config(const RunConfig& c) {
   PW_CHECK(std::isfinite(c.timeout_s) && c.timeout_s > 0, ConfigError,
            "--timeout must be > 0 seconds, got " << c.timeout_s);
   PW_CHECK(c.warmup_steps >= 0, ConfigError, "--warmup-steps must be >= 0");
+  PW_CHECK(c.prefetch >= 0, ConfigError, "--prefetch must be >= 0 steps, got " << c.prefetch);
   PW_CHECK(c.check_replicas >= 0, ConfigError,
            "--check-replicas must be >= 0 (0 = never), got " << c.check_replicas);
   PW_CHECK(c.checkpoint_every >= 0, ConfigError,
@@ -556,7 +559,6 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   auto setups = build_stages(c, p, &bodies);
   std::map<int, torch::optim::Optimizer*> optimizer_of_stage;  // owned by the interpreter
   for (const auto& st : setups) optimizer_of_stage[st.stage] = st.optimizer.get();
-  ShardedBatches batches(p.data->size(), c.dp, p.dp_index, c.seed, c.shuffle, c.batch_size);
 
   // Communication starts here.
   const Backend backend = c.backend;
@@ -635,18 +637,12 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
       },
       iopts);
 
-  auto next_microbatches = [&](std::vector<torch::Tensor>* xs, std::vector<torch::Tensor>* ys) {
-    auto [x, y] = p.data->batch(batches.next_batch());
-    xs->clear();
-    ys->clear();
-    for (auto& [mx, my] : split_microbatches(x.to(p.device), y.to(p.device), c.microbatches)) {
-      xs->push_back(mx);
-      ys->push_back(my);
-    }
-  };
-  std::vector<torch::Tensor> xs, ys;
-  next_microbatches(&xs, &ys);
-  interp.agree_shapes(xs.at(0));
+  // Note [Prefetching loader] (prefetch.hpp); the time each step waits for it is traced.
+  BatchLoader loader(
+      *p.data, ShardedBatches(p.data->size(), c.dp, p.dp_index, c.seed, c.shuffle, c.batch_size),
+      p.device, c.microbatches, c.prefetch, iopts.record_timings);
+  StepBatch mb = loader.next(0);
+  interp.agree_shapes(mb.xs.at(0));
   auto stage_params = interp.stage_params();
   hooks->on_start(stage_params);
   // Note [Runtime memory] in run_report.hpp: the peak RSS before the first step.
@@ -667,9 +663,9 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     const std::int64_t s = agree_resume_step(c.checkpoint_dir, p.world.rank, *world, timeout);
     if (s >= 0) {
       load_checkpoint(c.checkpoint_dir, s, ckpt_id, train_state);
-      batches.seek(train_state.data);
+      loader.seek(train_state.data);
       first_step = s;
-      next_microbatches(&xs, &ys);  // the batch of step s
+      mb = loader.next(s);  // the batch of step s
     } else {
       resume_found_none = true;
     }
@@ -682,9 +678,9 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   const double samples_per_step = static_cast<double>(c.batch_size) * c.dp;
   PredictionGather predictions;  // --forward-only --outputs
   for (std::int64_t step = first_step; step < c.steps; ++step) {
-    if (step > first_step) next_microbatches(&xs, &ys);
+    if (step > first_step) mb = loader.next(step);
     const auto t0 = Clock::now();
-    const auto r = interp.run_step(step, xs, ys);
+    const auto r = interp.run_step(step, mb.xs, mb.ys);
     if (!c.outputs_path.empty()) predictions.add(step - first_step, interp.predictions());
     std::string nonfinite;  // Note [Non-finite steps]
     const double loss = all_reduce_loss_checked(*world, r.has_loss ? r.loss : 0.0, r.nonfinite,
@@ -701,7 +697,7 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     if (!c.checkpoint_dir.empty() &&
         ((c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) || step + 1 == c.steps)) {
       train_state.completed_steps = step + 1;
-      train_state.data = batches.position();
+      train_state.data = loader.position();  // the next batch training takes
       save_checkpoint(c.checkpoint_dir, train_state, ckpt_id, *world, timeout);
     }
   }
@@ -721,7 +717,8 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     }
   }
   if (iopts.record_timings)
-    write_measurements(c, p, *world, interp, bodies, timeout, baseline_rss, &result);
+    write_measurements(c, p, *world, interp, bodies, loader.waits(), timeout, baseline_rss,
+                       &result);
   world->barrier(OpContext{c.steps, -1, -1, "final barrier"})->wait(timeout);
   return result;
 }

@@ -47,6 +47,8 @@ std::vector<std::int64_t> encode_record(const RankRecord& r) {
                {a.action.stage, static_cast<std::int64_t>(a.action.kind), a.action.microbatch,
                 a.action.peer_stage, a.step, a.start_ns, a.end_ns, a.bytes});
   }
+  out.push_back(static_cast<std::int64_t>(r.data_waits.size()));
+  for (const auto& w : r.data_waits) out.insert(out.end(), {w.step, w.start_ns, w.end_ns});
   return out;
 }
 
@@ -83,6 +85,14 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
     a.end_ns = next();
     a.bytes = next();
     r.actions.push_back(a);
+  }
+  const auto waits = next();
+  for (std::int64_t k = 0; k < waits; ++k) {
+    DataWait w;
+    w.step = next();
+    w.start_ns = next();
+    w.end_ns = next();
+    r.data_waits.push_back(w);
   }
   return r;
 }
@@ -141,6 +151,7 @@ std::int64_t earliest(const std::vector<RankRecord>& records) {
   std::int64_t t0 = std::numeric_limits<std::int64_t>::max();
   for (const auto& r : records) {
     for (const auto& a : r.actions) t0 = std::min(t0, a.start_ns);
+    for (const auto& w : r.data_waits) t0 = std::min(t0, w.start_ns);
   }
   return t0 == std::numeric_limits<std::int64_t>::max() ? 0 : t0;
 }
@@ -241,6 +252,17 @@ std::string make_trace_json(const std::vector<RankRecord>& records, const Report
           held.erase(h);
         }
       }
+    }
+    for (const auto& w : r.data_waits) {  // before the step's actions on the training thread
+      sched::TraceSlice s;
+      s.name = "data";
+      s.category = "data";
+      s.rank = r.world_rank;
+      s.stream = sched::TraceStream::kCompute;
+      s.start_us = static_cast<double>(w.start_ns - t0) / 1e3;
+      s.duration_us = static_cast<double>(std::max(w.end_ns, w.start_ns) - w.start_ns) / 1e3;
+      s.step = w.step;
+      builder.add_slice(std::move(s));
     }
     std::stable_sort(memory.begin(), memory.end(),
                      [](const auto& x, const auto& y) { return x.first < y.first; });

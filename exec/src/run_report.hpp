@@ -28,6 +28,14 @@ struct TimedAction {
   std::int64_t bytes = 0;  // SEND/RECV: payload; F: heap bytes it left allocated
 };
 
+// How long the training thread waited for a step's batch (Note [Prefetching loader] in
+// prefetch.hpp); traced as a "data" slice on the rank's compute stream.
+struct DataWait {
+  std::int64_t step = 0;
+  std::int64_t start_ns = 0;  // steady_clock
+  std::int64_t end_ns = 0;
+};
+
 struct LocalStageSizes {
   int stage = 0;
   std::vector<std::int64_t> param_bytes;  // per parameter, registration order
@@ -46,6 +54,7 @@ struct RankRecord {
   std::int64_t cpus = 0;
   std::vector<LocalStageSizes> stages;
   std::vector<TimedAction> actions;
+  std::vector<DataWait> data_waits;
 };
 
 // Note [Shared cores in profiles]: when more ranks of one host compute at once than it has

@@ -15,7 +15,12 @@
 #            SGP resume bit-identical
 #   diloco-resume  Streaming DiLoCo (2 fragments, delay 1, bf16), 6 steps vs 3 + --resume with an
 #            outer all-reduce in flight at the checkpoint: bit-identical
-#   dp_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR ddp|resume|slowmo|bad|diloco|diloco-resume|sgp
+#   prefetch the prefetching loader (issue 24, item 5), pp x dp = 2 x 2: --prefetch 0, 1 and the
+#            default train bit-identical weights; 3 steps + --resume to 6 with read-ahead ==
+#            6 steps without (the checkpoint holds the training thread's data position); a NaN
+#            in sample 13 of the inputs exits 2 naming the file and the sample, with and
+#            without prefetching, within seconds
+#   dp_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR ddp|resume|slowmo|bad|diloco|diloco-resume|sgp|prefetch
 set -euo pipefail
 pw="$1"; cmp="$2"; data="$3"; work="$4"; what="$5"
 mkdir -p "$work"
@@ -162,6 +167,39 @@ case "$what" in
       "$work/resumed.replica0.safetensors" 0
     check "streaming diloco resume bit-identical (replica 1)" "$work/straight.replica1.safetensors" \
       "$work/resumed.replica1.safetensors" 0
+    ;;
+  prefetch)
+    args=("${common[@]}" --pp 2 --dp 2 --batch-size 4 --microbatches 2 --schedule 1F1B)
+    run_ranks 4 gloo "$pw" "${args[@]}" --steps 6 --prefetch 0 --save "$work/sync.safetensors"
+    for depth in 1 default; do
+      extra=(); [ "$depth" = default ] || extra=(--prefetch "$depth")
+      run_ranks 4 gloo "$pw" "${args[@]}" --steps 6 "${extra[@]}" --save "$work/p$depth.safetensors"
+      check "prefetch $depth == prefetch 0" "$work/sync.safetensors" "$work/p$depth.safetensors" 0
+    done
+    run_ranks 4 gloo "$pw" "${args[@]}" --steps 3 --prefetch 2 --checkpoint-dir "$work/ckpt" \
+      --checkpoint-every 1
+    run_ranks 4 gloo "$pw" "${args[@]}" --steps 6 --prefetch 2 --checkpoint-dir "$work/ckpt" --resume \
+      --save "$work/resumed.safetensors"
+    check "prefetch resume bit-identical" "$work/sync.safetensors" "$work/resumed.safetensors" 0
+    # Sample 13 (step 3 of a 1-replica run with batches of 4 in file order) gets a NaN.
+    python3 - "$data/mlp_x.npy" "$work/bad_x.npy" <<'PY'
+import struct, sys
+d = bytearray(open(sys.argv[1], "rb").read())
+header = 10 + struct.unpack("<H", d[8:10])[0]
+d[header + 13 * 8 * 4:header + 13 * 8 * 4 + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(d)
+PY
+    for depth in 0 2; do
+      rc=0; start=$SECONDS
+      out="$(run_ranks 2 gloo "$pw" --log-level warn run --model "$data/mlp.json" \
+        --data-x "$work/bad_x.npy" --data-y "$data/mlp_y.npy" --loss mse --optimizer sgd --lr 0.05 \
+        --seed 3 --timeout 60 --no-shuffle --pp 2 --dp 1 --batch-size 4 --microbatches 2 \
+        --steps 6 --prefetch "$depth" 2>&1)" || rc=$?
+      if [ "$rc" = 2 ] && [ $((SECONDS - start)) -lt 60 ] &&
+         grep -q "data x '$work/bad_x.npy': sample 13 has a non-finite value" <<<"$out"; then
+        echo "OK   bad sample, prefetch $depth"
+      else echo "FAIL bad sample, prefetch $depth (exit $rc, $((SECONDS - start)) s): $out"; failed=1; fi
+    done
     ;;
   *) echo "unknown case $what"; exit 2;;
 esac

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/trace.hpp"
 #include "run_report.hpp"
 
 namespace pipewright::exec {
@@ -253,6 +254,31 @@ TEST(MakeProfile, RecordRoundTripKeepsHostAndCpus) {
   EXPECT_EQ(d.actions[0].bytes, 7);
   EXPECT_GT(usable_cpus(), 0);
   EXPECT_GE(this_host_id(), 0);
+}
+
+// The training thread's waits for data (issue 24, item 5) travel with the record and become one
+// "data" slice per step on the compute stream, before the step's actions.
+TEST(MakeProfile, DataWaitsRoundTripAndAreTraced) {
+  RankRecord r = rank(1, 1, {timed(f(1, 0), 3, 4, 0)});
+  r.data_waits = {DataWait{0, 1 * kMs, 3 * kMs}};
+  const RankRecord d = decode_record(encode_record(r));
+  ASSERT_EQ(d.data_waits.size(), 1U);
+  EXPECT_EQ(d.data_waits[0].step, 0);
+  EXPECT_EQ(d.data_waits[0].start_ns, 1 * kMs);
+  EXPECT_EQ(d.data_waits[0].end_ns, 3 * kMs);
+  const sched::Trace t = sched::parse_trace(
+      make_trace_json({rank(0, 1, {timed(f(0, 0), 1, 2, 0)}), d}, context()), "t.json");
+  int data = 0;
+  for (const auto& s : t.slices) {
+    if (s.category != "data") continue;
+    ++data;
+    EXPECT_EQ(s.name, "data");
+    EXPECT_EQ(s.rank, 1);
+    EXPECT_EQ(s.stream, sched::TraceStream::kCompute);
+    EXPECT_DOUBLE_EQ(s.start_us, 0.0);  // the earliest time of the trace
+    EXPECT_DOUBLE_EQ(s.duration_us, 2000.0);
+  }
+  EXPECT_EQ(data, 1);
 }
 
 }  // namespace

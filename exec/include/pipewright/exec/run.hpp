@@ -36,6 +36,9 @@ struct RunConfig : sched::JobSpec {
   std::string data_y;
   std::string dataset;
   bool shuffle = true;
+  // Steps of batches read ahead on a background thread (exec/src/prefetch.hpp); 0: read each
+  // batch on the training thread when its step starts.
+  std::int64_t prefetch = 2;
   // Communication.
   Backend backend = Backend::kGloo;
   // nccl: CUDA device per local rank, "2,3,0,1" or "0:2,1:3" (default: device = local rank).
