@@ -6,7 +6,7 @@
 #              process (max |diff| <= 1e-5);
 #   forward    `--forward-only --outputs OUT.npy` at pp 2 (GPipe, 1F1B, ZBVZeroBubble) writes the
 #              outputs of one process (max |diff| <= 1e-5); --outputs alone exits 2;
-#   pp4        ZBVZeroBubble at pp 4 (v 2: 8 stages of a generated 6-layer GPT, 8 nodes) trains
+#   pp4        ZBVZeroBubble at pp 4 (v 2: 8 stages of a generated 6-layer GPT of 9 nodes) trains
 #              to the weights of one process (max |diff| <= 1e-5).
 # Ranks bind 127.0.0.1 only; every run has a deadline (--timeout and `timeout`).
 #   i22_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR recompute|schedules|forward|pp4
