@@ -24,6 +24,7 @@ struct PartitionArgs {
   std::string method = "balanced";
   std::string memory_limit;
   std::string in_flight = "1f1b";
+  std::string recompute = "none";
   graph::PartitionOptions options;
   std::string output = "-";
 };
@@ -75,6 +76,9 @@ void run_partition(const PartitionArgs& args) {
              "--in-flight: expected 1f1b or an integer >= 1, got '" << args.in_flight << "'");
     options.in_flight_microbatches = n;
   }
+  PW_CHECK(args.recompute == "none" || args.recompute == "full", ConfigError,
+           "--recompute: partition takes none or full, got '" << args.recompute << "'");
+  options.recompute = args.recompute == "full";
   const graph::Model model = graph::load_model(args.model);
   const graph::Partition partition = graph::partition_model(model, options);
   write_output(args.output, graph::to_json(partition));
@@ -83,11 +87,11 @@ void run_partition(const PartitionArgs& args) {
   for (const graph::StageInfo& s : partition.graph.stages) {
     spdlog::info(
         "  stage {}: {} nodes ({} .. {}), fwd {:.4g} ms, bwd {:.4g} ms, memory {} "
-        "({} in flight), sends {}",
+        "({} in flight{}), sends {}",
         s.index, s.nodes.size(), model.nodes[static_cast<std::size_t>(s.nodes.front())].name,
         model.nodes[static_cast<std::size_t>(s.nodes.back())].name, s.forward_ms, s.backward_ms,
         graph::human_bytes(s.memory_bytes), s.in_flight_microbatches,
-        graph::human_bytes(s.output_bytes));
+        partition.recompute ? ", recompute" : "", graph::human_bytes(s.output_bytes));
   }
   if (args.output != "-") spdlog::info("wrote {}", args.output);
 }
@@ -107,6 +111,10 @@ void setup_partition(CLI::App& app) {
   cmd->add_option("--in-flight", args->in_flight,
                   "microbatches whose activations a stage holds: 1f1b (stage s of p: p - s) or "
                   "a number for every stage (GPipe: the microbatch count)")
+      ->capture_default_str();
+  cmd->add_option("--recompute", args->recompute,
+                  "none | full: every stage recomputes its activations in the backward, so it "
+                  "keeps only its inputs per in-flight microbatch (docs/partitioning.md)")
       ->capture_default_str();
   cmd->add_option("--optimizer-bytes-per-param-byte", args->options.optimizer_bytes_per_param_byte,
                   "optimizer state per parameter byte (Adam: 2)")

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <queue>
 #include <sstream>
@@ -16,12 +17,21 @@ namespace pipewright::graph {
 
 namespace {
 
+// A value an item reads from an earlier item: the producer's position in the order, the value's
+// id (one per (node, output)) and its bytes per microbatch.
+struct Pred {
+  std::size_t position = 0;
+  std::size_t value = 0;
+  std::int64_t bytes = 0;
+};
+
 // Per-position data along the topological order.
 struct Item {
   int node = 0;
   double ms = 0.0;  // forward + backward
   std::int64_t param_bytes = 0;
   std::int64_t activation_bytes = 0;
+  std::vector<Pred> preds;  // distinct values read from other nodes (filled for recompute only)
 };
 
 // Segment boundaries: segment k covers items [starts[k], starts[k+1]) (with starts.back() == n
@@ -52,7 +62,18 @@ class Packer {
  public:
   Packer(const std::vector<Item>& items, int stages, const PartitionOptions& options,
          std::optional<std::int64_t> limit)
-      : items_(items), stages_(stages), options_(options), limit_(limit) {}
+      : items_(items), stages_(stages), options_(options), limit_(limit) {
+    std::size_t values = 0;
+    for (const Item& it : items_)
+      for (const Pred& p : it.preds) values = std::max(values, p.value + 1);
+    seen_.assign(values, 0);
+  }
+
+  // Input bytes (Note [Stage memory], recompute) of a run holding item i alone.
+  std::int64_t inputs_alone(std::size_t i) const {
+    ++run_;
+    return new_inputs(i, i, false);
+  }
 
   // Greedy packing: each stage takes items while its time stays <= max_ms and its memory fits.
   // An item that does not fit even alone on the next stage index is placed on the first later
@@ -67,25 +88,31 @@ class Packer {
   // feasible assignment does (and, on the same index, in a run that starts no earlier), so it
   // fails only if no feasible assignment exists. Splitting a run into pieces on the same or later
   // indices keeps every piece feasible, which is what realise_bumps and split_to rely on.
+  // With recompute, a stage's memory also counts its input bytes, which a later start can make
+  // larger: then greedy is a heuristic, and partition_model checks the final stages' memory.
   bool pack(double max_ms, Runs* runs, std::size_t* failed_at = nullptr) const {
     if (runs != nullptr) runs->assign(1, Run{0, 0});
     int stage = 0;
     double ms = 0.0;
     std::int64_t params = 0;
     std::int64_t acts = 0;
+    std::int64_t ins = 0;
+    std::size_t begin = 0;
     for (std::size_t i = 0; i < items_.size(); ++i) {
       const Item& it = items_[i];
       const bool first = i == 0;
-      if (first ||
-          !fits(stage, ms + it.ms, params + it.param_bytes, acts + it.activation_bytes, max_ms)) {
+      if (first || !fits(stage, ms + it.ms, params + it.param_bytes, acts + it.activation_bytes,
+                         ins + new_inputs(i, begin, false), max_ms)) {
         if (!first) ++stage;
+        const std::int64_t alone = inputs_alone(i);
+        begin = i;
         // Bump while the item alone does not fit; stages 0..stage-1 need >= stage earlier items.
-        while (!fits(stage, it.ms, it.param_bytes, it.activation_bytes, max_ms)) {
+        while (!fits(stage, it.ms, it.param_bytes, it.activation_bytes, alone, max_ms)) {
           ++stage;
           if (static_cast<std::size_t>(stage) > i || stage >= stages_) break;
         }
         if (stage >= stages_ || static_cast<std::size_t>(stage) > i ||
-            !fits(stage, it.ms, it.param_bytes, it.activation_bytes, max_ms)) {
+            !fits(stage, it.ms, it.param_bytes, it.activation_bytes, alone, max_ms)) {
           if (failed_at != nullptr) *failed_at = i;
           return false;
         }
@@ -94,7 +121,9 @@ class Packer {
         ms = 0.0;
         params = 0;
         acts = 0;
+        ins = 0;
       }
+      ins += new_inputs(i, begin, true);
       ms += it.ms;
       params += it.param_bytes;
       acts += it.activation_bytes;
@@ -103,17 +132,32 @@ class Packer {
   }
 
  private:
-  bool fits(int stage, double ms, std::int64_t params, std::int64_t acts, double max_ms) const {
+  bool fits(int stage, double ms, std::int64_t params, std::int64_t acts, std::int64_t ins,
+            double max_ms) const {
     if (ms > max_ms) return false;
     if (!limit_) return true;
     const int in_flight = in_flight_microbatches(stage, stages_, options_);
-    return stage_memory_bytes(params, acts, in_flight, options_) <= *limit_;
+    return stage_memory_bytes(params, acts, in_flight, options_, ins) <= *limit_;
+  }
+
+  // Bytes of the values item i reads from items before `begin` that the current run (run_) has
+  // not counted yet; `mark` counts them.
+  std::int64_t new_inputs(std::size_t i, std::size_t begin, bool mark) const {
+    std::int64_t bytes = 0;
+    for (const Pred& p : items_[i].preds) {
+      if (p.position >= begin || seen_[p.value] == run_) continue;
+      bytes += p.bytes;
+      if (mark) seen_[p.value] = run_;
+    }
+    return bytes;
   }
 
   const std::vector<Item>& items_;
   int stages_;
   const PartitionOptions& options_;
   std::optional<std::int64_t> limit_;
+  mutable std::vector<std::size_t> seen_;  // value id -> the run that counted it
+  mutable std::size_t run_ = 0;
 };
 
 // Splits earlier runs until every run starts at or after its required stage index: before run j
@@ -196,15 +240,33 @@ Starts uniform_starts(std::size_t n, int stages) {
   return starts;
 }
 
+// Item::preds from the model's edges: one entry per distinct (producer node, output) an item reads.
+void add_preds(const Model& model, std::vector<Item>* items) {
+  std::vector<std::size_t> position(model.nodes.size(), 0);
+  for (std::size_t i = 0; i < items->size(); ++i)
+    position[static_cast<std::size_t>((*items)[i].node)] = i;
+  std::map<std::pair<int, int>, std::size_t> value_ids;
+  for (const ModelEdge& e : model.edges) {
+    const auto id = value_ids.emplace(std::pair{e.from, e.from_output}, value_ids.size()).first;
+    Item& to = (*items)[position[static_cast<std::size_t>(e.to)]];
+    const bool seen = std::any_of(to.preds.begin(), to.preds.end(),
+                                  [&](const Pred& p) { return p.value == id->second; });
+    if (seen) continue;
+    to.preds.push_back(Pred{position[static_cast<std::size_t>(e.from)], id->second,
+                            model.nodes[static_cast<std::size_t>(e.from)].cost.output_bytes});
+  }
+}
+
 [[noreturn]] void memory_infeasible(const Model& model, const std::vector<Item>& items,
                                     const Packer& packer, int stages,
                                     const PartitionOptions& options) {
   const std::int64_t limit = *options.memory_limit_bytes;
   // A node that does not fit even alone on the last stage (the loosest limit) can never fit.
   const int last_in_flight = in_flight_microbatches(stages - 1, stages, options);
-  for (const Item& it : items) {
-    const std::int64_t alone =
-        stage_memory_bytes(it.param_bytes, it.activation_bytes, last_in_flight, options);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const Item& it = items[i];
+    const std::int64_t alone = stage_memory_bytes(it.param_bytes, it.activation_bytes,
+                                                  last_in_flight, options, packer.inputs_alone(i));
     if (alone > limit) {
       std::ostringstream os;
       os << "no partition meets the memory limit of " << limit << " bytes: node \""
@@ -252,13 +314,25 @@ int in_flight_microbatches(int stage, int stages, const PartitionOptions& option
 }
 
 std::int64_t stage_memory_bytes(std::int64_t param_bytes, std::int64_t activation_bytes,
-                                int in_flight, const PartitionOptions& options) noexcept {
+                                int in_flight, const PartitionOptions& options,
+                                std::int64_t input_bytes) noexcept {
+  const double per_microbatch =
+      options.recompute ? static_cast<double>(input_bytes) : static_cast<double>(activation_bytes);
   const double bytes =
       static_cast<double>(param_bytes) *
           (1.0 + options.gradient_bytes_per_param_byte + options.optimizer_bytes_per_param_byte) +
-      static_cast<double>(in_flight) * static_cast<double>(activation_bytes);
+      static_cast<double>(in_flight) * per_microbatch +
+      (options.recompute ? static_cast<double>(activation_bytes) : 0.0);
   constexpr double kMax = 9.0e18;  // below INT64_MAX; estimates beyond are saturated
   return bytes >= kMax ? static_cast<std::int64_t>(kMax) : static_cast<std::int64_t>(bytes);
+}
+
+std::int64_t stage_input_bytes(const Model& model, const StageInfo& stage) {
+  std::int64_t bytes = 0;
+  for (const StageValue& v : stage.inputs) {
+    if (v.node >= 0) bytes += model.nodes[static_cast<std::size_t>(v.node)].cost.output_bytes;
+  }
+  return bytes;
 }
 
 double Partition::max_stage_ms() const noexcept {
@@ -280,10 +354,12 @@ Partition make_partition(const Model& model, const std::vector<int>& node_stage,
   out.optimizer_bytes_per_param_byte = options.optimizer_bytes_per_param_byte;
   out.in_flight_microbatches = options.in_flight_microbatches;
   out.memory_limit_bytes = options.memory_limit_bytes;
+  out.recompute = options.recompute;
   for (StageInfo& stage : out.graph.stages) {
     stage.in_flight_microbatches = in_flight_microbatches(stage.index, options.stages, options);
-    stage.memory_bytes = stage_memory_bytes(stage.param_bytes, stage.activation_bytes,
-                                            stage.in_flight_microbatches, options);
+    stage.memory_bytes =
+        stage_memory_bytes(stage.param_bytes, stage.activation_bytes, stage.in_flight_microbatches,
+                           options, stage_input_bytes(model, stage));
   }
   return out;
 }
@@ -313,9 +389,10 @@ Partition partition_model(const Model& model, const PartitionOptions& options) {
   double max_item = 0.0;
   for (int v : order) {
     const NodeCost& c = model.nodes[static_cast<std::size_t>(v)].cost;
-    items.push_back(Item{v, c.forward_ms + c.backward_ms, c.param_bytes, c.activation_bytes});
+    items.push_back(Item{v, c.forward_ms + c.backward_ms, c.param_bytes, c.activation_bytes, {}});
     max_item = std::max(max_item, items.back().ms);
   }
+  if (options.recompute) add_preds(model, &items);
 
   Starts starts;
   if (options.method == PartitionMethod::kUniform) {
@@ -354,7 +431,19 @@ Partition partition_model(const Model& model, const PartitionOptions& options) {
       node_stage[static_cast<std::size_t>(items[i].node)] = static_cast<int>(k);
     }
   }
-  return make_partition(model, node_stage, options, std::string(to_string(options.method)));
+  Partition out =
+      make_partition(model, node_stage, options, std::string(to_string(options.method)));
+  // With recompute the packer is a heuristic (Packer::pack): check what it produced.
+  if (options.method == PartitionMethod::kMemory && options.recompute) {
+    for (const StageInfo& st : out.graph.stages) {
+      PW_CHECK(st.memory_bytes <= *options.memory_limit_bytes, InvalidGraphError,
+               "no partition into " << options.stages << " stages found that meets the memory "
+                                    << "limit of " << *options.memory_limit_bytes
+                                    << " bytes with recompute: stage " << st.index << " needs "
+                                    << st.memory_bytes << " bytes");
+    }
+  }
+  return out;
 }
 
 }  // namespace pipewright::graph

@@ -57,6 +57,7 @@ std::string to_json(const Partition& p) {
     memory["in_flight_microbatches"] = "1f1b";
   }
   if (p.memory_limit_bytes) memory["memory_limit_bytes"] = *p.memory_limit_bytes;
+  if (p.recompute) memory["recompute"] = "full";
   j["memory_model"] = memory;
   OrderedJson stages = OrderedJson::array();
   for (const StageInfo& s : p.graph.stages) {
@@ -116,7 +117,7 @@ Partition parse_partition(std::string_view json_text, const std::string& source_
   }
   const At memory = at["memory_model"];
   memory.only_keys({"gradient_bytes_per_param_byte", "optimizer_bytes_per_param_byte",
-                    "in_flight_microbatches", "memory_limit_bytes"});
+                    "in_flight_microbatches", "memory_limit_bytes", "recompute"});
   p.gradient_bytes_per_param_byte = memory["gradient_bytes_per_param_byte"].as_finite_nonnegative();
   p.optimizer_bytes_per_param_byte =
       memory["optimizer_bytes_per_param_byte"].as_finite_nonnegative();
@@ -128,6 +129,13 @@ Partition parse_partition(std::string_view json_text, const std::string& source_
   }
   if (memory.has("memory_limit_bytes")) {
     p.memory_limit_bytes = memory["memory_limit_bytes"].as_int(1, kMaxInt);
+  }
+  if (memory.has("recompute")) {
+    const std::string recompute = memory["recompute"].as_string();
+    if (recompute != "none" && recompute != "full") {
+      memory["recompute"].fail("must be \"none\" or \"full\", got \"" + recompute + "\"");
+    }
+    p.recompute = recompute == "full";
   }
 
   const At stages = at["stages"];

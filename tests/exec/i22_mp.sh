@@ -5,9 +5,11 @@
 #   schedules  ZBVZeroBubble and DualPipeV (v 2) and Chimera at pp 2 train to the weights of one
 #              process (max |diff| <= 1e-5);
 #   forward    `--forward-only --outputs OUT.npy` at pp 2 (GPipe, 1F1B, ZBVZeroBubble) writes the
-#              outputs of one process (max |diff| <= 1e-5); --outputs alone exits 2.
+#              outputs of one process (max |diff| <= 1e-5); --outputs alone exits 2;
+#   pp4        ZBVZeroBubble at pp 4 (v 2: 8 stages of a generated 6-layer GPT of 9 nodes) trains
+#              to the weights of one process (max |diff| <= 1e-5).
 # Ranks bind 127.0.0.1 only; every run has a deadline (--timeout and `timeout`).
-#   i22_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR recompute|schedules|forward
+#   i22_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR recompute|schedules|forward|pp4
 set -euo pipefail
 pw="$1"; cmp="$2"; data="$3"; work="$4"; mode="$5"
 mkdir -p "$work"
@@ -65,6 +67,19 @@ case "$mode" in
       echo "OK   --outputs without --forward-only exits 2"
     else
       echo "FAIL --outputs without --forward-only: exit $rc, '$msg'"; failed=1
+    fi;;
+  pp4)
+    "$pw" --log-level warn model gpt --layers 6 --hidden 32 --heads 2 --seq 16 --vocab 64 \
+      -o "$work/gpt.json"
+    gpt=(--log-level warn run --model "$work/gpt.json" --dataset sonnets --loss cross-entropy
+         --optimizer sgd --lr 0.05 --momentum 0.9 --batch-size 16 --microbatches 8 --seed 3
+         --steps 3 --timeout 60 --backend gloo)
+    run_ranks 1 gloo "$pw" "${gpt[@]}" --pp 1 --schedule GPipe --save "$work/ref.safetensors"
+    if run_ranks 4 gloo "$pw" "${gpt[@]}" --pp 4 --stages-per-rank 2 --schedule ZBVZeroBubble \
+        --save "$work/zbv4.safetensors"; then
+      check "ZBVZeroBubble pp=4 v=2 == one process" "$work/ref.safetensors" "$work/zbv4.safetensors" 1e-5
+    else
+      echo "FAIL ZBVZeroBubble pp=4: run failed"; failed=1
     fi;;
   *) echo "unknown mode $mode"; exit 2;;
 esac

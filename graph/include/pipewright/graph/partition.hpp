@@ -13,6 +13,12 @@
 //   the number of microbatches whose activations stage s holds at its peak. Default assumption:
 //   1F1B, so stage s of p holds p - s microbatches (stage 0 holds p, the last stage 1). With
 //   in_flight_microbatches set (e.g. GPipe with m microbatches: m), every stage holds that many.
+//   With recompute (activation recompute of every stage, `--recompute full`, issue 22), a stage
+//   keeps only its input per in-flight microbatch and one microbatch's full activations (the
+//   backward that recomputes them), as the simulator charges it (sim/src/engine.cpp, Note
+//   [Recompute]): param_bytes * (...) + in_flight(s) * input_bytes + activation_bytes, where
+//   input_bytes is the bytes of the values the stage receives from other stages (the model
+//   input is the data loader's and not counted).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +47,8 @@ struct PartitionOptions {
   double optimizer_bytes_per_param_byte = 2.0;  // Adam: two moments of the parameters' dtype
   // Unset: 1F1B (stage s of p holds p - s microbatches). Set: every stage holds this many.
   std::optional<int> in_flight_microbatches;
+  // Every stage recomputes its activations in the backward (Note [Stage memory]).
+  bool recompute = false;
 };
 
 struct Partition {
@@ -54,6 +62,7 @@ struct Partition {
   double optimizer_bytes_per_param_byte = 2.0;
   std::optional<int> in_flight_microbatches;
   std::optional<std::int64_t> memory_limit_bytes;
+  bool recompute = false;
 
   [[nodiscard]] int num_stages() const noexcept { return static_cast<int>(graph.stages.size()); }
   // The slowest stage's forward_ms + backward_ms.
@@ -65,7 +74,7 @@ struct Partition {
            a.gradient_bytes_per_param_byte == b.gradient_bytes_per_param_byte &&
            a.optimizer_bytes_per_param_byte == b.optimizer_bytes_per_param_byte &&
            a.in_flight_microbatches == b.in_flight_microbatches &&
-           a.memory_limit_bytes == b.memory_limit_bytes;
+           a.memory_limit_bytes == b.memory_limit_bytes && a.recompute == b.recompute;
   }
 };
 
@@ -78,10 +87,14 @@ struct Partition {
 [[nodiscard]] Partition make_partition(const Model& model, const std::vector<int>& node_stage,
                                        const PartitionOptions& options, std::string method);
 
-// Memory estimate of one stage under Note [Stage memory].
+// Memory estimate of one stage under Note [Stage memory]; input_bytes counts only with
+// options.recompute.
 [[nodiscard]] std::int64_t stage_memory_bytes(std::int64_t param_bytes,
                                               std::int64_t activation_bytes, int in_flight,
-                                              const PartitionOptions& options) noexcept;
+                                              const PartitionOptions& options,
+                                              std::int64_t input_bytes = 0) noexcept;
+// Bytes per microbatch of the values `stage` receives from other stages (not the model input).
+[[nodiscard]] std::int64_t stage_input_bytes(const Model& model, const StageInfo& stage);
 // in_flight(s) for stage s of `stages` under the options' assumption.
 [[nodiscard]] int in_flight_microbatches(int stage, int stages,
                                          const PartitionOptions& options) noexcept;
