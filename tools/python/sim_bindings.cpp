@@ -114,7 +114,8 @@ py::tuple simulate(const SimArgs& a) {
     w.activation_bytes = a.activation_bytes;
     w.param_bytes = a.param_bytes;
     w.output_bytes = a.output_bytes;
-    costs = sim::what_if_costs(w, plan.shape.stages);
+    // Per model stage, as the CLI does (Chimera's replicas share their model stage's costs).
+    costs = sim::what_if_costs(w, plan.shape.model_stages());
   }
   if (a.compute_overhead_ms) costs.compute_overhead_ms = *a.compute_overhead_ms;
   sim::Cluster cluster;
