@@ -77,7 +77,7 @@ def commands(pw: str, m: int) -> list[tuple[str, list[str], Callable[[str], None
     """(name, argv, preparation run once before timing) for size m; files are per size."""
     plan, trace, model = f"plan{m}.json", f"trace{m}.json", f"gpt{m}.json"
     part, part_u, prof = f"part{m}.json", f"part_u{m}.json", f"profile{m}.json"
-    sched = [pw, "schedule", "Interleaved1F1B", "--ranks", str(P), "--stages-per-rank", str(V),
+    sched = [pw, "schedule", "Interleaved1F1B", "--pp", str(P), "--stages-per-rank", str(V),
              "--microbatches", str(m), "--format", "json", "-o", plan]
     costs = ["--forward-ms", "1", "--backward-ms", "2"]
     gpt = [pw, "model", "gpt", "--layers", str(m), "--hidden", "1024", "--heads", "16",
@@ -89,7 +89,7 @@ def commands(pw: str, m: int) -> list[tuple[str, list[str], Callable[[str], None
         ("simulate --trace", [pw, "simulate", plan, *costs, "--trace", trace,
                               "--metrics", f"metrics{m}.json"], None),
         ("compare (trace in)", [pw, "compare", "--plan", plan, "--measured", trace,
-                                "--skip-steps", "0", "--sampled-steps", "0"], None),
+                                "--warmup-steps", "0", "--sampled-steps", "0"], None),
         ("model gpt", gpt, None),
         ("partition", [pw, "partition", model, "--stages", str(P), "-o", part], None),
         ("render", [pw, "render", model, "--partition", part, "-o", f"model{m}.dot"], None),
@@ -142,8 +142,8 @@ def startup(pw: str, work: str) -> None:
     exec_bin = os.path.join(os.path.dirname(pw), "pipewright-exec")
     print("\n== start-up (median of 7 runs each, measured alternately)")
     cases = [("pipewright --version", [pw, "--version"]),
-             ("pipewright schedule 1F1B --ranks 4 --microbatches 8",
-              [pw, "schedule", "1F1B", "--ranks", "4", "--microbatches", "8"])]
+             ("pipewright schedule 1F1B --pp 4 --microbatches 8",
+              [pw, "schedule", "1F1B", "--pp", "4", "--microbatches", "8"])]
     if os.access(exec_bin, os.X_OK):
         cases += [("pipewright run --help (front end -> pipewright-exec)", [pw, "run", "--help"]),
                   ("pipewright-exec run --help (executor binary alone)",
@@ -207,7 +207,7 @@ def main() -> None:
              "1024", "-o", "gpt_search.json"], work)
         scale_table("pipewright", pw, sizes, repeat, work)
         # torch's recorded shape, side by side.
-        t_plan, _ = median_run([pw, "schedule", "Interleaved1F1B", "--ranks", "32",
+        t_plan, _ = median_run([pw, "schedule", "Interleaved1F1B", "--pp", "32",
                                 "--stages-per-rank", "4", "--microbatches", "256", "--format",
                                 "json", "-o", "t32.json"], work, repeat)
         t_sim, _ = median_run([pw, "simulate", "t32.json", "--forward-ms", "1", "--backward-ms",

@@ -48,9 +48,9 @@ while IFS='|' read -r name flags; do
     --data-y "$work/y.npy" --no-shuffle --backend gloo "${f[@]}" 2>&1)"
   ms="$(grep -E '^\[rank 0\].*step [0-9]+/[0-9]+ ' <<<"$log" | sed -E 's/.* step ([0-9.]+) ms.*/\1/' |
     tail -n +5 | median)"
-  bytes="$(grep -E '^\[rank 0\].*data-parallel' <<<"$log" | sed -E 's/.*: ([0-9.]+) wire bytes\/step.*/\1/')"
+  bytes="$(grep -E '^\[rank 0\].*data-parallel' <<<"$log" | sed -E 's/[^(]*\(([0-9.]+) B\/step\).*/\1/')"
   sim="$("$bin" simulate "${job[@]}" "${f[@]}" --cluster "$root/examples/cluster-cpu-localhost.json" 2>&1)"
-  sim_bytes="$(grep -E 'wire bytes/step' <<<"$sim" | sed -E 's/.*: ([0-9.]+) wire bytes.*/\1/')"
+  sim_bytes="$(grep -E '^data-parallel' <<<"$sim" | sed -E 's/[^(]*\(([0-9.]+) B\/step\).*/\1/')"
   sim_ms="$(grep -E '^makespan' <<<"$sim" | sed -E 's/makespan ([0-9.]+) ms.*/\1/')"
   slow="$("$bin" simulate "${job[@]}" "${f[@]}" --cluster "$work/slow.json" 2>&1)"
   slow_ms="$(grep -E '^makespan' <<<"$slow" | sed -E 's/makespan ([0-9.]+) ms.*/\1/')"

@@ -100,24 +100,24 @@ for backend in $backends; do
             # The noise floor: the reference's median step against its previous run's (the error
             # of predicting a configuration by its own earlier measurement on this host).
             "$pw" --log-level warn compare --optimizer adamw --plan "$ref.plan.csv" --measured "$ref.trace.json" \
-              --profile "$ref.profile.json" --skip-steps "$warmup" --sampled-steps 0 \
-              --json "$ref.compare.json" >/dev/null
+              --profile "$ref.profile.json" --warmup-steps "$warmup" --sampled-steps 0 \
+              --metrics "$ref.compare.json" >/dev/null
             "$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["measured_step_ms"])' \
               "$ref.compare.json" >>"$work/$backend.ref_steps"
           fi
           "$pw" --log-level warn transfer-profile --model "$work/model.json" --from "$work/part2.json" \
             --profile "$ref.profile.json" --to "$work/part$((p * v)).json" -o "$pre.xfer.json"
-          "$pw" --log-level warn simulate "$pre.plan.csv" --optimizer adamw --blocking-recv \
+          "$pw" --log-level warn simulate "$pre.plan.csv" --optimizer adamw --recv blocking \
             --profile "$pre.xfer.json" --cluster "$cal" --sampled-steps 31 --metrics "$pre.xfer.metrics.json" >"$pre.xfer.txt"
           run "$backend" "$sched" "$p" "$v" "$m" "$pre"
           "$pw" --log-level warn compare --optimizer adamw --plan "$pre.plan.csv" --measured "$pre.trace.json" \
-            --profile "$pre.profile.json" --skip-steps "$warmup" --json "$pre.compare.json" >/dev/null
+            --profile "$pre.profile.json" --warmup-steps "$warmup" --metrics "$pre.compare.json" >/dev/null
           "$pw" --log-level warn compare --optimizer adamw --plan "$pre.plan.csv" --measured "$pre.trace.json" \
-            --profile "$pre.profile.json" --skip-steps "$warmup" --sampled-steps 0 \
-            --json "$pre.compare_med.json" >/dev/null
+            --profile "$pre.profile.json" --warmup-steps "$warmup" --sampled-steps 0 \
+            --metrics "$pre.compare_med.json" >/dev/null
           "$pw" --log-level warn compare --optimizer adamw --plan "$pre.plan.csv" --measured "$pre.trace.json" \
-            --profile "$pre.profile.json" --skip-steps "$warmup" --trace-replay \
-            --json "$pre.compare_trace.json" >/dev/null
+            --profile "$pre.profile.json" --warmup-steps "$warmup" --trace-replay \
+            --metrics "$pre.compare_trace.json" >/dev/null
           "$py" - "$pre" "$backend" "$sched" "$p" "$v" "$m" >>"$work/reps.tsv" <<'PY'
 import json, re, sys
 pre, backend, sched, p, v, m = sys.argv[1:]

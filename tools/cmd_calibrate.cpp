@@ -1,5 +1,5 @@
-// `pipewright calibrate --backend gloo|mpi --nproc N [-o cluster.json]`: measures point-to-point
-// and all-reduce times between N local ranks through pipewright's own communicators
+// `pipewright calibrate --backend gloo|mpi --nproc N [-o cluster.json]` (default: stdout): measures
+// point-to-point and all-reduce times between N local ranks through pipewright's own communicators
 // (exec/calibrate.hpp), fits the simulator's communication model (sim/calibration.hpp) and writes
 // a cluster description that `pipewright simulate/compare/search --cluster` read.
 //
@@ -13,7 +13,9 @@
 // and within every node too, and write a cluster whose intra_node / inter_node links are fitted
 // from those (the median over nodes and over node pairs), with every pair's timings and fit in
 // "calibration". Ranks are placed replica-major, as the executor places them.
+#include <spawn.h>
 #include <spdlog/spdlog.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -42,7 +44,7 @@ struct CalibrateArgs {
   std::string backend = "gloo";
   int nproc = 2;
   bool worker = false;
-  std::string output = "cluster.json";
+  std::string output = "-";
   std::string name;
   int iterations = 40;
   double max_mib = 16;
@@ -63,12 +65,38 @@ std::string fmt(double v) {
   return os.str();
 }
 
+// Runs `argv` (posix_spawnp: no fork of this process) with its stdout on our stderr, so that the
+// JSON is the only thing this command writes to stdout; returns its exit status.
+int spawn_and_wait(std::vector<char*>& argv) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  pid_t pid = 0;
+  const int rc = ::posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  PW_CHECK(rc == 0, ConfigError,
+           "calibrate: cannot start '" << argv[0] << "' (" << std::strerror(rc) << ")");
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// Without --worker: start the ranks. With -o FILE the launcher replaces this process; with the
+// default -o - (stdout) rank 0 writes a temporary file that this process prints and removes.
 [[noreturn]] void exec_ranks(const CalibrateArgs& a) {
   PW_CHECK(a.backend == "gloo" || a.backend == "mpi", ConfigError,
            "calibrate: --backend must be gloo or mpi, got '" << a.backend << "'");
   PW_CHECK(a.nproc >= 2, ConfigError, "calibrate: --nproc must be >= 2, got " << a.nproc);
-  PW_CHECK(a.output != "-", ConfigError,
-           "calibrate: -o - needs --worker under your own launcher; give a file name");
+  std::string output = a.output;
+  if (a.output == "-") {
+    char tmpl[] = "/tmp/pw_calibrate_XXXXXX";
+    const int fd = ::mkstemp(tmpl);
+    PW_CHECK(fd >= 0, InputError, "calibrate: cannot create a temporary file in /tmp");
+    ::close(fd);
+    output = tmpl;
+  }
   const std::string self = self_exe();
   std::vector<std::string> args;
   if (a.backend == "mpi") {
@@ -93,9 +121,9 @@ std::string fmt(double v) {
   const std::string level = kLevels[static_cast<int>(spdlog::get_level())];
   for (const std::string& s :
        {self, std::string("--log-level"), level, std::string("calibrate"), std::string("--worker"),
-        std::string("--backend"), a.backend, std::string("-o"), a.output,
-        std::string("--iterations"), std::to_string(a.iterations), std::string("--max-mib"),
-        fmt(a.max_mib), std::string("--timeout"), fmt(a.timeout_s)}) {
+        std::string("--backend"), a.backend, std::string("-o"), output, std::string("--iterations"),
+        std::to_string(a.iterations), std::string("--max-mib"), fmt(a.max_mib),
+        std::string("--timeout"), fmt(a.timeout_s)}) {
     args.push_back(s);
   }
   if (!a.name.empty()) {
@@ -107,6 +135,22 @@ std::string fmt(double v) {
   argv.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
+  if (a.output == "-") {
+    int code = 1;
+    try {
+      code = spawn_and_wait(argv);
+    } catch (...) {
+      ::unlink(output.c_str());
+      throw;
+    }
+    std::ifstream in(output);
+    std::stringstream content;
+    content << in.rdbuf();
+    ::unlink(output.c_str());
+    if (code != 0) throw ExitStatus{code};  // the ranks named what failed on stderr
+    write_output("-", content.str());
+    throw ExitStatus{0};
+  }
   ::execvp(argv[0], argv.data());
   throw ConfigError("calibrate: cannot start '" + args[0] + "' (" + std::strerror(errno) + ")" +
                     (a.backend == "mpi" ? "; is Open MPI's mpirun installed?" : ""));
@@ -288,11 +332,9 @@ void setup_calibrate(CLI::App& app) {
   auto a = std::make_shared<CalibrateArgs>();
   auto* cmd = app.add_subcommand("calibrate", std::string(exec_command_description("calibrate")));
   cmd->add_option("--backend", a->backend, "gloo|mpi")->capture_default_str();
-  cmd->add_option("--nproc", a->nproc, "local ranks to start (>= 2)")->capture_default_str();
-  cmd->add_option("-o,--output", a->output,
-                  "cluster JSON to write (- for stdout: only with --worker, since `launch` "
-                  "prefixes every rank's output)")
+  cmd->add_option("--nproc-per-node,--nproc", a->nproc, "local ranks to start (>= 2)")
       ->capture_default_str();
+  cmd->add_option("-o,--output", a->output, "cluster JSON to write (default: stdout)");
   cmd->add_option("--name", a->name, "cluster name (default calibrated-<backend>-<N>ranks)");
   cmd->add_option("--iterations", a->iterations, "timed repetitions per message size")
       ->capture_default_str();

@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "commands.hpp"
+#include "flags.hpp"
 #include "job_flags.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/lower.hpp"
@@ -28,8 +29,9 @@ struct CompareArgs {
   std::string cluster_file;
   std::string json_out;
   std::string svg_out;
+  std::string output = "-";
   std::int32_t sampled_steps = 31;
-  bool posted_recv = false;
+  std::string recv = "blocking";  // --recv: the executor's receives block
   bool trace_replay = false;
   sim::CompareOptions options;
 };
@@ -39,7 +41,9 @@ void run_compare(const CompareArgs& a) {
   // The plan as `pipewright run` built it (sched::make_plan: with REDUCE_GRAD and OPTIM, so the
   // optimizer's measured time is predicted), its shape taken from the file.
   const sched::AnyPlan loaded = sched::load_plan(a.job.plan_path);
-  const sched::JobSpec job = sched::with_plan_shape(a.job, sched::shape_of(loaded));
+  sched::JobSpec given = a.job;
+  resolve_job_flags(given);
+  const sched::JobSpec job = sched::with_plan_shape(given, sched::shape_of(loaded));
   sched::validate_job(job);
   const sched::LoweredPlan plan = sched::make_plan(job, nullptr, &loaded);
   const std::string& plan_file = job.plan_path;
@@ -56,7 +60,7 @@ void run_compare(const CompareArgs& a) {
   so.record_actions = true;
   // pipewright's executor waits for every receive of a p2p batch before its next action
   // (Note [p2p batches]), i.e. blocking receives; --posted-recv simulates torch's semantics.
-  so.blocking_recv = !a.posted_recv;
+  so.blocking_recv = a.recv == "blocking";
   sim::SimResult predicted;
   sim::CompareReport report;
   if (a.trace_replay) {
@@ -74,7 +78,8 @@ void run_compare(const CompareArgs& a) {
   }
   if (!a.svg_out.empty()) write_output(a.svg_out, sim::compare_svg(predicted, measured, report));
   if (!a.json_out.empty()) write_output(a.json_out, sim::to_json(report));
-  if (a.json_out != "-") std::cout << sim::to_text(report);
+  // The text report goes to -o (stdout by default) unless the JSON took stdout.
+  if (a.output != "-" || a.json_out != "-") write_output(a.output, sim::to_text(report));
 }
 
 void setup_compare(CLI::App& app) {
@@ -92,9 +97,14 @@ void setup_compare(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--cluster", a->cluster_file, "cluster description (e.g. from calibrate)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--skip-steps", a->options.skip_steps, "warm-up steps to ignore")
+  cmd->add_option("--warmup-steps", a->options.skip_steps,
+                  "measured steps to leave out at the start (as run's "
+                  "--warmup-steps leaves them out of --profile)")
       ->capture_default_str();
-  cmd->add_option("--top", a->options.top_k, "how many largest-error actions to list")
+  add_deprecated_option(cmd, "--skip-steps", "--warmup-steps", [a](const std::string& v) {
+    a->options.skip_steps = parse_int_flag(v, "--skip-steps");
+  });
+  cmd->add_option("-k,--top", a->options.top_k, "how many largest-error actions to list")
       ->capture_default_str();
   cmd->add_option("--sampled-steps", a->sampled_steps,
                   "predict the step time as the median of N steps with durations drawn from the "
@@ -104,10 +114,14 @@ void setup_compare(CLI::App& app) {
                 "trace-driven replay: simulate each measured step with its own measured compute "
                 "durations (communication from the profile) and compare the median step "
                 "(Note [Trace-driven replay]; overrides --sampled-steps)");
-  cmd->add_flag("--posted-recv", a->posted_recv,
-                "simulate posted (non-blocking) receives instead of the executor's blocking ones");
-  cmd->add_option("--json", a->json_out, "write the report as JSON (- for stdout)");
-  cmd->add_option("--svg", a->svg_out, "predicted and measured timelines in one SVG");
+  add_recv_flags(cmd, a->recv, "Options",
+                 "blocking (default: pipewright's executor waits for every receive of a p2p batch) "
+                 "| posted (torch's semantics)");
+  cmd->add_option("--metrics", a->json_out, "the report as JSON, exact numbers (- for stdout)");
+  add_deprecated_option(cmd, "--json", "--metrics", [a](const std::string& v) { a->json_out = v; });
+  cmd->add_option("--timeline", a->svg_out, "predicted and measured timelines in one SVG");
+  add_deprecated_option(cmd, "--svg", "--timeline", [a](const std::string& v) { a->svg_out = v; });
+  cmd->add_option("-o,--output", a->output, "the text report (default: stdout)");
   cmd->callback([a] { run_compare(*a); });
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "flags.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/graph/render.hpp"
@@ -29,41 +30,12 @@ struct PartitionArgs {
   std::string output = "-";
 };
 
-// "80000000000", "80e9", "16GiB", "512MB" -> bytes. Throws ConfigError.
-std::int64_t parse_bytes(const std::string& text) {
-  std::size_t used = 0;
-  double value = 0.0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  std::string unit = text.substr(used);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double scale = 0.0;
-  if (unit.empty() || unit == "b") scale = 1.0;
-  if (unit == "kb") scale = 1e3;
-  if (unit == "mb") scale = 1e6;
-  if (unit == "gb") scale = 1e9;
-  if (unit == "tb") scale = 1e12;
-  if (unit == "kib") scale = 1024.0;
-  if (unit == "mib") scale = 1024.0 * 1024;
-  if (unit == "gib") scale = 1024.0 * 1024 * 1024;
-  if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
-  const double bytes = value * scale;
-  PW_CHECK(used > 0 && scale > 0.0 && std::isfinite(bytes) && bytes >= 1.0 && bytes < 9.0e18,
-           ConfigError,
-           "--memory-limit: cannot parse '" << text
-                                            << "'; expected a positive byte count such as "
-                                               "80000000000, 80e9, 80GB or 74.5GiB");
-  return static_cast<std::int64_t>(bytes);
-}
-
 void run_partition(const PartitionArgs& args) {
   graph::PartitionOptions options = args.options;
   options.stages = args.stages;
   options.method = *graph::parse_partition_method(args.method);
-  if (!args.memory_limit.empty()) options.memory_limit_bytes = parse_bytes(args.memory_limit);
+  if (!args.memory_limit.empty())
+    options.memory_limit_bytes = parse_size(args.memory_limit, "--memory-limit");
   if (args.in_flight != "1f1b") {
     std::size_t used = 0;
     int n = 0;
@@ -99,15 +71,16 @@ void run_partition(const PartitionArgs& args) {
 void setup_partition(CLI::App& app) {
   auto args = std::make_shared<PartitionArgs>();
   auto* cmd = app.add_subcommand("partition", "Cut a model into pipeline stages");
-  cmd->add_option("model", args->model, "model JSON (pipewright model ... -o MODEL)")->required();
-  cmd->add_option("--stages,-s", args->stages, "number of stages")->required();
+  cmd->add_option("model,--model", args->model, "model JSON (pipewright model ... -o MODEL)")
+      ->required();
+  cmd->add_option("-s,--stages", args->stages, "number of stages")->required();
   cmd->add_option("--method", args->method,
                   "uniform (equal node counts) | balanced (minimise the slowest stage) | memory "
                   "(balanced under --memory-limit)")
       ->check(CLI::IsMember({"uniform", "balanced", "memory"}))
       ->capture_default_str();
   cmd->add_option("--memory-limit", args->memory_limit,
-                  "bytes per stage for --method memory (e.g. 80e9, 80GB, 74.5GiB)");
+                  "memory per stage for --method memory: bytes or a size such as 80GB, 74.5GiB");
   cmd->add_option("--in-flight", args->in_flight,
                   "microbatches whose activations a stage holds: 1f1b (stage s of p: p - s) or "
                   "a number for every stage (GPipe: the microbatch count)")

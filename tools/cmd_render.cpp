@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "flags.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/graph/render.hpp"
@@ -77,8 +78,11 @@ void setup_render(CLI::App& app) {
   auto args = std::make_shared<RenderArgs>();
   auto* cmd = app.add_subcommand(
       "render", "Draw a model (one Graphviz cluster per stage) or its stage graph");
-  cmd->add_option("model", args->model, "model JSON")->required();
-  cmd->add_option("--partition,-p", args->partition, "partition JSON (pipewright partition)");
+  cmd->add_option("model,--model", args->model, "model JSON")->required();
+  cmd->add_option("--partition", args->partition, "partition JSON (pipewright partition)");
+  // -p is --pp in every other subcommand.
+  add_deprecated_option(cmd, "-p", "--partition",
+                        [args](const std::string& v) { args->partition = v; });
   cmd->add_flag("--stages-only", args->stages_only, "draw stages and cut values, not nodes");
   cmd->add_option("--stage-to-rank", args->stage_to_rank,
                   "colour by rank: rank of each stage, e.g. 0,1,0,1 (default: stage s on rank s)");
@@ -87,7 +91,7 @@ void setup_render(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--collapse", args->options.collapse,
                 "fold runs of identical chained nodes (\"block0 .. block31, x 32\")");
-  cmd->add_option("--format", args->format, "dot | svg | png (default: from -o's extension)")
+  cmd->add_option("-f,--format", args->format, "dot | svg | png (default: from -o's extension)")
       ->check(CLI::IsMember({"dot", "svg", "png"}));
   cmd->add_option("-o,--output", args->output,
                   "output file: .dot (always), .svg/.png (needs a Graphviz build)")

@@ -17,6 +17,7 @@
 #include "job_flags.hpp"
 #include "pipewright/exec/run.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/render.hpp"
 #include "run_config.hpp"
 
 namespace pipewright::cli {
@@ -38,9 +39,9 @@ void print_dry_run(const RunFlags& flags, const exec::RunConfig& c, const exec::
               static_cast<long long>(d.actions),
               std::string(sched::to_string(c.data_parallel.algorithm)).c_str());
   for (std::size_t r = 0; r < d.predicted_peak_bytes.size(); ++r) {
-    std::printf("  rank %zu: %d action(s), predicted peak memory %.1f MiB (partition estimate)\n",
-                r, static_cast<int>(d.plan.per_rank[r].size()),
-                static_cast<double>(d.predicted_peak_bytes[r]) / (1024.0 * 1024.0));
+    std::printf("  rank %zu: %d action(s), predicted peak memory %s (partition estimate)\n", r,
+                static_cast<int>(d.plan.per_rank[r].size()),
+                graph::human_bytes(d.predicted_peak_bytes[r]).c_str());
   }
   std::fflush(stdout);
 }
@@ -79,19 +80,20 @@ void setup_run(CLI::App& app) {
       "files\"); flags on the command line win");
   add_job_flags(sub, c);
   sub->add_option("--loss", c.loss, "mse|cross-entropy (default: the model's loss node)");
-  sub->add_option("--data-x", c.data_x, "Inputs, .npy (float32 or int64 rows)");
-  sub->add_option("--data-y", c.data_y, "Targets, .npy");
-  sub->add_option("--dataset", c.dataset, "Bundled dataset (e.g. sonnets)");
-  sub->add_flag("--no-shuffle", flags->no_shuffle, "Read samples in file order");
+  sub->add_option("--data-x", c.data_x, "inputs, .npy (float32 or int64 rows)");
+  sub->add_option("--data-y", c.data_y, "targets, .npy");
+  sub->add_option("--dataset", c.dataset, "bundled dataset (e.g. sonnets)");
+  sub->add_flag("--no-shuffle", flags->no_shuffle, "read samples in file order");
   sub->add_option("--prefetch", c.prefetch,
-                  "Steps of batches read ahead on a background thread (0: read each batch when "
+                  "steps of batches read ahead on a background thread (0: read each batch when "
                   "its step starts)")
       ->capture_default_str();
-  sub->add_option("--seed", c.seed, "Seed of initialisation and shuffling")->capture_default_str();
-  sub->add_option("--init", c.init_path, "Initial weights (safetensors)");
-  sub->add_option("--save", c.save_path, "Write final weights (safetensors, rank 0)");
+  sub->add_option("--seed", c.seed, "seed of initialisation and shuffling")->capture_default_str();
+  sub->add_option("--init", c.init_path, "initial weights (safetensors)");
+  sub->add_option("-o,--output,--save", c.save_path,
+                  "write the final weights (safetensors, rank 0)");
   sub->add_option("--outputs", c.outputs_path,
-                  "With --forward-only: write the last stage's outputs in sample order (.npy, "
+                  "with --forward-only: write the last stage's outputs in sample order (.npy, "
                   "rank 0)");
   sub->add_option_function<std::string>(
          "--backend", [&c](const std::string& b) { c.backend = exec::parse_backend(b); },
@@ -100,52 +102,53 @@ void setup_run(CLI::App& app) {
   sub->add_option("--device-map", c.device_map,
                   "nccl: CUDA device of each local rank, '2,3,0,1' or '0:2,1:3' (default: the "
                   "local rank; docs/gpu.md)");
-  sub->add_option("--trace", c.trace_path, "Write a Chrome trace of every rank (rank 0)");
+  sub->add_option("--trace", c.trace_path, "write a Chrome trace of every rank (rank 0)");
   sub->add_option("--profile", c.profile_path,
-                  "Write measured per-stage costs for `pipewright simulate --profile`");
-  sub->add_option("--warmup-steps", c.warmup_steps, "Steps left out of --profile statistics")
+                  "write measured per-stage costs for `pipewright simulate --profile`");
+  sub->add_option("--warmup-steps", c.warmup_steps, "steps left out of --profile statistics")
       ->capture_default_str();
   sub->add_flag_function(
       "--no-prepost-receives", [&c](std::int64_t) { c.prepost_receives = false; },
-      "Post each receive at its RECV action instead of when the step starts (ablation)");
+      "post each receive at its RECV action instead of when the step starts (ablation)");
   sub->add_flag_function(
       "--no-shm-collectives", [&c](std::int64_t) { c.shm_collectives = false; },
       "gloo: all-reduce DDP buckets through Gloo (TCP) even when the replicas share a host");
-  sub->add_option("--timeout", c.timeout_s, "Deadline of every wait, seconds")
+  sub->add_option("--timeout", c.timeout_s, "deadline of every wait, seconds")
       ->capture_default_str();
-  sub->add_option("--log-every", flags->log_every, "Log every N-th step (and the last)")
+  sub->add_option("--log-every", flags->log_every, "log every N-th step (and the last)")
       ->capture_default_str();
-  sub->add_option("--rank", flags->rank, "This process's rank (else from the environment)");
-  sub->add_option("--world-size", flags->world_size, "Number of processes");
-  sub->add_option("--local-rank", flags->local_rank, "Rank on this node");
-  sub->add_option("--local-world-size", flags->local_world_size, "Processes on this node");
-  sub->add_option("--master-addr", flags->master_addr, "Rendezvous host (rank 0)");
-  sub->add_option("--master-port", flags->master_port, "Rendezvous port");
+  sub->add_option("--rank", flags->rank, "this process's rank (else from the environment)");
+  sub->add_option("--world-size", flags->world_size, "number of processes");
+  sub->add_option("--local-rank", flags->local_rank, "rank on this node");
+  sub->add_option("--local-world-size", flags->local_world_size, "processes on this node");
+  sub->add_option("--master-addr", flags->master_addr, "rendezvous host (rank 0)");
+  sub->add_option("--master-port", flags->master_port, "rendezvous port");
   sub->add_option("--job-id", flags->job_id,
-                  "This job's identity at the rendezvous: the store refuses processes of other "
+                  "this job's identity at the rendezvous: the store refuses processes of other "
                   "jobs (default: PIPEWRIGHT_JOB_ID, which `pipewright launch` sets)");
   sub->add_option("--check-replicas", c.check_replicas,
-                  "Every N steps verify that replicas hold identical parameters (0: never)")
+                  "every N steps verify that replicas hold identical parameters (0: never)")
       ->capture_default_str();
   sub->add_option("--checkpoint-dir", c.checkpoint_dir,
-                  "Write checkpoints of the whole training state here (one file per rank)");
+                  "write checkpoints of the whole training state here (one file per rank)");
   sub->add_option("--checkpoint-every", c.checkpoint_every,
-                  "Also checkpoint every N steps (0: after the last step only)")
+                  "also checkpoint every N steps (0: after the last step only)")
       ->capture_default_str();
   sub->add_flag("--resume", c.resume,
-                "Resume from the last complete checkpoint in --checkpoint-dir");
+                "resume from the last complete checkpoint in --checkpoint-dir");
   sub->add_flag("--save-replicas", c.save_replicas,
-                "With --save, also write every replica's weights as <FILE>.replica<R>.safetensors");
+                "with --save, also write every replica's weights as <FILE>.replica<R>.safetensors");
   sub->add_flag("--dry-run", flags->dry_run,
-                "Resolve the job, build, validate and dry-run its plan, print a summary and exit "
+                "resolve the job, build, validate and dry-run its plan, print a summary and exit "
                 "(no rendezvous, no training)");
   sub->add_option("--plan-out", flags->plan_out,
-                  "Write the resolved job (every default filled) and its lowered plan as JSON "
+                  "write the resolved job (every default filled) and its lowered plan as JSON "
                   "(the same file as `simulate --plan-out` for the same job flags)");
 
   check_config_covers(*sub);
 
   sub->callback([flags] {
+    resolve_job_flags(flags->config);  // before merged_config_toml prints it
     auto cfg = flags->config;
     cfg.shuffle = !flags->no_shuffle;
     if (flags->rank >= 0) cfg.world.rank = flags->rank;
@@ -208,12 +211,16 @@ void setup_run(CLI::App& app) {
     if (cfg.dp > 1 && result.world_rank == 0) {
       const auto& d = result.data_parallel;
       const double steps = static_cast<double>(std::max<std::int64_t>(1, d.steps));
+      // Human units, and the exact wire bytes (scripts such as bench/dp_algorithms.sh read them).
       spdlog::info(
-          "data-parallel ({}): {:.0f} wire bytes/step, {:.0f} payload bytes/step, {} "
+          "data-parallel ({}): {}/step on the wire ({:.0f} B/step), {}/step payload, {} "
           "collectives, buckets started in backward {} / at reduce {}, comm wait {:.3f} ms/step",
-          std::string(sched::to_string(cfg.data_parallel.algorithm)), d.wire_bytes / steps,
-          static_cast<double>(d.payload_bytes) / steps, d.collectives, d.buckets_in_backward,
-          d.buckets_at_reduce, static_cast<double>(d.exposed_wait_ns) / 1e6 / steps);
+          std::string(sched::to_string(cfg.data_parallel.algorithm)),
+          graph::human_bytes(static_cast<std::int64_t>(d.wire_bytes / steps)), d.wire_bytes / steps,
+          graph::human_bytes(
+              static_cast<std::int64_t>(static_cast<double>(d.payload_bytes) / steps)),
+          d.collectives, d.buckets_in_backward, d.buckets_at_reduce,
+          static_cast<double>(d.exposed_wait_ns) / 1e6 / steps);
     }
   });
 }

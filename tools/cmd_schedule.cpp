@@ -1,4 +1,4 @@
-// `pipewright schedule NAME --ranks P --microbatches M [--stages-per-rank V] [--lower] ...`:
+// `pipewright schedule NAME --pp P --microbatches M [--stages-per-rank V] [--lower] ...`:
 // generates a torch-compatible schedule (sched::generate), optionally lowers it, and writes it as
 // CSV (default; without --lower exactly torch's compute-only CSV), JSON, a text grid or dot.
 #include <spdlog/spdlog.h>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "flags.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/plan_io.hpp"
@@ -19,7 +20,7 @@ namespace {
 
 struct ScheduleArgs {
   std::string name;
-  int ranks = 0;
+  int ranks = -1;  // -1: not given
   int microbatches = 0;
   int stages_per_rank = 0;  // 0: the schedule's own (2 for the V schedules, else 1)
   std::string edges;
@@ -64,8 +65,10 @@ void run_schedule(const ScheduleArgs& args) {
   spec.ranks = args.ranks;
   spec.microbatches = args.microbatches;
   const int required = sched::required_stages_per_rank(spec.kind);
-  spec.stages_per_rank =
-      args.stages_per_rank != 0 ? args.stages_per_rank : (required != 0 ? required : 1);
+  PW_CHECK(args.stages_per_rank != 0 || required != 0, ConfigError,
+           args.name << " needs --stages-per-rank V: the stages each rank holds (e.g. -v 2; with "
+                        "V = 1 it is a plain 1F1B-style order)");
+  spec.stages_per_rank = args.stages_per_rank != 0 ? args.stages_per_rank : required;
   spec.forward_only = args.forward_only;
   if (!args.edges.empty()) spec.stage_edges = parse_edges(args.edges);
   const sched::ComputePlan plan = sched::generate(spec);
@@ -102,11 +105,15 @@ void setup_schedule(CLI::App& app) {
                   "GPipe | 1F1B | Interleaved1F1B | LoopedBFS | InterleavedZeroBubble | "
                   "ZBVZeroBubble | DualPipeV | Chimera (case-insensitive)")
       ->required();
-  cmd->add_option("--ranks,-p", args->ranks, "pipeline ranks P")->required();
-  cmd->add_option("--microbatches,-m", args->microbatches, "microbatches M")->required();
-  cmd->add_option("--stages-per-rank,-v", args->stages_per_rank,
-                  "stages per rank V (looped schedules; stage s on rank s mod P); default: 2 for "
-                  "ZBVZeroBubble and DualPipeV (V placement), else 1");
+  cmd->add_option("-p,--pp", args->ranks, "pipeline ranks P (required)");
+  add_deprecated_option(cmd, "--ranks", "--pp", [args](const std::string& v) {
+    args->ranks = parse_int_flag(v, "--ranks");
+  });
+  cmd->add_option("-m,--microbatches", args->microbatches, "microbatches M")->required();
+  cmd->add_option("-v,--stages-per-rank", args->stages_per_rank,
+                  "stages per pipeline rank V (stage s on rank s mod P); required by the looped "
+                  "schedules Interleaved1F1B, LoopedBFS, InterleavedZeroBubble; default 2 for "
+                  "ZBVZeroBubble, DualPipeV, else 1");
   cmd->add_flag("--forward-only", args->forward_only,
                 "inference plan: forwards only (GPipe/1F1B: torch's _ScheduleForwardOnly)");
   cmd->add_option("--edges", args->edges,
@@ -117,11 +124,14 @@ void setup_schedule(CLI::App& app) {
                 "with --lower: REDUCE_GRAD after each stage's last backward");
   cmd->add_flag("--optimizer-step", args->optimizer_step,
                 "with --lower: OPTIM per stage at the end of each rank");
-  cmd->add_option("--format,-f", args->format, "csv | json | text | dot")
+  cmd->add_option("-f,--format", args->format, "csv | json | text | dot")
       ->check(CLI::IsMember({"csv", "json", "text", "dot"}))
       ->capture_default_str();
   cmd->add_option("-o,--output", args->output, "output file (default: stdout)");
-  cmd->callback([args] { run_schedule(*args); });
+  cmd->callback([args] {
+    PW_CHECK(args->ranks != -1, ConfigError, "--pp P (pipeline ranks) is required");
+    run_schedule(*args);
+  });
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// `pipewright search --model M --cluster C --devices N [--memory-limit B] [--global-batch G]`:
+// `pipewright search --model M --cluster C --devices N [--memory-limit SIZE] [--global-batch G]`:
 // enumerates pp x dp x v x m x schedule x data-parallel algorithm, simulates each and prints the
 // best configurations (docs/simulator.md). Progress goes to stderr, results to stdout or -o.
 #include <spdlog/spdlog.h>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "flags.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/model.hpp"
 #include "pipewright/sched/schedule.hpp"
@@ -29,17 +30,17 @@ struct SearchArgs {
   std::string model_file;
   std::string cluster_file;
   int devices = 0;
-  std::optional<std::int64_t> memory_limit;
+  std::string memory_limit;
   std::optional<std::int64_t> global_batch;
   std::vector<std::string> schedules;
   std::vector<int> stages_per_rank = {2, 4, 8};
   std::string optimizer = std::string(sched::to_string(sched::JobSpec{}.optimizer));
   double momentum = 0.0;
   int top_k = 10;
-  bool json = false;
+  std::string format = "text";
   bool no_progress = false;
   bool progress = false;
-  bool recompute = false;
+  std::string recompute = "none";
   std::string output = "-";
 };
 
@@ -110,7 +111,8 @@ void run_search(const SearchArgs& a) {
   if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);
   sim::SearchOptions opt;
   opt.devices = a.devices;
-  opt.memory_limit_bytes = a.memory_limit;
+  if (!a.memory_limit.empty())
+    opt.memory_limit_bytes = parse_size(a.memory_limit, "--memory-limit");
   opt.global_batch = a.global_batch;
   for (const auto& s : a.schedules) opt.schedules.push_back(sched::parse_schedule_kind(s));
   opt.stages_per_rank = a.stages_per_rank;
@@ -118,7 +120,11 @@ void run_search(const SearchArgs& a) {
     PW_CHECK(v >= 1, ConfigError, "--stages-per-rank values must be >= 1, got " << v);
   opt.optimizer = sched::parse_optimizer(a.optimizer);
   opt.momentum = a.momentum;
-  opt.try_recompute = a.recompute;
+  PW_CHECK(a.recompute == "none" || a.recompute == "auto", ConfigError,
+           "--recompute: search takes none or auto (over the memory limit, try --recompute "
+           "full), got '"
+               << a.recompute << "'");
+  opt.try_recompute = a.recompute == "auto";
   PW_CHECK(a.top_k >= 1, ConfigError, "--top must be >= 1, got " << a.top_k);
   opt.top_k = a.top_k;
 
@@ -144,10 +150,11 @@ void run_search(const SearchArgs& a) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("searched {} configurations ({} simulated, {} actions) in {:.2f} s",
                result.enumerated, result.simulated, result.simulated_actions, secs);
-  PW_CHECK(!result.ranked.empty() || a.json, ConfigError,
+  const bool json = a.format == "json";
+  PW_CHECK(!result.ranked.empty() || json, ConfigError,
            "no configuration fits: " << result.dropped_memory << " over the memory limit, "
                                      << result.rejected_shape << " shapes rejected");
-  write_output(a.output, a.json ? to_json(result) : table(result));
+  write_output(a.output, json ? to_json(result) : table(result));
 }
 
 void setup_search(CLI::App& app) {
@@ -161,11 +168,13 @@ void setup_search(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--devices,-n", a->devices, "devices to use (pp x dp)")->required();
   cmd->add_option("--memory-limit", a->memory_limit,
-                  "per-device memory limit in bytes (default: the cluster's)");
+                  "memory per device: bytes or a size such as 80GB, 74.5GiB (default: the "
+                  "cluster's)");
   cmd->add_option("--global-batch", a->global_batch,
                   "samples per step (fixes m = G / (dp x micro_batch_size))");
   cmd->add_option("--schedules", a->schedules, "schedules to try (default: all)")->delimiter(',');
-  cmd->add_option("--stages-per-rank", a->stages_per_rank, "V values for looped schedules")
+  cmd->add_option("-v,--stages-per-rank", a->stages_per_rank,
+                  "V values to try for the looped schedules")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--momentum", a->momentum, "SGD momentum (memory: a momentum buffer when > 0)")
@@ -173,11 +182,19 @@ void setup_search(CLI::App& app) {
   cmd->add_option("--optimizer", a->optimizer, "sgd | adam | adamw (memory)")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
-  cmd->add_option("--top,-k", a->top_k, "rows to print")->capture_default_str();
-  cmd->add_flag("--json", a->json, "machine-readable output");
-  cmd->add_flag("--recompute", a->recompute,
-                "when a configuration is over the memory limit, try it with --recompute full "
-                "(activation recompute of every stage)");
+  cmd->add_option("-k,--top", a->top_k, "rows to print")->capture_default_str();
+  cmd->add_option("-f,--format", a->format, "text (a table) | json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  add_deprecated_flag(cmd, "--json", "--format json", [a] { a->format = "json"; });
+  // A bare --recompute (the flag of earlier versions) means auto.
+  cmd->add_option("--recompute", a->recompute,
+                  "none (default) | auto: a configuration over the memory limit is tried again "
+                  "with --recompute full (activation recompute of every stage); bare: auto")
+      ->expected(0, 1)
+      ->default_str("auto")
+      ->check(CLI::IsMember({"none", "auto"}))
+      ->option_text("none|auto");
   cmd->add_flag("--no-progress", a->no_progress, "no progress bar on stderr");
   cmd->add_flag("--progress", a->progress,
                 "a progress bar on stderr also when it is not a terminal (default: only on a TTY)");

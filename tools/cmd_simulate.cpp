@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "flags.hpp"
 #include "job_flags.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/model.hpp"
@@ -40,19 +41,20 @@ struct SimulateArgs {
   int sampled_steps = 0;
   // Costs.
   std::vector<double> forward_ms, backward_ms, weight_ms;
-  std::int64_t activation_bytes = 0, param_bytes = 0, output_bytes = 0;
+  std::string activation_bytes = "0", param_bytes = "0", output_bytes = "0";  // sizes
   std::string profile_file;
   std::optional<double> p2p_ms;
   std::optional<double> compute_overhead_ms;
   // Cluster.
   std::string cluster_file;
-  bool blocking_recv = false;
+  std::string recv = "posted";  // --recv posted | blocking
   // Outputs.
   std::string metrics;
   std::string trace;
   std::string timeline;
   std::string plan_out;
   std::string memory_svg;
+  std::string output = "-";  // the text report
   int text_width = 0;
   bool memory_timeline = false;
   // `pipewright report`: the HTML page, and for predicted vs measured the executor's trace.
@@ -101,6 +103,7 @@ void run_simulate(const SimulateArgs& a) {
   PW_CHECK(a.plan_file.empty() || job.plan_path.empty(), ConfigError,
            "give the plan file once: as PLAN or as --plan");
   if (!a.plan_file.empty()) job.plan_path = a.plan_file;
+  resolve_job_flags(job);
   const int cost_sources = static_cast<int>(!a.forward_ms.empty() || !a.backward_ms.empty()) +
                            static_cast<int>(!job.model_path.empty()) +
                            static_cast<int>(!a.profile_file.empty());
@@ -143,9 +146,9 @@ void run_simulate(const SimulateArgs& a) {
     w.forward_ms = a.forward_ms;
     w.backward_ms = a.backward_ms;
     w.weight_ms = a.weight_ms;
-    w.activation_bytes = a.activation_bytes;
-    w.param_bytes = a.param_bytes;
-    w.output_bytes = a.output_bytes;
+    w.activation_bytes = parse_size(a.activation_bytes, "--activation-bytes", 0);
+    w.param_bytes = parse_size(a.param_bytes, "--param-bytes", 0);
+    w.output_bytes = parse_size(a.output_bytes, "--output-bytes", 0);
     // Per model stage: Chimera's replicas share their model stage's costs (sim::replica_costs).
     costs = sim::what_if_costs(w, plan.shape.model_stages());
   }
@@ -156,7 +159,7 @@ void run_simulate(const SimulateArgs& a) {
 
   sim::SimOptions opt = sim::sim_options(job);
   if (opt.micro_batch_size == 0 && model) opt.micro_batch_size = model->micro_batch_size;
-  opt.blocking_recv = a.blocking_recv;
+  opt.blocking_recv = a.recv == "blocking";
   opt.p2p_override_ms = a.p2p_ms;
   opt.record_memory_timeline = a.memory_timeline || !a.trace.empty() || !a.memory_svg.empty();
   if (a.report) {
@@ -180,15 +183,17 @@ void run_simulate(const SimulateArgs& a) {
     write_output(path, text);
     if (path != "-") spdlog::info("wrote {}", path);
   }
-  if (a.metrics != "-") {
-    std::printf("%s: %d ranks x dp %d, %d stages, %d microbatches, %d step(s)\n",
-                result.schedule.c_str(), result.ranks, result.dp, result.stages,
-                result.microbatches, result.steps);
-    std::printf("makespan %.3f ms, bubble %.2f%%", static_cast<double>(result.makespan_ns) / 1e6,
-                100 * result.bubble_fraction());
+  // The text report goes to -o (stdout by default) unless the metrics JSON took stdout.
+  if (a.output != "-" || a.metrics != "-") {
+    std::string text;
+    appendf(text, "%s: %d ranks x dp %d, %d stages, %d microbatches, %d step(s)\n",
+            result.schedule.c_str(), result.ranks, result.dp, result.stages, result.microbatches,
+            result.steps);
+    appendf(text, "makespan %.3f ms, bubble %.2f%%", static_cast<double>(result.makespan_ns) / 1e6,
+            100 * result.bubble_fraction());
     if (result.micro_batch_size > 0)
-      std::printf(", throughput %.1f samples/s", result.throughput_samples_per_s());
-    std::printf("\n");
+      appendf(text, ", throughput %.1f samples/s", result.throughput_samples_per_s());
+    appendf(text, "\n");
     if (plan.shape.forward_only) {
       // Inference: how long one batch takes end to end, and when the first microbatch's output
       // leaves the last stage.
@@ -203,30 +208,33 @@ void run_simulate(const SimulateArgs& a) {
           static_cast<double>(result.step_end_ns.empty() ? result.makespan_ns
                                                          : result.step_end_ns.front()) /
           1e6;
-      std::printf("forward-only: batch latency %.3f ms, first microbatch latency %.3f ms", batch_ms,
-                  static_cast<double>(first) / 1e6);
+      appendf(text, "forward-only: batch latency %.3f ms, first microbatch latency %.3f ms",
+              batch_ms, static_cast<double>(first) / 1e6);
       if (result.micro_batch_size > 0)
-        std::printf(", throughput %.1f samples/s", result.throughput_samples_per_s());
-      std::printf("\n");
+        appendf(text, ", throughput %.1f samples/s", result.throughput_samples_per_s());
+      appendf(text, "\n");
     }
     if (result.dp > 1) {
-      std::printf("data-parallel (%s): %.0f wire bytes/step per replica\n",
-                  std::string(sched::to_string(job.data_parallel.algorithm)).c_str(),
-                  result.dp_wire_bytes_per_step);
+      // Human units, and the exact bytes (scripts read them; --metrics has them too).
+      appendf(text, "data-parallel (%s): %s/step per replica on the wire (%.0f B/step)\n",
+              std::string(sched::to_string(job.data_parallel.algorithm)).c_str(),
+              graph::human_bytes(static_cast<std::int64_t>(result.dp_wire_bytes_per_step)).c_str(),
+              result.dp_wire_bytes_per_step);
     }
     if (a.sampled_steps > 0) {
-      std::printf("median step over %d steps with sampled durations: %.3f ms\n", a.sampled_steps,
-                  sim::median_step_ms(plan, costs, cluster, opt, a.sampled_steps));
+      appendf(text, "median step over %d steps with sampled durations: %.3f ms\n", a.sampled_steps,
+              sim::median_step_ms(plan, costs, cluster, opt, a.sampled_steps));
     }
     for (const auto& r : result.per_rank) {
       // Human units here; exact bytes in --metrics JSON.
-      std::printf("  rank %d: busy %.3f ms, idle %.3f ms, peak memory %s%s\n", r.rank,
-                  static_cast<double>(r.busy_ns) / 1e6, static_cast<double>(r.idle_ns) / 1e6,
-                  graph::human_bytes(r.peak_memory_bytes).c_str(),
-                  r.exceeds_memory ? " (exceeds device memory)" : "");
+      appendf(text, "  rank %d: busy %.3f ms, idle %.3f ms, peak memory %s%s\n", r.rank,
+              static_cast<double>(r.busy_ns) / 1e6, static_cast<double>(r.idle_ns) / 1e6,
+              graph::human_bytes(r.peak_memory_bytes).c_str(),
+              r.exceeds_memory ? " (exceeds device memory)" : "");
     }
-    if (a.text_width > 0) std::printf("%s", sim::text_timeline(result, a.text_width).c_str());
-    std::fflush(stdout);
+    if (a.text_width > 0) text += sim::text_timeline(result, a.text_width);
+    write_output(a.output, text);
+    if (a.output != "-") spdlog::info("wrote {}", a.output);
   }
 }
 
@@ -249,10 +257,13 @@ void add_simulate_flags(CLI::App* cmd, const std::shared_ptr<SimulateArgs>& a) {
       ->delimiter(',')
       ->group(g);
   cmd->add_option("--activation-bytes", a->activation_bytes,
-                  "what-if: activation bytes kept per microbatch per stage")
+                  "what-if: activation memory kept per microbatch per stage (bytes or a size such "
+                  "as 512KiB)")
       ->group(g);
-  cmd->add_option("--param-bytes", a->param_bytes, "what-if: parameter bytes per stage")->group(g);
-  cmd->add_option("--output-bytes", a->output_bytes, "what-if: bytes sent per message")->group(g);
+  cmd->add_option("--param-bytes", a->param_bytes, "what-if: parameter memory per stage (size)")
+      ->group(g);
+  cmd->add_option("--output-bytes", a->output_bytes, "what-if: size of each message (size)")
+      ->group(g);
   cmd->add_option("--profile", a->profile_file, "executor profile (pipewright-profile JSON)")
       ->check(CLI::ExistingFile)
       ->group(g);
@@ -267,10 +278,11 @@ void add_simulate_flags(CLI::App* cmd, const std::shared_ptr<SimulateArgs>& a) {
       ->group(g);
   cmd->add_option("--sampled-steps", a->sampled_steps,
                   "also print the median step time of N single steps whose durations are drawn "
-                  "from the profile's measured distributions (docs/simulator.md)");
-  cmd->add_flag("--blocking-recv", a->blocking_recv,
-                "RECV blocks compute until the data arrives (default: posted receives)")
+                  "from the profile's measured distributions (docs/simulator.md)")
       ->group(g);
+  add_recv_flags(cmd, a->recv, g,
+                 "posted: RECV is posted early and compute runs on (torch's semantics); "
+                 "blocking: RECV blocks compute until the data arrives (pipewright's executor)");
   if (a->report) {
     g = "Report";
     cmd->add_option("-o,--output", a->report_out, "the HTML page to write (- for stdout)")
@@ -281,12 +293,17 @@ void add_simulate_flags(CLI::App* cmd, const std::shared_ptr<SimulateArgs>& a) {
                     "(costs from --profile, or from the trace itself)")
         ->check(CLI::ExistingFile)
         ->group(g);
-    cmd->add_option("--skip-steps", a->compare.skip_steps, "with --measured: warm-up steps")
+    cmd->add_option("--warmup-steps", a->compare.skip_steps,
+                    "with --measured: measured steps to leave out at the start")
         ->capture_default_str()
         ->group(g);
+    add_deprecated_option(cmd, "--skip-steps", "--warmup-steps", [a](const std::string& v) {
+      a->compare.skip_steps = parse_int_flag(v, "--skip-steps");
+    });
     return;
   }
   g = "Outputs";
+  cmd->add_option("-o,--output", a->output, "the text report (default: stdout)")->group(g);
   cmd->add_option("--metrics", a->metrics, "metrics JSON file, or - for stdout")->group(g);
   cmd->add_option("--trace", a->trace, "Chrome/Perfetto trace JSON file")->group(g);
   cmd->add_option("--timeline", a->timeline, "SVG Gantt timeline file")->group(g);

@@ -70,8 +70,9 @@ void setup_validate(CLI::App& app) {
                   "buffered (sends never block) | rendezvous (a send waits for its receive)")
       ->check(CLI::IsMember({"buffered", "rendezvous"}))
       ->capture_default_str();
-  cmd->add_option("--stages", args->stages, "CSV only: declared number of stages (else inferred)");
-  cmd->add_option("--microbatches", args->microbatches,
+  cmd->add_option("-s,--stages", args->stages,
+                  "CSV only: declared number of stages (else inferred)");
+  cmd->add_option("-m,--microbatches", args->microbatches,
                   "CSV only: declared number of microbatches (else inferred)");
   cmd->callback([args] { run_validate(*args); });
 }

@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "flags.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/sched/schedule.hpp"
 
 namespace pipewright::cli {
 
@@ -83,13 +85,19 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
          "| DualPipeV | Chimera")
       ->default_str(std::string(sched::to_string(job.schedule)))
       ->group(g);
-  cmd->add_option("--pp,--ranks,-p", job.pp, "pipeline ranks P")->capture_default_str()->group(g);
+  cmd->add_option("-p,--pp", job.pp, "pipeline ranks P")->capture_default_str()->group(g);
+  add_deprecated_option(cmd, "--ranks", "--pp",
+                        [&job](const std::string& v) { job.pp = parse_int_flag(v, "--ranks"); });
   cmd->add_option("--dp", job.dp, "data-parallel replicas")->capture_default_str()->group(g);
-  cmd->add_option("--stages-per-rank,-v", job.stages_per_rank,
-                  "stages per pipeline rank V (looped schedules: stage s on rank s mod P)")
-      ->capture_default_str()
+  // 0 until given: resolve_job_flags() fills the schedule's own V or, for the looped schedules,
+  // asks for it ("Interleaved1F1B" alone used to mean V = 1 silently).
+  job.stages_per_rank = 0;
+  cmd->add_option("-v,--stages-per-rank", job.stages_per_rank,
+                  "stages per pipeline rank V (stage s on rank s mod P); required by the looped "
+                  "schedules Interleaved1F1B, LoopedBFS, InterleavedZeroBubble; default 2 for "
+                  "ZBVZeroBubble, DualPipeV, else 1")
       ->group(g);
-  cmd->add_option("--microbatches,-m", job.microbatches, "microbatches M per step")
+  cmd->add_option("-m,--microbatches", job.microbatches, "microbatches M per step")
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--batch-size", job.batch_size,
@@ -175,6 +183,16 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
          "SlowMo/LocalSGD: ranks per node (gradients all-reduced within a node)")
       ->group(g);
   add_diloco_flags(cmd, d, g);
+}
+
+void resolve_job_flags(sched::JobSpec& job) {
+  if (job.stages_per_rank != 0) return;
+  const int v = sched::required_stages_per_rank(job.schedule);
+  PW_CHECK(v != 0 || !job.plan_path.empty(), ConfigError,
+           "--schedule " << sched::to_string(job.schedule)
+                         << " needs --stages-per-rank V: the stages each rank holds (e.g. -v 2; "
+                            "with V = 1 it is a plain 1F1B-style order)");
+  job.stages_per_rank = job.plan_path.empty() ? v : 1;
 }
 
 void write_plan_out(const std::string& path, const sched::JobSpec& job,

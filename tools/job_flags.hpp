@@ -14,12 +14,19 @@ class App;
 
 namespace pipewright::cli {
 
-// Adds --model --partition --partition-method --plan --schedule --pp (-p, --ranks) --dp
+// Adds --model --partition --partition-method --plan --schedule --pp (-p; --ranks deprecated) --dp
 // --stages-per-rank (-v) --microbatches (-m) --batch-size --steps --optimizer --lr --momentum
 // --weight-decay and the data-parallel flags (--dp-algorithm --bucket-cap-mb --no-ddp-overlap
 // --localsgd-frequency --slowmo-* --procs-per-node), filling `job`, which must outlive `cmd`.
 // Values that do not parse (an unknown schedule, optimizer...) throw ConfigError naming the flag.
+// Sets job.stages_per_rank to 0 ("not given") until resolve_job_flags() runs.
 void add_job_flags(CLI::App* cmd, sched::JobSpec& job);
+
+// Fills what the flags left to the schedule, after parsing (and the --config file) and before
+// validate_job: --stages-per-rank not given is the schedule's own V (2 for ZBVZeroBubble and
+// DualPipeV, 1 for GPipe, 1F1B, Chimera and for a --plan file, whose shape is checked later), and
+// a ConfigError for the looped schedules, whose V has no default.
+void resolve_job_flags(sched::JobSpec& job);
 
 // Writes the --plan-out document of `job` and `plan` to `path` (write_output).
 void write_plan_out(const std::string& path, const sched::JobSpec& job,

@@ -114,7 +114,7 @@ const Key kKeys[] = {
     {"parallelism", "pp", Type::kInt, "--pp", "", [](F f) { return num(f.config.pp); }},
     {"parallelism", "dp", Type::kInt, "--dp", "", [](F f) { return num(f.config.dp); }},
     {"parallelism", "stages_per_rank", Type::kInt, "--stages-per-rank", "",
-     [](F f) { return num(f.config.stages_per_rank); }},
+     [](F f) { return f.config.stages_per_rank == 0 ? "" : num(f.config.stages_per_rank); }},
     {"parallelism", "microbatches", Type::kInt, "--microbatches", "",
      [](F f) { return num(f.config.microbatches); }},
 
@@ -567,6 +567,7 @@ void apply_config_file(CLI::App& cmd, const std::string& path) {
 void check_config_covers(const CLI::App& cmd) {
   for (const CLI::Option* opt : cmd.get_options()) {
     if (opt == cmd.get_help_ptr() || opt->check_lname("config")) continue;
+    if (opt->get_group().empty()) continue;  // a deprecated spelling (flags.hpp), hidden
     bool covered = false;
     for (const Key& k : kKeys) {
       for (const auto flag : {k.flag, k.flag_false}) {

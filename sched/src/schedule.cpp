@@ -155,7 +155,7 @@ Ops interleaved_rank(const InterleavedShape& s, std::int32_t rank) {
 }
 
 void check_positive(const ScheduleSpec& spec) {
-  PW_CHECK(spec.ranks >= 1, ConfigError, "--ranks must be >= 1, got " << spec.ranks);
+  PW_CHECK(spec.ranks >= 1, ConfigError, "--pp must be >= 1, got " << spec.ranks);
   PW_CHECK(spec.microbatches >= 1, ConfigError,
            "--microbatches must be >= 1, got " << spec.microbatches);
   PW_CHECK(spec.stages_per_rank >= 1, ConfigError,
@@ -192,7 +192,7 @@ ComputePlan generate_v(const ScheduleSpec& spec) {
   if (chimera) {
     PW_CHECK(p % 2 == 0, ConfigError,
              "Chimera needs an even number of ranks (its two pipelines in opposite directions "
-             "pair rank r with rank P-1-r), got --ranks "
+             "pair rank r with rank P-1-r), got --pp "
                  << p);
     PW_CHECK(v == 1, ConfigError,
              "Chimera: --stages-per-rank must be 1 (the model has P stages; each rank holds one "

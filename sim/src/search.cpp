@@ -59,7 +59,7 @@ std::string describe(const DpVariant& d) {
   char dp[64];
   switch (d.algorithm) {
     case DpAlgorithm::kDdp:
-      std::snprintf(dp, sizeof dp, "ddp(%gMB)", d.bucket_cap_mb);
+      std::snprintf(dp, sizeof dp, "ddp(%gMiB)", d.bucket_cap_mb);
       break;
     case DpAlgorithm::kLocalSgd:
       std::snprintf(dp, sizeof dp, "localsgd(every %d)", d.localsgd_frequency);

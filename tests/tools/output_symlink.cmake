@@ -6,7 +6,7 @@ file(MAKE_DIRECTORY "${work}/out")
 file(WRITE "${work}/out/schedule.csv" "old contents\n")
 file(CREATE_LINK "out/schedule.csv" "${work}/LINK" SYMBOLIC)
 
-execute_process(COMMAND ${PW_BIN} schedule 1F1B --ranks 2 --microbatches 2 -o LINK
+execute_process(COMMAND ${PW_BIN} schedule 1F1B --pp 2 --microbatches 2 -o LINK
   WORKING_DIRECTORY "${work}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "schedule -o LINK: exit ${rc}\n${out}${err}")
@@ -24,7 +24,7 @@ if(NOT n EQUAL 3)
   message(FATAL_ERROR "unexpected files left behind: ${left}")
 endif()
 
-execute_process(COMMAND ${PW_BIN} schedule 1F1B --ranks 2 --microbatches 2 -o out
+execute_process(COMMAND ${PW_BIN} schedule 1F1B --pp 2 --microbatches 2 -o out
   WORKING_DIRECTORY "${work}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 2 OR NOT "${out}${err}" MATCHES "'out': it is a directory")
   message(FATAL_ERROR "schedule -o DIR: exit ${rc}\n${out}${err}")

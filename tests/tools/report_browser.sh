@@ -23,7 +23,7 @@ job=(--schedule InterleavedZeroBubble --pp 4 --stages-per-rank 2 --microbatches 
 "$pw" --log-level warn simulate "${job[@]}" --forward-ms 1 --backward-ms 2 --weight-ms 0.8 \
   --trace "$work/measured.json" > /dev/null
 "$pw" --log-level warn report "${job[@]}" --forward-ms 1 --backward-ms 2 \
-  --weight-ms 0.8 --measured "$work/measured.json" --skip-steps 0 -o "$work/cmp.html" > /dev/null
+  --weight-ms 0.8 --measured "$work/measured.json" --warmup-steps 0 -o "$work/cmp.html" > /dev/null
 
 failed=0
 for page in sim cmp; do

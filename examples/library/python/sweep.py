@@ -32,16 +32,17 @@ def sweep(ranks: int, ms, schedules):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ranks", "-p", type=int, default=4, help="pipeline ranks P")
+    ap.add_argument("--pp", "-p", "--ranks", dest="pp", type=int, default=4,
+                    help="pipeline ranks P (--ranks: the old spelling)")
     ap.add_argument("--microbatches", "-m", default="4,8,16,32",
                     help="comma-separated microbatch counts to sweep")
     ap.add_argument("--plot", default="sweep.png", help="plot file (needs matplotlib)")
     args = ap.parse_args(argv)
     ms = [int(x) for x in args.microbatches.split(",")]
     schedules = ["GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble"]
-    table = sweep(args.ranks, ms, schedules)
+    table = sweep(args.pp, ms, schedules)
 
-    print(f"bubble fraction, P={args.ranks}, F=1 ms, B=2 ms")
+    print(f"bubble fraction, P={args.pp}, F=1 ms, B=2 ms")
     print(f"{'schedule':<22}" + "".join(f"{'m=' + str(m):>9}" for m in ms))
     for name, row in table.items():
         cells = "".join(f"{'-':>9}" if b is None else f"{b:>9.3f}" for b in row)
