@@ -34,6 +34,7 @@
 #include "exec_commands.hpp"
 #include "pipewright/exec/calibrate.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/render.hpp"
 #include "pipewright/sim/calibration.hpp"
 #include "pipewright/sim/cluster.hpp"
 
@@ -268,7 +269,7 @@ void run_worker(const CalibrateArgs& a) {
   const sim::LinkFit p2p = sim::fit_p2p(points(m.p2p));
   const sim::LinkFit ar = sim::fit_ring_allreduce(points(m.allreduce), m.world_size);
   spdlog::info("calibrate: {} ranks over {}", m.world_size, m.backend);
-  spdlog::info("{:>10} {:>12} {:>12} {:>14} {:>12}", "bytes", "p2p_ms", "p2p_fit_ms",
+  spdlog::info("{:>10} {:>12} {:>12} {:>14} {:>12}", "message", "p2p_ms", "p2p_fit_ms",
                "allreduce_ms", "ar_fit_ms");
   for (std::size_t i = 0; i < m.p2p.size(); ++i) {
     const double b = static_cast<double>(m.p2p[i].bytes);
@@ -280,7 +281,8 @@ void run_worker(const CalibrateArgs& a) {
         2 * (n - 1) * ar.link.latency_ms +
         (ar.link.bandwidth_gb_per_s > 0 ? 2 * (n - 1) / n * b / ar.link.bandwidth_gb_per_s * 1e-6
                                         : 0);
-    spdlog::info("{:>10} {:>12.4f} {:>12.4f} {:>14.4f} {:>12.4f}", m.p2p[i].bytes,
+    spdlog::info("{:>10} {:>12.4f} {:>12.4f} {:>14.4f} {:>12.4f}",
+                 graph::human_bytes(m.p2p[i].bytes),
                  m.p2p[i].median_ms, p2p_fit, m.allreduce[i].median_ms, ar_fit);
   }
   spdlog::info(

@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/render.hpp"
 #include "pipewright/graph/generators.hpp"
 
 namespace pipewright::cli {
@@ -30,9 +31,10 @@ void log_summary(const graph::Model& model, const std::string& output) {
     params += n.cost.param_bytes;
   }
   spdlog::info(
-      "model '{}': {} nodes, {} parameter bytes, forward {:.4g} ms, backward {:.4g} ms "
-      "per microbatch of {}",
-      model.name, model.nodes.size(), params, fwd, bwd, model.micro_batch_size);
+      "model '{}': {} nodes, parameters {}, forward {:.4g} ms, backward {:.4g} ms per "
+      "microbatch of {}",
+      model.name, model.nodes.size(), graph::human_bytes(params), fwd, bwd,
+      model.micro_batch_size);
   if (output != "-") spdlog::info("wrote {}", output);
 }
 
