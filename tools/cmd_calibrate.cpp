@@ -282,8 +282,8 @@ void run_worker(const CalibrateArgs& a) {
         (ar.link.bandwidth_gb_per_s > 0 ? 2 * (n - 1) / n * b / ar.link.bandwidth_gb_per_s * 1e-6
                                         : 0);
     spdlog::info("{:>10} {:>12.4f} {:>12.4f} {:>14.4f} {:>12.4f}",
-                 graph::human_bytes(m.p2p[i].bytes),
-                 m.p2p[i].median_ms, p2p_fit, m.allreduce[i].median_ms, ar_fit);
+                 graph::human_bytes(m.p2p[i].bytes), m.p2p[i].median_ms, p2p_fit,
+                 m.allreduce[i].median_ms, ar_fit);
   }
   spdlog::info(
       "p2p: latency {:.4f} ms, bandwidth {:.3f} GB/s (fit error mean {:.1f}%, max {:.1f}%); "

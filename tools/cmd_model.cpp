@@ -10,8 +10,8 @@
 
 #include "commands.hpp"
 #include "pipewright/graph/error.hpp"
-#include "pipewright/graph/render.hpp"
 #include "pipewright/graph/generators.hpp"
+#include "pipewright/graph/render.hpp"
 
 namespace pipewright::cli {
 namespace {
@@ -33,8 +33,7 @@ void log_summary(const graph::Model& model, const std::string& output) {
   spdlog::info(
       "model '{}': {} nodes, parameters {}, forward {:.4g} ms, backward {:.4g} ms per "
       "microbatch of {}",
-      model.name, model.nodes.size(), graph::human_bytes(params), fwd, bwd,
-      model.micro_batch_size);
+      model.name, model.nodes.size(), graph::human_bytes(params), fwd, bwd, model.micro_batch_size);
   if (output != "-") spdlog::info("wrote {}", output);
 }
 

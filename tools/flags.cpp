@@ -4,9 +4,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cctype>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
-#include <cmath>
 #include <utility>
 
 #include "pipewright/graph/error.hpp"
@@ -30,10 +30,20 @@ std::int64_t parse_size(const std::string& text, const std::string& flag, std::i
     double scale;
   };
   static constexpr Unit kUnits[] = {
-      {"", 1.0},          {"b", 1.0},           {"k", 1e3},          {"kb", 1e3},
-      {"m", 1e6},         {"mb", 1e6},          {"g", 1e9},          {"gb", 1e9},
-      {"t", 1e12},        {"tb", 1e12},         {"kib", 1024.0},     {"mib", 1048576.0},
-      {"gib", 1073741824.0}, {"tib", 1099511627776.0},
+      {"", 1.0},
+      {"b", 1.0},
+      {"k", 1e3},
+      {"kb", 1e3},
+      {"m", 1e6},
+      {"mb", 1e6},
+      {"g", 1e9},
+      {"gb", 1e9},
+      {"t", 1e12},
+      {"tb", 1e12},
+      {"kib", 1024.0},
+      {"mib", 1048576.0},
+      {"gib", 1073741824.0},
+      {"tib", 1099511627776.0},
   };
   double scale = 0.0;
   for (const Unit& u : kUnits) {
@@ -117,8 +127,8 @@ int parse_int_flag(const std::string& text, const std::string& flag) {
   } catch (const std::exception&) {
     used = 0;
   }
-  PW_CHECK(used > 0 && used == text.size() && v >= -2147483648LL && v <= 2147483647LL,
-           ConfigError, flag << ": expected an integer, got '" << text << "'");
+  PW_CHECK(used > 0 && used == text.size() && v >= -2147483648LL && v <= 2147483647LL, ConfigError,
+           flag << ": expected an integer, got '" << text << "'");
   return static_cast<int>(v);
 }
 

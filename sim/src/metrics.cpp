@@ -132,12 +132,24 @@ std::string metrics_json(const SimResult& r) {
   return j.dump(2) + "\n";
 }
 
+// Note [Replicas in the simulated trace]: the simulator times one replica (every replica runs
+// the same plan on the same costs), but a measured trace has a process per world rank, pp x dp
+// of them, placed replica-major (rank = replica x pp + pipeline rank) as the executor places
+// them. The simulated trace draws each replica the same way, so that both open alike in Perfetto
+// and the data-parallel collectives get their flows: each all-reduce slice of the replicas is one
+// collective (TraceBuilder::add_collective). At most kTraceReplicas replicas are drawn (they are
+// identical): a trace of dp 512 would be large and show nothing more.
+constexpr std::int32_t kTraceReplicas = 8;
+
 std::string trace_json(const SimResult& r, const std::string& plan) {
-  sched::TraceBuilder b(sched::TraceInfo{"simulator", plan, r.schedule}, r.ranks);
+  const std::int32_t replicas = std::clamp(r.dp, 1, kTraceReplicas);
+  sched::TraceBuilder b(sched::TraceInfo{"simulator", plan, r.schedule}, r.ranks * replicas);
   // Posted receives complete independently and may be outstanding together; the recv track shows
   // them one after another in plan order (a slice starts when the previous one ends), so that the
   // track's slices never overlap. Compute timing is unaffected (docs/simulator.md).
   std::vector<std::int64_t> recv_track_end(static_cast<std::size_t>(r.ranks), 0);
+  std::vector<sched::TraceSlice> slices;
+  slices.reserve(r.actions.size());
   for (const auto& a : r.actions) {
     std::int64_t start_ns = a.start_ns;
     std::int64_t end_ns = a.end_ns;
@@ -157,15 +169,35 @@ std::string trace_json(const SimResult& r, const std::string& plan) {
     s.stage = a.action.stage;
     s.microbatch = a.action.microbatch;
     s.step = a.step;
-    (void)b.add_slice(std::move(s));
+    slices.push_back(std::move(s));
   }
-  for (std::size_t i = 0; i < r.actions.size(); ++i) {
-    if (r.actions[i].match >= 0) b.add_flow(static_cast<std::size_t>(r.actions[i].match), i);
+  // index[d][i]: the trace slice of action i on replica d.
+  std::vector<std::vector<std::size_t>> index(static_cast<std::size_t>(replicas));
+  for (std::int32_t d = 0; d < replicas; ++d) {
+    auto& ix = index[static_cast<std::size_t>(d)];
+    ix.reserve(slices.size());
+    for (const auto& s : slices) {
+      sched::TraceSlice copy = s;
+      copy.rank = d * r.ranks + s.rank;
+      ix.push_back(b.add_slice(std::move(copy)));
+    }
+    for (std::size_t i = 0; i < r.actions.size(); ++i) {
+      if (r.actions[i].match >= 0)
+        b.add_flow(ix[static_cast<std::size_t>(r.actions[i].match)], ix[i]);
+    }
+    // The memory counter track of each rank (with record_memory_timeline).
+    for (const auto& rr : r.per_rank) {
+      for (const auto& p : rr.memory_timeline)
+        b.add_memory(d * r.ranks + rr.rank, static_cast<double>(p.time_ns) / 1e3, p.bytes);
+    }
   }
-  // The memory counter track of each rank (with record_memory_timeline).
-  for (const auto& rr : r.per_rank) {
-    for (const auto& p : rr.memory_timeline)
-      b.add_memory(rr.rank, static_cast<double>(p.time_ns) / 1e3, p.bytes);
+  if (replicas > 1) {
+    for (std::size_t i = 0; i < r.actions.size(); ++i) {
+      if (r.actions[i].stream != Stream::kDpAllReduce) continue;
+      std::vector<std::size_t> group;
+      for (const auto& ix : index) group.push_back(ix[i]);
+      b.add_collective(group);
+    }
   }
   return b.to_json();
 }

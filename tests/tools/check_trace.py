@@ -3,7 +3,7 @@
 start ("s") and one end ("f") and goes forward in time, each ends inside a slice of its target
 track, and every rank (pid) has a "memory" counter track.
 
-  check_trace.py TRACE [--min-p2p N] [--min-dp N]
+  check_trace.py TRACE [--min-p2p N] [--min-dp N] [--ranks WORLD]
 
 Exit 0 when the trace passes, 1 naming the first problem.
 """
@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Dict, List, Tuple
 
 
-def check(path: str, min_p2p: int, min_dp: int) -> List[str]:
+def check(path: str, min_p2p: int, min_dp: int, ranks: int) -> List[str]:
     with open(path, encoding="utf-8") as f:
         events = json.load(f)["traceEvents"]
     slices: Dict[Tuple[int, int], List[Tuple[float, float]]] = defaultdict(list)
@@ -56,6 +56,8 @@ def check(path: str, min_p2p: int, min_dp: int) -> List[str]:
         problems.append(f"{count['p2p']} p2p flows, expected at least {min_p2p}")
     if count["dp"] < min_dp:
         problems.append(f"{count['dp']} dp flows, expected at least {min_dp}")
+    if ranks and sorted(pids) != list(range(ranks)):
+        problems.append(f"slices on pids {sorted(pids)}, expected ranks 0..{ranks - 1}")
     for pid in sorted(pids - memory_pids):
         problems.append(f"pid {pid} has no memory counter track")
     if not problems:
@@ -69,8 +71,9 @@ def main() -> int:
     parser.add_argument("trace")
     parser.add_argument("--min-p2p", type=int, default=1)
     parser.add_argument("--min-dp", type=int, default=0)
+    parser.add_argument("--ranks", type=int, default=0, help="expected world size (pids 0..N-1)")
     args = parser.parse_args()
-    problems = check(args.trace, args.min_p2p, args.min_dp)
+    problems = check(args.trace, args.min_p2p, args.min_dp, args.ranks)
     for p in problems[:20]:
         print(f"{args.trace}: {p}", file=sys.stderr)
     return 1 if problems else 0

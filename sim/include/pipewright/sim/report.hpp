@@ -20,7 +20,10 @@ namespace pipewright::sim {
 //  "throughput_samples_per_s", "critical_path": [...], ...}; docs/simulator.md lists every field.
 [[nodiscard]] std::string metrics_json(const SimResult& result);
 
-// Chrome Trace Event JSON (needs record_actions). `plan` describes the plan for otherData.
+// Chrome Trace Event JSON (needs record_actions), sched/trace.hpp's schema. `plan` describes the
+// plan for otherData. With dp > 1 the replicas are drawn as world ranks replica x pp + rank (at
+// most 8 replicas), their all-reduces joined by "dp" flows (Note [Replicas in the simulated
+// trace]).
 [[nodiscard]] std::string trace_json(const SimResult& result, const std::string& plan);
 
 // SVG Gantt chart (Note [Timeline picture] in sim/src/timeline_svg.cpp): one lane per rank,
