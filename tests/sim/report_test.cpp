@@ -106,14 +106,17 @@ TEST(Report, TraceFollowsTheSharedSchema) {
       ADD_FAILURE() << "unexpected phase " << ph;
     }
   }
-  EXPECT_EQ(process_names, 4);
-  EXPECT_EQ(thread_names, 16);
+  // dp 2: both replicas are drawn, as world ranks replica x 4 + rank (Note [Replicas in the
+  // simulated trace]).
+  ASSERT_EQ(r.dp, 2);
+  EXPECT_EQ(process_names, 8);
+  EXPECT_EQ(thread_names, 32);
   for (const char* c : {"F", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "ALLREDUCE"})
     EXPECT_TRUE(cats.count(c)) << c;
   EXPECT_FALSE(flow_ends.empty());
   for (const auto& [id, v] : flow_ends) EXPECT_EQ(v, 3) << "flow " << id;
   for (const auto& [id, ts] : flow_start) EXPECT_LE(ts, flow_end.at(id)) << "flow " << id;
-  EXPECT_EQ(memory_ranks, (std::set<int>{0, 1, 2, 3}));  // a memory counter track per rank
+  EXPECT_EQ(memory_ranks, (std::set<int>{0, 1, 2, 3, 4, 5, 6, 7}));  // a memory track per rank
   for (auto& [key, slices] : tracks) {
     std::sort(slices.begin(), slices.end());
     for (std::size_t i = 1; i < slices.size(); ++i)
@@ -122,8 +125,20 @@ TEST(Report, TraceFollowsTheSharedSchema) {
   }
   // The shared reader reads it back.
   const auto back = sched::parse_trace(text, "sim.json");
-  EXPECT_EQ(back.ranks, 4);
-  EXPECT_EQ(back.slices.size(), r.actions.size());
+  EXPECT_EQ(back.ranks, 8);
+  EXPECT_EQ(back.slices.size(), 2 * r.actions.size());
+  // One "dp" flow per all-reduce of replica 0, to the same all-reduce of replica 1.
+  std::size_t allreduces = 0;
+  for (const auto& a : r.actions) allreduces += a.stream == Stream::kDpAllReduce;
+  std::size_t dp_flows = 0;
+  for (const auto& f : back.flows) {
+    if (f.category != "dp") continue;
+    ++dp_flows;
+    EXPECT_EQ(f.to_rank % 4, f.from_rank % 4);
+    EXPECT_NE(f.to_rank / 4, f.from_rank / 4);
+  }
+  EXPECT_GT(allreduces, 0u);
+  EXPECT_EQ(dp_flows, allreduces);
 }
 
 // The memory chart: a curve per rank from the memory timeline, peaks in human units.
