@@ -17,7 +17,12 @@ cluster="$root/tools/netns-cluster"
 rate="${RATE:-100mbit}"; steps="${STEPS:-12}"; warmup="${WARMUP:-2}"; m="${M:-8}"
 py=/usr/bin/python3; [ -x "$py" ] || py=python3
 work="$(mktemp -d /tmp/pw_netns_fidelity.XXXXXX)"
-trap '"$cluster" down; rm -rf "$work"' EXIT
+# KEEP=1 keeps the work folder (plans, logs, profiles, traces, calibrated cluster) and names it.
+if [ -n "${KEEP:-}" ]; then
+  trap '"$cluster" down; echo "kept $work" >&2' EXIT
+else
+  trap '"$cluster" down; rm -rf "$work"' EXIT
+fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 "$cluster" up 2 --rate "$rate" >&2
 m0="$("$cluster" addr 0)"
@@ -40,6 +45,12 @@ if [ -n "${CORES_PER_NODE:-}" ]; then
   "$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["cores_per_node"]=int(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))' \
     "$work/cluster.json" "$CORES_PER_NODE"
 fi
+# The calibration ran 2 ranks per node; the 2 x 1 runs place 1 per node (rank 1 on node 1), so
+# their cluster says ranks_per_node 1 (with 2, the simulator would put both ranks on node 0 and
+# price every activation on the unshaped loopback link).
+"$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["ranks_per_node"]=1; json.dump(c, open(sys.argv[2], "w"))' \
+  "$work/cluster.json" "$work/cluster.1.json"
+cp "$work/cluster.json" "$work/cluster.2.json"
 printf "%-6s %-5s %-7s %12s %12s %8s\n" sched nodes "pp x dp" measured_ms simulated_ms error%
 for sched in GPipe 1F1B; do
   for p in 1 2; do
@@ -49,14 +60,14 @@ for sched in GPipe 1F1B; do
       --plan "$pre.plan.csv" --pp 2 --dp "$dp" --microbatches "$m" --batch-size $((4 * m)) \
       --steps "$steps" --warmup-steps "$warmup" --dataset sonnets --loss cross-entropy \
       --optimizer adamw --lr 1e-3 --seed 1 --timeout 120 --backend gloo \
-      --profile "$pre.profile.json"
+      --profile "$pre.profile.json" --trace "$pre.trace.json"
     "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); d.pop("p2p", None); json.dump(d, open(sys.argv[2], "w"))' \
       "$pre.profile.json" "$pre.noP2p.json"
     # Simulated: the plan with the profile's compute costs, every message and all-reduce priced by
     # the calibrated cluster (blocking receives, as the executor does).
     "$pw" --log-level warn simulate "$pre.plan.csv" \
       --dp "$dp" --microbatches "$m" --optimizer adamw --blocking-recv --profile "$pre.noP2p.json" \
-      --cluster "$work/cluster.json" --bucket-cap-mb 25 > "$pre.sim.txt"
+      --cluster "$work/cluster.$p.json" --bucket-cap-mb 25 > "$pre.sim.txt"
     "$py" - "$pre.log.0" "$pre.sim.txt" "$sched" "$p" "$dp" "$warmup" <<'PY'
 import re, statistics, sys
 log, sim, sched, p, dp, warmup = sys.argv[1:]
