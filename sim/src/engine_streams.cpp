@@ -55,7 +55,8 @@ void Engine::plan_streams() {
     }
     if (ddp) {
       bool buckets = false;
-      for (auto s : plan_.shape.stages_of_rank(r)) buckets = buckets || !network_->bucket_ns(s).empty();
+      for (auto s : plan_.shape.stages_of_rank(r))
+        buckets = buckets || !network_->bucket_ns(s).empty();
       const auto& uses = network_->collective_links(r);
       if (buckets && !uses.empty()) {
         dp_crosses[k] = 1;

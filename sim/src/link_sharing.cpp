@@ -101,18 +101,18 @@ class FairLinkSharing final : public LinkSharing {
       const double rate = 1.0 / static_cast<double>(most);
       const double left = std::max(0.0, left_[k]);
       rate_[k] = rate;
-      queue.push(now + static_cast<std::int64_t>(std::ceil(left / rate)), a,
-                 EventKind::kLinkDone, ++version_[k]);
+      queue.push(now + static_cast<std::int64_t>(std::ceil(left / rate)), a, EventKind::kLinkDone,
+                 ++version_[k]);
     }
   }
 
-  std::vector<std::int32_t> load_;            // per link: flows of the running activities
-  std::vector<std::vector<LinkUse>> uses_;    // per activity: its links while running
-  std::vector<double> left_;                  // per activity: work left, ns at full speed
-  std::vector<double> rate_;                  // per activity: its current speed
-  std::vector<std::uint32_t> version_;        // per activity: version of its end event
-  std::vector<std::int32_t> running_;         // running activities, in start order
-  std::int64_t last_ = 0;                     // time of the last change
+  std::vector<std::int32_t> load_;          // per link: flows of the running activities
+  std::vector<std::vector<LinkUse>> uses_;  // per activity: its links while running
+  std::vector<double> left_;                // per activity: work left, ns at full speed
+  std::vector<double> rate_;                // per activity: its current speed
+  std::vector<std::uint32_t> version_;      // per activity: version of its end event
+  std::vector<std::int32_t> running_;       // running activities, in start order
+  std::int64_t last_ = 0;                   // time of the last change
 };
 
 }  // namespace

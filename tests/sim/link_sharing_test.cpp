@@ -175,14 +175,11 @@ TEST(PostedBatches, SendsLeaveWhenTheBatchIsPostedNotAfterItsReceives) {
                       Action::compute(0, ActionKind::kFullBackward, 0),
                       Action::comm(0, ActionKind::kRecvB, 1, 1),
                       Action::compute(0, ActionKind::kFullBackward, 1)};
-  plan.per_rank[1] = {Action::comm(1, ActionKind::kRecvF, 0, 0),
-                      Action::compute(1, ActionKind::kForward, 0),
-                      Action::compute(1, ActionKind::kFullBackward, 0),
-                      Action::comm(1, ActionKind::kRecvF, 1, 0),
-                      Action::comm(1, ActionKind::kSendB, 0, 0),
-                      Action::compute(1, ActionKind::kForward, 1),
-                      Action::compute(1, ActionKind::kFullBackward, 1),
-                      Action::comm(1, ActionKind::kSendB, 1, 0)};
+  plan.per_rank[1] = {
+      Action::comm(1, ActionKind::kRecvF, 0, 0),        Action::compute(1, ActionKind::kForward, 0),
+      Action::compute(1, ActionKind::kFullBackward, 0), Action::comm(1, ActionKind::kRecvF, 1, 0),
+      Action::comm(1, ActionKind::kSendB, 0, 0),        Action::compute(1, ActionKind::kForward, 1),
+      Action::compute(1, ActionKind::kFullBackward, 1), Action::comm(1, ActionKind::kSendB, 1, 0)};
   const auto costs = testing::uniform_costs(2, 1, 2, 0, 0, 5'000'000);
   Cluster c;
   c.intra_node = Link{0.0, 1.0};
