@@ -11,9 +11,10 @@ namespace pipewright::sim {
 using sched::ActionKind;
 
 // Which streams are event-driven: SENDs on shared cores when the profile says a transfer needs a
-// core; otherwise, when some node link can carry more than one flow at once (the flows of every
-// stream that may use it added up; a stream runs one transfer at a time), the SENDs and DDP
-// buckets of the ranks whose transfers cross nodes become link activities.
+// core; otherwise, when the cluster has links_per_node = k > 0 and some node link can carry more
+// than k flows at once (the flows of every stream that may use it added up; a stream runs one
+// transfer at a time), the SENDs and DDP buckets of the ranks whose transfers cross nodes become
+// link activities.
 void Engine::plan_streams() {
   const auto R = static_cast<std::size_t>(R_);
   send_mode_.assign(R, shared_ && costs_.p2p_uses_core ? SendMode::kCores : SendMode::kAhead);
@@ -64,8 +65,10 @@ void Engine::plan_streams() {
       }
     }
   }
-  if (std::none_of(load.begin(), load.end(), [](std::int32_t l) { return l > 1; })) return;
-  if (!links_) links_ = make_fair_link_sharing(static_cast<std::int32_t>(load.size()), 2 * R_);
+  const std::int32_t k = cluster_.links_per_node;
+  if (k <= 0 || std::none_of(load.begin(), load.end(), [&](std::int32_t l) { return l > k; }))
+    return;
+  if (!links_) links_ = make_fair_link_sharing(static_cast<std::int32_t>(load.size()), 2 * R_, k);
   for (std::size_t k = 0; k < R; ++k) {
     if (send_crosses[k] != 0) send_mode_[k] = SendMode::kLinks;
     dp_linked_[k] = dp_crosses[k];

@@ -48,8 +48,9 @@ namespace {
 
 class FairLinkSharing final : public LinkSharing {
  public:
-  FairLinkSharing(std::int32_t links, std::int32_t activities)
-      : load_(static_cast<std::size_t>(links), 0),
+  FairLinkSharing(std::int32_t links, std::int32_t activities, std::int32_t capacity)
+      : capacity_(std::max(capacity, 1)),
+        load_(static_cast<std::size_t>(links), 0),
         uses_(static_cast<std::size_t>(activities)),
         left_(static_cast<std::size_t>(activities), 0.0),
         rate_(static_cast<std::size_t>(activities), 1.0),
@@ -96,9 +97,9 @@ class FairLinkSharing final : public LinkSharing {
   void reschedule(std::int64_t now, EventQueue& queue) {
     for (auto a : running_) {
       const auto k = static_cast<std::size_t>(a);
-      std::int32_t most = 1;
+      std::int32_t most = capacity_;
       for (const auto& u : uses_[k]) most = std::max(most, load_[static_cast<std::size_t>(u.link)]);
-      const double rate = 1.0 / static_cast<double>(most);
+      const double rate = static_cast<double>(capacity_) / static_cast<double>(most);
       const double left = std::max(0.0, left_[k]);
       rate_[k] = rate;
       queue.push(now + static_cast<std::int64_t>(std::ceil(left / rate)), a, EventKind::kLinkDone,
@@ -106,6 +107,7 @@ class FairLinkSharing final : public LinkSharing {
     }
   }
 
+  std::int32_t capacity_ = 1;               // flows a link carries at full speed each
   std::vector<std::int32_t> load_;          // per link: flows of the running activities
   std::vector<std::vector<LinkUse>> uses_;  // per activity: its links while running
   std::vector<double> left_;                // per activity: work left, ns at full speed
@@ -117,8 +119,9 @@ class FairLinkSharing final : public LinkSharing {
 
 }  // namespace
 
-std::unique_ptr<LinkSharing> make_fair_link_sharing(std::int32_t links, std::int32_t activities) {
-  return std::make_unique<FairLinkSharing>(links, activities);
+std::unique_ptr<LinkSharing> make_fair_link_sharing(std::int32_t links, std::int32_t activities,
+                                                    std::int32_t capacity) {
+  return std::make_unique<FairLinkSharing>(links, activities, capacity);
 }
 
 }  // namespace pipewright::sim

@@ -9,14 +9,17 @@
 // whose copy of the message crosses nodes (egress of the sender's node, ingress of the
 // receiver's); a ring all-reduce of a pipeline rank's data-parallel group is one flow per ring
 // edge that leaves a node (sim/src/link_sharing.cpp builds both from the cluster). Transfers
-// inside a node occupy nothing. A link carrying L flows in total gives each of them 1 / L of its
-// bandwidth (fair sharing, as TCP flows through one FIFO shaper converge to), so a transfer
-// progresses at min(1, 1 / L) over the most loaded link it uses, its work being its time alone
+// inside a node occupy nothing. A node has Cluster::links_per_node = k such links in each
+// direction (NICs; 1 for tools/netns-cluster's veth); L flows on them move at min(1, k / L) of
+// the inter-node bandwidth each (fair sharing, as TCP flows through one FIFO shaper converge to),
+// so a transfer progresses at min(1, k / L) over the most loaded link it uses, its work its time
+// alone
 // (latency included: latencies are small next to the transfers that contend). Starting or ending
 // a transfer changes the speeds: progress so far at the old speed, then new end events
 // (EventKind::kLinkDone; superseded ones carry an old version), as in Note [Shared cores].
-// Whether a link can carry more than one flow at a time is known from the plan before simulating
-// (Engine::run); only then do the send streams and DDP bucket all-reduces that cross nodes become
+// Without links_per_node (0, the default) nothing is shared. Whether a link can carry more than k
+// flows at a time is known from the plan before simulating (Engine::plan_streams); only then do
+// the send streams and DDP bucket all-reduces that cross nodes become
 // event-driven activities of this model, so simulations without possible contention are those
 // of dedicated links, bit for bit. Activities: the send stream of pipeline rank r is activity r,
 // its data-parallel (DDP) stream R + r. Not modelled: LocalSGD / SlowMo / DiLoCo / SGP
@@ -67,8 +70,10 @@ class LinkSharing {
                                      std::uint32_t version) const noexcept = 0;
 };
 
-// Fair sharing (Note [Shared links]) of `links` links among `activities` activities.
+// Fair sharing (Note [Shared links]) of `links` links, each `capacity` flows wide (the
+// cluster's links_per_node, >= 1), among `activities` activities.
 [[nodiscard]] std::unique_ptr<LinkSharing> make_fair_link_sharing(std::int32_t links,
-                                                                  std::int32_t activities);
+                                                                  std::int32_t activities,
+                                                                  std::int32_t capacity = 1);
 
 }  // namespace pipewright::sim

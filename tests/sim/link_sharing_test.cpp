@@ -52,11 +52,22 @@ TEST(LinkSharing, LaterFlowSharesThenSpeedsUp) {
   EventQueue q;
   const std::vector<LinkUse> uses{{0, 1}, {3, 1}};
   links->begin(0, 1000, uses, 0, q);
-  while (!q.empty() && q.pop().time_ns < 400) {
-  }
-  links->begin(1, 1000, uses, 400, q);
+  links->begin(1, 1000, uses, 400, q);  // its end event at 1000 is superseded
   EXPECT_EQ(end_of(*links, q, 0), 1600);
   EXPECT_EQ(end_of(*links, q, 1), 2000);
+}
+
+TEST(LinkSharing, TwoLinksPerNodeCarryTwoFlowsAtFullSpeed) {
+  const std::vector<LinkUse> uses{{0, 1}, {3, 1}};
+  auto links = make_fair_link_sharing(4, 3, /*capacity=*/2);
+  EventQueue q;
+  links->begin(0, 1000, uses, 0, q);
+  links->begin(1, 1000, uses, 0, q);
+  EXPECT_EQ(end_of(*links, q, 0), 1000);
+  EXPECT_EQ(end_of(*links, q, 1), 1000);
+  // Three flows on two links: each at 2/3.
+  for (std::int32_t a = 0; a < 3; ++a) links->begin(a, 1000, uses, 2000, q);
+  for (std::int32_t a = 0; a < 3; ++a) EXPECT_EQ(end_of(*links, q, a), 3500);
 }
 
 TEST(LinkSharing, OppositeDirectionsAndOtherNodesDoNotContend) {
@@ -75,6 +86,7 @@ Cluster two_nodes_of_two(Placement placement) {
   c.nodes = 2;
   c.ranks_per_node = 2;
   c.placement = placement;
+  c.links_per_node = 1;           // one NIC per node
   c.intra_node = Link{0.0, 1.0};  // 1 byte per ns
   c.inter_node = Link{0.0, 1.0};
   return c;
@@ -107,6 +119,13 @@ TEST(SharedLinks, TwoReplicasSendingAcrossOneLinkTakeTwiceAsLong) {
   // Pipeline-major: both replicas' copies cross node 0's link together: 2000 ns each.
   EXPECT_EQ(simulate(plan, costs, two_nodes_of_two(Placement::kPipelineMajor), opt).makespan_ns,
             6 * kMs + 4000);
+  // Without links_per_node every transfer has its own link: 1000 ns.
+  Cluster own = two_nodes_of_two(Placement::kPipelineMajor);
+  own.links_per_node = 0;
+  EXPECT_EQ(simulate(plan, costs, own, opt).makespan_ns, 6 * kMs + 2000);
+  // Two links per node: both copies at full speed.
+  own.links_per_node = 2;
+  EXPECT_EQ(simulate(plan, costs, own, opt).makespan_ns, 6 * kMs + 2000);
   // One replica on the same cluster: one flow, 1000 ns.
   opt.dp.replicas = 1;
   Cluster one = two_nodes_of_two(Placement::kPipelineMajor);
