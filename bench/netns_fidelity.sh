@@ -53,8 +53,14 @@ fi
 # calibration ran 2 ranks per node; the 2 x 1 runs place 1 per node (rank 1 on node 1), so their
 # cluster says ranks_per_node 1 (with 2, the simulator would put both ranks on node 0 and price
 # every activation on the unshaped loopback link).
-"$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["links_per_node"]=1; json.dump(c, open(sys.argv[2], "w")); c["ranks_per_node"]=1; json.dump(c, open(sys.argv[3], "w"))' \
-  "$work/cluster.json" "$work/cluster.2.json" "$work/cluster.1.json"
+"$py" - "$work" <<'PY'
+import json, sys
+c = json.load(open(f"{sys.argv[1]}/cluster.json"))
+c["links_per_node"] = 1
+json.dump(c, open(f"{sys.argv[1]}/cluster.2.json", "w"))
+c["ranks_per_node"] = 1
+json.dump(c, open(f"{sys.argv[1]}/cluster.1.json", "w"))
+PY
 printf "%-6s %-5s %-7s %12s %12s %8s %12s %8s\n" sched nodes "pp x dp" measured_ms simulated_ms error% sampled_ms error%
 for sched in GPipe 1F1B; do
   for p in 1 2; do
