@@ -153,6 +153,12 @@ TEST(SharedLinks, ConcurrentAllReducesOfTwoStagesShareTheNodeLink) {
   EXPECT_EQ(ar[0], std::make_pair(6 * kMs + 2000, 24 * kMs + 1000));
   EXPECT_EQ(r.makespan_ns, 24 * kMs + 1000);
   EXPECT_EQ(r.per_rank[0].dp_comm_ns, 10 * kMs);  // the all-reduce's own time, uncontended
+  // Two steps: step 2 starts when rank 0's step 1 ends (24.001 ms; no REDUCE_GRAD in the plan, so
+  // the rank waits for its buckets at the end of the step) and repeats step 1: 48.002 ms.
+  SimOptions two = opt;
+  two.steps = 2;
+  EXPECT_EQ(simulate(plan, costs, two_nodes_of_two(Placement::kReplicaMajor), two).makespan_ns,
+            48 * kMs + 2000);
   // Pipeline-major: each stage's replicas share a node (all-reduce 10 ms alone); the messages
   // cross with both replicas' copies (2000 ns each): B0 ends at 6.004 ms, 16.004 ms.
   const auto pm = simulate(plan, costs, two_nodes_of_two(Placement::kPipelineMajor), opt);
