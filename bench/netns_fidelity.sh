@@ -3,10 +3,13 @@
 # (tools/netns-cluster) joined at RATE (default 100mbit; netem delay only where the kernel has
 # it), calibrated with `pipewright calibrate --worker --network`; then GPipe and 1F1B at pp=2
 # (2 nodes x 1 rank: every activation and gradient crosses the link) and pp=2 x dp=2 (2 x 2:
-# the DDP all-reduces cross it) are run with --trace/--profile, and `pipewright compare`
+# the DDP all-reduces cross it) are run with --trace/--profile, and `pipewright simulate`
 # predicts each from its profile's compute costs and the calibrated cluster (the profile's own
-# p2p figure is removed, so every message is priced by the cluster's links).
+# p2p figure is removed, so every message is priced by the cluster's links): simulated_ms is the
+# makespan with median durations, sampled_ms the median of 31 steps whose compute durations are
+# drawn from the profile's measured distributions (simulate --sampled-steps; docs/simulator.md).
 #   sudo bench/netns_fidelity.sh [BUILD_DIR]     RATE=100mbit STEPS=12 WARMUP=2 M=8
+#   KEEP=1 ...             keep the work folder (logs, plans, profiles, traces, clusters)
 #   CORES_PER_NODE=1 ...   tell the simulator each namespace node has 1 core (they share the
 #                          host's; calibrate reports each process's affinity, the whole host)
 set -euo pipefail
@@ -17,7 +20,12 @@ cluster="$root/tools/netns-cluster"
 rate="${RATE:-100mbit}"; steps="${STEPS:-12}"; warmup="${WARMUP:-2}"; m="${M:-8}"
 py=/usr/bin/python3; [ -x "$py" ] || py=python3
 work="$(mktemp -d /tmp/pw_netns_fidelity.XXXXXX)"
-trap '"$cluster" down; rm -rf "$work"' EXIT
+# KEEP=1 keeps the work folder (plans, logs, profiles, traces, calibrated cluster) and names it.
+if [ -n "${KEEP:-}" ]; then
+  trap '"$cluster" down; echo "kept $work" >&2' EXIT
+else
+  trap '"$cluster" down; rm -rf "$work"' EXIT
+fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 "$cluster" up 2 --rate "$rate" >&2
 m0="$("$cluster" addr 0)"
@@ -40,7 +48,20 @@ if [ -n "${CORES_PER_NODE:-}" ]; then
   "$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["cores_per_node"]=int(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))' \
     "$work/cluster.json" "$CORES_PER_NODE"
 fi
-printf "%-6s %-5s %-7s %12s %12s %8s\n" sched nodes "pp x dp" measured_ms simulated_ms error%
+# Each namespace node has one link (its veth pair): links_per_node 1, so transfers of a node's
+# ranks across it share it (Note [Shared links]; calibrate measures pairs, not this). The
+# calibration ran 2 ranks per node; the 2 x 1 runs place 1 per node (rank 1 on node 1), so their
+# cluster says ranks_per_node 1 (with 2, the simulator would put both ranks on node 0 and price
+# every activation on the unshaped loopback link).
+"$py" - "$work" <<'PY'
+import json, sys
+c = json.load(open(f"{sys.argv[1]}/cluster.json"))
+c["links_per_node"] = 1
+json.dump(c, open(f"{sys.argv[1]}/cluster.2.json", "w"))
+c["ranks_per_node"] = 1
+json.dump(c, open(f"{sys.argv[1]}/cluster.1.json", "w"))
+PY
+printf "%-6s %-5s %-7s %12s %12s %8s %12s %8s\n" sched nodes "pp x dp" measured_ms simulated_ms error% sampled_ms error%
 for sched in GPipe 1F1B; do
   for p in 1 2; do
     dp=$p; pre="$work/$sched.$p"
@@ -49,21 +70,25 @@ for sched in GPipe 1F1B; do
       --plan "$pre.plan.csv" --pp 2 --dp "$dp" --microbatches "$m" --batch-size $((4 * m)) \
       --steps "$steps" --warmup-steps "$warmup" --dataset sonnets --loss cross-entropy \
       --optimizer adamw --lr 1e-3 --seed 1 --timeout 120 --backend gloo \
-      --profile "$pre.profile.json"
+      --profile "$pre.profile.json" --trace "$pre.trace.json"
     "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); d.pop("p2p", None); json.dump(d, open(sys.argv[2], "w"))' \
       "$pre.profile.json" "$pre.noP2p.json"
     # Simulated: the plan with the profile's compute costs, every message and all-reduce priced by
     # the calibrated cluster (blocking receives, as the executor does).
     "$pw" --log-level warn simulate "$pre.plan.csv" \
       --dp "$dp" --microbatches "$m" --optimizer adamw --recv blocking --profile "$pre.noP2p.json" \
-      --cluster "$work/cluster.json" --bucket-cap-mb 25 > "$pre.sim.txt"
+      --cluster "$work/cluster.$p.json" --bucket-cap-mb 25 --sampled-steps 31 > "$pre.sim.txt"
     "$py" - "$pre.log.0" "$pre.sim.txt" "$sched" "$p" "$dp" "$warmup" <<'PY'
 import re, statistics, sys
 log, sim, sched, p, dp, warmup = sys.argv[1:]
 steps = [float(x) for x in re.findall(r"\[rank 0\].*step \d+/\d+ loss \S+ step ([0-9.]+) ms", open(log).read())]
 meas = statistics.median(steps[int(warmup):])
-pred = float(re.search(r"makespan ([0-9.]+) ms", open(sim).read()).group(1))
-print(f"{sched:<6} {'2x' + p:<5} {'2 x ' + dp:<7} {meas:12.1f} {pred:12.1f} {100 * (pred - meas) / meas:+8.1f}")
+text = open(sim).read()
+pred = float(re.search(r"makespan ([0-9.]+) ms", text).group(1))
+sampled = float(re.search(r"sampled durations: ([0-9.]+) ms", text).group(1))
+err = lambda x: 100 * (x - meas) / meas
+print(f"{sched:<6} {'2x' + p:<5} {'2 x ' + dp:<7} {meas:12.1f} {pred:12.1f} {err(pred):+8.1f} "
+      f"{sampled:12.1f} {err(sampled):+8.1f}")
 PY
   done
 done

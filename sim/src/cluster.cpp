@@ -100,8 +100,8 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
   const json::Document doc = json::parse_strict(text, std::string(origin));
   const At root{doc.root, doc.source, ""};
   root.only_keys({"format", "version", "name", "nodes", "ranks_per_node", "cores_per_node",
-                  "device_memory_bytes", "intra_node", "inter_node", "collective", "placement",
-                  "rank_nodes", "description", "collective_links", "calibration"});
+                  "links_per_node", "device_memory_bytes", "intra_node", "inter_node", "collective",
+                  "placement", "rank_nodes", "description", "collective_links", "calibration"});
   constexpr std::int64_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
   const std::string format = root["format"].as_string();
   if (format != kClusterFormat) {
@@ -125,6 +125,9 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
   }
   if (root.has_value("cores_per_node")) {
     c.cores_per_node = static_cast<std::int32_t>(root["cores_per_node"].as_int(0, 1 << 20));
+  }
+  if (root.has_value("links_per_node")) {
+    c.links_per_node = static_cast<std::int32_t>(root["links_per_node"].as_int(0, 1 << 20));
   }
   if (root.has_value("intra_node")) c.intra_node = read_link(root["intra_node"]);
   c.inter_node = root.has_value("inter_node") ? read_link(root["inter_node"]) : c.intra_node;
@@ -196,6 +199,7 @@ std::string to_json(const Cluster& c) {
       {"placement", c.placement == Placement::kPipelineMajor ? "pipeline-major" : "replica-major"}};
   if (c.ranks_per_node > 0) j["ranks_per_node"] = c.ranks_per_node;  // absent: one node, any count
   if (c.cores_per_node > 0) j["cores_per_node"] = c.cores_per_node;  // absent: own devices
+  if (c.links_per_node > 0) j["links_per_node"] = c.links_per_node;  // absent: own links
   if (c.collective_intra_node || c.collective_inter_node) {
     Json cl = Json::object();
     if (c.collective_intra_node) cl["intra_node"] = link(*c.collective_intra_node);

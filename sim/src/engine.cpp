@@ -14,6 +14,7 @@ using sched::ActionKind;
 
 namespace {
 constexpr std::int64_t kUnknown = -1;
+constexpr std::int64_t kPending = -2;  // ddp_done_: buckets queued on shared links
 }  // namespace
 
 // The slot rows an op waits for and fills are the dependency rules' fact rows (Note [Slot
@@ -172,17 +173,16 @@ void Engine::memory_point(std::int32_t r, RankState& st, std::int64_t t) {
 void Engine::launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                         std::int64_t start, std::int64_t end, std::int64_t src) {
   const auto s = static_cast<std::size_t>(op.stage);
+  if (dp_linked_[static_cast<std::size_t>(r)] != 0) {
+    queue_ddp(r, op, step, start, end, src);
+    ddp_done_[static_cast<std::size_t>(step) * S_ + s] = kPending;
+    return;
+  }
   const auto& ns = network_->bucket_ns(op.stage);
   const auto& cum = network_->bucket_cumulative_bytes(op.stage);
-  const std::int64_t total = cum.empty() ? 0 : cum.back();
   std::int64_t done = end;
   for (std::size_t b = 0; b < ns.size(); ++b) {
-    // Gradients become ready in reverse registration order, evenly by bytes over the backward.
-    const long double frac =
-        total > 0 ? static_cast<long double>(cum[b]) / static_cast<long double>(total) : 1.0L;
-    const std::int64_t ready =
-        start +
-        static_cast<std::int64_t>(std::llround(frac * static_cast<long double>(end - start)));
+    const std::int64_t ready = ddp_bucket_ready_ns(cum, b, start, end);
     const std::int64_t bstart = std::max(ready, st.dp_free);
     const std::int64_t bend = bstart + ns[b];
     const std::int64_t pred = ready >= st.dp_free ? src : st.last_dp;
@@ -220,47 +220,6 @@ bool Engine::run_compute(std::int32_t r, RankState& st, const Op& op, std::int32
   st.run_pred = pred;
   cores_->begin(r, work, now_, queue_);
   return false;
-}
-
-// Shared cores: the next queued SEND of rank r takes the send stream when the rank has reached
-// it and the previous send is done; it moves the bytes at the speed its node's load leaves it.
-void Engine::start_send(std::int32_t r) {
-  const auto k = static_cast<std::size_t>(r);
-  if (send_state_[k] != 0 || sends_[k].empty()) return;
-  auto& st = ranks_[k];
-  const PendingSend& ps = sends_[k].front();
-  const std::int64_t start = std::max(ps.ready, st.send_free);
-  if (start > now_) {
-    send_state_[k] = 1;
-    queue_.push(start, r, EventKind::kSendStart, 0);
-    return;
-  }
-  send_state_[k] = 2;
-  send_start_[k] = now_;
-  cores_->begin(R_ + r, message_ns(prog_.ops[k][ps.pos], ps.step), now_, queue_);
-}
-
-void Engine::complete_send(std::int32_t r, std::uint32_t version) {
-  const auto k = static_cast<std::size_t>(r);
-  if (!cores_->current(R_ + r, version)) return;  // stale
-  cores_->end(R_ + r, now_, queue_);
-  const PendingSend ps = sends_[k].front();
-  sends_[k].pop_front();
-  send_state_[k] = 0;
-  auto& st = ranks_[k];
-  auto& rr = result_.per_rank[k];
-  const Op& op = prog_.ops[k][ps.pos];
-  const std::int64_t start = send_start_[k];
-  const auto pred = st.send_free > ps.ready ? st.last_send : ps.pred;
-  const auto idx = record(op, r, ps.step, Stream::kSend, start, now_, pred);
-  st.send_free = now_;
-  st.last_send = idx;
-  rr.send_ns += now_ - start;
-  auto& step_end = result_.step_end_ns[static_cast<std::size_t>(ps.step)];
-  step_end = std::max(step_end, now_);
-  if (st.finished) rr.finish_ns = std::max(rr.finish_ns, now_);
-  set_slot(slot_base(ps.step) + at(static_cast<std::size_t>(op.out_row), op.mb), now_, idx);
-  start_send(r);
 }
 
 void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
@@ -310,8 +269,7 @@ void Engine::complete(std::int32_t r, std::uint32_t version) {
   cores_->end(r, now_, queue_);
   finish_compute(r, st, prog_.ops[static_cast<std::size_t>(r)][st.pos], st.step, st.run_start, now_,
                  st.run_pred);
-  step_forward(r, st);
-  resume(r);
+  if (advance(r, st)) resume(r);
 }
 
 // Executes op if its inputs are known; returns false (after parking) otherwise.
@@ -360,16 +318,16 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       for (std::int32_t k = op.deps_begin; k < op.deps_end; ++k) {
         if (!need(row_slot(k, op.mb))) return false;
       }
-      st.time += comm_overhead_ns_ & -static_cast<std::int64_t>(op.batch_head);
-      if (shared_ && costs_.p2p_uses_core) {  // competes for the node's cores (Note [Shared cores])
+      post_batch(st, op);
+      if (send_mode_[static_cast<std::size_t>(r)] != SendMode::kAhead) {  // shares cores or links
         sends_[static_cast<std::size_t>(r)].push_back(
-            PendingSend{st.pos, step, st.time, st.last_compute});
+            PendingSend{st.pos, step, st.batch_post, st.batch_pred});
         start_send(r);
         return true;
       }
-      const std::int64_t start = std::max(st.time, st.send_free);
+      const std::int64_t start = std::max(st.batch_post, st.send_free);
       const std::int64_t end = start + message_ns(op, step);
-      const auto pred = st.send_free > st.time ? st.last_send : st.last_compute;
+      const auto pred = st.send_free > st.batch_post ? st.last_send : st.batch_pred;
       const auto idx = record(op, r, step, Stream::kSend, start, end, pred);
       st.send_free = end;
       st.last_send = idx;
@@ -382,12 +340,12 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       const std::size_t arrived = row_slot(op.deps_begin, op.mb);  // the message (one need)
       const std::size_t received = at(static_cast<std::size_t>(op.out_row), op.mb);
       if (!opt_.blocking_recv) {
-        st.time += comm_overhead_ns_ & -static_cast<std::int64_t>(op.batch_head);
+        post_batch(st, op);
         post_recv(r, st, op, step, base + arrived, base + received);
         return true;
       }
       if (!need(arrived)) return false;
-      st.time += comm_overhead_ns_ & -static_cast<std::int64_t>(op.batch_head);
+      post_batch(st, op);
       const std::int64_t arrival = slot_time(slots[arrived]);
       const std::int64_t start = st.time;
       const std::int64_t end = std::max(start, arrival);
@@ -407,6 +365,10 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       if (dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp &&
           !network_->bucket_ns(op.stage).empty()) {
         const std::int64_t done = ddp_done_[static_cast<std::size_t>(step) * S_ + s];
+        if (done == kPending) {  // Note [Shared links]: complete_dp resumes the rank
+          st.ddp_wait = true;
+          return false;
+        }
         PW_CHECK(done != kUnknown, InvalidPlanError,
                  "plan: rank " << r << ": " << op.stage
                                << "REDUCE_GRAD comes before the last backward of stage "
@@ -528,9 +490,17 @@ void Engine::resume(std::int32_t r) {
   const auto& ops = prog_.ops[static_cast<std::size_t>(r)];
   const std::size_t len = ops.size();
   const std::size_t total = len * static_cast<std::size_t>(K_);
+  if (st.step_end_wait) {  // the last action of the step ran; its DDP buckets were pending
+    if (ddp_pending(r, st.step)) {
+      st.ddp_wait = true;
+      return;
+    }
+    st.step_end_wait = false;
+    step_forward(r, st);
+  }
   while (st.pc < total) {
     if (!execute(r, st, ops[st.pos], st.step)) return;
-    step_forward(r, st);
+    if (!advance(r, st)) return;
   }
   if (!st.finished) {
     st.finished = true;
@@ -576,14 +546,10 @@ SimResult Engine::run() {
   resolve_deps();
   if (!cores_) cores_ = make_processor_sharing(cluster_, costs_, R_, dp_);
   shared_ = cores_->active();
-  if (shared_) {
-    sends_.assign(static_cast<std::size_t>(R_), {});
-    send_state_.assign(static_cast<std::size_t>(R_), 0);
-    send_start_.assign(static_cast<std::size_t>(R_), 0);
-  }
   if (!durations_) durations_ = make_table_durations(plan_, costs_, opt_, shared_);
   if (!network_) network_ = make_analytical_network(plan_, costs_, cluster_, opt_);
   comm_overhead_ns_ = network_->batch_overhead_ns();
+  plan_streams();
   // Note [Recompute]: a recomputed stage keeps its inputs (its producers' outputs; the first
   // stage's input batch is the data loader's) from F to its backward, and its full activations
   // only during the B (or from I to W) that recomputes them. Note [Forward-only memory]: an
@@ -687,6 +653,17 @@ SimResult Engine::run() {
       case EventKind::kSendStart:
         send_state_[static_cast<std::size_t>(ev.id)] = 0;
         start_send(ev.id);
+        break;
+      case EventKind::kLinkDone:  // activities: send stream r, data-parallel stream R + r
+        if (ev.id < R_) {
+          complete_send(ev.id, ev.version);
+        } else {
+          complete_dp(ev.id - R_, ev.version);
+        }
+        break;
+      case EventKind::kDpStart:
+        dp_state_[static_cast<std::size_t>(ev.id)] = 0;
+        start_dp(ev.id);
         break;
     }
   }

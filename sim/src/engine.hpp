@@ -13,7 +13,9 @@
 // of the event clock while their inputs are known: every resource a rank uses (its compute,
 // send and dp-allreduce streams) is private to the rank, so an action's start time is a pure
 // function of known slot times and the rank's own stream times, and processing it early cannot
-// change any result. (A later shared-link contention model would process per action instead.)
+// change any result. Where streams share something (cores, Note [Shared cores]; node links,
+// Note [Shared links]) those streams become activities of the sharing model instead, started by
+// events at their start times and ended by its end events (engine_streams.cpp).
 // The heap order makes the processing order, and with it every output, deterministic.
 //
 // Note [Slot layout]
@@ -28,11 +30,13 @@
 // each], so a message's "received" row is E rows after its "sent" (arrived) row. What each op
 // waits for and fills is asked of sched::PlanRules once per kind, stage and edge (deps_).
 //
-// The engine asks three replaceable models: the network model (network_model.hpp: message and
+// The engine asks four replaceable models: the network model (network_model.hpp: message and
 // collective times), the duration model (duration_model.hpp: compute and message durations,
-// sampled or replayed) and the core-sharing model (core_sharing.hpp, Note [Shared cores]:
-// processor sharing when a host's ranks outnumber its cores). The event queue (event_queue.hpp),
-// the dependency slots (slots.hpp) and the decoded plan (program.hpp) are its private kernel.
+// sampled or replayed), the core-sharing model (core_sharing.hpp, Note [Shared cores]:
+// processor sharing when a host's ranks outnumber its cores) and the link-sharing model
+// (link_sharing.hpp, Note [Shared links]: fair sharing of a node's link by concurrent transfers).
+// The event queue (event_queue.hpp), the dependency slots (slots.hpp) and the decoded plan
+// (program.hpp) are its private kernel.
 //
 // Dependencies are sched::PlanRules's (sched/plan_dag.hpp): F waits for its producers' F (same
 // rank) or RECV_F, B/I for its own F and its consumers' B/I or RECV_B, W for its I, SEND_* for
@@ -45,6 +49,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -63,6 +68,17 @@
 #include "slots.hpp"
 
 namespace pipewright::sim {
+
+// When DDP bucket b of a stage is ready: gradients become final in reverse registration order,
+// evenly by bytes over the last backward [start, end] (cum: cumulative bucket bytes).
+inline std::int64_t ddp_bucket_ready_ns(const std::vector<std::int64_t>& cum, std::size_t b,
+                                        std::int64_t start, std::int64_t end) noexcept {
+  const std::int64_t total = cum.empty() ? 0 : cum.back();
+  const long double frac =
+      total > 0 ? static_cast<long double>(cum[b]) / static_cast<long double>(total) : 1.0L;
+  return start +
+         static_cast<std::int64_t>(std::llround(frac * static_cast<long double>(end - start)));
+}
 
 struct RankState {
   std::size_t pc = 0;              // index into the repeated program: step * len + position
@@ -84,15 +100,24 @@ struct RankState {
   std::int64_t run_start = 0;
   std::int64_t run_pred = -1;
   bool finished = false;
+  // Shared links (Note [Shared links]): the rank waits for its DDP buckets (at REDUCE_GRAD, or
+  // at the end of the step for a stage without one: then step_end_wait).
+  bool ddp_wait = false;
+  bool step_end_wait = false;
+  // Note [Posted batches]: when the rank posted its current batch of SEND/RECV actions, and its
+  // compute then.
+  std::int64_t batch_post = 0;
+  std::int64_t batch_pred = -1;
 };
 
 // The replaceable models (Note [Engine]); a null one is replaced by the default built from the
 // plan, costs, cluster and options (make_analytical_network, make_table_durations,
-// make_processor_sharing).
+// make_processor_sharing, make_fair_link_sharing).
 struct EngineModels {
   std::unique_ptr<NetworkModel> network;
   std::unique_ptr<DurationModel> durations;
   std::unique_ptr<CoreSharing> cores;
+  std::unique_ptr<LinkSharing> links;
 };
 
 class Engine {
@@ -105,7 +130,8 @@ class Engine {
         opt_(options),
         network_(std::move(models.network)),
         durations_(std::move(models.durations)),
-        cores_(std::move(models.cores)) {}
+        cores_(std::move(models.cores)),
+        links_(std::move(models.links)) {}
 
   // Runs the simulation once (simulate() in simulator.hpp has the contract).
   SimResult run();
@@ -147,8 +173,20 @@ class Engine {
   void finish_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                       std::int64_t start, std::int64_t end, std::int64_t pred);
   void complete(std::int32_t r, std::uint32_t version);
+  // Event-driven streams (engine_streams.cpp): which ones, from the plan (Note [Shared links]);
+  // a rank's queued SENDs on shared cores or links; its DDP buckets on shared links.
+  void plan_streams();
   void start_send(std::int32_t r);
   void complete_send(std::int32_t r, std::uint32_t version);
+  void queue_ddp(std::int32_t r, const Op& op, std::int32_t step, std::int64_t start,
+                 std::int64_t end, std::int64_t src);
+  void start_dp(std::int32_t r);
+  void complete_dp(std::int32_t r, std::uint32_t version);
+  // Whether a stage of rank r without REDUCE_GRAD still waits for DDP buckets on shared links at
+  // the end of `step`.
+  bool ddp_pending(std::int32_t r, std::int32_t step) const;
+  // Moves to the next action, or waits (false) at the end of a step for DDP buckets.
+  bool advance(std::int32_t r, RankState& st);
   void diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step);
   void step_forward(std::int32_t r, RankState& st);
   void end_of_step(std::int32_t r, RankState& st, std::int32_t step);
@@ -160,6 +198,19 @@ class Engine {
   std::int64_t message_ns(const Op& op, std::int32_t step) const noexcept {
     return durations_->message_ns(network_->message_ns(op.edge), op.edge,
                                   op.kind == sched::ActionKind::kSendF, op.mb, step);
+  }
+  // Note [Posted batches]
+  // A rank posts a batch of consecutive SEND/RECV actions at once, after the batch's overhead
+  // (NetworkModel::batch_overhead_ns), as the executor does (Note [p2p batches] in
+  // exec/src/interpreter.cpp): every send of the batch leaves then, even one listed after a
+  // receive that blocks the compute stream (--blocking-recv), and the compute stream goes on when
+  // the batch's receives have arrived. (Blocking at a receive and starting the sends after it
+  // delayed 1F1B's SEND_B(i) behind RECV_F(i + 1) by a whole message: +30% on a 100 Mbit/s link.)
+  void post_batch(RankState& st, const Op& op) const noexcept {
+    if (!op.batch_head) return;
+    st.time += comm_overhead_ns_;
+    st.batch_post = st.time;
+    st.batch_pred = st.last_compute;
   }
   // Appends a timed action when recording; returns its index, or -1.
   std::int64_t record(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
@@ -188,8 +239,9 @@ class Engine {
   std::unique_ptr<NetworkModel> network_;
   std::unique_ptr<DurationModel> durations_;
   std::unique_ptr<CoreSharing> cores_;
-  bool shared_ = false;                // cores_->active()
-  std::int64_t comm_overhead_ns_ = 0;  // network_->batch_overhead_ns()
+  std::unique_ptr<LinkSharing> links_;  // null unless some node link can be shared
+  bool shared_ = false;                 // cores_->active()
+  std::int64_t comm_overhead_ns_ = 0;   // network_->batch_overhead_ns()
 
   std::int32_t R_ = 0, S_ = 0, M_ = 0, E_ = 0, K_ = 1, dp_ = 1;
   Program prog_;
@@ -221,6 +273,22 @@ class Engine {
   std::vector<std::deque<PendingSend>> sends_;
   std::vector<std::uint8_t> send_state_;  // 0 idle, 1 start event pending, 2 running
   std::vector<std::int64_t> send_start_;
+  // Per rank: how its SENDs run (run ahead, or as activities of the core or link model), and
+  // whether its DDP buckets are link activities (Note [Shared links]).
+  enum class SendMode : std::uint8_t { kAhead, kCores, kLinks };
+  std::vector<SendMode> send_mode_;
+  std::vector<std::uint8_t> dp_linked_;
+  // Per rank, shared links: DDP buckets waiting for or on the data-parallel stream, in order.
+  struct PendingBucket {
+    std::int32_t stage;
+    std::int32_t step;
+    std::int32_t bucket;
+    std::int64_t ready;  // its gradients are final
+    std::int64_t src;    // record index of the backward that made them
+  };
+  std::vector<std::deque<PendingBucket>> dp_queue_;
+  std::vector<std::uint8_t> dp_state_;  // 0 idle, 1 start event pending, 2 running
+  std::vector<std::int64_t> dp_start_;
   EventQueue queue_;
   SimResult result_;
   bool record_ = true;

@@ -11,8 +11,10 @@ namespace pipewright::sim {
 
 // kResume: run the rank from its current action. kActivityDone: activity `id` of the
 // core-sharing model (Note [Shared cores]) ends unless `version` is stale. kSendStart: rank
-// `id`'s send stream may take its next queued SEND (shared cores only).
-enum class EventKind : std::uint8_t { kResume, kActivityDone, kSendStart };
+// `id`'s send stream may take its next queued SEND (shared cores or links only). kLinkDone:
+// activity `id` of the link-sharing model (Note [Shared links]) ends unless `version` is stale.
+// kDpStart: rank `id`'s data-parallel stream may take its next queued DDP bucket (shared links).
+enum class EventKind : std::uint8_t { kResume, kActivityDone, kSendStart, kLinkDone, kDpStart };
 
 struct Event {
   std::int64_t time_ns;

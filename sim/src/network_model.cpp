@@ -1,5 +1,7 @@
 #include "network_model.hpp"
 
+#include <algorithm>
+
 #include "data_parallel.hpp"
 
 namespace pipewright::sim {
@@ -33,6 +35,13 @@ class AnalyticalNetwork final : public NetworkModel {
   std::int64_t sgp_ns(std::int32_t rank) const noexcept override {
     return rank_sgp_ns_[static_cast<std::size_t>(rank)];
   }
+  const std::vector<LinkUse>& message_links(std::int32_t edge,
+                                            bool forward) const noexcept override {
+    return edge_links_[2 * static_cast<std::size_t>(edge) + (forward ? 0 : 1)];
+  }
+  const std::vector<LinkUse>& collective_links(std::int32_t rank) const noexcept override {
+    return rank_links_[static_cast<std::size_t>(rank)];
+  }
 
  private:
   std::int64_t batch_overhead_ns_ = 0;
@@ -40,6 +49,8 @@ class AnalyticalNetwork final : public NetworkModel {
   std::vector<std::vector<std::int64_t>> bucket_ns_;   // per stage: all-reduce time per bucket
   std::vector<std::vector<std::int64_t>> bucket_cum_;  // per stage: cumulative bytes per bucket
   std::vector<std::int64_t> rank_localsgd_ns_, rank_slowmo_ns_, rank_diloco_ns_, rank_sgp_ns_;
+  std::vector<std::vector<LinkUse>> edge_links_;  // per edge: forward, backward
+  std::vector<std::vector<LinkUse>> rank_links_;  // per pipeline rank: its dp all-reduce
 };
 
 AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched::CostTable& costs,
@@ -50,7 +61,13 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
   for (const auto& ed : shape.edges()) {
     const std::int64_t bytes = costs.stages[static_cast<std::size_t>(ed.from)].output_bytes;
     edge_ns_.push_back(p2p_message_ns(shape, costs, cluster, options, ed, bytes));
+    const auto a = shape.stage_to_rank[static_cast<std::size_t>(ed.from)];
+    const auto b = shape.stage_to_rank[static_cast<std::size_t>(ed.to)];
+    edge_links_.push_back(message_footprint(cluster, a, b, R, std::max(dp, 1)));
+    edge_links_.push_back(message_footprint(cluster, b, a, R, std::max(dp, 1)));
   }
+  for (std::int32_t r = 0; r < R; ++r)
+    rank_links_.push_back(collective_footprint(cluster, r, R, dp));
   bucket_ns_.assign(static_cast<std::size_t>(S), {});
   bucket_cum_.assign(static_cast<std::size_t>(S), {});
   rank_localsgd_ns_.assign(static_cast<std::size_t>(R), 0);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "link_sharing.hpp"
 #include "pipewright/sched/costs.hpp"
 #include "pipewright/sched/plan.hpp"
 #include "pipewright/sim/cluster.hpp"
@@ -36,6 +37,13 @@ class NetworkModel {
   [[nodiscard]] virtual std::int64_t diloco_ns(std::int32_t rank) const noexcept = 0;
   // SGP (dp > 1): one gossip exchange (send the parameters to one peer, receive from another).
   [[nodiscard]] virtual std::int64_t sgp_ns(std::int32_t rank) const noexcept = 0;
+  // Note [Shared links]: the node links a message on edge `edge` occupies (forward: the
+  // activation from edge.from to edge.to, else the gradient back), every replica's copy counted,
+  // and those of pipeline rank `rank`'s data-parallel all-reduce; empty inside one node.
+  [[nodiscard]] virtual const std::vector<LinkUse>& message_links(std::int32_t edge,
+                                                                  bool forward) const noexcept = 0;
+  [[nodiscard]] virtual const std::vector<LinkUse>& collective_links(
+      std::int32_t rank) const noexcept = 0;
 };
 
 // The analytical model: latency + bytes / bandwidth per message on the cluster's links (or the

@@ -10,7 +10,8 @@ namespace pipewright::sim {
 namespace {
 
 const char* kGood = R"({"format": "pipewright-cluster", "version": 1, "name": "t",
-  "nodes": 2, "ranks_per_node": 4, "cores_per_node": 2, "device_memory_bytes": 1000,
+  "nodes": 2, "ranks_per_node": 4, "cores_per_node": 2, "links_per_node": 1,
+  "device_memory_bytes": 1000,
   "intra_node": {"latency_ms": 0.001, "bandwidth_gb_per_s": 100},
   "inter_node": {"latency_ms": 0.01, "bandwidth_gb_per_s": 10},
   "collective": "ring", "placement": "replica-major"})";
@@ -20,6 +21,7 @@ TEST(Cluster, ParsesAndRoundTrips) {
   EXPECT_EQ(c.nodes, 2);
   EXPECT_EQ(c.ranks_per_node, 4);
   EXPECT_EQ(c.cores_per_node, 2);
+  EXPECT_EQ(c.links_per_node, 1);
   EXPECT_EQ(c.placement, Placement::kReplicaMajor);
   EXPECT_EQ(c.node_of(3), 0);
   EXPECT_EQ(c.node_of(4), 1);
@@ -28,6 +30,7 @@ TEST(Cluster, ParsesAndRoundTrips) {
   const Cluster back = parse_cluster(to_json(c), "again.json");
   EXPECT_EQ(to_json(back), to_json(c));
   EXPECT_EQ(back.cores_per_node, 2);
+  EXPECT_EQ(back.links_per_node, 1);
   EXPECT_NO_THROW(c.check_fits(8));
   EXPECT_THROW(c.check_fits(9), ConfigError);
 }

@@ -2,6 +2,7 @@
 //
 //   {"format": "pipewright-cluster", "version": 1, "name": "2x8-a100",
 //    "nodes": 2, "ranks_per_node": 8, "device_memory_bytes": 85899345920,
+//    "links_per_node": 1,                                      (optional, see below)
 //    "intra_node": {"latency_ms": 0.005, "bandwidth_gb_per_s": 150},
 //    "inter_node": {"latency_ms": 0.01, "bandwidth_gb_per_s": 25},
 //    "collective": "ring", "placement": "pipeline-major",
@@ -14,6 +15,9 @@
 // latency and bandwidth a ring all-reduce fit measured (`pipewright calibrate`), which on hosts
 // where a collective's per-step cost differs from a message's (Gloo's ring on CPU cores) predict
 // better than the point-to-point link; else they use the point-to-point links.
+// links_per_node (optional, default 0): the inter-node links (NICs) each node has, shared by its
+// ranks' transfers across nodes (Note [Shared links] in sim/src/link_sharing.hpp); 0: every
+// transfer has a link of its own (one NIC per GPU, or sharing not modelled).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +50,9 @@ struct Cluster {
   // Note [Shared cores] in sim/src/core_sharing.hpp). 0: every rank has its own device; then a
   // profile's cores_per_node applies, if any.
   std::int32_t cores_per_node = 0;
+  // Inter-node links each node has: with L flows crossing one of a node's directions, each moves
+  // at min(1, links_per_node / L) of the inter-node bandwidth. 0: no sharing.
+  std::int32_t links_per_node = 0;
   Link intra_node;
   Link inter_node;
   CollectiveAlgorithm collective = CollectiveAlgorithm::kRing;

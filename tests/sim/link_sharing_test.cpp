@@ -1,0 +1,224 @@
+// Shared node links (Note [Shared links]) and posted p2p batches (Note [Posted batches]): the
+// fair-sharing model through its interface, the footprints of messages and all-reduces, and
+// exact simulated times of contended and uncontended transfers.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "event_queue.hpp"
+#include "link_sharing.hpp"
+#include "pipewright/sim/simulator.hpp"
+#include "plan_fixtures.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+using sched::Action;
+using sched::ActionKind;
+constexpr std::int64_t kMs = 1'000'000;
+
+// Pops events until activity `a`'s current end event; returns its time.
+std::int64_t end_of(LinkSharing& links, EventQueue& q, std::int32_t a) {
+  while (!q.empty()) {
+    const Event ev = q.pop();
+    if (ev.kind == EventKind::kLinkDone && ev.id == a && links.current(a, ev.version)) {
+      links.end(a, ev.time_ns, q);
+      return ev.time_ns;
+    }
+  }
+  return -1;
+}
+
+TEST(LinkSharing, TwoFlowsOnOneLinkTakeTwiceAsLong) {
+  const std::vector<LinkUse> egress0{{0, 1}, {3, 1}};  // node 0 -> node 1
+  {
+    auto links = make_fair_link_sharing(4, 2);
+    EventQueue q;
+    links->begin(0, 1000, egress0, 0, q);
+    EXPECT_EQ(end_of(*links, q, 0), 1000);  // alone
+  }
+  auto links = make_fair_link_sharing(4, 2);
+  EventQueue q;
+  links->begin(0, 1000, egress0, 0, q);
+  links->begin(1, 1000, egress0, 0, q);
+  EXPECT_EQ(end_of(*links, q, 0), 2000);
+  EXPECT_EQ(end_of(*links, q, 1), 2000);
+}
+
+TEST(LinkSharing, LaterFlowSharesThenSpeedsUp) {
+  // Activity 0 alone for 400 ns (400 done), then both at half speed: 0 ends at 400 + 2 * 600 =
+  // 1600, when 1 has 400 left at full speed: 2000 (the link was busy 2000 ns for 2000 ns of work).
+  auto links = make_fair_link_sharing(4, 2);
+  EventQueue q;
+  const std::vector<LinkUse> uses{{0, 1}, {3, 1}};
+  links->begin(0, 1000, uses, 0, q);
+  links->begin(1, 1000, uses, 400, q);  // its end event at 1000 is superseded
+  EXPECT_EQ(end_of(*links, q, 0), 1600);
+  EXPECT_EQ(end_of(*links, q, 1), 2000);
+}
+
+TEST(LinkSharing, TwoLinksPerNodeCarryTwoFlowsAtFullSpeed) {
+  const std::vector<LinkUse> uses{{0, 1}, {3, 1}};
+  auto links = make_fair_link_sharing(4, 3, /*capacity=*/2);
+  EventQueue q;
+  links->begin(0, 1000, uses, 0, q);
+  links->begin(1, 1000, uses, 0, q);
+  EXPECT_EQ(end_of(*links, q, 0), 1000);
+  EXPECT_EQ(end_of(*links, q, 1), 1000);
+  // Three flows on two links: each at 2/3.
+  for (std::int32_t a = 0; a < 3; ++a) links->begin(a, 1000, uses, 2000, q);
+  for (std::int32_t a = 0; a < 3; ++a) EXPECT_EQ(end_of(*links, q, a), 3500);
+}
+
+TEST(LinkSharing, OppositeDirectionsAndOtherNodesDoNotContend) {
+  auto links = make_fair_link_sharing(6, 3);
+  EventQueue q;
+  links->begin(0, 1000, {{0, 1}, {3, 1}}, 0, q);  // node 0 -> 1
+  links->begin(1, 1000, {{2, 1}, {1, 1}}, 0, q);  // node 1 -> 0 (full duplex)
+  links->begin(2, 1000, {}, 0, q);                // inside a node
+  EXPECT_EQ(end_of(*links, q, 0), 1000);
+  EXPECT_EQ(end_of(*links, q, 1), 1000);
+  EXPECT_EQ(end_of(*links, q, 2), 1000);
+}
+
+Cluster two_nodes_of_two(Placement placement) {
+  Cluster c;
+  c.nodes = 2;
+  c.ranks_per_node = 2;
+  c.placement = placement;
+  c.links_per_node = 1;           // one NIC per node
+  c.intra_node = Link{0.0, 1.0};  // 1 byte per ns
+  c.inter_node = Link{0.0, 1.0};
+  return c;
+}
+
+TEST(LinkSharing, Footprints) {
+  // Pipeline-major, pp=2 x dp=2: g = 2r + j; both replicas of rank 0 on node 0, of rank 1 on 1.
+  const Cluster pm = two_nodes_of_two(Placement::kPipelineMajor);
+  EXPECT_EQ(message_footprint(pm, 0, 1, 2, 2), (std::vector<LinkUse>{{0, 2}, {3, 2}}));
+  EXPECT_EQ(message_footprint(pm, 1, 0, 2, 2), (std::vector<LinkUse>{{1, 2}, {2, 2}}));
+  EXPECT_TRUE(collective_footprint(pm, 0, 2, 2).empty());
+  // Replica-major: g = 2j + r; pipelines inside nodes, each rank's replicas across them.
+  const Cluster rm = two_nodes_of_two(Placement::kReplicaMajor);
+  EXPECT_TRUE(message_footprint(rm, 0, 1, 2, 2).empty());
+  EXPECT_EQ(collective_footprint(rm, 1, 2, 2),
+            (std::vector<LinkUse>{{0, 1}, {1, 1}, {2, 1}, {3, 1}}));
+  EXPECT_TRUE(collective_footprint(rm, 1, 2, 1).empty());
+}
+
+TEST(SharedLinks, TwoReplicasSendingAcrossOneLinkTakeTwiceAsLong) {
+  // GPipe pp=2 m=1, F 1 ms, B 2 ms, 1000 B messages at 1 B/ns, no parameters (no all-reduce):
+  // F0 [0, 1], message, F1, B1, message, B0: 6 ms + 2 messages.
+  const auto plan = testing::gpipe(2, 1);
+  const auto costs = testing::uniform_costs(2, 1, 2, 0, 0, 1000);
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  // Replica-major: each replica's messages stay in its node: 1000 ns each.
+  EXPECT_EQ(simulate(plan, costs, two_nodes_of_two(Placement::kReplicaMajor), opt).makespan_ns,
+            6 * kMs + 2000);
+  // Pipeline-major: both replicas' copies cross node 0's link together: 2000 ns each.
+  EXPECT_EQ(simulate(plan, costs, two_nodes_of_two(Placement::kPipelineMajor), opt).makespan_ns,
+            6 * kMs + 4000);
+  // Without links_per_node every transfer has its own link: 1000 ns.
+  Cluster own = two_nodes_of_two(Placement::kPipelineMajor);
+  own.links_per_node = 0;
+  EXPECT_EQ(simulate(plan, costs, own, opt).makespan_ns, 6 * kMs + 2000);
+  // Two links per node: both copies at full speed.
+  own.links_per_node = 2;
+  EXPECT_EQ(simulate(plan, costs, own, opt).makespan_ns, 6 * kMs + 2000);
+  // One replica on the same cluster: one flow, 1000 ns.
+  opt.dp.replicas = 1;
+  Cluster one = two_nodes_of_two(Placement::kPipelineMajor);
+  one.ranks_per_node = 1;
+  EXPECT_EQ(simulate(plan, costs, one, opt).makespan_ns, 6 * kMs + 2000);
+}
+
+TEST(SharedLinks, ConcurrentAllReducesOfTwoStagesShareTheNodeLink) {
+  // Replica-major 2 nodes x 2: stage 0's and stage 1's replicas talk across the same node links.
+  // GPipe pp=2 m=1 (F 1 ms, B 2 ms, 1000 B messages inside nodes: 1000 ns): B1 ends at 4.001 ms,
+  // B0 at 6.002 ms. Each stage all-reduces one 10 MB bucket: ring n=2, 10 ms alone.
+  auto costs = testing::uniform_costs(2, 1, 2, 0, 10'000'000, 1000);
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  const auto plan = testing::gpipe(2, 1);
+  const auto r = simulate(plan, costs, two_nodes_of_two(Placement::kReplicaMajor), opt);
+  // Stage 1 alone from 4.001 to 6.002 ms (2.001 ms done), then both at half speed: stage 1 ends
+  // at 6.002 + 2 * 7.999 = 22.000 ms; stage 0 then has 2.001 ms left alone: 24.001 ms.
+  std::vector<std::pair<std::int64_t, std::int64_t>> ar(2, {-1, -1});
+  for (const auto& a : r.actions) {
+    if (a.collective == Collective::kDdpBucket)
+      ar[static_cast<std::size_t>(a.action.stage)] = {a.start_ns, a.end_ns};
+  }
+  EXPECT_EQ(ar[1], std::make_pair(4 * kMs + 1000, 22 * kMs));
+  EXPECT_EQ(ar[0], std::make_pair(6 * kMs + 2000, 24 * kMs + 1000));
+  EXPECT_EQ(r.makespan_ns, 24 * kMs + 1000);
+  EXPECT_EQ(r.per_rank[0].dp_comm_ns, 10 * kMs);  // the all-reduce's own time, uncontended
+  // Two steps: step 2 starts when rank 0's step 1 ends (24.001 ms; no REDUCE_GRAD in the plan, so
+  // the rank waits for its buckets at the end of the step) and repeats step 1: 48.002 ms.
+  SimOptions two = opt;
+  two.steps = 2;
+  EXPECT_EQ(simulate(plan, costs, two_nodes_of_two(Placement::kReplicaMajor), two).makespan_ns,
+            48 * kMs + 2000);
+  // Pipeline-major: each stage's replicas share a node (all-reduce 10 ms alone); the messages
+  // cross with both replicas' copies (2000 ns each): B0 ends at 6.004 ms, 16.004 ms.
+  const auto pm = simulate(plan, costs, two_nodes_of_two(Placement::kPipelineMajor), opt);
+  EXPECT_EQ(pm.makespan_ns, 16 * kMs + 4000);
+}
+
+TEST(SharedLinks, ExplicitReduceGradWaitsForTheContendedBuckets) {
+  auto plan = testing::gpipe(2, 1);
+  for (std::int32_t r = 0; r < 2; ++r) {
+    plan.per_rank[static_cast<std::size_t>(r)].push_back(
+        Action::stage_only(r, ActionKind::kReduceGrad));
+    plan.per_rank[static_cast<std::size_t>(r)].push_back(
+        Action::stage_only(r, ActionKind::kOptimizerStep));
+  }
+  auto costs = testing::uniform_costs(2, 1, 2, 0, 10'000'000, 1000);
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  const auto r = simulate(plan, costs, two_nodes_of_two(Placement::kReplicaMajor), opt);
+  EXPECT_EQ(r.makespan_ns, 24 * kMs + 1000);
+  EXPECT_EQ(r.per_rank[1].finish_ns, 22 * kMs);
+  EXPECT_EQ(r.per_rank[0].dp_exposed_ns, 24 * kMs + 1000 - (6 * kMs + 2000));
+}
+
+TEST(PostedBatches, SendsLeaveWhenTheBatchIsPostedNotAfterItsReceives) {
+  // Rank 1 lists RECV_F1 before SEND_B0 in one batch (torch's lowering can); the executor posts
+  // both, so the gradient leaves while the activation is still on its way. 5 MB messages at
+  // 1 B/ns (5 ms), F 1 ms, B 2 ms, blocking receives:
+  //   rank 0: F0 [0,1], SEND_F0 [1,6], F1 [1,2], SEND_F1 [6,11]
+  //   rank 1: F0 [6,7], B0 [7,9], batch posted at 9: SEND_B0 [9,14], RECV_F1 until 11,
+  //           F1 [11,12], B1 [12,14], SEND_B1 [14,19]
+  //   rank 0: B0 [14,16], B1 [19,21]
+  sched::LoweredPlan plan = testing::gpipe(2, 2);
+  plan.shape.schedule = "custom";
+  plan.per_rank[0] = {Action::compute(0, ActionKind::kForward, 0),
+                      Action::comm(0, ActionKind::kSendF, 0, 1),
+                      Action::compute(0, ActionKind::kForward, 1),
+                      Action::comm(0, ActionKind::kSendF, 1, 1),
+                      Action::comm(0, ActionKind::kRecvB, 0, 1),
+                      Action::compute(0, ActionKind::kFullBackward, 0),
+                      Action::comm(0, ActionKind::kRecvB, 1, 1),
+                      Action::compute(0, ActionKind::kFullBackward, 1)};
+  plan.per_rank[1] = {
+      Action::comm(1, ActionKind::kRecvF, 0, 0),        Action::compute(1, ActionKind::kForward, 0),
+      Action::compute(1, ActionKind::kFullBackward, 0), Action::comm(1, ActionKind::kRecvF, 1, 0),
+      Action::comm(1, ActionKind::kSendB, 0, 0),        Action::compute(1, ActionKind::kForward, 1),
+      Action::compute(1, ActionKind::kFullBackward, 1), Action::comm(1, ActionKind::kSendB, 1, 0)};
+  const auto costs = testing::uniform_costs(2, 1, 2, 0, 0, 5'000'000);
+  Cluster c;
+  c.intra_node = Link{0.0, 1.0};
+  SimOptions opt;
+  opt.blocking_recv = true;
+  const auto r = simulate(plan, costs, c, opt);
+  EXPECT_EQ(r.makespan_ns, 21 * kMs);
+  for (const auto& a : r.actions) {
+    if (a.action.kind == ActionKind::kSendB && a.action.microbatch == 0) {
+      EXPECT_EQ(a.start_ns, 9 * kMs);
+      EXPECT_EQ(a.end_ns, 14 * kMs);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipewright::sim
