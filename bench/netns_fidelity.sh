@@ -10,8 +10,10 @@
 # drawn from the profile's measured distributions (simulate --sampled-steps; docs/simulator.md).
 #   sudo bench/netns_fidelity.sh [BUILD_DIR]     RATE=100mbit STEPS=12 WARMUP=2 M=8
 #   KEEP=1 ...             keep the work folder (logs, plans, profiles, traces, clusters)
-#   CORES_PER_NODE=1 ...   tell the simulator each namespace node has 1 core (they share the
-#                          host's; calibrate reports each process's affinity, the whole host)
+#   CORES_PER_NODE=N ...   the cores of each namespace node for the simulator; default: the
+#                          host's CPUs / 2, since the 2 nodes share this machine's cores
+#                          (calibrate reports each process's affinity: the whole host; profiles
+#                          recover dedicated-core times per machine, by the kernel's boot_id)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
@@ -44,9 +46,10 @@ both() {  # both P LOG ARGS...: one launcher per node
 "$pw" --log-level warn partition "$work/model.json" --stages 2 --method balanced -o "$work/part.json"
 both 2 "$work/cal" --log-level info calibrate --worker --network --max-mib 1 --iterations 10 -o "$work/cluster.json"
 grep -E "between node|within node" "$work/cal.0" | sed 's/^\[rank 0\] //' >&2
-if [ -n "${CORES_PER_NODE:-}" ]; then
+cores_per_node="${CORES_PER_NODE:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}"
+if [ "$cores_per_node" != 0 ]; then
   "$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["cores_per_node"]=int(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))' \
-    "$work/cluster.json" "$CORES_PER_NODE"
+    "$work/cluster.json" "$cores_per_node"
 fi
 # Each namespace node has one link (its veth pair): links_per_node 1, so transfers of a node's
 # ranks across it share it (Note [Shared links]; calibrate measures pairs, not this). The

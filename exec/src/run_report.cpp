@@ -97,11 +97,20 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
   return r;
 }
 
+// The machine whose cores a rank shares is the running kernel: its boot_id is the same in every
+// namespace and container of one machine (network-namespace "nodes" of tools/netns-cluster share
+// the host's cores and its steady_clock), and differs between machines. Without /proc: the
+// hostname.
 std::int64_t this_host_id() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return 0;
+  std::string name;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> name;
+  if (name.empty()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof(host) - 1) != 0) return 0;
+    name = host;
+  }
   std::uint64_t h = 1469598103934665603ULL;
-  for (const char* c = name; *c != 0; ++c) {
+  for (const char* c = name.c_str(); *c != 0; ++c) {
     h ^= static_cast<unsigned char>(*c);
     h *= 1099511628211ULL;
   }

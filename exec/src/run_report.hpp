@@ -48,8 +48,8 @@ struct RankRecord {
   // VmHWM before the first step (libtorch loaded and initialised, stages built, one no-grad
   // forward for the shape agreement, data loaded): Note [Runtime memory].
   std::int64_t baseline_rss_bytes = 0;
-  // The rank's host (a hash of its hostname) and the CPUs its compute may use (its affinity
-  // mask); cpus = 0 when it computes on a GPU. Note [Shared cores in profiles].
+  // The rank's machine (a hash of the kernel's boot_id) and the CPUs its compute may use (its
+  // affinity mask); cpus = 0 when it computes on a GPU. Note [Shared cores in profiles].
   std::int64_t host_id = 0;
   std::int64_t cpus = 0;
   std::vector<LocalStageSizes> stages;
@@ -68,7 +68,8 @@ struct RankRecord {
 // computing ranks (Note [Shared cores] in sim/src/core_sharing.hpp), so one profile predicts runs
 // with fewer or more ranks per host than it was measured with.
 
-// This host's identity (FNV-1a of its hostname, >= 0) and the CPUs this process may run on.
+// This machine's identity (FNV-1a of the kernel's boot_id, else of the hostname; >= 0) and the
+// CPUs this process may run on.
 [[nodiscard]] std::int64_t this_host_id();
 [[nodiscard]] std::int64_t usable_cpus();
 
