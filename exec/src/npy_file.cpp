@@ -54,11 +54,15 @@ void NpyFile::read_exact(std::uint64_t offset, std::size_t size, char* dst,
   while (done < size) {
     const ::ssize_t n = ::pread(fd_, dst + done, size - done, static_cast<::off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
-    PW_CHECK(n >= 0, ParseError,
-             path_ << ": cannot read " << what << ": " << std::strerror(errno));
-    PW_CHECK(n > 0, ParseError,
-             path_ << ": cannot read " << what << ": the file ends at byte " << offset + done
-                   << " (was it truncated after it was opened?)");
+    PW_CHECK(n >= 0, ParseError, path_ << ": cannot read " << what << ": " << std::strerror(errno));
+    if (n == 0) {
+      struct stat st {};
+      const long long now = ::fstat(fd_, &st) == 0 ? static_cast<long long>(st.st_size) : -1;
+      PW_CHECK(false, ParseError,
+               path_ << ": cannot read " << what << " (bytes " << offset << " to " << offset + size
+                     << "): the file is now " << now
+                     << " bytes long (was it truncated after it was opened?)");
+    }
     done += static_cast<std::size_t>(n);
   }
 }
@@ -74,9 +78,9 @@ void NpyFile::read_rows(const std::vector<std::int64_t>& indices, void* out) con
   auto* dst = static_cast<char*>(out);
   for (std::size_t i = 0; i < indices.size();) {
     const std::int64_t first = indices[i];
-    PW_CHECK(first >= 0 && first < rows(), ConfigError,
-             "'" << path_ << "': sample index " << first << " is out of range [0, " << rows()
-                 << ")");
+    PW_CHECK(
+        first >= 0 && first < rows(), ConfigError,
+        "'" << path_ << "': sample index " << first << " is out of range [0, " << rows() << ")");
     std::size_t run = 1;
     while (i + run < indices.size() && indices[i + run] == first + static_cast<std::int64_t>(run) &&
            indices[i + run] < rows()) {
