@@ -8,6 +8,7 @@
 
 #include "model_check.hpp"
 #include "npy.hpp"
+#include "npy_file.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec {
@@ -29,11 +30,10 @@ at::Tensor index_tensor(const std::vector<std::int64_t>& indices, std::int64_t s
   return at::tensor(at::ArrayRef<std::int64_t>(indices), at::kLong);
 }
 
-at::Tensor to_tensor(const NpyArray& a) {
-  if (a.type == NpyType::kFloat32) {
-    return at::tensor(at::ArrayRef<float>(a.f32), at::kFloat).reshape(a.shape);
-  }
-  return at::tensor(at::ArrayRef<std::int64_t>(a.i64), at::kLong).reshape(a.shape);
+std::optional<IntRange> file_range(const NpyFile& f) {
+  const auto r = f.int_range();
+  if (!r) return std::nullopt;
+  return IntRange{r->first, r->second};
 }
 
 }  // namespace
@@ -74,12 +74,52 @@ std::pair<at::Tensor, at::Tensor> ArrayDataset::batch(
   return {x_.index_select(0, idx), y_.index_select(0, idx)};
 }
 
-std::unique_ptr<ArrayDataset> load_npy_dataset(const std::string& x_path,
-                                               const std::string& y_path) {
-  const NpyArray x = load_npy(x_path);
-  const NpyArray y = load_npy(y_path);
-  return std::make_unique<ArrayDataset>(to_tensor(x), to_tensor(y), "'" + x_path + "'",
-                                        "'" + y_path + "'");
+NpyFileDataset::NpyFileDataset(const std::string& x_path, const std::string& y_path)
+    : x_(std::make_unique<NpyFile>(x_path)), y_(std::make_unique<NpyFile>(y_path)) {
+  PW_CHECK(x_->rows() > 0, ConfigError, x_source() << ": has no rows");
+  PW_CHECK(x_->rows() == y_->rows(), ConfigError,
+           "data x " << x_source() << " has " << x_->rows() << " rows but data y " << y_source()
+                     << " has " << y_->rows());
+  x_range_ = file_range(*x_);
+  y_range_ = file_range(*y_);
+}
+
+NpyFileDataset::~NpyFileDataset() = default;
+
+std::int64_t NpyFileDataset::size() const { return x_->rows(); }
+
+// A 1-D X gives one feature per sample ([1]), a 1-D Y a scalar target ([]), as ArrayDataset.
+ValueType NpyFileDataset::x_type() const {
+  return ValueType{x_->type() == NpyType::kInt64, {x_->row_elems()}};
+}
+
+ValueType NpyFileDataset::y_type() const {
+  std::vector<std::int64_t> shape;
+  if (y_->shape().size() == 2) shape.push_back(y_->shape()[1]);
+  return ValueType{y_->type() == NpyType::kInt64, shape};
+}
+
+std::string NpyFileDataset::x_source() const { return "'" + x_->path() + "'"; }
+std::string NpyFileDataset::y_source() const { return "'" + y_->path() + "'"; }
+
+std::pair<at::Tensor, at::Tensor> NpyFileDataset::batch(
+    const std::vector<std::int64_t>& indices) const {
+  static_cast<void>(index_tensor(indices, size(), x_source()));  // range checks, same messages
+  const auto rows = static_cast<std::int64_t>(indices.size());
+  auto read = [&](const NpyFile& f, std::vector<std::int64_t> shape) {
+    shape.insert(shape.begin(), rows);
+    at::Tensor t = at::empty(shape, f.type() == NpyType::kInt64 ? at::kLong : at::kFloat);
+    f.read_rows(indices, t.data_ptr());
+    return t;
+  };
+  return {read(*x_, x_type().shape), read(*y_, y_type().shape)};
+}
+
+std::uint64_t NpyFileDataset::bytes_read() const { return x_->bytes_read() + y_->bytes_read(); }
+
+std::unique_ptr<NpyFileDataset> load_npy_dataset(const std::string& x_path,
+                                                 const std::string& y_path) {
+  return std::make_unique<NpyFileDataset>(x_path, y_path);
 }
 
 CharLmDataset::CharLmDataset(std::string text, std::int64_t seq, std::string name)

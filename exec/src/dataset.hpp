@@ -2,7 +2,8 @@
 // into microbatches. Private to exec/: it names torch types.
 //
 // Two datasets:
-//   ArrayDataset   rows of two .npy files (--data-x X.npy --data-y Y.npy). Row i of X is sample
+//   NpyFileDataset rows of two .npy files (--data-x X.npy --data-y Y.npy), read on demand; the
+//   ArrayDataset   same rows held in memory as tensors (tests). Row i of X is sample
 //                  i's input, row i of Y its target. A 2-D X [N, F] gives per-sample inputs [F],
 //                  a 1-D X [N] gives [1] (one feature); a 2-D Y [N, C] gives targets [C], a 1-D
 //                  Y [N] gives scalar targets [] (class labels, or regression targets of a
@@ -28,6 +29,8 @@
 #include "pipewright/graph/model.hpp"
 
 namespace pipewright::exec {
+
+class NpyFile;
 
 struct IntRange {
   std::int64_t lo = 0;
@@ -77,10 +80,40 @@ class ArrayDataset final : public Dataset {
   std::optional<IntRange> y_range_;
 };
 
-// Loads X and Y .npy files. Throws ConfigError (missing file, row counts differ, no rows) or
-// ParseError (not a supported npy), naming the file.
-[[nodiscard]] std::unique_ptr<ArrayDataset> load_npy_dataset(const std::string& x_path,
-                                                             const std::string& y_path);
+// Rows of two .npy files read lazily (npy_file.hpp): opening checks the headers and sizes, and
+// batch() reads only the rows it returns, so memory holds batches, not the dataset. int64 files
+// are read through once at start-up for x_range / y_range (the embedding and class-id checks of
+// check_dataset_matches_model); float files are not read until a batch needs them.
+class NpyFileDataset final : public Dataset {
+ public:
+  // Throws ConfigError (missing file, row counts differ, no rows) or ParseError (not a supported
+  // npy), naming the file.
+  NpyFileDataset(const std::string& x_path, const std::string& y_path);
+  ~NpyFileDataset() override;
+
+  [[nodiscard]] std::int64_t size() const override;
+  [[nodiscard]] ValueType x_type() const override;
+  [[nodiscard]] ValueType y_type() const override;
+  [[nodiscard]] std::optional<IntRange> x_range() const override { return x_range_; }
+  [[nodiscard]] std::optional<IntRange> y_range() const override { return y_range_; }
+  [[nodiscard]] std::string x_source() const override;
+  [[nodiscard]] std::string y_source() const override;
+  [[nodiscard]] std::pair<torch::Tensor, torch::Tensor> batch(
+      const std::vector<std::int64_t>& indices) const override;
+
+  // Data bytes read from X and Y by batch() so far (NpyFile::bytes_read).
+  [[nodiscard]] std::uint64_t bytes_read() const;
+
+ private:
+  std::unique_ptr<NpyFile> x_;
+  std::unique_ptr<NpyFile> y_;
+  std::optional<IntRange> x_range_;
+  std::optional<IntRange> y_range_;
+};
+
+// Opens X and Y .npy files as a NpyFileDataset (same errors).
+[[nodiscard]] std::unique_ptr<NpyFileDataset> load_npy_dataset(const std::string& x_path,
+                                                               const std::string& y_path);
 
 class CharLmDataset final : public Dataset {
  public:

@@ -165,7 +165,7 @@ std::uint32_t read_le(std::string_view bytes, std::size_t offset, std::size_t wi
   return v;
 }
 
-enum class SourceType { kF4, kF8, kI4, kI8 };
+using SourceType = NpyDtype;
 
 SourceType parse_descr(const HeaderValue& v, const std::string& name) {
   PW_CHECK(v.kind == HeaderValue::Kind::kString, ParseError,
@@ -188,11 +188,56 @@ SourceType parse_descr(const HeaderValue& v, const std::string& name) {
   return SourceType::kF4;
 }
 
-std::size_t item_size(SourceType t) {
-  return (t == SourceType::kF4 || t == SourceType::kI4) ? 4 : 8;
+}  // namespace
+
+std::size_t item_size(NpyDtype t) noexcept {
+  return (t == NpyDtype::kF4 || t == NpyDtype::kI4) ? 4 : 8;
 }
 
-}  // namespace
+NpyType stored_type(NpyDtype t) noexcept {
+  return (t == NpyDtype::kF4 || t == NpyDtype::kF8) ? NpyType::kFloat32 : NpyType::kInt64;
+}
+
+void convert_npy_items(NpyDtype source, const char* data, std::size_t count, void* out) {
+  switch (source) {
+    case NpyDtype::kF4:
+    case NpyDtype::kI8:
+      if (count > 0) std::memcpy(out, data, count * item_size(source));
+      break;
+    case NpyDtype::kF8: {
+      auto* f = static_cast<float*>(out);
+      for (std::size_t i = 0; i < count; ++i) {
+        double v = 0;
+        std::memcpy(&v, data + 8 * i, 8);
+        f[i] = static_cast<float>(v);
+      }
+      break;
+    }
+    case NpyDtype::kI4: {
+      auto* d = static_cast<std::int64_t*>(out);
+      for (std::size_t i = 0; i < count; ++i) {
+        std::int32_t v = 0;
+        std::memcpy(&v, data + 4 * i, 4);
+        d[i] = v;
+      }
+      break;
+    }
+  }
+}
+
+std::size_t npy_header_end(std::string_view bytes, const std::string& name) {
+  PW_CHECK(bytes.size() >= 10 && bytes.substr(0, kMagic.size()) == kMagic, ParseError,
+           name << ": not an npy file (missing the \\x93NUMPY magic string)");
+  const int major = static_cast<unsigned char>(bytes[6]);
+  PW_CHECK(major >= 1 && major <= 3, ParseError,
+           name << ": npy format version " << major << "."
+                << static_cast<int>(static_cast<unsigned char>(bytes[7]))
+                << " is not supported (1.0, 2.0, 3.0 are)");
+  const std::size_t len_width = major == 1 ? 2 : 4;
+  const std::size_t header_start = 8 + len_width;
+  PW_CHECK(bytes.size() >= header_start, ParseError, name << ": truncated npy header length");
+  return header_start + read_le(bytes, 8, len_width);
+}
 
 const char* to_string(NpyType type) noexcept {
   return type == NpyType::kFloat32 ? "float32" : "int64";
@@ -204,19 +249,12 @@ std::int64_t NpyArray::numel() const noexcept {
   return shape.empty() ? 0 : n;
 }
 
-NpyArray parse_npy(std::string_view bytes, const std::string& name) {
-  PW_CHECK(bytes.size() >= 10 && bytes.substr(0, kMagic.size()) == kMagic, ParseError,
-           name << ": not an npy file (missing the \\x93NUMPY magic string)");
-  const int major = static_cast<unsigned char>(bytes[6]);
-  PW_CHECK(major >= 1 && major <= 3, ParseError,
-           name << ": npy format version " << major << "."
-                << static_cast<int>(static_cast<unsigned char>(bytes[7]))
-                << " is not supported (1.0, 2.0, 3.0 are)");
-  const std::size_t len_width = major == 1 ? 2 : 4;
-  const std::size_t header_start = 8 + len_width;
-  PW_CHECK(bytes.size() >= header_start, ParseError, name << ": truncated npy header length");
-  const std::size_t header_len = read_le(bytes, 8, len_width);
-  PW_CHECK(bytes.size() >= header_start + header_len, ParseError,
+NpyHeader parse_npy_header(std::string_view bytes, std::uint64_t file_size,
+                           const std::string& name) {
+  const std::size_t header_end = npy_header_end(bytes, name);
+  const std::size_t header_start = static_cast<unsigned char>(bytes[6]) == 1 ? 10 : 12;
+  const std::size_t header_len = header_end - header_start;
+  PW_CHECK(bytes.size() >= header_end, ParseError,
            name << ": truncated npy header (" << header_len << " bytes declared, "
                 << bytes.size() - header_start << " present)");
   // Version 3 headers are UTF-8; the keys and values we accept are all ASCII anyway.
@@ -230,7 +268,8 @@ NpyArray parse_npy(std::string_view bytes, const std::string& name) {
     PW_CHECK(key == "descr" || key == "fortran_order" || key == "shape", ParseError,
              name << ": npy header has an unexpected key '" << key << "'");
   }
-  const SourceType source = parse_descr(dict.at("descr"), name);
+  NpyHeader out;
+  out.dtype = parse_descr(dict.at("descr"), name);
   const HeaderValue& fortran = dict.at("fortran_order");
   PW_CHECK(fortran.kind == HeaderValue::Kind::kBool, ParseError,
            name << ": npy header field 'fortran_order': expected True or False");
@@ -244,11 +283,10 @@ NpyArray parse_npy(std::string_view bytes, const std::string& name) {
            name << ": npy header field 'shape': expected a 1-D or 2-D array (rows of samples), got "
                 << shape.ints.size() << " dimensions");
 
-  NpyArray out;
   out.shape = shape.ints;
-  const std::size_t data_start = header_start + header_len;
-  const std::size_t available = bytes.size() - data_start;
-  const std::size_t isize = item_size(source);
+  out.data_offset = header_end;
+  const std::size_t available = file_size - header_end;
+  const std::size_t isize = item_size(out.dtype);
   std::size_t count = 1;
   for (const auto d : out.shape) {
     PW_CHECK(d == 0 || count <= available / isize / static_cast<std::size_t>(d), ParseError,
@@ -259,39 +297,24 @@ NpyArray parse_npy(std::string_view bytes, const std::string& name) {
   PW_CHECK(count * isize == available, ParseError,
            name << ": npy data size mismatch: shape needs " << count * isize << " bytes, file has "
                 << available << (count * isize > available ? " (truncated)" : " (trailing bytes)"));
-  const char* data = bytes.data() + data_start;
-  switch (source) {
-    case SourceType::kF4:
-      out.type = NpyType::kFloat32;
-      out.f32.resize(count);
-      if (count > 0) std::memcpy(out.f32.data(), data, count * 4);
-      break;
-    case SourceType::kF8: {
-      out.type = NpyType::kFloat32;
-      out.f32.resize(count);
-      for (std::size_t i = 0; i < count; ++i) {
-        double v = 0;
-        std::memcpy(&v, data + 8 * i, 8);
-        out.f32[i] = static_cast<float>(v);
-      }
-      break;
-    }
-    case SourceType::kI4: {
-      out.type = NpyType::kInt64;
-      out.i64.resize(count);
-      for (std::size_t i = 0; i < count; ++i) {
-        std::int32_t v = 0;
-        std::memcpy(&v, data + 4 * i, 4);
-        out.i64[i] = v;
-      }
-      break;
-    }
-    case SourceType::kI8:
-      out.type = NpyType::kInt64;
-      out.i64.resize(count);
-      if (count > 0) std::memcpy(out.i64.data(), data, count * 8);
-      break;
+  out.count = count;
+  return out;
+}
+
+NpyArray parse_npy(std::string_view bytes, const std::string& name) {
+  const NpyHeader h = parse_npy_header(bytes, bytes.size(), name);
+  NpyArray out;
+  out.shape = h.shape;
+  out.type = stored_type(h.dtype);
+  void* dst = nullptr;
+  if (out.type == NpyType::kFloat32) {
+    out.f32.resize(h.count);
+    dst = out.f32.data();
+  } else {
+    out.i64.resize(h.count);
+    dst = out.i64.data();
   }
+  convert_npy_items(h.dtype, bytes.data() + h.data_offset, h.count, dst);
   return out;
 }
 
