@@ -6,8 +6,8 @@ endfunction()
 # The offline libraries the `pipewright` CLI links (graph, sched, sim). As shared libraries every
 # call between their own functions would go through the PLT and forgo inlining, because ELF lets
 # another library interpose any exported symbol; pipewright's symbols are not meant to be
-# interposed, so say so. Measured (docs/performance.md): `simulate` of Interleaved1F1B p 32 v 4
-# m 1024 takes 0.82-0.86x the time of the default shared build.
+# interposed, so say so. Measured (docs/performance.md, bench/compare_binaries.py): `simulate` of
+# Interleaved1F1B p 32 v 4 m 1024 takes 0.88-0.90x the time of the default shared build.
 function(pw_library_options target)
   if(BUILD_SHARED_LIBS AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     target_compile_options(${target} PRIVATE -fno-semantic-interposition)

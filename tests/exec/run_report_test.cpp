@@ -2,6 +2,8 @@
 // host (Note [Shared cores in profiles]), the p2p filter (Note [Measured p2p time]), the batch
 // overhead (Note [Comm overhead]) and the runtime memory (Note [Runtime memory]).
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <vector>
@@ -17,6 +19,19 @@ using sched::Action;
 using sched::ActionKind;
 
 constexpr std::int64_t kMs = 1'000'000;  // ns
+
+// Profiles group ranks by machine (the cores they share): network-namespace "nodes" of one
+// machine (tools/netns-cluster gives each its own host name) are one machine.
+TEST(MachineId, SameWhateverTheHostName) {
+  const std::int64_t before = this_host_id();
+  if (::geteuid() != 0 || ::unshare(CLONE_NEWUTS) != 0) {
+    GTEST_SKIP() << "needs root for a UTS namespace of its own";
+  }
+  const char name[] = "pw-another-node-name";
+  ASSERT_EQ(::sethostname(name, sizeof name - 1), 0);
+  EXPECT_EQ(this_host_id(), before);
+  EXPECT_GE(before, 0);
+}
 
 sched::PlanShape two_stages(int microbatches = 1) {
   sched::PlanShape shape;

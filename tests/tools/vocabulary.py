@@ -123,6 +123,19 @@ for args in (["schedule", "Interleaved1F1B", "-p", "2", "-m", "4"],
 p = run(["schedule", "Interleaved1F1B", "-p", "2", "-v", "2", "-m", "4"])
 p = run(["schedule", "ZBVZeroBubble", "-p", "2", "-m", "4"])  # V = 2 is the schedule's own
 
+# --recv: blocking receives hold the compute stream (InterleavedZeroBubble with p2p time: 54.1 ms
+# posted, 70.9 ms blocking); the old --blocking-recv says the same with a note.
+zb = ["simulate", "--schedule", "InterleavedZeroBubble", "-p", "4", "-v", "2", "-m", "8",
+      "--forward-ms", "1", "--backward-ms", "2", "--weight-ms", "0.75", "--p2p-ms", "0.1"]
+posted, blocking = run(zb), run(zb + ["--recv", "blocking"])
+old = run(zb + ["--blocking-recv"])
+if posted.stdout == blocking.stdout or "makespan 70.900 ms" not in blocking.stdout:
+    fail(f"simulate --recv blocking: {posted.stdout} vs {blocking.stdout}")
+if old.stdout != blocking.stdout or "--blocking-recv is deprecated" not in old.stderr:
+    fail(f"simulate --blocking-recv (old spelling): {old.stdout}{old.stderr}")
+if run(zb + ["--recv", "posted"]).stdout != posted.stdout:
+    fail("simulate --recv posted is not the default")
+
 # -o writes the text report; stdout stays empty. Sizes in units in, human units out.
 out = os.path.join(WORK, "report.txt")
 p = run(["simulate", "--schedule", "1F1B", "-p", "2", "-m", "4", "--dp", "2", "--param-bytes",
