@@ -1,5 +1,5 @@
 // B vs I + W of the executor's stages (issue 22 item 6, Note [Split backward] in
-// exec/src/split_backward.hpp), side by side in one process: a model is partitioned as
+// exec/src/model/split_backward.hpp), side by side in one process: a model is partitioned as
 // `pipewright run` does (balanced), each stage gets realistic inputs (the previous stages'
 // outputs on a random batch), and per stage the medians over the repeats are printed of
 //   B                 torch::autograd::backward of the outputs (the interpreter's B)
@@ -19,12 +19,12 @@
 #include <utility>
 #include <vector>
 
-#include "model_check.hpp"
+#include "model/model_check.hpp"
+#include "model/split_backward.hpp"
+#include "model/stage_module.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/model.hpp"
 #include "pipewright/graph/partition.hpp"
-#include "split_backward.hpp"
-#include "stage_module.hpp"
 
 namespace {
 

@@ -450,7 +450,7 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
 }
 
 void Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
-  // Note [DiLoCo step] (exec/src/diloco.hpp): a fragment's all-reduce starts after step n with
+  // Note [DiLoCo step] (exec/src/dp/diloco.hpp): a fragment's all-reduce starts after step n with
   // (n + 1 + tau) % P == 0 on the dp stream, overlapping the compute of the next tau steps, and
   // the step with (n + 1) % P == 0 waits for it (tau = 0: it is fully exposed).
   const auto& d = opt_.dp;

@@ -202,7 +202,7 @@ class Engine {
   // Note [Posted batches]
   // A rank posts a batch of consecutive SEND/RECV actions at once, after the batch's overhead
   // (NetworkModel::batch_overhead_ns), as the executor does (Note [p2p batches] in
-  // exec/src/interpreter.cpp): every send of the batch leaves then, even one listed after a
+  // exec/src/runtime/interpreter.cpp): every send of the batch leaves then, even one listed after a
   // receive that blocks the compute stream (--blocking-recv), and the compute stream goes on when
   // the batch's receives have arrived. (Blocking at a receive and starting the sends after it
   // delayed 1F1B's SEND_B(i) behind RECV_F(i + 1) by a whole message: +30% on a 100 Mbit/s link.)

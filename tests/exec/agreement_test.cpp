@@ -1,6 +1,6 @@
 // Cross-rank agreement on the job (agreement.hpp) and the output checks run before any work
 // (file_io.hpp): the pure comparison, the exchange over the fake backend, and the file probes.
-#include "agreement.hpp"
+#include "store/agreement.hpp"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "file_io.hpp"
+#include "data/file_io.hpp"
 #include "pipewright/exec/fake_communicator.hpp"
 #include "pipewright/graph/error.hpp"
 

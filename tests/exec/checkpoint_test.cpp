@@ -1,4 +1,4 @@
-#include "checkpoint.hpp"
+#include "runtime/checkpoint.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "ddp.hpp"
+#include "data/file_io.hpp"
+#include "dp/ddp.hpp"
+#include "dp/slowmo.hpp"
 #include "dp_test_util.hpp"
-#include "file_io.hpp"
 #include "pipewright/graph/error.hpp"
-#include "slowmo.hpp"
 
 namespace pipewright::exec {
 namespace {

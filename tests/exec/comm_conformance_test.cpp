@@ -29,7 +29,7 @@
 #include "pipewright/exec/store.hpp"
 #include "pipewright/graph/error.hpp"
 #if PIPEWRIGHT_WITH_NCCL
-#include "nccl_communicator.hpp"
+#include "nccl/nccl_communicator.hpp"
 #endif
 
 namespace pipewright::exec {

@@ -17,7 +17,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "safetensors.hpp"
+#include "data/safetensors.hpp"
 
 namespace {
 

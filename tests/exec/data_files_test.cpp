@@ -12,11 +12,11 @@
 #include <sstream>
 #include <string>
 
-#include "dataset.hpp"
-#include "file_io.hpp"
-#include "npy.hpp"
+#include "data/dataset.hpp"
+#include "data/file_io.hpp"
+#include "data/npy.hpp"
+#include "data/safetensors.hpp"
 #include "pipewright/graph/error.hpp"
-#include "safetensors.hpp"
 
 namespace pipewright::exec {
 namespace {

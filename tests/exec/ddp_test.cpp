@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp.hpp"
+#include "dp/ddp.hpp"
 #include "dp_test_util.hpp"
 #include "pipewright/exec/data_parallel.hpp"
 #include "pipewright/graph/error.hpp"

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "dp_hooks.hpp"
+#include "dp/dp_hooks.hpp"
 #include "pipewright/exec/fake_communicator.hpp"
 
 namespace pipewright::exec::testing {

@@ -15,13 +15,13 @@
 #include <thread>
 #include <vector>
 
-#include "dp_hooks.hpp"
-#include "interpreter.hpp"
+#include "dp/dp_hooks.hpp"
 #include "pipewright/exec/fake_communicator.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/job.hpp"
 #include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/schedule.hpp"
+#include "runtime/interpreter.hpp"
 
 namespace pipewright::exec {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "nccl_errors.hpp"
+#include "nccl/nccl_errors.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec {

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "nccl_communicator.hpp"
+#include "nccl/nccl_communicator.hpp"
 
 namespace pipewright::exec {
 namespace {

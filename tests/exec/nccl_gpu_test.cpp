@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "nccl_communicator.hpp"
+#include "nccl/nccl_communicator.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "nccl_ordering.hpp"
+#include "nccl/nccl_ordering.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec {

@@ -9,9 +9,9 @@
 #include <functional>
 #include <string>
 
-#include "dataset.hpp"
-#include "npy.hpp"
-#include "npy_file.hpp"
+#include "data/dataset.hpp"
+#include "data/npy.hpp"
+#include "data/npy_file.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec {

@@ -1,7 +1,7 @@
-// The prefetching data loader (exec/src/prefetch.hpp, issue 24 item 5): batches and stream
+// The prefetching data loader (exec/src/data/prefetch.hpp, issue 24 item 5): batches and stream
 // positions independent of the read-ahead depth, a bad sample's error in its step's turn naming
 // the source and the sample, seek, and destruction while the loader thread waits on a full queue.
-#include "prefetch.hpp"
+#include "data/prefetch.hpp"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "dataset.hpp"
+#include "data/dataset.hpp"
+#include "data/sharding.hpp"
 #include "pipewright/graph/error.hpp"
-#include "sharding.hpp"
 
 namespace pipewright::exec {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "pipewright/sched/costs.hpp"
 #include "pipewright/sched/trace.hpp"
-#include "run_report.hpp"
+#include "report/run_report.hpp"
 
 namespace pipewright::exec {
 namespace {

@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "model_check.hpp"
+#include "data/safetensors.hpp"
+#include "model/model_check.hpp"
+#include "model/stage_module.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/model.hpp"
 #include "pipewright/graph/stage_graph.hpp"
-#include "safetensors.hpp"
-#include "stage_module.hpp"
 
 namespace pipewright::exec {
 namespace {

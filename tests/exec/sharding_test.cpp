@@ -5,8 +5,8 @@
 #include <set>
 #include <vector>
 
+#include "data/sharding.hpp"
 #include "pipewright/graph/error.hpp"
-#include "sharding.hpp"
 
 namespace pipewright::exec {
 namespace {

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "ddp.hpp"
+#include "dp/ddp.hpp"
+#include "dp/slowmo.hpp"
 #include "dp_test_util.hpp"
 #include "pipewright/exec/data_parallel.hpp"
 #include "pipewright/graph/error.hpp"
-#include "slowmo.hpp"
 
 namespace pipewright::exec {
 namespace {

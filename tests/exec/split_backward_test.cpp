@@ -1,9 +1,9 @@
-// The backward split (Note [Split backward] in exec/src/split_backward.hpp): I (backward_input)
-// then W (backward_weight) must give the input and parameter gradients of one full backward, on
-// graphs built to break a naive split (a parameter used above and below in S, a parameter-only
-// subgraph shared by two layers, no differentiable input, unused inputs, a loss root), and on
-// stages of the built-in GPT.
-#include "split_backward.hpp"
+// The backward split (Note [Split backward] in exec/src/model/split_backward.hpp): I
+// (backward_input) then W (backward_weight) must give the input and parameter gradients of one full
+// backward, on graphs built to break a naive split (a parameter used above and below in S, a
+// parameter-only subgraph shared by two layers, no differentiable input, unused inputs, a loss
+// root), and on stages of the built-in GPT.
+#include "model/split_backward.hpp"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -11,9 +11,9 @@
 #include <functional>
 #include <vector>
 
+#include "model/stage_module.hpp"
 #include "pipewright/graph/generators.hpp"
 #include "pipewright/graph/stage_graph.hpp"
-#include "stage_module.hpp"
 
 namespace pipewright::exec {
 namespace {

@@ -1,6 +1,6 @@
 // StageModule and compute_loss against hand-built libtorch references, split vs whole models,
 // partition-independent initialisation, and the model/data checks.
-#include "stage_module.hpp"
+#include "model/stage_module.hpp"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

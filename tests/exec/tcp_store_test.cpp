@@ -1,5 +1,5 @@
 // The rendezvous store's job identity and failure reporting (issue 20, items 1 and 5; Note
-// [Store protocol] in exec/src/tcp_store_server.cpp): it listens on the master address only,
+// [Store protocol] in exec/src/store/tcp_store_server.cpp): it listens on the master address only,
 // refuses processes of another job without disturbing its own, reports a port in use as a
 // ConfigError naming the port, ends a rendezvous at once naming a rank that died, names ranks
 // that stopped answering, and gives up on an absent rank 0 within the timeout (not twice it).
@@ -18,7 +18,7 @@
 #include "pipewright/exec/rendezvous.hpp"
 #include "pipewright/exec/store.hpp"
 #include "pipewright/graph/error.hpp"
-#include "store_wire.hpp"
+#include "store/store_wire.hpp"
 
 namespace pipewright::exec {
 namespace {

@@ -1,7 +1,7 @@
 // TiedGradientSync (tied_sync.hpp): the copies of a tied parameter on two pipeline ranks (one of
 // them holding two copies, as two stages of an interleaved plan) end with the sum of all copies'
 // gradients; a plan that computes after an OPTIM is refused.
-#include "tied_sync.hpp"
+#include "dp/tied_sync.hpp"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

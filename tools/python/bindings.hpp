@@ -1,6 +1,6 @@
 // The C++ half of the Python module `pipewright` (module `pipewright._pipewright`; the Python
 // package in pipewright/ wraps it). Each bind_* adds one area's classes and functions; every
-// function calls the same library functions as the matching CLI subcommand (tools/cmd_*.cpp),
+// function calls the same library functions as the matching CLI subcommand (tools/cli/cmd_*.cpp),
 // so the module and the CLI give the same results for the same inputs.
 #pragma once
 

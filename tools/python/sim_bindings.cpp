@@ -1,6 +1,6 @@
 // Simulation (`pipewright simulate`): the same job resolution, cost sources, cluster and options
-// as tools/cmd_simulate.cpp, returning the metrics JSON and per-rank timelines (the package turns
-// them into a dict and numpy arrays).
+// as tools/cli/cmd_simulate.cpp, returning the metrics JSON and per-rank timelines (the package
+// turns them into a dict and numpy arrays).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 

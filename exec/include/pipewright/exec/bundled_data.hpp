@@ -3,8 +3,9 @@
 // "sonnets" is a public-domain text (examples/data/sonnets.txt) for character-level language
 // modelling: the vocabulary is the sorted set of its distinct bytes, sample i is the window of
 // seq + 1 characters starting at i (x = the first seq ids, y = the next-character targets). The
-// executor's CharLmDataset (exec/src/dataset.hpp) trains on it with `pipewright run --dataset`;
-// these functions let the CLI describe it, size a matching GPT, and export it as .npy files.
+// executor's CharLmDataset (exec/src/data/dataset.hpp) trains on it with `pipewright run
+// --dataset`; these functions let the CLI describe it, size a matching GPT, and export it as .npy
+// files.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // bucketed, overlapped gradient all-reduce; SlowMo or plain LocalSGD averaging parameters every
 // few steps), its options, replica checks, and checkpointing. Torch-free so that tools/ (the
 // `pipewright run` flags and --config keys) can fill it. docs/data-parallel.md describes the
-// semantics; exec/src/ddp.hpp and exec/src/slowmo.hpp implement them.
+// semantics; exec/src/dp/ddp.hpp and exec/src/dp/slowmo.hpp implement them.
 #pragma once
 
 #include <cstdint>

@@ -29,14 +29,14 @@ struct RunConfig : sched::JobSpec {
   std::string init_path;  // safetensors with initial weights (names as in the model)
   std::string save_path;  // safetensors of the final weights, written by world rank 0
   // --forward-only: the last stage's outputs of every step in sample order (.npy, world rank 0;
-  // exec/src/run_outputs.hpp).
+  // exec/src/runtime/run_outputs.hpp).
   std::string outputs_path;
   // Data: either data_x + data_y (npy) or dataset (bundled name).
   std::string data_x;
   std::string data_y;
   std::string dataset;
   bool shuffle = true;
-  // Steps of batches read ahead on a background thread (exec/src/prefetch.hpp); 0: read each
+  // Steps of batches read ahead on a background thread (exec/src/data/prefetch.hpp); 0: read each
   // batch on the training thread when its step starts.
   std::int64_t prefetch = 2;
   // Communication.
@@ -76,8 +76,8 @@ struct DryRun {
 
 // One step as logged by world rank 0.
 // Training produced a non-finite loss or gradient norm under --nan-policy error (Note
-// [Non-finite steps] in exec/src/nonfinite.cpp): a runtime fault, exit 1 (pipewright::Error's
-// default). The message names the step, rank and stage.
+// [Non-finite steps] in exec/src/runtime/nonfinite.cpp): a runtime fault, exit 1
+// (pipewright::Error's default). The message names the step, rank and stage.
 class NumericalError : public Error {
  public:
   using Error::Error;

@@ -3,8 +3,8 @@
 // throws TimeoutError naming the key(s) on expiry; transport failures throw BackendError.
 //
 // Implementations: make_tcp_store() (pipewright's TCP store, hosted by rank 0: the real
-// multi-process store; Note [Store protocol] in exec/src/tcp_store_server.cpp) and MemoryStore
-// (in-process, for tests and FakeWorld threads).
+// multi-process store; Note [Store protocol] in exec/src/store/tcp_store_server.cpp) and
+// MemoryStore (in-process, for tests and FakeWorld threads).
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,5 @@
 // DDP gradient buckets: the one assignment of parameters to flat all-reduce buckets shared by the
-// executor (exec/src/ddp.cpp) and the simulator, so that both communicate the same bytes in the
+// executor (exec/src/dp/ddp.cpp) and the simulator, so that both communicate the same bytes in the
 // same order.
 //
 // The assignment follows PyTorch's c10d::compute_bucket_assignment_by_size as

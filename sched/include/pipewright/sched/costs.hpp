@@ -124,11 +124,11 @@ struct CostTable {
   // Compute-stream time of posting and completing one batch of point-to-point operations (a
   // rank's consecutive SEND/RECV actions, which the executor posts together), even when the data
   // is already there: ms per batch. Executor profiles measure it (Note [Comm overhead] in
-  // exec/src/run_report.cpp).
+  // exec/src/report/run_report.cpp).
   double comm_overhead_ms = 0;
   // Memory every rank holds besides the model state and activations (runtime libraries,
   // allocator caches, data), bytes; the simulator adds it to each rank's predicted peak.
-  // Executor profiles measure it (Note [Runtime memory] in exec/src/run_report.hpp).
+  // Executor profiles measure it (Note [Runtime memory] in exec/src/report/run_report.hpp).
   std::int64_t runtime_memory_bytes = 0;
   // CPU cores the measured node's ranks shared when they were more than the cores (0: every
   // rank had its own device or cores). The compute times are then dedicated-core times

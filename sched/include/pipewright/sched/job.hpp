@@ -105,7 +105,8 @@ struct DataParallelSpec {
     return slowmo_base.value_or(DpAlgorithm::kLocalSgd);
   }
 
-  // DiLoCo / Streaming DiLoCo (docs/data-parallel.md, Note [DiLoCo step] in exec/src/diloco.hpp).
+  // DiLoCo / Streaming DiLoCo (docs/data-parallel.md, Note [DiLoCo step] in
+  // exec/src/dp/diloco.hpp).
   std::optional<std::int64_t> sync_every;  // H, inner steps per outer step; default 100
   std::optional<double> outer_lr;          // default 0.7 (DiLoCo paper)
   std::optional<double> outer_momentum;    // default 0.9

@@ -72,8 +72,8 @@ struct CompareReport {
 // by tens of percent within a run here) is part of its error. A trace-driven replay (as Lumos and
 // dPRO do) takes every compute action's own measured duration in each measured step (F, B, I, W
 // and OPTIM; wall time, or with shared cores the dedicated-core work recovered from it as in
-// Note [Shared cores in profiles], exec/src/run_report.hpp) and simulates that step alone with the
-// profile's communication costs; its error is the error of the simulator's dependency,
+// Note [Shared cores in profiles], exec/src/report/run_report.hpp) and simulates that step alone
+// with the profile's communication costs; its error is the error of the simulator's dependency,
 // communication and core-sharing model, not of the host's drift. compare reports the median
 // predicted step against the median measured step, and the per-step errors.
 struct TraceReplay {

@@ -47,7 +47,7 @@ struct DataParallelOptions {
   // Defaults as sched::DataParallelSpec's (fairscale's); sim_options(job) fills them from a job.
   std::int32_t localsgd_frequency = 3;  // LocalSGD / SlowMo: average parameters every N steps
   std::int32_t slowmo_frequency = 48;   // SlowMo: slow-momentum reduce + broadcast every N steps
-  // DiLoCo / Streaming DiLoCo (Note [DiLoCo step] in exec/src/diloco.hpp): one fragment of
+  // DiLoCo / Streaming DiLoCo (Note [DiLoCo step] in exec/src/dp/diloco.hpp): one fragment of
   // param_bytes / fragments is all-reduced every sync_every / fragments steps; its all-reduce
   // starts sync_delay steps before the step that applies it and overlaps their compute.
   std::int32_t sync_every = 100;

@@ -1,0 +1,552 @@
+// The Gloo backend: a Communicator over c10d::ProcessGroupGloo from Debian's libtorch. Buffers
+// are wrapped with torch::from_blob (no copies). This is the only translation unit that includes
+// ProcessGroupGloo.
+//
+// Note [Gloo p2p completion]: c10d's Gloo SendWork/RecvWork only learn of completion inside
+// wait() (isCompleted() stays false until then), and each wait() consumes one completion of the
+// underlying gloo buffer, so it must be called exactly once. GlooP2PWork therefore calls the
+// c10d wait directly from wait() (its BasicWork::pause), and only if someone polls
+// is_completed() first does it start a waiter thread (BasicWork::start_progress) that performs
+// that single wait and publishes the outcome.
+//
+// Note [Leaking a failed process group]: ~ProcessGroupGloo drains its work queue and joins its
+// threads; after a peer died or an operation timed out, that can block until gloo's own
+// timeout. A communicator that has seen a failure therefore leaks its process group instead of
+// destroying it: the process is about to report the error and exit, and must not hang.
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "comm/backends.hpp"
+#include "comm/communicator_base.hpp"
+#include "comm/shm_collectives.hpp"
+#include "pipewright/graph/error.hpp"
+
+namespace pipewright::exec::detail {
+
+namespace {
+
+// c10d::Store over a pipewright Store (which must outlive it), so Gloo can rendezvous through
+// any Store: the TCP store across processes, or a MemoryStore across threads in tests.
+class StoreAdapter final : public c10d::Store {
+ public:
+  StoreAdapter(exec::Store& store, std::chrono::milliseconds timeout)
+      : c10d::Store(timeout), store_(store) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    store_.set(key, value);
+  }
+  std::vector<uint8_t> get(const std::string& key) override { return store_.get(key, timeout_); }
+  int64_t add(const std::string& key, int64_t value) override { return store_.add(key, value); }
+  bool deleteKey(const std::string& key) override { return store_.erase(key); }
+  bool check(const std::vector<std::string>& keys) override { return store_.check(keys); }
+  int64_t getNumKeys() override {
+    TORCH_CHECK(false, "pipewright Store does not support getNumKeys");
+  }
+  void wait(const std::vector<std::string>& keys) override { store_.wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    store_.wait(keys, timeout);
+  }
+
+ private:
+  exec::Store& store_;
+};
+
+at::ScalarType scalar_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return at::kFloat;
+    case DType::kFloat64:
+      return at::kDouble;
+    case DType::kFloat16:
+      return at::kHalf;
+    case DType::kBFloat16:
+      return at::kBFloat16;
+    case DType::kInt64:
+      return at::kLong;
+    case DType::kInt32:
+      return at::kInt;
+    case DType::kUInt8:
+      return at::kByte;
+  }
+  return at::kFloat;
+}
+
+c10d::ReduceOp reduce_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+std::string first_line(const std::string& s) {
+  auto line = s.substr(0, s.find('\n'));
+  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
+}
+
+// Ranks with equal identities can map each other's POSIX shared memory and see each other's
+// pids (peer-death detection): same host name, same boot, same /dev/shm file system (containers
+// on one machine have their own) and same pid namespace. The network namespace counts too: ranks
+// in different ones are different nodes to the user (tools/netns-cluster), and their traffic
+// must cross the network between them, not shared memory.
+std::string host_identity() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  struct stat st {};
+  const bool has_shm = ::stat("/dev/shm", &st) == 0;
+  char pid_ns[128] = {}, net_ns[128] = {};
+  const auto n = ::readlink("/proc/self/ns/pid", pid_ns, sizeof pid_ns - 1);
+  const auto m = ::readlink("/proc/self/ns/net", net_ns, sizeof net_ns - 1);
+  return std::string(host) + "|" + boot + "|" +
+         (has_shm ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) : "no-shm") + "|" +
+         (n > 0 ? std::string(pid_ns, static_cast<std::size_t>(n)) : "no-pid-ns") + "|" +
+         (m > 0 ? std::string(net_ns, static_cast<std::size_t>(m)) : "no-net-ns");
+}
+
+// The local address of the route to `host` (the master): what this rank's peers reach it by,
+// as PyTorch picks Gloo's interface. A UDP connect() sends nothing; it only chooses the route.
+// Empty if `host` does not resolve or has no route.
+std::string address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return {};
+  std::string out;
+  for (addrinfo* p = res; p != nullptr && out.empty(); p = p->ai_next) {
+    const int fd = ::socket(p->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    if (::connect(fd, p->ai_addr, p->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char text[INET_ADDRSTRLEN] = {};
+      if (::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) != nullptr) out = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
+bool contains(const std::string& s, const char* needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+// What an operation waits for, and who to blame: "rank 3" or "one of ranks [0, 2, 3]".
+struct Blame {
+  std::string prefix;  // op_prefix()
+  std::string peers;
+};
+
+// Maps whatever c10d/gloo threw (the exception being handled) to the pipewright error contract.
+std::exception_ptr mapped_error(const std::exception& e, const Blame& blame,
+                                std::chrono::milliseconds timeout) {
+  if (dynamic_cast<const Error*>(&e) != nullptr) {
+    return std::current_exception();  // already ours (e.g. from the store)
+  }
+  const std::string what = e.what();
+  if (contains(what, "Operation timed out") || contains(what, "Timed out") ||
+      contains(what, "timed out") || contains(what, "Timeout") || contains(what, "timeout")) {
+    return std::make_exception_ptr(TimeoutError(blame.prefix + ": " + timed_out_after(timeout) +
+                                                " waiting for " + blame.peers +
+                                                " (gloo: " + first_line(what) + ")"));
+  }
+  if (contains(what, "Connection closed by peer") || contains(what, "Connection reset") ||
+      contains(what, "Broken pipe") || contains(what, "Connection refused") ||
+      contains(what, "ECONNRESET") || contains(what, "EPIPE") || contains(what, "closed")) {
+    return std::make_exception_ptr(
+        PeerError(blame.prefix + ": peer " + blame.peers +
+                  " died or closed its connection (gloo: " + first_line(what) + ")"));
+  }
+  return std::make_exception_ptr(BackendError(blame.prefix + ": gloo failed: " + first_line(what)));
+}
+
+[[noreturn]] void rethrow_mapped(const std::exception& e, const Blame& blame,
+                                 std::chrono::milliseconds timeout) {
+  std::rethrow_exception(mapped_error(e, blame, timeout));
+}
+
+using Flag = std::shared_ptr<std::atomic<bool>>;
+
+// A collective (c10d AsyncWork): isCompleted() and repeated wait() are supported by c10d, so
+// test() asks isCompleted() and pause() blocks in c10d's wait until the deadline.
+class GlooCollectiveWork final : public BasicWork {
+ public:
+  GlooCollectiveWork(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> tensors,
+                     Blame blame, Flag failed)
+      : BasicWork(blame.prefix),
+        work_(std::move(work)),
+        tensors_(std::move(tensors)),
+        blame_(std::move(blame)),
+        failed_(std::move(failed)) {}
+
+ private:
+  bool test() override {
+    if (!work_->isCompleted()) return false;
+    c10d_wait(std::chrono::milliseconds(1));  // rethrows a stored error
+    return true;
+  }
+  std::string waiting_for() const override { return blame_.peers; }
+  void pause(WaitState& wait, std::unique_lock<std::mutex>& /*lock*/) override {
+    c10d_wait(std::chrono::duration_cast<std::chrono::milliseconds>(wait.deadline - now()),
+              wait.timeout);
+  }
+
+  // c10d treats 0 as "no timeout"; ours is "check once".
+  void c10d_wait(std::chrono::milliseconds t, std::chrono::milliseconds reported) {
+    try {
+      work_->wait(std::max(t, std::chrono::milliseconds(1)));
+    } catch (const std::exception& e) {
+      *failed_ = true;
+      rethrow_mapped(e, blame_, reported);
+    }
+  }
+  void c10d_wait(std::chrono::milliseconds t) { c10d_wait(t, t); }
+
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<at::Tensor> tensors_;  // keep the views alive while gloo uses them
+  Blame blame_;
+  Flag failed_;
+};
+
+// Point-to-point: see Note [Gloo p2p completion]. `shared_` is what the waiter thread (started
+// by is_completed()) publishes; every failure is final.
+class GlooP2PWork final : public BasicWork {
+ public:
+  GlooP2PWork(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> tensors, Blame blame,
+              Flag failed, std::chrono::milliseconds transport_timeout)
+      : BasicWork(blame.prefix),
+        shared_(std::make_shared<Shared>()),
+        blame_(std::move(blame)),
+        failed_(std::move(failed)),
+        transport_timeout_(transport_timeout) {
+    shared_->work = std::move(work);
+    shared_->tensors = std::move(tensors);
+  }
+
+ private:
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool waiter_started = false;
+    bool done = false;
+    std::exception_ptr error;  // mapped
+    c10::intrusive_ptr<c10d::Work> work;
+    std::vector<at::Tensor> tensors;
+  };
+
+  std::unique_lock<std::mutex> lock() override { return std::unique_lock<std::mutex>(shared_->mu); }
+
+  bool test() override {
+    if (!shared_->done) return false;
+    if (shared_->error) std::rethrow_exception(shared_->error);
+    return true;
+  }
+
+  std::string waiting_for() const override { return blame_.peers; }
+
+  void pause(WaitState& wait, std::unique_lock<std::mutex>& lock) override {
+    if (shared_->waiter_started) {
+      (void)shared_->cv.wait_until(lock, wait.deadline);
+      return;
+    }
+    // Nobody polled: wait in this thread (the common, cheap path). The lock is held so that a
+    // concurrent is_completed() cannot start a second wait.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait.deadline - now());
+    try {
+      shared_->work->wait(std::max(left, std::chrono::milliseconds(1)));
+    } catch (const std::exception& e) {
+      // A c10d-level wait timeout leaves the gloo buffer pending and c10d lets us wait again
+      // only at the risk of consuming a later completion: treat every failure as final.
+      shared_->error = mapped_error(e, blame_, wait.timeout);
+      *failed_ = true;
+    }
+    shared_->done = true;
+  }
+
+  void start_progress() override {
+    if (shared_->waiter_started) return;
+    shared_->waiter_started = true;
+    std::thread([shared = shared_, blame = blame_, failed = failed_, t = transport_timeout_] {
+      std::exception_ptr error;
+      try {
+        shared->work->wait(t);
+      } catch (const std::exception& e) {
+        error = mapped_error(e, blame, t);
+        *failed = true;
+      } catch (...) {
+        error = std::current_exception();
+        *failed = true;
+      }
+      std::lock_guard<std::mutex> guard(shared->mu);
+      shared->done = true;
+      shared->error = error;
+      shared->cv.notify_all();
+    }).detach();
+  }
+
+  std::shared_ptr<Shared> shared_;
+  Blame blame_;
+  Flag failed_;
+  std::chrono::milliseconds transport_timeout_;
+};
+
+class GlooCommunicator final : public CommunicatorBase {
+ public:
+  // `members` are world ranks by local rank; `name` is the deterministic store prefix.
+  GlooCommunicator(c10::intrusive_ptr<c10d::Store> root_store, std::string name,
+                   std::vector<int> members, int rank, const CommOptions& options,
+                   std::shared_ptr<::gloo::transport::Device> device)
+      : CommunicatorBase("gloo", std::move(members), rank),
+        root_store_(std::move(root_store)),
+        name_(std::move(name)),
+        options_(options),
+        failed_(std::make_shared<std::atomic<bool>>(false)),
+        device_(std::move(device)) {
+    auto pg_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
+    pg_options->devices.push_back(device_);
+    pg_options->threads = 2;
+    auto store = c10::make_intrusive<c10d::PrefixStore>(name_, root_store_);
+    try {
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size(), pg_options);
+    } catch (const std::exception& e) {
+      const std::string what = "rank " + std::to_string(self()) + ": connecting the Gloo group " +
+                               name_ + " of ranks " + rank_list(this->members());
+      if (dynamic_cast<const TimeoutError*>(&e) != nullptr || contains(e.what(), "imeout") ||
+          contains(e.what(), "timed out")) {
+        throw TimeoutError(what + " " + timed_out_after(options_.timeout) + ": " +
+                           first_line(e.what()));
+      }
+      throw PeerError(what + " failed: " + first_line(e.what()));
+    }
+  }
+
+  ~GlooCommunicator() override {
+    if (*failed_) {
+      // Note [Leaking a failed process group]
+      (void)pg_.release();
+    }
+  }
+
+  WorkPtr send(const BufferView& buf, int dst, std::int64_t tag, const OpContext& ctx) override {
+    check_rank(dst, "send");
+    auto tensors = wrap(buf, "send");
+    Blame blame{p2p_prefix(true, dst, ctx), "rank " + std::to_string(global_rank(dst))};
+    auto work = guarded(blame, [&] { return pg_->send(tensors, dst, checked_tag(tag)); });
+    return std::make_shared<GlooP2PWork>(std::move(work), std::move(tensors), std::move(blame),
+                                         failed_, options_.timeout);
+  }
+
+  WorkPtr recv(const BufferView& buf, int src, std::int64_t tag, const OpContext& ctx) override {
+    check_rank(src, "recv");
+    auto tensors = wrap(buf, "recv");
+    Blame blame{p2p_prefix(false, src, ctx), "rank " + std::to_string(global_rank(src))};
+    auto work = guarded(blame, [&] { return pg_->recv(tensors, src, checked_tag(tag)); });
+    return std::make_shared<GlooP2PWork>(std::move(work), std::move(tensors), std::move(blame),
+                                         failed_, options_.timeout);
+  }
+
+  WorkPtr all_reduce(const BufferView& buf, ReduceOp op, const OpContext& ctx) override {
+    if (shm_ && !buf.device.is_cuda()) {
+      if (ShmBuffer* b = shm_->find(buf.data, buf.bytes())) {
+        return shm_->all_reduce(b, buf, op, op_prefix("all_reduce", ctx));
+      }
+    }
+    auto tensors = wrap(buf, "all_reduce");
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = reduce_op(op);
+    return collective("all_reduce", ctx, std::move(tensors),
+                      [&](std::vector<at::Tensor>& t) { return pg_->allreduce(t, opts); });
+  }
+
+  WorkPtr reduce(const BufferView& buf, int root, ReduceOp op, const OpContext& ctx) override {
+    check_rank(root, "reduce root");
+    auto tensors = wrap(buf, "reduce");
+    c10d::ReduceOptions opts;
+    opts.reduceOp = reduce_op(op);
+    opts.rootRank = root;
+    return collective("reduce", ctx, std::move(tensors),
+                      [&](std::vector<at::Tensor>& t) { return pg_->reduce(t, opts); });
+  }
+
+  WorkPtr broadcast(const BufferView& buf, int root, const OpContext& ctx) override {
+    check_rank(root, "broadcast root");
+    auto tensors = wrap(buf, "broadcast");
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    return collective("broadcast", ctx, std::move(tensors),
+                      [&](std::vector<at::Tensor>& t) { return pg_->broadcast(t, opts); });
+  }
+
+  WorkPtr barrier(const OpContext& ctx) override {
+    return collective("barrier", ctx, {}, [&](std::vector<at::Tensor>&) { return pg_->barrier(); });
+  }
+
+  // Note [Shared-memory all-reduce]. Every member publishes its host identity; when all match,
+  // rank 0 creates the shared object and names it, the others map it and report back, and only
+  // if every member succeeded is it used (else every member falls back to heap memory, so the
+  // group agrees on which path each all-reduce takes). Rank 0 unlinks the name once all have
+  // mapped it, so nothing is left in /dev/shm even if the job is killed.
+  std::shared_ptr<void> allocate_collective_buffer(std::size_t bytes) override {
+    if (!options_.shm_collectives || size() == 1) {
+      return Communicator::allocate_collective_buffer(bytes);
+    }
+    const std::string key = "shm/" + std::to_string(alloc_seq_++) + "/";
+    auto store = c10::make_intrusive<c10d::PrefixStore>(name_, root_store_);
+    auto put = [&](const std::string& k, const std::string& v) {
+      store->set(key + k, std::vector<std::uint8_t>(v.begin(), v.end()));
+    };
+    auto get = [&](const std::string& k) {
+      const auto v = store->get(key + k);
+      return std::string(v.begin(), v.end());
+    };
+    const std::string host = host_identity();
+    put("host/" + std::to_string(rank()), host);
+    bool same_host = true;
+    for (int r = 0; r < size(); ++r)
+      same_host = same_host && get("host/" + std::to_string(r)) == host;
+    if (!same_host) return Communicator::allocate_collective_buffer(bytes);
+
+    std::shared_ptr<ShmBuffer> buffer;
+    std::string name;
+    std::string error;
+    if (rank() == 0) {
+      std::random_device rd;
+      name = "/pipewright-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
+             std::to_string(alloc_seq_);
+      buffer = ShmBuffer::create(name, size(), bytes, &error);
+      put("name", buffer ? name : std::string());
+    } else {
+      name = get("name");
+      if (!name.empty()) buffer = ShmBuffer::open(name, self(), size(), bytes, &error);
+    }
+    put("ok/" + std::to_string(rank()), buffer ? "1" : "0");
+    bool all_ok = true;
+    for (int r = 0; r < size(); ++r) all_ok = all_ok && get("ok/" + std::to_string(r)) == "1";
+    if (rank() == 0 && buffer) ShmBuffer::unlink(name);
+    if (!all_ok) return Communicator::allocate_collective_buffer(bytes);
+    if (!shm_) shm_ = std::make_unique<ShmCollectives>(rank(), members(), options_.timeout);
+    shm_->add(buffer);
+    void* data = buffer->slot(rank());
+    return std::shared_ptr<void>(std::move(buffer), data);  // keeps the mapping alive
+  }
+
+  std::unique_ptr<Communicator> make_split(const SplitRequest& request) override {
+    // Every rank numbers its splits identically, so the prefix is the same on all members.
+    const std::string child = name_ + "/" + std::to_string(request.seq);
+    if (request.rank < 0) return nullptr;
+    return std::make_unique<GlooCommunicator>(root_store_, child, request.world, request.rank,
+                                              options_, device_);
+  }
+
+ private:
+  static int checked_tag(std::int64_t tag) {
+    PW_ASSERT(tag >= 0 && tag <= std::numeric_limits<std::int32_t>::max(),
+              "Gloo point-to-point tags must be in [0, 2^31), got " << tag);
+    return static_cast<int>(tag);
+  }
+
+  std::vector<at::Tensor> wrap(const BufferView& buf, const char* op) const {
+    if (buf.device.is_cuda()) {
+      throw BackendError("rank " + std::to_string(self()) + ": " + op +
+                         ": the Gloo backend works on CPU buffers only (use --backend nccl)");
+    }
+    auto tensor = torch::from_blob(buf.data, {static_cast<std::int64_t>(buf.count)},
+                                   torch::TensorOptions().dtype(scalar_type(buf.dtype)));
+    return {tensor};
+  }
+
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> guarded(const Blame& blame, F&& post) {
+    try {
+      return post();
+    } catch (const std::exception& e) {
+      *failed_ = true;
+      rethrow_mapped(e, blame, options_.timeout);
+    }
+  }
+
+  template <typename F>
+  WorkPtr collective(const char* name, const OpContext& ctx, std::vector<at::Tensor> tensors,
+                     F&& post) {
+    Blame blame{op_prefix(name, ctx), others()};
+    auto work = guarded(blame, [&] { return post(tensors); });
+    return std::make_shared<GlooCollectiveWork>(std::move(work), std::move(tensors),
+                                                std::move(blame), failed_);
+  }
+
+  c10::intrusive_ptr<c10d::Store> root_store_;
+  std::string name_;
+  CommOptions options_;
+  Flag failed_;
+  std::shared_ptr<::gloo::transport::Device> device_;  // shared by the world and its splits
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  std::int64_t alloc_seq_ = 0;
+  std::unique_ptr<ShmCollectives> shm_;  // created with the first shared buffer
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_gloo_communicator(const WorldInfo& world, Store& store,
+                                                     const CommOptions& options) {
+  auto adapter = c10::make_intrusive<StoreAdapter>(store, options.timeout);
+  // Bind where peers can reach us: an explicit interface (GLOO_SOCKET_IFNAME), loopback for
+  // single-host jobs (the default, and what tests use), else the local address of the route to
+  // the master (as PyTorch does), else the address this host's name resolves to.
+  std::shared_ptr<::gloo::transport::Device> device;
+  const std::string& addr = world.master_addr;
+  std::string interface = options.gloo_interface;
+  if (const char* env = std::getenv("GLOO_SOCKET_IFNAME"); interface.empty() && env != nullptr) {
+    interface = env;
+    PW_CHECK(interface.find(',') == std::string::npos, ConfigError,
+             "rank " << world.rank << ": GLOO_SOCKET_IFNAME='"
+                     << interface << "': pipewright binds one interface; name one");
+  }
+  try {
+    if (!interface.empty()) {
+      device = c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+    } else if (addr.rfind("127.", 0) == 0 || addr == "localhost" || addr == "::1") {
+      device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+    } else if (const std::string local = address_towards(addr, world.master_port); !local.empty()) {
+      device = c10d::ProcessGroupGloo::createDeviceForHostname(local);
+    } else {
+      device = c10d::ProcessGroupGloo::createDefaultDevice();
+    }
+  } catch (const std::exception& e) {
+    throw ConfigError("rank " + std::to_string(world.rank) +
+                      ": cannot create the Gloo network device (interface '" + interface +
+                      "'): " + first_line(e.what()));
+  }
+  std::vector<int> members(static_cast<std::size_t>(world.world_size));
+  for (int r = 0; r < world.world_size; ++r) members[static_cast<std::size_t>(r)] = r;
+  return std::make_unique<GlooCommunicator>(adapter, "pipewright/gloo", std::move(members),
+                                            world.rank, options, std::move(device));
+}
+
+}  // namespace pipewright::exec::detail

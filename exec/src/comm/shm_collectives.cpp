@@ -1,0 +1,446 @@
+// Shared-memory all-reduce: see Note [Shared-memory all-reduce] in shm_collectives.hpp.
+#include "comm/shm_collectives.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <new>
+#include <sstream>
+#include <utility>
+
+#include "comm/communicator_base.hpp"
+#include "comm/reduce_kernels.hpp"
+#include "pipewright/graph/error.hpp"
+
+namespace pipewright::exec::detail {
+
+namespace {
+
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kLine = 64;
+constexpr std::uint32_t kMagic = 0x70775348;  // "pwSH"
+// How long one futex wait sleeps before re-checking the deadline, peer liveness and stop.
+constexpr auto kPollSlice = std::chrono::milliseconds(100);
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+// Per-rank state, one cache line each, after the first line of the header.
+struct alignas(kLine) RankState {
+  std::atomic<std::uint64_t> arrivals{0};  // barriers this rank has entered
+  std::atomic<std::int64_t> pid{0};        // for peer-death detection
+  std::atomic<std::uint64_t> offset{0};    // the all-reduce this rank is in (checked at entry)
+  std::atomic<std::uint64_t> count{0};
+};
+static_assert(sizeof(RankState) == kLine);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
+                  std::atomic<std::uint32_t>::is_always_lock_free,
+              "atomics in shared memory must be lock-free (address-free)");
+
+std::size_t header_bytes_for(int size) {
+  return round_up(kLine + kLine * static_cast<std::size_t>(size), kPage);
+}
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value,
+           const struct timespec* timeout) {
+  // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
+  return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+// Sum of `n` float32 inputs into dst, in input order, blockwise so the partial sums stay in L1.
+// dst may alias one of the inputs.
+void sum_float(float* dst, const float* const* in, int n, std::size_t count) {
+  constexpr std::size_t kBlock = 2048;
+  alignas(kLine) float acc[kBlock];
+  for (std::size_t base = 0; base < count; base += kBlock) {
+    const std::size_t len = std::min(kBlock, count - base);
+    const float* __restrict a = in[0] + base;
+    const float* __restrict b = in[1] + base;
+    for (std::size_t i = 0; i < len; ++i) acc[i] = a[i] + b[i];
+    for (int k = 2; k < n; ++k) {
+      const float* __restrict c = in[k] + base;
+      for (std::size_t i = 0; i < len; ++i) acc[i] += c[i];
+    }
+    std::memcpy(dst + base, acc, len * sizeof(float));
+  }
+}
+
+// [begin, end) of chunk c when `count` elements are split over `size` ranks, chunk starts
+// aligned to 64 bytes so no two owners write one cache line.
+std::pair<std::size_t, std::size_t> chunk(std::size_t count, std::size_t elem, int size, int c) {
+  const std::size_t align = std::max<std::size_t>(1, kLine / elem);
+  const std::size_t per = round_up(
+      (count + static_cast<std::size_t>(size) - 1) / static_cast<std::size_t>(size), align);
+  const std::size_t begin = std::min(count, per * static_cast<std::size_t>(c));
+  return {begin, std::min(count, begin + per)};
+}
+
+}  // namespace
+
+struct ShmBuffer::Header {
+  std::atomic<std::uint32_t> wake{0};  // futex word: bumped by every arrival
+  std::uint32_t magic = kMagic;
+  std::int32_t size = 0;
+  std::uint64_t slot_bytes = 0;
+};
+static_assert(sizeof(ShmBuffer::Header) <= kLine);
+
+namespace {
+RankState& rank_state(ShmBuffer::Header& h, int r) {
+  auto* base = reinterpret_cast<std::byte*>(&h) + kLine;
+  return *reinterpret_cast<RankState*>(base + kLine * static_cast<std::size_t>(r));
+}
+}  // namespace
+
+ShmBuffer::ShmBuffer(void* base, std::size_t mapped_bytes, int size, std::size_t slot_bytes,
+                     std::size_t header_bytes) noexcept
+    : base_(base),
+      mapped_bytes_(mapped_bytes),
+      size_(size),
+      slot_bytes_(slot_bytes),
+      header_bytes_(header_bytes) {}
+
+ShmBuffer::~ShmBuffer() { ::munmap(base_, mapped_bytes_); }
+
+std::byte* ShmBuffer::slot(int r) const noexcept {
+  return static_cast<std::byte*>(base_) + header_bytes_ + slot_bytes_ * static_cast<std::size_t>(r);
+}
+
+ShmBuffer::Header& ShmBuffer::header() const noexcept { return *static_cast<Header*>(base_); }
+
+std::shared_ptr<ShmBuffer> ShmBuffer::create(const std::string& name, int size,
+                                             std::size_t slot_bytes, std::string* error) {
+  const std::size_t slot = round_up(std::max<std::size_t>(slot_bytes, 1), kPage);
+  const std::size_t header = header_bytes_for(size);
+  const std::size_t total = header + slot * static_cast<std::size_t>(size);
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    *error = errno_text(("shm_open " + name).c_str());
+    return nullptr;
+  }
+  // posix_fallocate reserves the pages now: a /dev/shm too small for the buffer fails here with
+  // ENOSPC instead of killing the process with SIGBUS on first touch.
+  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
+  if (rc != 0) {
+    *error = "reserving " + std::to_string(total) + " bytes of shared memory for " + name + ": " +
+             std::strerror(rc);
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return nullptr;
+  }
+  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    *error = errno_text(("mmap " + name).c_str());
+    ::shm_unlink(name.c_str());
+    return nullptr;
+  }
+  auto* h = new (base) Header();
+  h->size = size;
+  h->slot_bytes = slot;
+  for (int r = 0; r < size; ++r) {
+    new (reinterpret_cast<std::byte*>(base) + kLine + kLine * static_cast<std::size_t>(r))
+        RankState();
+  }
+  return std::shared_ptr<ShmBuffer>(new ShmBuffer(base, total, size, slot, header));
+}
+
+std::shared_ptr<ShmBuffer> ShmBuffer::open(const std::string& name, int rank, int size,
+                                           std::size_t slot_bytes, std::string* error) {
+  const std::size_t slot = round_up(std::max<std::size_t>(slot_bytes, 1), kPage);
+  const std::size_t header = header_bytes_for(size);
+  const std::size_t total = header + slot * static_cast<std::size_t>(size);
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) {
+    *error = "rank " + std::to_string(rank) + ": " + errno_text(("shm_open " + name).c_str());
+    return nullptr;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != total) {
+    *error = "rank " + std::to_string(rank) + ": shared memory " + name + " has " +
+             std::to_string(st.st_size) + " bytes, expected " + std::to_string(total) +
+             " (ranks asked for different buffer sizes)";
+    ::close(fd);
+    return nullptr;
+  }
+  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    *error = "rank " + std::to_string(rank) + ": " + errno_text(("mmap " + name).c_str());
+    return nullptr;
+  }
+  auto* h = static_cast<Header*>(base);
+  if (h->magic != kMagic || h->size != size || h->slot_bytes != slot) {
+    *error = "rank " + std::to_string(rank) + ": shared memory " + name +
+             " was created for another group";
+    ::munmap(base, total);
+    return nullptr;
+  }
+  return std::shared_ptr<ShmBuffer>(new ShmBuffer(base, total, size, slot, header));
+}
+
+void ShmBuffer::unlink(const std::string& name) noexcept { ::shm_unlink(name.c_str()); }
+
+// ---------------------------------------------------------------------------------------------
+
+struct ShmCollectives::Job {
+  ShmBuffer* buffer = nullptr;
+  std::uint64_t* epoch = nullptr;  // the buffer's barrier counter (epochs_)
+  std::size_t offset_bytes = 0;
+  std::size_t count = 0;
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::string prefix;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+namespace {
+
+// The worker thread publishes the job's outcome; waits block on the job's condition variable.
+class ShmWork final : public BasicWork {
+ public:
+  ShmWork(std::shared_ptr<ShmCollectives::Job> job, std::vector<int> global_ranks, int rank)
+      : BasicWork(job->prefix),
+        job_(std::move(job)),
+        global_ranks_(std::move(global_ranks)),
+        rank_(rank) {}
+
+ private:
+  std::unique_lock<std::mutex> lock() override { return std::unique_lock<std::mutex>(job_->mu); }
+  bool test() override {
+    if (!job_->done) return false;
+    if (job_->error) std::rethrow_exception(job_->error);
+    return true;
+  }
+  void pause(WaitState& wait, std::unique_lock<std::mutex>& lock) override {
+    (void)job_->cv.wait_until(lock, wait.deadline);
+  }
+  std::string waiting_for() const override { return laggards(); }
+
+ private:
+  // Ranks that have entered fewer barriers of this buffer than we have.
+  std::string laggards() const {
+    auto& h = job_->buffer->header();
+    const auto mine = rank_state(h, rank_).arrivals.load();
+    std::vector<int> behind;
+    for (int r = 0; r < job_->buffer->size(); ++r) {
+      if (rank_state(h, r).arrivals.load() < mine) {
+        behind.push_back(global_ranks_[static_cast<std::size_t>(r)]);
+      }
+    }
+    if (behind.empty()) return "the shared-memory all-reduce to start";
+    return behind.size() == 1 ? "rank " + std::to_string(behind[0]) : "ranks " + rank_list(behind);
+  }
+
+  std::shared_ptr<ShmCollectives::Job> job_;
+  std::vector<int> global_ranks_;
+  int rank_;
+};
+
+}  // namespace
+
+ShmCollectives::ShmCollectives(int rank, std::vector<int> global_ranks,
+                               std::chrono::milliseconds timeout)
+    : rank_(rank), global_ranks_(std::move(global_ranks)), timeout_(timeout) {}
+
+ShmCollectives::~ShmCollectives() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  // A worker inside a barrier notices stop_ within kPollSlice.
+  if (worker_.joinable()) worker_.join();
+  for (auto& job : queue_) {
+    std::lock_guard<std::mutex> lock(job->mu);
+    job->done = true;
+    job->error = std::make_exception_ptr(
+        BackendError(job->prefix + ": the communicator was destroyed before it ran"));
+    job->cv.notify_all();
+  }
+}
+
+void ShmCollectives::add(std::shared_ptr<ShmBuffer> buffer) {
+  PW_ASSERT(buffer && buffer->size() == static_cast<int>(global_ranks_.size()),
+            "a shared-memory buffer of another group size");
+  rank_state(buffer->header(), rank_).pid.store(static_cast<std::int64_t>(::getpid()));
+  std::lock_guard<std::mutex> lock(mu_);
+  buffers_.push_back(std::move(buffer));
+  epochs_.push_back(0);
+}
+
+ShmBuffer* ShmCollectives::find(const void* data, std::size_t bytes) const noexcept {
+  const auto* p = static_cast<const std::byte*>(data);
+  for (const auto& b : buffers_) {
+    const std::byte* s = b->slot(rank_);
+    if (p >= s && p + bytes <= s + b->slot_bytes()) return b.get();
+  }
+  return nullptr;
+}
+
+WorkPtr ShmCollectives::all_reduce(ShmBuffer* buffer, const BufferView& buf, ReduceOp op,
+                                   std::string prefix) {
+  auto job = std::make_shared<Job>();
+  job->buffer = buffer;
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    if (buffers_[i].get() == buffer) job->epoch = &epochs_[i];
+  }
+  PW_ASSERT(job->epoch != nullptr, "all_reduce of a shared buffer this communicator did not add");
+  job->offset_bytes =
+      static_cast<std::size_t>(static_cast<const std::byte*>(buf.data) - buffer->slot(rank_));
+  job->count = buf.count;
+  job->dtype = buf.dtype;
+  job->op = op;
+  job->prefix = std::move(prefix);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!worker_.joinable()) worker_ = std::thread([this] { run_worker(); });
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  return std::make_shared<ShmWork>(job, global_ranks_, rank_);
+}
+
+void ShmCollectives::run_worker() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = queue_.front();
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    if (failed_) {
+      error = std::make_exception_ptr(BackendError(
+          job->prefix + ": not run: an earlier shared-memory all-reduce failed: " + failure_));
+    } else {
+      try {
+        execute(*job);
+      } catch (const std::exception& e) {
+        failed_ = true;
+        failure_ = e.what();
+        error = std::current_exception();
+      }
+    }
+    std::lock_guard<std::mutex> lock(job->mu);
+    job->done = true;
+    job->error = error;
+    job->cv.notify_all();
+  }
+}
+
+void ShmCollectives::barrier(ShmBuffer& buffer, std::uint64_t epoch, const std::string& prefix,
+                             std::chrono::steady_clock::time_point deadline) {
+  auto& h = buffer.header();
+  const int size = buffer.size();
+  // Release: our writes to our slot before this point are visible to whoever sees the count.
+  rank_state(h, rank_).arrivals.store(epoch, std::memory_order_release);
+  h.wake.fetch_add(1, std::memory_order_acq_rel);
+  futex(&h.wake, FUTEX_WAKE, INT_MAX, nullptr);
+  for (int spins = 0;; ++spins) {
+    const std::uint32_t seen = h.wake.load(std::memory_order_acquire);
+    std::vector<int> missing;
+    for (int r = 0; r < size; ++r) {
+      if (rank_state(h, r).arrivals.load(std::memory_order_acquire) < epoch) missing.push_back(r);
+    }
+    if (missing.empty()) return;
+    if (spins < 64) continue;  // a peer a few microseconds behind: do not sleep yet
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<int> names;
+    for (int r : missing) names.push_back(global_ranks_[static_cast<std::size_t>(r)]);
+    const std::string who =
+        names.size() == 1 ? "rank " + std::to_string(names[0]) : "ranks " + rank_list(names);
+    for (int r : missing) {
+      const auto pid = static_cast<pid_t>(rank_state(h, r).pid.load());
+      if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+        throw PeerError(prefix + ": peer rank " +
+                        std::to_string(global_ranks_[static_cast<std::size_t>(r)]) +
+                        " died (its process " + std::to_string(pid) +
+                        " is gone) during a shared-memory all-reduce");
+      }
+    }
+    if (now >= deadline) {
+      throw TimeoutError(prefix + ": " + timed_out_after(timeout_) + " waiting for " + who +
+                         " in a shared-memory all-reduce");
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) throw BackendError(prefix + ": the communicator was destroyed");
+    }
+    const auto slice = std::min<std::chrono::nanoseconds>(kPollSlice, deadline - now);
+    struct timespec ts {};
+    ts.tv_sec = static_cast<time_t>(slice.count() / 1000000000);
+    ts.tv_nsec = static_cast<long>(slice.count() % 1000000000);
+    futex(&h.wake, FUTEX_WAIT, seen, &ts);  // returns at once if `wake` moved since `seen`
+  }
+}
+
+void ShmCollectives::execute(Job& job) {
+  ShmBuffer& b = *job.buffer;
+  auto& h = b.header();
+  const int size = b.size();
+  const std::size_t elem = dtype_size(job.dtype);
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  std::uint64_t& epoch = *job.epoch;
+
+  auto& me = rank_state(h, rank_);
+  me.offset.store(job.offset_bytes, std::memory_order_relaxed);
+  me.count.store(job.count, std::memory_order_relaxed);
+  barrier(b, ++epoch, job.prefix, deadline);  // 1: every input is final
+  for (int r = 0; r < size; ++r) {
+    auto& other = rank_state(h, r);
+    if (other.offset.load(std::memory_order_relaxed) != job.offset_bytes ||
+        other.count.load(std::memory_order_relaxed) != job.count) {
+      throw BackendError(job.prefix + ": rank " +
+                         std::to_string(global_ranks_[static_cast<std::size_t>(r)]) +
+                         " all-reduces another part of the shared buffer (offset " +
+                         std::to_string(other.offset.load()) + " bytes, " +
+                         std::to_string(other.count.load()) + " elements; this rank: offset " +
+                         std::to_string(job.offset_bytes) + ", " + std::to_string(job.count) + ")");
+    }
+  }
+
+  auto at = [&](int r, std::size_t element) {
+    return b.slot(r) + job.offset_bytes + element * elem;
+  };
+  // 2: reduce our chunk over every slot, in rank order, into our slot.
+  const auto [begin, end] = chunk(job.count, elem, size, rank_);
+  if (end > begin) {
+    if (job.dtype == DType::kFloat32 && job.op == ReduceOp::kSum && size >= 2) {
+      std::vector<const float*> in;
+      for (int r = 0; r < size; ++r) in.push_back(reinterpret_cast<const float*>(at(r, begin)));
+      sum_float(reinterpret_cast<float*>(at(rank_, begin)), in.data(), size, end - begin);
+    } else {
+      for (int r = 0; r < size; ++r) {
+        if (r != rank_) reduce_into(at(rank_, begin), at(r, begin), end - begin, job.dtype, job.op);
+      }
+    }
+  }
+  barrier(b, ++epoch, job.prefix, deadline);  // 3: every chunk is reduced
+  for (int r = 0; r < size; ++r) {
+    if (r == rank_) continue;
+    const auto [rb, re] = chunk(job.count, elem, size, r);
+    if (re > rb) std::memcpy(at(rank_, rb), at(r, rb), (re - rb) * elem);
+  }
+  barrier(b, ++epoch, job.prefix, deadline);  // 4: every peer has copied from our slot
+}
+
+}  // namespace pipewright::exec::detail

@@ -1,0 +1,83 @@
+// Common base of pipewright's data-parallel algorithms (DDP, SlowMo/LocalSGD): the interpreter
+// seam (DataParallelHooks) plus what the run loop needs beyond it: communication counters and
+// the algorithm state that checkpoints carry. Also the factory that builds the algorithm of a
+// DataParallelSpec. Private to exec/ (names torch types).
+#pragma once
+
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "dp/dp_hooks.hpp"
+#include "pipewright/exec/communicator.hpp"
+#include "pipewright/exec/data_parallel.hpp"
+#include "pipewright/graph/error.hpp"
+
+namespace pipewright::exec {
+
+// A data-parallel check failed: replicas that must be bit-identical are not (exit code 1).
+class ReplicaDivergenceError : public Error {
+ public:
+  using Error::Error;
+};
+
+class DataParallelAlgorithm : public DataParallelHooks {
+ public:
+  [[nodiscard]] virtual DataParallelStats stats() const = 0;
+  // Tensors (besides weights and optimizer state) that a checkpoint must carry, by name.
+  [[nodiscard]] virtual std::map<std::string, torch::Tensor> state() const { return {}; }
+  // Restores state() after on_start (resume). Throws ConfigError when a tensor is missing or has
+  // the wrong shape.
+  virtual void load_state(const std::map<std::string, torch::Tensor>& /*state*/) {}
+};
+
+// What the algorithms need to know about the run besides their own options.
+struct DataParallelContext {
+  // The data-parallel group of this rank's pipeline position: its ranks are the replicas in
+  // replica order (communicator rank == replica index). Must outlive the algorithm.
+  Communicator* dp_comm = nullptr;
+  int pp = 1;                // pipeline ranks per replica (for procs_per_node)
+  int num_microbatches = 1;  // microbatches per step (every stage runs all of them)
+  double learning_rate = 0;  // the optimizer's lr: SlowMo's gamma
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::int64_t first_step = 0;  // index of the first step run (> 0 when resuming)
+  // Every N steps verify that the replicas hold bit-identical parameters (0 = never).
+  std::int64_t check_replicas = 0;
+};
+
+// Builds the algorithm of `config` (validated with sched::validate_job beforehand).
+[[nodiscard]] std::unique_ptr<DataParallelAlgorithm> make_data_parallel(
+    const DataParallelSpec& config, const DataParallelContext& context);
+
+namespace detail {
+
+// Collective wrappers that keep DataParallelStats up to date.
+WorkPtr counted_all_reduce(Communicator& comm, const BufferView& buf, ReduceOp op,
+                           const OpContext& ctx, DataParallelStats& stats);
+WorkPtr counted_reduce(Communicator& comm, const BufferView& buf, int root, const OpContext& ctx,
+                       DataParallelStats& stats);
+WorkPtr counted_broadcast(Communicator& comm, const BufferView& buf, int root, const OpContext& ctx,
+                          DataParallelStats& stats);
+// View of a contiguous tensor (CPU or CUDA; float32/64/16, bfloat16, int64/32, uint8/bool) for
+// the Communicator: activations between stages and data-parallel buffers.
+[[nodiscard]] BufferView view_of(const torch::Tensor& t);
+// Waits and adds the blocked time to stats.exposed_wait_ns.
+void timed_wait(const WorkPtr& work, std::chrono::milliseconds timeout, DataParallelStats& stats);
+// Broadcasts parameters and buffers from replica 0 (one flat float32 message for the float32
+// tensors of each stage, one message per other tensor). Counted in stats.setup_*_bytes.
+void broadcast_from_replica0(Communicator& comm, std::vector<StageParams>& stages,
+                             std::chrono::milliseconds timeout, DataParallelStats& stats);
+// A 64-bit hash of the bytes of `tensors` (portable, order-sensitive).
+[[nodiscard]] std::uint64_t hash_tensors(const std::vector<torch::Tensor>& tensors);
+// Gathers one hash per (local stage, replica) and throws ReplicaDivergenceError naming the
+// replicas whose hash differs from the majority's (replica 0's on a tie).
+void check_replicas_identical(Communicator& comm, const std::vector<StageParams>& stages,
+                              std::int64_t step, std::chrono::milliseconds timeout,
+                              DataParallelStats& stats);
+
+}  // namespace detail
+}  // namespace pipewright::exec

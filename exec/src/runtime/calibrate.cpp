@@ -1,0 +1,213 @@
+// Note [Calibration timing]: the ping-pong is timed on rank 0 from before its send until its
+// receive of the echo completes, and halved: rank 1 posts its receive before rank 0 sends (a
+// barrier orders them), so the one-way time includes the backend's matching and copying on both
+// sides, as a pipeline transfer does. All-reduces start from a barrier so that every rank enters
+// together; rank 0's time to completion is the sample (a ring finishes on all ranks within one
+// step of each other).
+#include "pipewright/exec/calibrate.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "pipewright/exec/backend.hpp"
+#include "pipewright/exec/communicator.hpp"
+#include "pipewright/exec/store.hpp"
+#include "pipewright/graph/error.hpp"
+#include "report/run_report.hpp"
+
+namespace pipewright::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+SizeTiming summarise(std::int64_t bytes, std::vector<double> samples_ms) {
+  SizeTiming t;
+  t.bytes = bytes;
+  t.samples = static_cast<std::int64_t>(samples_ms.size());
+  if (samples_ms.empty()) return t;
+  std::sort(samples_ms.begin(), samples_ms.end());
+  auto at = [&samples_ms](double q) {
+    const auto i = static_cast<std::size_t>(q * static_cast<double>(samples_ms.size() - 1) + 0.5);
+    return samples_ms[std::min(i, samples_ms.size() - 1)];
+  };
+  const std::size_t n = samples_ms.size();
+  t.median_ms = n % 2 ? samples_ms[n / 2] : (samples_ms[n / 2 - 1] + samples_ms[n / 2]) / 2;
+  t.p10_ms = at(0.1);
+  t.p90_ms = at(0.9);
+  return t;
+}
+
+int repetitions(std::int64_t bytes, int iterations) {
+  constexpr std::int64_t kBudget = std::int64_t{512} << 20;
+  const std::int64_t by_volume = kBudget / std::max<std::int64_t>(bytes, 1);
+  return static_cast<int>(std::max<std::int64_t>(5, std::min<std::int64_t>(iterations, by_volume)));
+}
+
+// Ranks `a` and `b` ping-pong every size (Note [Calibration timing]); every other rank of `comm`
+// only passes the barriers. The timings are complete on rank `a`.
+template <typename View>
+std::vector<SizeTiming> ping_pong(Communicator& comm, int a, int b,
+                                  const std::vector<std::int64_t>& sizes, int iterations,
+                                  const View& view, std::chrono::milliseconds timeout) {
+  const int me = comm.rank();
+  std::vector<SizeTiming> out;
+  for (const std::int64_t bytes : sizes) {
+    const int reps = repetitions(bytes, iterations);
+    std::vector<double> samples;
+    for (int it = 0; it < reps + 2; ++it) {
+      OpContext ctx{it, -1, -1,
+                    "calibrate p2p " + std::to_string(a) + "<->" + std::to_string(b) + " " +
+                        std::to_string(bytes) + " B"};
+      if (me == b) {
+        auto r = comm.recv(view(bytes), a, 2 * it, ctx);
+        comm.barrier(ctx)->wait(timeout);
+        r->wait(timeout);
+        comm.send(view(bytes), a, 2 * it + 1, ctx)->wait(timeout);
+      } else if (me == a) {
+        comm.barrier(ctx)->wait(timeout);
+        const auto t0 = Clock::now();
+        auto s = comm.send(view(bytes), b, 2 * it, ctx);
+        comm.recv(view(bytes), b, 2 * it + 1, ctx)->wait(timeout);
+        const double rtt = ms_since(t0);
+        s->wait(timeout);
+        if (it >= 2) samples.push_back(rtt / 2);
+      } else {
+        comm.barrier(ctx)->wait(timeout);
+      }
+    }
+    if (me == a) out.push_back(summarise(bytes, std::move(samples)));
+  }
+  return out;
+}
+
+// --network: within every node (its first two ranks), then between the first ranks of every pair
+// of nodes. Each pair's timings go from its rank a to every rank by a sum all-reduce (only rank
+// a contributes), so rank 0 has them all.
+template <typename View>
+void measure_pairs(Communicator& comm, const WorldInfo& world,
+                   const std::vector<std::int64_t>& sizes, int iterations, const View& view,
+                   std::chrono::milliseconds timeout, CommunicationMeasurements& out) {
+  const int per_node = world.local_world_size;
+  PW_CHECK(world.world_size % per_node == 0, ConfigError,
+           "calibrate --network: world size "
+               << world.world_size << " is not a multiple of the local world size " << per_node
+               << " (the same ranks on every node)");
+  out.nodes = world.world_size / per_node;
+  std::vector<PairTimings> pairs;
+  if (per_node >= 2) {
+    for (int n = 0; n < out.nodes; ++n) pairs.push_back({n, n, n * per_node, n * per_node + 1, {}});
+  }
+  for (int x = 0; x < out.nodes; ++x) {
+    for (int y = x + 1; y < out.nodes; ++y) pairs.push_back({x, y, x * per_node, y * per_node, {}});
+  }
+  const std::size_t n = sizes.size();
+  for (auto& p : pairs) {
+    const auto mine = ping_pong(comm, p.rank_a, p.rank_b, sizes, iterations, view, timeout);
+    std::vector<float> flat(4 * n, 0.0f);
+    if (comm.rank() == p.rank_a) {
+      for (std::size_t i = 0; i < n; ++i) {
+        flat[4 * i] = static_cast<float>(mine[i].median_ms);
+        flat[4 * i + 1] = static_cast<float>(mine[i].p10_ms);
+        flat[4 * i + 2] = static_cast<float>(mine[i].p90_ms);
+        flat[4 * i + 3] = static_cast<float>(mine[i].samples);
+      }
+    }
+    comm.all_reduce(BufferView{flat.data(), flat.size(), DType::kFloat32, {}}, ReduceOp::kSum,
+                    {-1, -1, -1, "calibrate pair results"})
+        ->wait(timeout);
+    for (std::size_t i = 0; i < n; ++i) {
+      p.p2p.push_back({sizes[i], flat[4 * i], flat[4 * i + 1], flat[4 * i + 2],
+                       static_cast<std::int64_t>(flat[4 * i + 3])});
+    }
+  }
+  out.pairs = std::move(pairs);
+}
+
+}  // namespace
+
+std::vector<std::int64_t> default_calibration_sizes() {
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t b = 4; b <= (std::int64_t{16} << 20); b *= 4) sizes.push_back(b);
+  return sizes;
+}
+
+CommunicationMeasurements measure_communication(const CalibrationConfig& config) {
+  const std::vector<std::int64_t> sizes =
+      config.sizes.empty() ? default_calibration_sizes() : config.sizes;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    PW_CHECK(sizes[i] >= 4 && sizes[i] % 4 == 0, ConfigError,
+             "calibrate: message size " << sizes[i] << " is not a positive multiple of 4 bytes");
+    PW_CHECK(i == 0 || sizes[i] > sizes[i - 1], ConfigError,
+             "calibrate: message sizes must be ascending");
+  }
+  PW_CHECK(config.iterations >= 1, ConfigError,
+           "calibrate: --iterations must be >= 1, got " << config.iterations);
+  const WorldInfo world = resolve_world(config.world, current_environment());
+  PW_CHECK(world.world_size >= 2, ConfigError,
+           "calibrate needs at least 2 ranks, the world has "
+               << world.world_size << " (from "
+               << (world.sources.empty() ? std::string("defaults") : world.sources) << ")");
+  const Backend backend = parse_backend(config.backend);
+  const auto timeout = config.timeout;
+  std::unique_ptr<Store> store;
+  if (backend == Backend::kGloo || backend == Backend::kNccl) {
+    store = make_tcp_store(world, timeout);
+    rendezvous(*store, world, timeout);
+  }
+  CommOptions options;
+  options.timeout = timeout;
+  auto comm = make_communicator(backend, world, store.get(), options);
+
+  CommunicationMeasurements out;
+  out.world_rank = world.rank;
+  out.world_size = world.world_size;
+  out.local_world_size = world.local_world_size;
+  out.cpus = static_cast<int>(usable_cpus());
+  out.backend = to_string(backend);
+
+  const std::int64_t max_bytes = sizes.back();
+  std::vector<float> buffer(static_cast<std::size_t>(max_bytes / 4), 1.0f);
+  const int me = comm->rank();
+  auto view = [&buffer](std::int64_t bytes) {
+    return BufferView{buffer.data(), static_cast<std::size_t>(bytes / 4), DType::kFloat32, {}};
+  };
+
+  // Point-to-point: ranks 0 and 1 ping-pong; the others wait at the barrier.
+  out.p2p = ping_pong(*comm, 0, 1, sizes, config.iterations, view, timeout);
+  if (config.network) measure_pairs(*comm, world, sizes, config.iterations, view, timeout, out);
+
+  // All-reduce over every rank, on the kind of buffer DDP's buckets use (shared memory among the
+  // ranks of one host with Gloo: Note [Shared-memory all-reduce]).
+  const auto coll_mem = comm->allocate_collective_buffer(static_cast<std::size_t>(max_bytes));
+  float* coll = static_cast<float*>(coll_mem.get());
+  for (const std::int64_t bytes : sizes) {
+    const int reps = repetitions(bytes, config.iterations);
+    std::vector<double> samples;
+    for (int it = 0; it < reps + 2; ++it) {
+      OpContext ctx{it, -1, -1, "calibrate allreduce " + std::to_string(bytes) + " B"};
+      std::fill_n(coll, bytes / 4, 1.0f);
+      comm->barrier(ctx)->wait(timeout);
+      const auto t0 = Clock::now();
+      comm->all_reduce(BufferView{coll, static_cast<std::size_t>(bytes / 4), DType::kFloat32, {}},
+                       ReduceOp::kSum, ctx)
+          ->wait(timeout);
+      const double t = ms_since(t0);
+      PW_CHECK(coll[0] == static_cast<float>(world.world_size) &&
+                   coll[bytes / 4 - 1] == static_cast<float>(world.world_size),
+               BackendError,
+               "calibrate: all-reduce of " << bytes << " B returned " << coll[0] << " instead of "
+                                           << world.world_size);
+      if (it >= 2) samples.push_back(t);
+    }
+    if (me == 0) out.allreduce.push_back(summarise(bytes, std::move(samples)));
+  }
+  comm->barrier({-1, -1, -1, "calibrate end"})->wait(timeout);
+  return out;
+}
+
+}  // namespace pipewright::exec

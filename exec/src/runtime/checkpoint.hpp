@@ -1,0 +1,82 @@
+// Checkpoints of the whole training state, one file per rank (issue 7):
+//   <dir>/step-<NNNNNNNN>/rank-<R>.pt   weights and buffers of the rank's stages, optimizer state,
+//                                       the data-parallel algorithm's state (SlowMo buffers), the
+//                                       number of completed steps and the data position
+//   <dir>/step-<NNNNNNNN>/COMPLETE      written by world rank 0 once every rank's file exists
+// Every file is written to a temporary name, fsynced, renamed and its folder fsynced
+// (file_io.hpp). A checkpoint counts only with its COMPLETE marker, which is written after a
+// barrier over the world, so a run killed during a save resumes from the previous complete one.
+// After a new complete checkpoint, rank 0 removes all but the two latest.
+// The file is a torch serialize archive (zip); a configuration fingerprint in it refuses resuming
+// with a different model/plan/mesh. Private to exec/ (names torch types).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/sharding.hpp"
+#include "dp/dp_algorithm.hpp"
+#include "dp/dp_hooks.hpp"
+#include "pipewright/exec/communicator.hpp"
+
+namespace pipewright::exec {
+
+// What a rank saves and restores. Tensors are the live ones: loading copies into them.
+struct TrainingState {
+  std::int64_t completed_steps = 0;
+  DataPosition data;
+  std::vector<StageParams> stages;                   // the rank's stages, in order
+  std::vector<torch::optim::Optimizer*> optimizers;  // one per stage (nullptr: none)
+  DataParallelAlgorithm* dp_algorithm = nullptr;     // nullptr: dp == 1
+};
+
+struct CheckpointIdentity {
+  int world_rank = 0;
+  int world_size = 1;
+  // Hash of everything that must match for a resume to be exact (model, plan, mesh,
+  // microbatches, batch size, optimizer, data-parallel options...). Chosen by the caller.
+  std::uint64_t fingerprint = 0;
+};
+
+[[nodiscard]] std::string checkpoint_dir_of_step(const std::string& dir, std::int64_t step);
+[[nodiscard]] std::string checkpoint_file(const std::string& dir, std::int64_t step, int rank);
+
+// Serialises `state` (pure; for tests) and parses it back into the live tensors of `state`.
+// Parsing throws ParseError naming `name` when the bytes are not a checkpoint, ConfigError when
+// it belongs to another rank / configuration or its tensors do not fit the stages.
+[[nodiscard]] std::string serialize_checkpoint(const TrainingState& state,
+                                               const CheckpointIdentity& id);
+void parse_checkpoint(const std::string& bytes, const std::string& name,
+                      const CheckpointIdentity& id, TrainingState& state);
+
+// Collective over `world`: writes this rank's file for state.completed_steps, waits for every
+// rank, then world rank 0 writes COMPLETE and prunes old checkpoints. Throws ConfigError when a
+// file cannot be written.
+void save_checkpoint(const std::string& dir, const TrainingState& state,
+                     const CheckpointIdentity& id, Communicator& world,
+                     std::chrono::milliseconds timeout);
+
+// Removes what a save killed midway left of this rank's own temporary files in `dir`'s step
+// folders ("rank-R.pt.tmp.*"; world rank 0 also "COMPLETE.tmp.*"), so they do not accumulate.
+// Each rank removes only its own, so ranks may call it concurrently. Returns how many it removed.
+std::int64_t remove_stale_temporaries(const std::string& dir, int world_rank);
+
+// The latest complete checkpoint in `dir` that holds this rank's file, or -1. Local; see
+// agree_resume_step for the collective version.
+[[nodiscard]] std::int64_t latest_complete_checkpoint(const std::string& dir, int world_rank);
+
+// Collective: every rank's latest_complete_checkpoint, reduced to the minimum over the world, so
+// that every rank resumes from the same step (-1: start from scratch).
+[[nodiscard]] std::int64_t agree_resume_step(const std::string& dir, int world_rank,
+                                             Communicator& world,
+                                             std::chrono::milliseconds timeout);
+
+// Loads step `step` of `dir` for id.world_rank into `state`.
+void load_checkpoint(const std::string& dir, std::int64_t step, const CheckpointIdentity& id,
+                     TrainingState& state);
+
+}  // namespace pipewright::exec
