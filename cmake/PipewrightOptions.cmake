@@ -8,26 +8,43 @@ find_package(spdlog REQUIRED)
 find_package(Threads REQUIRED)
 
 option(PIPEWRIGHT_BUILD_BENCH "Build benchmarks in bench/ (Google Benchmark)" ON)
+
+# A portable executor (tools/bundle-exec, docs/gpu.md "A portable executor"): pipewright,
+# pipewright-exec and libpw_*.so then need at run time only libtorch and the C/C++ runtime, so
+# they can be copied to a node whose image has PyTorch but none of the build dependencies.
+# spdlog, fmt and toml++ are compiled in header-only (CLI11 and nlohmann are header-only always);
+# MPI and Graphviz default to OFF.
+option(PIPEWRIGHT_PORTABLE "Executor that needs only libtorch and the C/C++ runtime at run time" OFF)
+# Logging for the CLI programs: the shared libspdlog/libfmt, or header-only when portable.
+add_library(pw_log INTERFACE)
+if(PIPEWRIGHT_PORTABLE)
+  get_target_property(_pw_spdlog_inc spdlog::spdlog_header_only INTERFACE_INCLUDE_DIRECTORIES)
+  target_include_directories(pw_log SYSTEM INTERFACE ${_pw_spdlog_inc})
+  target_compile_definitions(pw_log INTERFACE SPDLOG_FMT_EXTERNAL)
+  target_link_libraries(pw_log INTERFACE fmt::fmt-header-only Threads::Threads)
+else()
+  target_link_libraries(pw_log INTERFACE spdlog::spdlog)
+endif()
 # The libFuzzer target tests/fuzz/fuzz_loaders (clang only; tools/fuzz sets it with the sanitizer
 # flags). The corpus replay (ctest fuzz.replay) is built with every compiler.
 option(PIPEWRIGHT_BUILD_FUZZ "Build the libFuzzer loader target (clang, -fsanitize=fuzzer)" OFF)
 
 # --- libtorch (exec) ---------------------------------------------------------------------
-find_package(Torch QUIET)
+include(PipewrightTorch)  # Debian's libtorch or -DPIPEWRIGHT_TORCH_PYTHON=<venv>/bin/python
 set(_pw_exec_default OFF)
 if(Torch_FOUND)
   set(_pw_exec_default ON)
 endif()
 option(PIPEWRIGHT_WITH_EXEC "Build exec/ (libtorch executor, Gloo backend)" ${_pw_exec_default})
 if(PIPEWRIGHT_WITH_EXEC AND NOT Torch_FOUND)
-  message(FATAL_ERROR "PIPEWRIGHT_WITH_EXEC=ON but libtorch was not found (apt-get install libtorch-dev libgloo-dev, or -DTorch_DIR=...)")
+  message(FATAL_ERROR "PIPEWRIGHT_WITH_EXEC=ON but libtorch was not found (apt-get install libtorch-dev libgloo-dev, or a pip torch: tools/install-deps --torch pip, then -DPIPEWRIGHT_TORCH_PYTHON=.venv-torch/bin/python)")
 endif()
 
 # --- MPI ---------------------------------------------------------------------------------
 set(MPI_CXX_SKIP_MPICXX ON)
 find_package(MPI QUIET COMPONENTS CXX)
 set(_pw_mpi_default OFF)
-if(MPI_CXX_FOUND AND PIPEWRIGHT_WITH_EXEC)
+if(MPI_CXX_FOUND AND PIPEWRIGHT_WITH_EXEC AND NOT PIPEWRIGHT_PORTABLE)
   set(_pw_mpi_default ON)
 endif()
 option(PIPEWRIGHT_WITH_MPI "Build the MPI communicator backend (needs exec)" ${_pw_mpi_default})
@@ -61,7 +78,7 @@ if(PIPEWRIGHT_WITH_NCCL)
   add_library(pw_nccl_imported INTERFACE IMPORTED)
   set_target_properties(pw_nccl_imported PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES ${PW_NCCL_INCLUDE_DIR}
-    INTERFACE_LINK_LIBRARIES "${PW_NCCL_LIBRARY};CUDA::cudart")
+    INTERFACE_LINK_LIBRARIES "${PW_NCCL_LIBRARY};$<IF:$<BOOL:${PW_CUDART_LIBRARY}>,${PW_CUDART_LIBRARY},CUDA::cudart>")
   message(STATUS "pipewright: NCCL ON (NCCL ${PW_NCCL_VERSION} ${PW_NCCL_LIBRARY}, CUDA ${CUDAToolkit_VERSION})")
 else()
   message(STATUS "pipewright: NCCL OFF")
@@ -72,7 +89,7 @@ find_package(PkgConfig QUIET)
 set(_pw_gv_default OFF)
 if(PkgConfig_FOUND)
   pkg_check_modules(PW_GVC QUIET IMPORTED_TARGET libgvc)
-  if(PW_GVC_FOUND)
+  if(PW_GVC_FOUND AND NOT PIPEWRIGHT_PORTABLE)
     set(_pw_gv_default ON)
   endif()
 endif()
@@ -85,6 +102,13 @@ endif()
 # Debian's libtomlplusplus-dev ships a CMake config and a pkg-config file. Without it, run reads
 # JSON config files only and says so for a TOML one.
 find_package(tomlplusplus CONFIG QUIET)
+if(PIPEWRIGHT_PORTABLE AND TARGET tomlplusplus::tomlplusplus)
+  # Header-only: the same headers, compiled into pipewright-exec instead of libtomlplusplus.so.
+  get_target_property(_pw_toml_inc tomlplusplus::tomlplusplus INTERFACE_INCLUDE_DIRECTORIES)
+  add_library(pw_toml_header_only INTERFACE)
+  target_include_directories(pw_toml_header_only SYSTEM INTERFACE ${_pw_toml_inc})
+  target_compile_definitions(pw_toml_header_only INTERFACE TOML_HEADER_ONLY=1)
+endif()
 if(NOT TARGET tomlplusplus::tomlplusplus AND PkgConfig_FOUND)
   pkg_check_modules(PW_TOMLPP QUIET IMPORTED_TARGET tomlplusplus)
   if(PW_TOMLPP_FOUND)

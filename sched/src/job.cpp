@@ -420,7 +420,10 @@ LoweredPlan make_plan(const JobSpec& job, const graph::Partition* partition,
   if (partition != nullptr) {
     // Every replica of model stage b reads from a replica of model stage a.
     const auto edges = shape.edges();
-    for (const auto& [a, b] : deps) {
+    for (const auto& dep : deps) {
+      // Named copies: a lambda may not capture a structured binding before C++20 (clang).
+      const int a = dep.first;
+      const int b = dep.second;
       for (const std::int32_t pb : shape.replicas_of(b)) {
         const bool found = std::any_of(edges.begin(), edges.end(), [&](const StageEdge& e) {
           return e.to == pb && shape.model_stage(e.from) == a;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -228,6 +229,24 @@ TEST_F(ScriptStageTest, BadInputNamesTheFileAndTheTensor) {
                              "[4, 5]"));
   msg = config_error([&] { build(edited("\"block.scale\"", "\"block.gone\"")); });
   EXPECT_THAT(msg, HasSubstr("the module has no buffer 'block.gone'"));
+}
+
+// Note [Node files from a newer torch]: refused before loading, both versions named; the same or
+// an older torch loads.
+TEST_F(ScriptStageTest, NodeFilesFromANewerTorchAreRefused) {
+  const auto build = [](const graph::Model& m) { (void)StageModule::whole_model(m, {}); };
+  graph::Model m = model_;
+  ASSERT_TRUE(m.source.has_value());
+  m.source->torch = "99.1.0+cu999";
+  const std::string msg = config_error([&] { build(m); });
+  EXPECT_THAT(msg, HasSubstr("written by torch 99.1.0+cu999 (model.json source.torch), newer than "
+                             "this executor's libtorch " +
+                             std::string(TORCH_VERSION)));
+  m.source->torch = "1.0.0";
+  EXPECT_NO_THROW(build(m));
+  m.source->torch =
+      std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + ".99";
+  EXPECT_NO_THROW(build(m));
 }
 
 }  // namespace

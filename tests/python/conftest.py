@@ -18,6 +18,14 @@ sys.path.insert(0, HERE)
 torch = pytest.importorskip("torch")
 
 from pipewright_export import cli  # noqa: E402
+from pipewright_export.script import JIT_DEPRECATION  # noqa: E402
+
+
+def pytest_configure(config) -> None:
+    # The tests load nodes with torch.jit.load themselves: torch 2.x's deprecation notice
+    # (pipewright_export/script.py) would fill the summary. Only that notice is filtered.
+    for category in ("FutureWarning", "DeprecationWarning"):
+        config.addinivalue_line("filterwarnings", f"ignore:{JIT_DEPRECATION}:{category}")
 
 EXAMPLES = {
     "gpt2": "examples/byo/gpt2.py:tiny_gpt2",

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import REPO, load_example, run_cli
-from pipewright_export import safetensors_io
+from pipewright_export import model_json, safetensors_io
 
 COST_FIELDS = ("forward_ms", "backward_ms", "input_grad_ms", "weight_grad_ms", "param_bytes",
                "activation_bytes", "output_bytes")
@@ -33,6 +33,7 @@ def test_model_json_follows_the_spec(exported):
     assert model["input"] == {"dtype": "int64", "shape": [16]}
     assert model["source"]["module"] == exported.module
     assert model["source"]["init"] == "init.safetensors"
+    assert model["source"]["torch"] == torch.__version__  # the torch that wrote the node files
     names = [n["name"] for n in model["nodes"]]
     assert len(names) == len(set(names)) and len(names) >= 4  # 4 stages: pp 2 x 2 per rank
     state = module.state_dict()
@@ -70,6 +71,16 @@ def test_model_json_follows_the_spec(exported):
     assert sinks == [names[-1]]
     final = model["nodes"][-1]["script"]["outputs"][0]
     assert final == {"name": final["name"], "dtype": "float32", "shape": [16, 64]}
+
+
+def test_report_has_each_nodes_spread_and_the_measuring_conditions(exported):
+    rows = {line.split()[0]: line.split() for line in exported.stdout.splitlines()}
+    assert rows["node"][:5] == ["node", "fwd", "ms", "spread", "bwd"]
+    for n in exported.model["nodes"]:
+        row = rows[n["name"]]
+        assert re.fullmatch(r"\d+%", row[2]) and re.fullmatch(r"\d+%", row[4]), row
+    assert re.search(r"^costs: torch \d+\.\d+\.\d+, \d+ threads? \(OMP_NUM_THREADS",
+                     exported.stdout, re.M)
 
 
 def test_every_node_carries_measured_costs(exported):

@@ -88,20 +88,36 @@ def input_specs(shapes: Sequence[str], dtypes: Sequence[str]) -> List[InputSpec]
             for i, s in enumerate(shapes)]
 
 
+def _percent(spread: float) -> str:
+    return f"{100 * spread:.0f}%"
+
+
 def print_report(r: "Result", micro_batch: int, output_dir: str) -> None:
+    from .model_json import torch_version
+    from .timing import MAX_ROUNDS, MAX_SPREAD, MIN_ROUNDS
     scripted = r.methods.count("script")
     print(f"{r.model_name}: {len(r.node_names)} nodes ({scripted} torch.jit.script, "
           f"{len(r.methods) - scripted} torch.jit.trace), {r.edges} edges")
     print(f"check: the exported nodes chained reproduce {r.model_name}.forward: max |diff| "
           f"{r.max_abs_diff:.3g} at micro batch {micro_batch}, "
           f"{r.max_abs_diff_other_batch:.3g} at {micro_batch + 1} (<= 1e-06)")
-    print(f"{'node':<24} {'fwd ms':>8} {'bwd ms':>8} {'in ms':>8} {'w ms':>8} {'params B':>10} "
-          f"{'act B':>10} {'out B':>10}")
-    for n in r.model["nodes"]:
+    print(f"{'node':<24} {'fwd ms':>8} {'spread':>6} {'bwd ms':>8} {'spread':>6} {'in ms':>8} "
+          f"{'w ms':>8} {'params B':>10} {'act B':>10} {'out B':>10}")
+    for n, m in zip(r.model["nodes"], r.costs):
         c = n["cost"]
-        print(f"{n['name']:<24} {c['forward_ms']:>8.3f} {c['backward_ms']:>8.3f} "
+        print(f"{n['name']:<24} {c['forward_ms']:>8.3f} {_percent(m.forward_spread):>6} "
+              f"{c['backward_ms']:>8.3f} {_percent(m.backward_spread):>6} "
               f"{c['input_grad_ms']:>8.3f} {c['weight_grad_ms']:>8.3f} {c['param_bytes']:>10} "
               f"{c['activation_bytes']:>10} {c['output_bytes']:>10}")
+    threads = f"{r.threads} thread{'s' if r.threads > 1 else ''}"
+    print(f"costs: torch {torch_version()}, {threads} (OMP_NUM_THREADS, default 1 as in "
+          f"pipewright launch), graph executor optimisations off as in pipewright run")
+    print(f"spread: (max - min) / median of the runs of the kept round (the fastest calm one of "
+          f"{MIN_ROUNDS}; up to {MAX_ROUNDS} while none spreads {_percent(MAX_SPREAD)} or less)")
+    unsettled = [f"{n} {k[:1]}wd" for n, m in zip(r.node_names, r.costs) for k in m.unsettled]
+    if unsettled:
+        print(f"still spread over {_percent(MAX_SPREAD)} after {MAX_ROUNDS} rounds (a busy "
+              f"machine?): {', '.join(unsettled)}")
     print(f"wrote {output_dir}/model.json, {len(r.node_names)} nodes/*.pt, "
           f"init.safetensors ({r.state_dict_keys} tensors) in {r.seconds:.1f} s")
 

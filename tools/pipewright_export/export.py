@@ -36,6 +36,8 @@ class Result:
     state_dict_keys: int
     seconds: float
     model: Dict[str, Any]
+    costs: List[costs.Cost]  # per node, with the timings' spreads that model.json does not hold
+    threads: int  # intra-op threads the costs were measured with
 
 
 def _check_batch_dim(part: partition.Partition, at_b: Dict[Any, Any], at_b1: Dict[Any, Any],
@@ -126,7 +128,8 @@ def run(opts: Options) -> Result:
     diff_b, chain_args = _check_chain(root, gm, part, loaded, opts, b, high)
     diff_b1, _ = _check_chain(root, gm, part, loaded, opts, b + 1, high)
 
-    measured = [costs.measure(m, e, a) for m, e, a in zip(loaded, eager, chain_args)]
+    del loaded  # the costs are measured on fresh copies (Note [Settled timings] in costs.py)
+    measured = costs.measure([s.data for s in scripted], eager, chain_args)
     model = model_json.build(root, opts.module, opts.inputs, b, part, eager, at_b, measured)
     try:
         _write(opts, model, scripted, state)
@@ -135,4 +138,5 @@ def run(opts: Options) -> Result:
     return Result(model_name=type(root).__name__, node_names=names,
                   methods=[s.method for s in scripted], edges=len(model["edges"]),
                   max_abs_diff=diff_b, max_abs_diff_other_batch=diff_b1,
-                  state_dict_keys=len(state), seconds=time.perf_counter() - t0, model=model)
+                  state_dict_keys=len(state), seconds=time.perf_counter() - t0, model=model,
+                  costs=measured, threads=costs.measuring_threads())

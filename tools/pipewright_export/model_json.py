@@ -20,6 +20,15 @@ def dtype_name(t: torch.Tensor, what: str) -> str:
     return DTYPE_NAMES[t.dtype]
 
 
+def torch_version(version: str = torch.__version__) -> str:
+    """MAJOR.MINOR.PATCH of a torch version: '2.15.0+cu132' -> '2.15.0', '1.13.0a0' -> '1.13.0'
+    (what libtorch's TORCH_VERSION_MAJOR/MINOR/PATCH say)."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if m is None:
+        raise ExportError(f"torch.__version__ '{version}' is not MAJOR.MINOR.PATCH[suffix]")
+    return m.group(0)
+
+
 def node_file(index: int, name: str) -> str:
     return f"nodes/{index:03d}_{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.pt"
 

@@ -1,12 +1,13 @@
 """Node GraphModules to TorchScript: torch.jit.script where it works, torch.jit.trace otherwise
 (refusing a trace that would bake in data-dependent control flow or shapes)."""
+import contextlib
 import copy
 import io
 import linecache
 import os
 import warnings
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Iterator, List, Sequence
 
 import torch
 import torch.fx as fx
@@ -22,14 +23,37 @@ class Scripted:
     script_error: str  # why script failed ("" when it worked)
 
 
+# torch 2.x deprecates TorchScript: every torch.jit.script / trace / save / load call warns
+# "`torch.jit.save` is deprecated. Please switch to `torch.export`." (a FutureWarning in 2.15, a
+# DeprecationWarning in 2.11), several times per node. The executor runs TorchScript with
+# libtorch, so TorchScript is what the exporter must write, and the repeated notice would only
+# bury the report. Exactly that notice is hidden; every other warning, torch's "not supported in
+# Python 3.14+" for these calls included, stays.
+JIT_DEPRECATION = r"`torch\.jit\.(script|trace|save|load)` is deprecated"
+
+
+def _hide_jit_deprecation() -> None:
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", message=JIT_DEPRECATION, category=category)
+
+
+@contextlib.contextmanager
+def jit_deprecation_hidden() -> Iterator[None]:
+    with warnings.catch_warnings():
+        _hide_jit_deprecation()
+        yield
+
+
 def _save(m: torch.jit.ScriptModule) -> bytes:
     buf = io.BytesIO()
-    torch.jit.save(m, buf)
+    with jit_deprecation_hidden():
+        torch.jit.save(m, buf)
     return buf.getvalue()
 
 
 def load(data: bytes) -> torch.jit.ScriptModule:
-    return torch.jit.load(io.BytesIO(data))
+    with jit_deprecation_hidden():
+        return torch.jit.load(io.BytesIO(data))
 
 
 def _classes(gm: fx.GraphModule) -> str:
@@ -41,7 +65,7 @@ def _classes(gm: fx.GraphModule) -> str:
 
 def to_torchscript(name: str, gm: fx.GraphModule, example: Sequence[torch.Tensor]) -> Scripted:
     try:
-        with warnings.catch_warnings():
+        with jit_deprecation_hidden():
             # fx's GraphModule trips TorchScript's warning about instance-level annotations.
             warnings.filterwarnings("ignore", message="The TorchScript type system")
             return Scripted(_save(torch.jit.script(gm)), "script", "")
@@ -49,6 +73,7 @@ def to_torchscript(name: str, gm: fx.GraphModule, example: Sequence[torch.Tensor
         script_error = last_traceback_line(e).splitlines()[0]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", torch.jit.TracerWarning)
+        _hide_jit_deprecation()
         try:
             # A copy: tracing runs the forward, which may update buffers (BatchNorm statistics).
             traced = torch.jit.trace(copy.deepcopy(gm), tuple(example), check_trace=False)

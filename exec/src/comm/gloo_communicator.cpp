@@ -38,6 +38,7 @@
 #include "comm/backends.hpp"
 #include "comm/communicator_base.hpp"
 #include "comm/shm_collectives.hpp"
+#include "compat/torch_compat.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec::detail {
@@ -65,6 +66,7 @@ class StoreAdapter final : public c10d::Store {
             const std::chrono::milliseconds& timeout) override {
     store_.wait(keys, timeout);
   }
+  PW_C10D_STORE_CLONE(StoreAdapter)
 
  private:
   exec::Store& store_;

@@ -38,6 +38,7 @@
 #include <memory>
 #include <vector>
 
+#include "compat/torch_compat.hpp"
 #include "dp/dp_algorithm.hpp"
 #include "pipewright/sched/buckets.hpp"
 
@@ -90,7 +91,7 @@ class Ddp final : public DataParallelAlgorithm {
     sched::BucketAssignment assignment;
     std::vector<Bucket> buckets;
     std::size_t next_launch = 0;  // buckets start in index order
-    std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+    std::vector<compat::NodePtr> accumulators;
     std::vector<std::uintptr_t> hook_keys;
     bool step_open = false;  // a backward of this step has started
   };

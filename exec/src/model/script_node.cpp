@@ -4,12 +4,15 @@
 #include <torch/script.h>
 #include <torch/version.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
 
+#include "compat/torch_compat.hpp"
 #include "model/model_check.hpp"
 #include "pipewright/graph/error.hpp"
 
@@ -35,6 +38,31 @@ std::vector<std::string> split_path(const std::string& name) {
 }
 
 }  // namespace
+
+// Note [Node files from a newer torch]: TorchScript archives are read by an older libtorch only
+// while no newer operator or file-format version is used, and torch 2.x writes files that 1.13
+// may misread in ways its loader does not catch. pipewright-export records the torch that wrote
+// the nodes (model.json source.torch); a model exported by a newer MAJOR.MINOR than this
+// executor's libtorch is refused before any node is loaded, naming both versions. Older files
+// load (torch reads its earlier formats).
+void check_node_files_torch(const graph::Model& model) {
+  if (!model.source || model.source->torch.empty()) return;
+  const bool scripted = std::any_of(model.nodes.begin(), model.nodes.end(),
+                                    [](const graph::Node& n) { return n.script.has_value(); });
+  if (!scripted) return;
+  const std::string& written_by = model.source->torch;
+  int major = 0;
+  int minor = 0;
+  if (std::sscanf(written_by.c_str(), "%d.%d", &major, &minor) != 2) return;
+  const bool newer =
+      major > compat::kTorchMajor || (major == compat::kTorchMajor && minor > compat::kTorchMinor);
+  PW_CHECK(!newer, ConfigError,
+           model.name << ": its TorchScript nodes were written by torch " << written_by
+                      << " (model.json source.torch), newer than this executor's libtorch "
+                      << TORCH_VERSION << "; export with torch <= " << compat::kTorchMajor << "."
+                      << compat::kTorchMinor << ", or build pipewright against torch >= " << major
+                      << "." << minor << " (-DPIPEWRIGHT_TORCH_PYTHON, docs/gpu.md)");
+}
 
 struct ScriptNode::Impl {
   torch::jit::Module module;

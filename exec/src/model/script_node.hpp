@@ -54,4 +54,8 @@ class ScriptNode {
   std::unique_ptr<Impl> impl_;
 };
 
+// Throws ConfigError when `model`'s TorchScript nodes were exported by a newer torch (MAJOR.MINOR)
+// than this executor's libtorch (Note [Node files from a newer torch] in script_node.cpp).
+void check_node_files_torch(const graph::Model& model);
+
 }  // namespace pipewright::exec

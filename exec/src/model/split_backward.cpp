@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "compat/torch_compat.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec {
@@ -123,9 +124,9 @@ std::vector<torch::Tensor> backward_input(const std::vector<torch::Tensor>& root
   }
 
   // Boundary nodes: in S with an edge out of S. Their output gradients are recorded during I.
-  std::vector<std::shared_ptr<Node>> boundary;
+  std::vector<compat::NodePtr> boundary;
   std::unordered_set<Node*> boundary_seen;
-  const auto collect = [&](const std::shared_ptr<Node>& node) {
+  const auto collect = [&](const compat::NodePtr& node) {
     if (!node || in_s.count(node.get()) == 0 || !boundary_seen.insert(node.get()).second) return;
     for (const Edge& e : node->next_edges()) {
       if (e.function && in_s.count(e.function.get()) == 0) {

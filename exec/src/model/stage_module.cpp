@@ -210,6 +210,7 @@ StageModule::StageModule(const graph::Model& model, std::vector<int> nodes,
     input_types_.push_back(type_of(v));
   }
 
+  check_node_files_torch(model);
   // Parameters in model (node index) order; ops in topological order.
   std::vector<std::vector<std::size_t>> tensors(model.nodes.size());
   std::vector<std::shared_ptr<ScriptNode>> scripts(model.nodes.size());
