@@ -45,7 +45,9 @@
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/model.hpp"
 #include "pipewright/graph/partition.hpp"
+#include "pipewright/sched/costs.hpp"
 #include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/memory.hpp"
 #include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sched/schedule.hpp"
 #include "pipewright/sched/validate.hpp"
@@ -215,8 +217,8 @@ void check_outputs(const RunConfig& c, int world_rank) {
 // Issue 20, item 7: a model file's layer sizes imply the memory of its weights; a rank must not
 // try to allocate a petabyte (libtorch's allocator then fails with an internal error and a
 // stack trace). The float32 weights of this rank's stages, with their gradients and the
-// optimizer's state (SGD momentum 1, Adam 2 per weight), must fit the host's physical memory,
-// or PIPEWRIGHT_MAX_PARAM_BYTES when set (docs/reliability.md, "Input limits").
+// optimizer's state (sched::optimizer_state_factor per weight), must fit the host's physical
+// memory, or PIPEWRIGHT_MAX_PARAM_BYTES when set (docs/reliability.md, "Input limits").
 void check_parameter_memory(const RunConfig& c, const Prepared& p) {
   double params = 0;
   for (int s : p.plan.shape.stages_of_rank(p.pp_index)) {
@@ -224,8 +226,7 @@ void check_parameter_memory(const RunConfig& c, const Prepared& p) {
          p.partition.graph.stages.at(static_cast<std::size_t>(p.plan.shape.model_stage(s))).nodes)
       params += parameter_count(p.model.nodes.at(static_cast<std::size_t>(n)));
   }
-  const double states = c.optimizer == sched::Optimizer::kSgd ? (c.momentum > 0 ? 1 : 0) : 2;
-  const double bytes = params * 4 * (2 + states);
+  const double bytes = params * 4 * (2 + sched::optimizer_state_factor(c.optimizer, c.momentum));
   double limit =
       static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   std::string source = "this host's memory";
@@ -531,12 +532,9 @@ DryRun dry_run_job(const RunConfig& c) {
   DryRun out;
   out.model_name = p.model.name;
   for (const auto& list : p.plan.per_rank) out.actions += static_cast<std::int64_t>(list.size());
-  out.predicted_peak_bytes.assign(static_cast<std::size_t>(c.pp), 0);
-  for (int s = 0; s < p.partition.num_stages(); ++s) {
-    const int rank = p.plan.shape.stage_to_rank.at(static_cast<std::size_t>(s));
-    out.predicted_peak_bytes.at(static_cast<std::size_t>(rank)) +=
-        p.partition.graph.stages.at(static_cast<std::size_t>(s)).memory_bytes;
-  }
+  // The one memory model (Note [Memory model] in sched/memory.hpp), as `simulate` reports it.
+  out.memory = sched::peak_memory(p.plan, sched::costs_from_partition(p.model, p.partition),
+                                  sched::memory_options(c));
   out.plan = std::move(p.plan);
   return out;
 }
