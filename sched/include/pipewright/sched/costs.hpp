@@ -129,7 +129,7 @@ struct CostTable {
   // Compute-stream time of posting and completing one batch of point-to-point operations (a
   // rank's consecutive SEND/RECV actions, which the executor posts together), even when the data
   // is already there: ms per batch. Executor profiles measure it (Note [Comm overhead] in
-  // exec/src/report/run_report.cpp).
+  // exec/src/report/run_profile.cpp).
   double comm_overhead_ms = 0;
   // Memory every rank holds besides the model state and activations (runtime libraries,
   // allocator caches, data), bytes; the simulator adds it to each rank's predicted peak.
