@@ -256,10 +256,12 @@ class Engine {
 
   std::size_t rows_per_step_ = 0;
   SlotArray slots_;
-  std::vector<std::int64_t> slot_src_;     // record index that filled the slot
-  std::vector<std::int64_t> recv_prev_;    // with record_: pending receive's predecessor
-  std::vector<std::int64_t> recv_record_;  // with record_: pending receive's record index
-  std::vector<std::int64_t> ddp_done_;     // per (step, stage): all buckets reduced, or -1
+  std::vector<std::int64_t> slot_src_;          // record index that filled the slot
+  std::vector<std::int64_t> recv_prev_;         // with record_: pending receive's predecessor
+  std::vector<std::int64_t> recv_record_;       // with record_: pending receive's record index
+  std::vector<std::int64_t> ddp_done_;          // per (step, stage): all buckets reduced, or:
+  static constexpr std::int64_t kUnknown = -1;  // not launched yet
+  static constexpr std::int64_t kPending = -2;  // buckets queued on shared links
 
   std::vector<RankState> ranks_;
   std::int64_t now_ = 0;  // the event clock
