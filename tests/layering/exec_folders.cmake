@@ -5,7 +5,9 @@
 #   - when the list is missing or names a folder twice or a folder that does not exist,
 #   - when exec/src/ has a folder the list does not name, or a source file outside any folder
 #     (either would skip the check),
-#   - on every #include "F/..." of a folder F listed after the including file's folder.
+#   - on every #include "F/..." of a folder F listed after the including file's folder;
+#   - with -DDOC=docs/architecture.md, when that page's tree (lines "exec/src/F/ ...") does not
+#     name the same folders in the same order.
 # All violations are reported, one per line, with file and line number.
 cmake_minimum_required(VERSION 3.22)
 foreach(var README SRC)
@@ -83,6 +85,17 @@ foreach(folder IN LISTS order)
     endforeach()
   endforeach()
 endforeach()
+
+if(DEFINED DOC)
+  get_filename_component(DOC "${DOC}" ABSOLUTE)
+  file(STRINGS "${DOC}" drawn REGEX "^exec/src/[A-Za-z0-9_]+/ ")
+  list(TRANSFORM drawn REPLACE "^exec/src/([A-Za-z0-9_]+)/ .*" "\\1")
+  if(NOT drawn STREQUAL order)
+    string(REPLACE ";" " < " want "${order}")
+    string(REPLACE ";" " < " got "${drawn}")
+    string(APPEND problems "${DOC}: its exec/src/ tree reads ${got}; ${README} lists ${want}\n")
+  endif()
+endif()
 
 if(NOT problems STREQUAL "")
   # NOTICE prints the lines as they are (FATAL_ERROR would re-wrap them).

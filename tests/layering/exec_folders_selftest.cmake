@@ -1,7 +1,8 @@
-# Shows that exec_folders.cmake can fail: it runs the checker on small trees written here, one
+# Shows that exec_folders.cmake can fail: it runs the checker on small trees written here, some
 # correct and several broken (an upward include, a folder missing from the list, a source file
-# outside the folders, a list naming a folder that does not exist, no list at all), and expects
-# it to pass on the first and to fail, naming the problem, on each of the others.
+# outside the folders, a list naming a folder that does not exist, no list at all, a folder
+# listed twice, an architecture page drawing another order), and expects it to pass on the
+# correct ones and to fail, naming the problem, on each of the others.
 #   cmake -DCHECKER=exec_folders.cmake -DWORK=<scratch dir> -P exec_folders_selftest.cmake
 cmake_minimum_required(VERSION 3.22)
 file(REMOVE_RECURSE "${WORK}")
@@ -18,11 +19,15 @@ function(write_tree name readme)
   endforeach()
 endfunction()
 
-# expect(NAME PASS|FAIL [REGEX]): runs the checker on ${WORK}/NAME.
+# expect(NAME PASS|FAIL [REGEX]): runs the checker on ${WORK}/NAME (with its arch.md, if any).
 set(cases 0)
 function(expect name outcome)
+  set(doc "")
+  if(EXISTS "${WORK}/${name}/arch.md")
+    set(doc "-DDOC=${WORK}/${name}/arch.md")
+  endif()
   execute_process(COMMAND ${CMAKE_COMMAND} -DREADME=${WORK}/${name}/README.md
-                          -DSRC=${WORK}/${name} -P ${CHECKER}
+                          -DSRC=${WORK}/${name} ${doc} -P ${CHECKER}
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(outcome STREQUAL "PASS" AND NOT rc EQUAL 0)
     message(FATAL_ERROR "${name}: the checker failed on a correct tree:\n${out}${err}")
@@ -78,6 +83,18 @@ expect(no_list FAIL "no folder list found")
 write_tree(twice "${readme_low_high}3. **`low/`**: again.\n" "low/l.hpp=#pragma once"
   "high/h.cpp=")
 expect(twice FAIL "'low/' is listed twice")
+
+write_tree(drawn "${readme_low_high}"
+  "low/l.hpp=#pragma once"
+  "high/h.cpp=#include \"low/l.hpp\""
+  "arch.md=```\nexec/src/low/   the bottom\nexec/src/high/  uses low\n```")
+expect(drawn PASS)
+
+write_tree(drawn_stale "${readme_low_high}"
+  "low/l.hpp=#pragma once"
+  "high/h.cpp=#include \"low/l.hpp\""
+  "arch.md=```\nexec/src/high/  drawn first\nexec/src/low/   the bottom\n```")
+expect(drawn_stale FAIL "its exec/src/ tree reads high < low")
 
 file(REMOVE_RECURSE "${WORK}")
 message("exec_folders.cmake: ${cases} trees, each judged as expected")
