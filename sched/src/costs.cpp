@@ -7,6 +7,8 @@
 
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/json_reader.hpp"
+#include "pipewright/graph/model.hpp"
+#include "pipewright/graph/partition.hpp"
 
 namespace pipewright::sched {
 namespace {
@@ -320,6 +322,30 @@ std::string to_json(const CostTable& t) {
     j["peak_memory"] = pm;
   }
   return j.dump(2) + "\n";
+}
+
+CostTable costs_from_partition(const graph::Model& model, const graph::Partition& partition) {
+  graph::check_partition_matches(partition, model);
+  CostTable t;
+  t.source = "model:" + model.name;
+  for (const auto& info : partition.graph.stages) {
+    StageCost c;
+    c.stage = info.index;
+    c.forward_ms = info.forward_ms;
+    c.backward_ms = info.backward_ms;
+    c.input_grad_ms = info.input_grad_ms;
+    c.weight_grad_ms = info.weight_grad_ms;
+    c.param_bytes = info.param_bytes;
+    c.activation_bytes = info.activation_bytes;
+    c.output_bytes = info.output_bytes;
+    for (int n : info.nodes) {
+      const auto bytes = model.nodes[static_cast<std::size_t>(n)].cost.param_bytes;
+      if (bytes > 0) c.param_sizes_bytes.push_back(bytes);
+    }
+    t.stages.push_back(std::move(c));
+  }
+  validate(t, "partition of " + model.name);
+  return t;
 }
 
 }  // namespace pipewright::sched

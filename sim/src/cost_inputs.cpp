@@ -56,29 +56,29 @@ sched::CostTable what_if_costs(const WhatIfCosts& w, std::int32_t stages) {
   return t;
 }
 
-sched::CostTable costs_from_partition(const graph::Model& model,
-                                      const graph::Partition& partition) {
-  graph::check_partition_matches(partition, model);
-  sched::CostTable t;
-  t.source = "model:" + model.name;
-  for (const auto& info : partition.graph.stages) {
-    sched::StageCost c;
-    c.stage = info.index;
-    c.forward_ms = info.forward_ms;
-    c.backward_ms = info.backward_ms;
-    c.input_grad_ms = info.input_grad_ms;
-    c.weight_grad_ms = info.weight_grad_ms;
-    c.param_bytes = info.param_bytes;
-    c.activation_bytes = info.activation_bytes;
-    c.output_bytes = info.output_bytes;
-    for (int n : info.nodes) {
-      const auto bytes = model.nodes[static_cast<std::size_t>(n)].cost.param_bytes;
-      if (bytes > 0) c.param_sizes_bytes.push_back(bytes);
-    }
-    t.stages.push_back(std::move(c));
+int CostSources::given() const noexcept {
+  return static_cast<int>(!what_if.forward_ms.empty() || !what_if.backward_ms.empty()) +
+         static_cast<int>(model != nullptr) + static_cast<int>(!profile_path.empty()) +
+         static_cast<int>(table.has_value());
+}
+
+sched::CostTable stage_costs(const CostSources& sources, const sched::PlanShape& shape) {
+  PW_CHECK(sources.given() == 1, ConfigError,
+           "give exactly one cost source: --forward-ms/--backward-ms, --model [--partition], or "
+           "--profile");
+  sched::CostTable costs;
+  if (sources.table) {
+    costs = *sources.table;
+  } else if (!sources.profile_path.empty()) {
+    costs = sched::load_costs(sources.profile_path);
+  } else if (sources.model != nullptr) {
+    PW_CHECK(sources.partition != nullptr, ConfigError, "model costs need the model's partition");
+    costs = sched::costs_from_partition(*sources.model, *sources.partition);
+  } else {
+    costs = what_if_costs(sources.what_if, shape.model_stages());
   }
-  sched::validate(t, "partition of " + model.name);
-  return t;
+  if (sources.compute_overhead_ms) costs.compute_overhead_ms = *sources.compute_overhead_ms;
+  return costs;
 }
 
 namespace {
@@ -147,7 +147,7 @@ std::string stage_nodes(const graph::Partition& p, std::size_t s) {
 
 void check_profile_partition(const graph::Model& model, const graph::Partition& from,
                              const sched::CostTable& measured) {
-  const sched::CostTable expected = costs_from_partition(model, from);
+  const sched::CostTable expected = sched::costs_from_partition(model, from);
   double total_measured = 0;
   double total_expected = 0;
   for (const auto& c : measured.stages) total_measured += static_cast<double>(c.param_bytes);
@@ -181,7 +181,7 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
                                                    "has "
                                                 << from.num_stages());
   check_profile_partition(model, from, measured);
-  sched::CostTable t = costs_from_partition(model, to);
+  sched::CostTable t = sched::costs_from_partition(model, to);
   t.source = "transfer:" + measured.source;
   t.compute_overhead_ms = measured.compute_overhead_ms;
   t.comm_overhead_ms = measured.comm_overhead_ms;

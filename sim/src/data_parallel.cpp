@@ -9,17 +9,6 @@
 #include "pipewright/sched/buckets.hpp"
 
 namespace pipewright::sim {
-double optimizer_state_factor(Optimizer opt, double momentum) noexcept {
-  switch (opt) {
-    case Optimizer::kSgd:
-      return momentum > 0 ? 1.0 : 0.0;
-    case Optimizer::kAdam:
-    case Optimizer::kAdamW:
-      return 2.0;
-  }
-  return 0.0;
-}
-
 SimOptions sim_options(const sched::JobSpec& job) {
   const auto& d = job.data_parallel;
   SimOptions o;

@@ -105,7 +105,8 @@ TableDurations::TableDurations(const sched::LoweredPlan& plan, const sched::Cost
       if (c.optimizer_stats && c.optimizer_stats->samples > 0)
         f[4] = ms_to_ns(c.optimizer_stats->mean_or_estimate_ms());
     }
-    // Activation recompute (Note [Recompute] in engine.cpp): B and I re-run the stage's forward.
+    // Activation recompute (Note [Recompute] in sched/memory.hpp): B and I re-run the stage's
+    // forward.
     const bool recomputed =
         options.recompute.recomputes(plan.shape.model_stage(static_cast<std::int32_t>(k)));
     const std::int64_t redo = recomputed ? f[0] - overhead : 0;

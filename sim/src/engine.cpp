@@ -12,11 +12,6 @@ namespace pipewright::sim {
 using sched::Action;
 using sched::ActionKind;
 
-namespace {
-constexpr std::int64_t kUnknown = -1;
-constexpr std::int64_t kPending = -2;  // ddp_done_: buckets queued on shared links
-}  // namespace
-
 // The slot rows an op waits for and fills are the dependency rules' fact rows (Note [Slot
 // layout]); ops of the same kind, stage and edge share one range of deps_.
 void Engine::resolve_deps() {
@@ -159,7 +154,8 @@ std::int64_t Engine::record_action(const Op& op, std::int32_t r, std::int32_t st
   return static_cast<std::int64_t>(result_.actions.size()) - 1;
 }
 
-void Engine::memory_point(std::int32_t r, RankState& st, std::int64_t t) {
+void Engine::memory_point(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta) {
+  st.activation_bytes += delta;
   auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
   const std::int64_t bytes = rr.static_memory_bytes + st.activation_bytes;
   auto& tl = rr.memory_timeline;
@@ -168,36 +164,6 @@ void Engine::memory_point(std::int32_t r, RankState& st, std::int64_t t) {
   } else {
     tl.push_back(MemoryPoint{t, bytes});
   }
-}
-
-void Engine::launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
-                        std::int64_t start, std::int64_t end, std::int64_t src) {
-  const auto s = static_cast<std::size_t>(op.stage);
-  if (dp_linked_[static_cast<std::size_t>(r)] != 0) {
-    queue_ddp(r, op, step, start, end, src);
-    ddp_done_[static_cast<std::size_t>(step) * S_ + s] = kPending;
-    return;
-  }
-  const auto& ns = network_->bucket_ns(op.stage);
-  const auto& cum = network_->bucket_cumulative_bytes(op.stage);
-  std::int64_t done = end;
-  for (std::size_t b = 0; b < ns.size(); ++b) {
-    const std::int64_t ready = ddp_bucket_ready_ns(cum, b, start, end);
-    const std::int64_t bstart = std::max(ready, st.dp_free);
-    const std::int64_t bend = bstart + ns[b];
-    const std::int64_t pred = ready >= st.dp_free ? src : st.last_dp;
-    st.dp_free = bend;
-    done = bend;
-    result_.per_rank[static_cast<std::size_t>(r)].dp_comm_ns += ns[b];
-    if (record_) {
-      Op cop{ActionKind::kReduceGrad, op.stage, -1, -1, false, false};
-      const auto idx = record(cop, r, step, Stream::kDpAllReduce, bstart, bend, pred);
-      result_.actions[static_cast<std::size_t>(idx)].collective = Collective::kDdpBucket;
-      result_.actions[static_cast<std::size_t>(idx)].bucket = static_cast<std::int32_t>(b);
-      st.last_dp = idx;
-    }
-  }
-  ddp_done_[static_cast<std::size_t>(step) * S_ + s] = done;
 }
 
 // A compute action (F, B, I, W, OPTIM) whose inputs are known and which can start at `start`.
@@ -225,7 +191,6 @@ bool Engine::run_compute(std::int32_t r, RankState& st, const Op& op, std::int32
 void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                             std::int64_t start, std::int64_t end, std::int64_t pred) {
   const std::size_t base = slot_base(step);
-  const auto s = static_cast<std::size_t>(op.stage);
   auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
   if (op.kind != ActionKind::kOptimizerStep) {
     rr.recv_wait_ns += start - st.time;
@@ -234,33 +199,14 @@ void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::in
   const auto idx = record(op, r, step, Stream::kCompute, start, end, pred);
   st.time = end;
   st.last_compute = idx;
-  switch (op.kind) {
-    case ActionKind::kForward:
-      memory_change(r, st, start, act_bytes_[s], 1);
-      if (plan_.shape.forward_only) memory_change(r, st, end, -act_bytes_[s], -1);
-      set_slot(base + at(static_cast<std::size_t>(op.out_row), op.mb), end, idx);
-      break;
-    case ActionKind::kFullBackward:
-    case ActionKind::kBackwardInput: {
-      const bool full = op.kind == ActionKind::kFullBackward;
-      if (recompute_bytes_[s] > 0) {
-        memory_change(r, st, start, recompute_bytes_[s], 0);  // the recomputed forward
-        if (full) memory_change(r, st, end, -recompute_bytes_[s], 0);
-      }
-      if (full) memory_change(r, st, end, -act_bytes_[s], -1);
-      set_slot(base + at(static_cast<std::size_t>(op.out_row), op.mb), end, idx);
-      if (full && op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
-        launch_ddp(r, st, op, step, start, end, idx);
-      break;
-    }
-    case ActionKind::kBackwardWeight:
-      memory_change(r, st, end, -act_bytes_[s] - recompute_bytes_[s], -1);
-      if (op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
-        launch_ddp(r, st, op, step, start, end, idx);
-      break;
-    default:
-      break;
-  }
+  memory_change(r, st, op, start, end);
+  const bool produces = op.kind == ActionKind::kForward || op.kind == ActionKind::kFullBackward ||
+                        op.kind == ActionKind::kBackwardInput;
+  if (produces) set_slot(base + at(static_cast<std::size_t>(op.out_row), op.mb), end, idx);
+  // DDP's buckets start with the stage's last gradients: after its last B, or its last W.
+  const bool grads = op.kind == ActionKind::kFullBackward || op.kind == ActionKind::kBackwardWeight;
+  if (grads && op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
+    launch_ddp(r, st, op, step, start, end, idx);
 }
 
 void Engine::complete(std::int32_t r, std::uint32_t version) {
@@ -394,88 +340,6 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
   return true;
 }
 
-void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
-  auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
-  if (dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp) {
-    // Stages whose plan has no REDUCE_GRAD: the step ends when their buckets are reduced.
-    for (std::int32_t s = 0; s < S_; ++s) {
-      if (plan_.shape.stage_to_rank[static_cast<std::size_t>(s)] != r ||
-          prog_.explicit_reduce[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)] != 0)
-        continue;
-      const std::int64_t done = ddp_done_[static_cast<std::size_t>(step) * S_ + s];
-      if (done > st.time) {
-        rr.dp_exposed_ns += done - st.time;
-        st.time = done;
-        st.last_compute = st.last_dp;
-      }
-    }
-  }
-  if (dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDiLoCo) diloco_end_of_step(r, st, step);
-  if (dp_ > 1 &&
-      (opt_.dp.algorithm == DpAlgorithm::kLocalSgd || opt_.dp.algorithm == DpAlgorithm::kSlowMo ||
-       opt_.dp.algorithm == DpAlgorithm::kSgp)) {
-    const bool sgp =
-        opt_.dp.algorithm == DpAlgorithm::kSgp ||
-        (opt_.dp.algorithm == DpAlgorithm::kSlowMo && opt_.dp.slowmo_base == DpAlgorithm::kSgp);
-    const bool average = !sgp && (step + 1) % opt_.dp.localsgd_frequency == 0;
-    const bool slowmo =
-        opt_.dp.algorithm == DpAlgorithm::kSlowMo && (step + 1) % opt_.dp.slowmo_frequency == 0;
-    auto blocking = [&](std::int64_t ns, Collective kind) {
-      if (ns <= 0) return;
-      const std::int64_t start = std::max(st.time, st.dp_free);
-      const std::int64_t end = start + ns;
-      rr.dp_comm_ns += ns;
-      rr.dp_exposed_ns += end - st.time;
-      if (record_) {
-        Op cop{ActionKind::kReduceGrad, -1, -1, -1, false, false};
-        const auto idx = record(cop, r, step, Stream::kDpAllReduce, start, end, st.last_compute);
-        result_.actions[static_cast<std::size_t>(idx)].collective = kind;
-        st.last_dp = idx;
-        st.last_compute = idx;
-      }
-      st.time = end;
-      st.dp_free = end;
-    };
-    if (sgp) blocking(network_->sgp_ns(r), Collective::kSgp);
-    if (average) blocking(network_->localsgd_ns(r), Collective::kLocalSgd);
-    if (slowmo) blocking(network_->slowmo_ns(r), Collective::kSlowMo);
-  }
-  // The step is over on this rank when compute, sends and collectives are all done (an
-  // outer all-reduce still in flight belongs to a later step).
-  const std::int64_t dp_end =
-      opt_.dp.algorithm == DpAlgorithm::kDiLoCo ? std::min(st.dp_free, st.time) : st.dp_free;
-  const std::int64_t finish = std::max({st.time, st.send_free, dp_end});
-  auto& end = result_.step_end_ns[static_cast<std::size_t>(step)];
-  end = std::max(end, finish);
-}
-
-void Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
-  // Note [DiLoCo step] (exec/src/dp/diloco.hpp): a fragment's all-reduce starts after step n with
-  // (n + 1 + tau) % P == 0 on the dp stream, overlapping the compute of the next tau steps, and
-  // the step with (n + 1) % P == 0 waits for it (tau = 0: it is fully exposed).
-  const auto& d = opt_.dp;
-  const std::int64_t period = std::max(1, d.sync_every / std::max(d.fragments, 1));
-  auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
-  if ((step + 1 + d.sync_delay) % period == 0) {
-    const std::int64_t ns = network_->diloco_ns(r);
-    const std::int64_t start = std::max(st.time, st.dp_free);
-    const std::int64_t end = start + ns;
-    rr.dp_comm_ns += ns;
-    if (record_ && ns > 0) {
-      Op cop{ActionKind::kReduceGrad, -1, -1, -1, false, false};
-      const auto idx = record(cop, r, step, Stream::kDpAllReduce, start, end, st.last_compute);
-      result_.actions[static_cast<std::size_t>(idx)].collective = Collective::kDiLoCo;
-      st.last_dp = idx;
-    }
-    st.dp_free = end;
-  }
-  if ((step + 1) % period == 0 && st.dp_free > st.time) {
-    rr.dp_exposed_ns += st.dp_free - st.time;
-    st.time = st.dp_free;
-    st.last_compute = st.last_dp;
-  }
-}
-
 void Engine::step_forward(std::int32_t r, RankState& st) {
   ++st.pc;
   if (++st.pos == prog_.ops[static_cast<std::size_t>(r)].size()) {
@@ -550,27 +414,11 @@ SimResult Engine::run() {
   if (!network_) network_ = make_analytical_network(plan_, costs_, cluster_, opt_);
   comm_overhead_ns_ = network_->batch_overhead_ns();
   plan_streams();
-  // Note [Recompute]: a recomputed stage keeps its inputs (its producers' outputs; the first
-  // stage's input batch is the data loader's) from F to its backward, and its full activations
-  // only during the B (or from I to W) that recomputes them. Note [Forward-only memory]: an
-  // inference plan frees a forward's activations when the forward ends and holds no gradients
-  // or optimizer state.
+  memory_options_ = sched::MemoryOptions{opt_.optimizer, opt_.momentum, opt_.recompute};
+  memory_.emplace(plan_.shape, costs_, memory_options_);
   const auto& shape = plan_.shape;
   for (std::int32_t s = 0; s < static_cast<std::int32_t>(costs_.stages.size()); ++s) {
     const auto& c = costs_.stages[static_cast<std::size_t>(s)];
-    std::int64_t kept = c.activation_bytes;
-    std::int64_t redo = 0;
-    if (opt_.recompute.recomputes(shape.model_stage(s)) && !shape.forward_only) {
-      kept = 0;
-      for (std::int32_t q : shape.producers(s)) {
-        if (q >= 0 && q < static_cast<std::int32_t>(costs_.stages.size()))
-          kept += costs_.stages[static_cast<std::size_t>(q)].output_bytes;
-      }
-      redo = c.activation_bytes;
-    }
-    act_bytes_.push_back(kept);
-    recompute_bytes_.push_back(redo);
-    stage_param_bytes_.push_back(c.param_bytes);
     // Chimera: REDUCE_GRAD also sums the gradients with the stage's replica on another rank, a
     // two-rank ring all-reduce (reduce-scatter + all-gather of half the gradient each), costed
     // on the rank's compute stream (the partner's arrival is not waited for: a lower bound).
@@ -617,19 +465,19 @@ SimResult Engine::run() {
   result_.simulated_actions = static_cast<std::int64_t>(total_actions) * K_;
   if (record_) result_.actions.reserve(total_actions * static_cast<std::size_t>(K_) + 16);
 
-  const double opt_factor = optimizer_state_factor(opt_.optimizer, opt_.momentum);
+  // Memory (Note [Memory model] in sched/memory.hpp): the peaks are sched::peak_memory's, the one
+  // function `run --dry-run` prints too; the timeline places the same changes on the clock.
+  const std::vector<sched::RankMemory> memory = sched::peak_memory(plan_, costs_, memory_options_);
   for (std::int32_t r = 0; r < R_; ++r) {
     auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+    const auto& m = memory[static_cast<std::size_t>(r)];
     rr.rank = r;
-    std::int64_t params = 0;
-    for (auto s : plan_.shape.stages_of_rank(r))
-      params += stage_param_bytes_[static_cast<std::size_t>(s)];
-    // parameters + gradients (same dtype) + optimizer state; inference: parameters only.
-    rr.static_memory_bytes =
-        plan_.shape.forward_only
-            ? params
-            : 2 * params +
-                  static_cast<std::int64_t>(std::llround(opt_factor * static_cast<double>(params)));
+    rr.static_memory_bytes = m.static_bytes;
+    rr.peak_activation_bytes = m.peak_activation_bytes;
+    rr.peak_activation_microbatches = m.peak_activation_microbatches;
+    rr.peak_memory_bytes = m.peak_bytes;
+    rr.exceeds_memory =
+        cluster_.device_memory_bytes > 0 && rr.peak_memory_bytes > cluster_.device_memory_bytes;
     if (opt_.record_memory_timeline) rr.memory_timeline.push_back({0, rr.static_memory_bytes});
   }
 
@@ -670,23 +518,10 @@ SimResult Engine::run() {
   for (const auto& st : ranks_) {
     if (!st.finished) throw_deadlock();
   }
-  for (std::int32_t r = 0; r < R_; ++r) {
-    const auto& st = ranks_[static_cast<std::size_t>(r)];
-    auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
-    rr.peak_activation_bytes = st.peak_activation_bytes;
-    rr.peak_activation_microbatches = st.peak_microbatches;
-  }
-
   std::int64_t makespan = 0;
   for (const auto& rr : result_.per_rank) makespan = std::max(makespan, rr.finish_ns);
   result_.makespan_ns = makespan;
-  for (auto& rr : result_.per_rank) {
-    rr.idle_ns = makespan - rr.busy_ns;
-    rr.peak_memory_bytes =
-        costs_.runtime_memory_bytes + rr.static_memory_bytes + rr.peak_activation_bytes;
-    rr.exceeds_memory =
-        cluster_.device_memory_bytes > 0 && rr.peak_memory_bytes > cluster_.device_memory_bytes;
-  }
+  for (auto& rr : result_.per_rank) rr.idle_ns = makespan - rr.busy_ns;
   if (record_ && !result_.actions.empty()) {
     std::int64_t last = 0;
     for (std::size_t i = 1; i < result_.actions.size(); ++i) {

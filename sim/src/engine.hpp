@@ -53,6 +53,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,7 @@
 #include "event_queue.hpp"
 #include "network_model.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/sched/memory.hpp"
 #include "pipewright/sched/plan_dag.hpp"
 #include "pipewright/sim/simulator.hpp"
 #include "program.hpp"
@@ -91,11 +93,8 @@ struct RankState {
   std::int64_t last_send = -1;
   std::int64_t last_dp = -1;
   std::int64_t parked_slot = -1;
-  std::int32_t next_waiter = -1;  // intrusive list of ranks parked on the same slot
-  std::int64_t activation_bytes = 0;
-  std::int32_t live_microbatches = 0;
-  std::int64_t peak_activation_bytes = 0;
-  std::int32_t peak_microbatches = 0;
+  std::int32_t next_waiter = -1;      // intrusive list of ranks parked on the same slot
+  std::int64_t activation_bytes = 0;  // with record_memory_timeline (Note [Memory model])
   // Shared cores: the running compute action's start and predecessor.
   std::int64_t run_start = 0;
   std::int64_t run_pred = -1;
@@ -219,15 +218,17 @@ class Engine {
   }
   std::int64_t record_action(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
                              std::int64_t start, std::int64_t end, std::int64_t pred);
-  void memory_change(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta,
-                     std::int32_t mb_delta) {
-    st.activation_bytes += delta;
-    st.live_microbatches += mb_delta;
-    st.peak_activation_bytes = std::max(st.peak_activation_bytes, st.activation_bytes);
-    st.peak_microbatches = std::max(st.peak_microbatches, st.live_microbatches);
-    if (opt_.record_memory_timeline) memory_point(r, st, t);
+  // The memory timeline: the changes of sched::MemoryModel (Note [Memory model] in
+  // sched/memory.hpp) placed at the compute action's start and end. The peaks are not tracked
+  // here: they are sched::peak_memory's, the one function `run --dry-run` prints too.
+  void memory_change(std::int32_t r, RankState& st, const Op& op, std::int64_t start,
+                     std::int64_t end) {
+    if (!opt_.record_memory_timeline) return;
+    const sched::MemoryChange c = memory_->change(op.kind, op.stage);
+    if (c.at_start != 0 || c.microbatches_at_start != 0) memory_point(r, st, start, c.at_start);
+    if (c.at_end != 0 || c.microbatches_at_end != 0) memory_point(r, st, end, c.at_end);
   }
-  void memory_point(std::int32_t r, RankState& st, std::int64_t t);
+  void memory_point(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta);
   [[noreturn]] void throw_deadlock() const;
 
   const sched::LoweredPlan& plan_;
@@ -248,18 +249,19 @@ class Engine {
   // The slot rows ops wait for (sched::PlanRules::needs as rows); op's are
   // deps_[op.deps_begin .. op.deps_end).
   std::vector<std::int32_t> deps_;
-  std::vector<std::int64_t> act_bytes_, stage_param_bytes_;  // per stage
-  // Note [Recompute]: per stage, the full activations live again during a recomputing B / I
-  // (0 for stages without recompute), and the replica gradient all-reduce at REDUCE_GRAD (0 for
-  // stages without replicas).
-  std::vector<std::int64_t> recompute_bytes_, replica_reduce_ns_;
+  sched::MemoryOptions memory_options_;
+  std::optional<sched::MemoryModel> memory_;  // Note [Memory model] (sched/memory.hpp)
+  // Per stage: the replica gradient all-reduce at REDUCE_GRAD (0 for stages without replicas).
+  std::vector<std::int64_t> replica_reduce_ns_;
 
   std::size_t rows_per_step_ = 0;
   SlotArray slots_;
-  std::vector<std::int64_t> slot_src_;     // record index that filled the slot
-  std::vector<std::int64_t> recv_prev_;    // with record_: pending receive's predecessor
-  std::vector<std::int64_t> recv_record_;  // with record_: pending receive's record index
-  std::vector<std::int64_t> ddp_done_;     // per (step, stage): all buckets reduced, or -1
+  std::vector<std::int64_t> slot_src_;          // record index that filled the slot
+  std::vector<std::int64_t> recv_prev_;         // with record_: pending receive's predecessor
+  std::vector<std::int64_t> recv_record_;       // with record_: pending receive's record index
+  std::vector<std::int64_t> ddp_done_;          // per (step, stage): all buckets reduced, or:
+  static constexpr std::int64_t kUnknown = -1;  // not launched yet
+  static constexpr std::int64_t kPending = -2;  // buckets queued on shared links
 
   std::vector<RankState> ranks_;
   std::int64_t now_ = 0;  // the event clock

@@ -164,7 +164,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       auto it = by_stages.find(stages);
       if (it == by_stages.end()) {
         auto part = sched::resolve_partition(job, model);
-        auto costs = costs_from_partition(model, part);
+        auto costs = sched::costs_from_partition(model, part);
         it = by_stages
                  .emplace(stages, std::make_shared<const Partitioned>(
                                       Partitioned{std::move(part), std::move(costs)}))

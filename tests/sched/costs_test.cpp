@@ -8,6 +8,8 @@
 #include <string>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/generators.hpp"
+#include "pipewright/graph/partition.hpp"
 
 namespace pipewright::sched {
 namespace {
@@ -194,6 +196,34 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
       "/rank_step_correlation");
   expect_error(replace(corr_text, "\"step_correlation\": 0.25", "\"step_correlation\": -0.25"),
                "c.json:124:23: at /step_correlation: must be a finite number >= 0, got -0.25");
+}
+
+TEST(Costs, FromPartitionSumsStagesAndKeepsParameterSizes) {
+  graph::GptSpec spec;
+  spec.layers = 4;
+  spec.hidden = 64;
+  spec.heads = 4;
+  spec.seq = 16;
+  spec.vocab = 100;
+  const auto model = graph::make_gpt(spec);
+  graph::PartitionOptions po;
+  po.stages = 3;
+  const auto part = graph::partition_model(model, po);
+  const auto t = costs_from_partition(model, part);
+  ASSERT_EQ(t.stages.size(), 3u);
+  std::int64_t params = 0;
+  for (const auto& n : model.nodes) params += n.cost.param_bytes;
+  std::int64_t total = 0;
+  for (std::size_t s = 0; s < 3; ++s) {
+    const auto& info = part.graph.stages[s];
+    EXPECT_DOUBLE_EQ(t.stages[s].forward_ms, info.forward_ms);
+    EXPECT_EQ(t.stages[s].activation_bytes, info.activation_bytes);
+    std::int64_t sum = 0;
+    for (auto b : t.stages[s].param_sizes_bytes) sum += b;
+    EXPECT_EQ(sum, t.stages[s].param_bytes);
+    total += sum;
+  }
+  EXPECT_EQ(total, params);
 }
 
 }  // namespace

@@ -57,28 +57,6 @@ TEST(CostInputs, WhatIfErrorsNameTheFlag) {
   expect(w, "--backward-ms is required");
 }
 
-TEST(CostInputs, FromPartitionSumsStagesAndKeepsParameterSizes) {
-  const auto model = small_gpt(4);
-  graph::PartitionOptions po;
-  po.stages = 3;
-  const auto part = graph::partition_model(model, po);
-  const auto t = costs_from_partition(model, part);
-  ASSERT_EQ(t.stages.size(), 3u);
-  std::int64_t params = 0;
-  for (const auto& n : model.nodes) params += n.cost.param_bytes;
-  std::int64_t total = 0;
-  for (std::size_t s = 0; s < 3; ++s) {
-    const auto& info = part.graph.stages[s];
-    EXPECT_DOUBLE_EQ(t.stages[s].forward_ms, info.forward_ms);
-    EXPECT_EQ(t.stages[s].activation_bytes, info.activation_bytes);
-    std::int64_t sum = 0;
-    for (auto b : t.stages[s].param_sizes_bytes) sum += b;
-    EXPECT_EQ(sum, t.stages[s].param_bytes);
-    total += sum;
-  }
-  EXPECT_EQ(total, params);
-}
-
 graph::Partition balanced(const graph::Model& model, int stages) {
   graph::PartitionOptions po;
   po.stages = stages;
@@ -90,7 +68,7 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
   const auto p2 = balanced(model, 2), p4 = balanced(model, 4);
   // A "measured" profile: every stage ran exactly 3x its estimate (F) and 2x (B), optimizer 1 ms
   // per MB of parameters, with a relative spread of +-10%.
-  sched::CostTable measured = costs_from_partition(model, p2);
+  sched::CostTable measured = sched::costs_from_partition(model, p2);
   measured.source = "executor";
   measured.comm_overhead_ms = 0.2;
   measured.runtime_memory_bytes = 1000;
@@ -106,7 +84,7 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
         sched::KindStats{c.forward_ms, 0.9 * c.forward_ms, 1.1 * c.forward_ms, 10, {}, {}};
   }
   const auto t = transfer_profile(model, p2, measured, p4);
-  const auto est = costs_from_partition(model, p4);
+  const auto est = sched::costs_from_partition(model, p4);
   ASSERT_EQ(t.stages.size(), 4u);
   double opt = 0, opt_measured = 0;
   for (std::size_t s = 0; s < 4; ++s) {
@@ -140,7 +118,7 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
 TEST(CostInputs, TransferProfileGivesFirstStageLayersTheirOwnInputGradient) {
   const auto model = small_gpt(6);
   const auto p2 = balanced(model, 2), p4 = balanced(model, 4);
-  sched::CostTable measured = costs_from_partition(model, p2);
+  sched::CostTable measured = sched::costs_from_partition(model, p2);
   const double ri[] = {0.01, 0.7}, rw[] = {1.1, 1.0};
   for (std::size_t s = 0; s < 2; ++s) {
     auto& c = measured.stages[s];

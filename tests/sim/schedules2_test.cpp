@@ -3,9 +3,11 @@
 // activation recompute (step time and peak memory against closed forms).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/memory.hpp"
 #include "pipewright/sched/schedule.hpp"
 #include "pipewright/sim/simulator.hpp"
 
@@ -139,6 +141,57 @@ TEST(Recompute, StepTimeAndPeakMemory) {
   EXPECT_LT(one.makespan_ns, re.makespan_ns);
   EXPECT_EQ(one.per_rank[0].busy_ns, base.per_rank[0].busy_ns + m * kMs);
   EXPECT_EQ(one.per_rank[1].busy_ns, base.per_rank[1].busy_ns);
+}
+
+// One memory model (issue 34): the simulator reports sched::peak_memory's numbers, and its
+// memory timeline, which places the same changes on the clock, reaches exactly that peak.
+TEST(Memory, ReportsSchedPeakMemoryAndTheTimelineReachesIt) {
+  for (auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
+                    ScheduleKind::kInterleavedZeroBubble, ScheduleKind::kZBVZeroBubble,
+                    ScheduleKind::kDualPipeV, ScheduleKind::kChimera}) {
+    for (const char* recompute : {"none", "full", "forward-only"}) {
+      const bool forward_only = std::string(recompute) == "forward-only";
+      const int p = 4;
+      sched::ScheduleSpec spec;
+      spec.kind = kind;
+      spec.ranks = p;
+      spec.microbatches = 8;
+      const int v = sched::required_stages_per_rank(kind);
+      spec.stages_per_rank = v == 0 ? (kind == ScheduleKind::kInterleaved1F1B ||
+                                               kind == ScheduleKind::kInterleavedZeroBubble
+                                           ? 2
+                                           : 1)
+                                    : v;
+      spec.forward_only = forward_only;
+      if (forward_only && kind != ScheduleKind::kGPipe && kind != ScheduleKind::k1F1B) continue;
+      const auto plan = sched::lower(sched::generate(spec), {false, true, true, {}});
+      auto c = costs(plan.shape.stages, 1, 1, 1, /*act=*/1000, /*out=*/30, /*params=*/500);
+      c.runtime_memory_bytes = 77;
+      SimOptions o = free_comm();
+      o.steps = 2;
+      o.optimizer = sched::Optimizer::kAdam;
+      o.record_memory_timeline = true;
+      if (!forward_only) o.recompute = sched::parse_recompute(recompute);
+      const SimResult r = simulate(plan, c, Cluster{}, o);
+      const auto want =
+          sched::peak_memory(plan, c, sched::MemoryOptions{o.optimizer, o.momentum, o.recompute});
+      const std::string what = std::string(sched::to_string(kind)) + " " + recompute;
+      ASSERT_EQ(r.per_rank.size(), want.size()) << what;
+      for (std::size_t k = 0; k < want.size(); ++k) {
+        const auto& rr = r.per_rank[k];
+        EXPECT_EQ(rr.static_memory_bytes, want[k].static_bytes) << what;
+        EXPECT_EQ(rr.peak_activation_bytes, want[k].peak_activation_bytes) << what;
+        EXPECT_EQ(rr.peak_activation_microbatches, want[k].peak_activation_microbatches) << what;
+        EXPECT_EQ(rr.peak_memory_bytes, want[k].peak_bytes) << what;
+        EXPECT_GT(want[k].peak_activation_bytes, 0) << what;
+        std::int64_t top = 0;
+        for (const auto& pt : rr.memory_timeline) top = std::max(top, pt.bytes);
+        EXPECT_EQ(top, want[k].static_bytes + want[k].peak_activation_bytes)
+            << what << " rank " << k;
+        EXPECT_EQ(rr.memory_timeline.back().bytes, want[k].static_bytes) << what;  // all freed
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -38,10 +38,11 @@ void print_dry_run(const RunFlags& flags, const exec::RunConfig& c, const exec::
   std::printf("plan: %lld actions per replica, validated, no deadlock; dp %s\n",
               static_cast<long long>(d.actions),
               std::string(sched::to_string(c.data_parallel.algorithm)).c_str());
-  for (std::size_t r = 0; r < d.predicted_peak_bytes.size(); ++r) {
-    std::printf("  rank %zu: %d action(s), predicted peak memory %s (partition estimate)\n", r,
-                static_cast<int>(d.plan.per_rank[r].size()),
-                graph::human_bytes(d.predicted_peak_bytes[r]).c_str());
+  // The per-rank peak as `simulate --model` prints it for the same job (sched::peak_memory).
+  for (const auto& m : d.memory) {
+    std::printf("  rank %d: %d action(s), peak memory %s\n", m.rank,
+                static_cast<int>(d.plan.per_rank[static_cast<std::size_t>(m.rank)].size()),
+                graph::human_bytes(m.peak_bytes).c_str());
   }
   std::fflush(stdout);
 }

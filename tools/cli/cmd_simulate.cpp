@@ -40,11 +40,9 @@ struct SimulateArgs {
   std::string plan_file;
   int sampled_steps = 0;
   // Costs.
-  std::vector<double> forward_ms, backward_ms, weight_ms;
+  sim::CostSources costs;  // the flags fill it; the model and its partition are added later
   std::string activation_bytes = "0", param_bytes = "0", output_bytes = "0";  // sizes
-  std::string profile_file;
   std::optional<double> p2p_ms;
-  std::optional<double> compute_overhead_ms;
   // Cluster.
   std::string cluster_file;
   std::string recv = "posted";  // --recv posted | blocking
@@ -104,13 +102,6 @@ void run_simulate(const SimulateArgs& a) {
            "give the plan file once: as PLAN or as --plan");
   if (!a.plan_file.empty()) job.plan_path = a.plan_file;
   resolve_job_flags(job);
-  const int cost_sources = static_cast<int>(!a.forward_ms.empty() || !a.backward_ms.empty()) +
-                           static_cast<int>(!job.model_path.empty()) +
-                           static_cast<int>(!a.profile_file.empty());
-  // A report on a measured run may take its costs from the trace itself (as `compare` does).
-  PW_CHECK(cost_sources == 1 || (cost_sources == 0 && !a.measured_file.empty()), ConfigError,
-           "give exactly one cost source: --forward-ms/--backward-ms, --model [--partition], or "
-           "--profile");
   PW_CHECK(job.partition_path.empty() || !job.model_path.empty(), ConfigError,
            "--partition needs --model");
 
@@ -134,25 +125,16 @@ void run_simulate(const SimulateArgs& a) {
 
   std::optional<sched::Trace> measured;
   if (!a.measured_file.empty()) measured = sched::load_trace(a.measured_file);
-  sched::CostTable costs;
-  if (cost_sources == 0) {
-    costs = sim::costs_from_trace(*measured, plan.shape.stages, a.compare);
-  } else if (!a.profile_file.empty()) {
-    costs = sched::load_costs(a.profile_file);
-  } else if (model) {
-    costs = sim::costs_from_partition(*model, *partition);
-  } else {
-    sim::WhatIfCosts w;
-    w.forward_ms = a.forward_ms;
-    w.backward_ms = a.backward_ms;
-    w.weight_ms = a.weight_ms;
-    w.activation_bytes = parse_size(a.activation_bytes, "--activation-bytes", 0);
-    w.param_bytes = parse_size(a.param_bytes, "--param-bytes", 0);
-    w.output_bytes = parse_size(a.output_bytes, "--output-bytes", 0);
-    // Per model stage: Chimera's replicas share their model stage's costs (sim::replica_costs).
-    costs = sim::what_if_costs(w, plan.shape.model_stages());
-  }
-  if (a.compute_overhead_ms) costs.compute_overhead_ms = *a.compute_overhead_ms;
+  sim::CostSources sources = a.costs;
+  sources.what_if.activation_bytes = parse_size(a.activation_bytes, "--activation-bytes", 0);
+  sources.what_if.param_bytes = parse_size(a.param_bytes, "--param-bytes", 0);
+  sources.what_if.output_bytes = parse_size(a.output_bytes, "--output-bytes", 0);
+  sources.model = model ? &*model : nullptr;
+  sources.partition = partition ? &*partition : nullptr;
+  // A report on a measured run may take its costs from the trace itself (as `compare` does).
+  if (sources.given() == 0 && measured)
+    sources.table = sim::costs_from_trace(*measured, plan.shape.stages, a.compare);
+  const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
 
   sim::Cluster cluster;
   if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);
@@ -246,14 +228,15 @@ void add_simulate_flags(CLI::App* cmd, const std::shared_ptr<SimulateArgs>& a) {
   add_job_flags(cmd, a->job);
   const char* g = nullptr;
   g = "Costs (one source)";
-  cmd->add_option("--forward-ms", a->forward_ms,
+  cmd->add_option("--forward-ms", a->costs.what_if.forward_ms,
                   "what-if: F per stage (one value or one per stage)")
       ->delimiter(',')
       ->group(g);
-  cmd->add_option("--backward-ms", a->backward_ms, "what-if: full backward B = I + W per stage")
+  cmd->add_option("--backward-ms", a->costs.what_if.backward_ms,
+                  "what-if: full backward B = I + W per stage")
       ->delimiter(',')
       ->group(g);
-  cmd->add_option("--weight-ms", a->weight_ms, "what-if: W part of B (I = B - W)")
+  cmd->add_option("--weight-ms", a->costs.what_if.weight_ms, "what-if: W part of B (I = B - W)")
       ->delimiter(',')
       ->group(g);
   cmd->add_option("--activation-bytes", a->activation_bytes,
@@ -264,12 +247,12 @@ void add_simulate_flags(CLI::App* cmd, const std::shared_ptr<SimulateArgs>& a) {
       ->group(g);
   cmd->add_option("--output-bytes", a->output_bytes, "what-if: size of each message (size)")
       ->group(g);
-  cmd->add_option("--profile", a->profile_file, "executor profile (pipewright-profile JSON)")
+  cmd->add_option("--profile", a->costs.profile_path, "executor profile (pipewright-profile JSON)")
       ->check(CLI::ExistingFile)
       ->group(g);
   cmd->add_option("--p2p-ms", a->p2p_ms, "fixed time per point-to-point message (overrides all)")
       ->group(g);
-  cmd->add_option("--compute-overhead-ms", a->compute_overhead_ms,
+  cmd->add_option("--compute-overhead-ms", a->costs.compute_overhead_ms,
                   "fixed overhead added to every F/B/I/W")
       ->group(g);
   g = "Cluster and training";

@@ -14,13 +14,10 @@
 #include <string_view>
 #include <vector>
 
+#include "config_file.hpp"
 #include "pipewright/exec/backend.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/json_reader.hpp"
-
-#if PIPEWRIGHT_WITH_TOML
-#include <toml++/toml.h>
-#endif
 
 namespace pipewright::cli {
 namespace {
@@ -28,6 +25,8 @@ namespace {
 constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;  // 1 MiB
 
 enum class Type : std::uint8_t { kInt, kNumber, kString, kBool };
+using Kind = ConfigKind;
+using Item = ConfigItem;
 
 // --- Printing values as TOML literals ------------------------------------------------------
 
@@ -65,14 +64,7 @@ std::string str(const std::string& s) {
 std::string str(std::string_view s) { return str(std::string(s)); }
 std::string str(const char* s) { return str(std::string(s)); }
 
-// Shortest text that reads back as the same double (the file's values pass through it too).
-std::string num(double v) {
-  std::array<char, 64> buf{};
-  const auto r = std::to_chars(buf.data(), buf.data() + buf.size(), v);
-  std::string s(buf.data(), r.ptr);
-  if (std::isfinite(v) && s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
+std::string num(double v) { return toml_number(v); }
 std::string num(std::int64_t v) { return std::to_string(v); }
 std::string num(std::uint64_t v) { return std::to_string(v); }
 std::string num(int v) { return std::to_string(v); }
@@ -278,30 +270,6 @@ std::string section_list() {
   return out;
 }
 
-// --- The file as items ---------------------------------------------------------------------
-
-enum class Kind : std::uint8_t { kInt, kFloat, kString, kBool, kTable, kArray, kOther };
-
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::kInt:
-      return "an integer";
-    case Kind::kFloat:
-      return "a floating-point number";
-    case Kind::kString:
-      return "a string";
-    case Kind::kBool:
-      return "a boolean";
-    case Kind::kTable:
-      return "a table";
-    case Kind::kArray:
-      return "an array";
-    case Kind::kOther:
-      return "a date or time";
-  }
-  return "a value";
-}
-
 const char* type_name(Type t) {
   switch (t) {
     case Type::kInt:
@@ -315,130 +283,6 @@ const char* type_name(Type t) {
   }
   return "a value";
 }
-
-// One key = value of the file. `where` gives the error prefix naming file, line, column and key
-// (computed only on error: Note [Lazy error positions] in json_reader.hpp).
-struct Item {
-  std::string section;  // "" at the top level
-  std::string key;      // as written
-  Kind kind = Kind::kOther;
-  std::string text;  // the value as a command-line argument (integers, numbers, strings)
-  bool boolean = false;
-  std::function<std::string()> where;
-};
-
-[[noreturn]] void fail(const Item& item, const std::string& message) {
-  throw ConfigError(item.where() + ": " + message);
-}
-
-bool looks_like_json(const std::string& path, const std::string& text) {
-  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) return true;
-  const auto first = text.find_first_not_of(" \t\r\n");
-  return first != std::string::npos && text[first] == '{';
-}
-
-// JSON: {"section": {"key": value}} and/or {"long-flag": value}.
-// `doc` must outlive the items (their `where` refers to its source).
-void json_items(const json::Document& doc, const std::function<void(Item)>& sink) {
-  const json::Source& source = doc.source;
-  json::At{doc.root, source, ""}.expect_object();
-  auto item_of = [&source](const std::string& section, const std::string& key, const json::Json& v,
-                           const std::string& pointer) {
-    Item item;
-    item.section = section;
-    item.key = key;
-    item.where = [&source, pointer] { return json::where(source, pointer); };
-    if (v.is_boolean()) {
-      item.kind = Kind::kBool;
-      item.boolean = v.get<bool>();
-    } else if (v.is_number_integer()) {
-      item.kind = Kind::kInt;
-      item.text = v.dump();
-    } else if (v.is_number()) {
-      item.kind = Kind::kFloat;
-      item.text = num(v.get<double>());
-    } else if (v.is_string()) {
-      item.kind = Kind::kString;
-      item.text = v.get<std::string>();
-    } else if (v.is_object()) {
-      item.kind = Kind::kTable;
-    } else if (v.is_array()) {
-      item.kind = Kind::kArray;
-    } else {
-      item.kind = Kind::kOther;  // null
-    }
-    return item;
-  };
-  for (const auto& [key, value] : doc.root.items()) {
-    const std::string pointer = json::pointer_append("", key);
-    if (value.is_object() && is_section(key)) {
-      for (const auto& [k2, v2] : value.items()) {
-        sink(item_of(key, k2, v2, json::pointer_append(pointer, k2)));
-      }
-    } else {
-      sink(item_of("", key, value, pointer));
-    }
-  }
-}
-
-#if PIPEWRIGHT_WITH_TOML
-std::function<std::string()> toml_where(const std::string& path, const toml::source_region& at,
-                                        const std::string& key) {
-  return [path, line = at.begin.line, column = at.begin.column, key] {
-    return path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + key;
-  };
-}
-
-void toml_items(const std::string& path, const std::string& text,
-                const std::function<void(Item)>& sink) {
-  toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    throw ConfigError(path + ":" + std::to_string(e.source().begin.line) + ":" +
-                      std::to_string(e.source().begin.column) +
-                      ": invalid TOML: " + std::string(e.description()));
-  }
-  auto item_of = [&path](const std::string& section, const toml::key& key, const toml::node& v) {
-    Item item;
-    item.section = section;
-    item.key = std::string(key.str());
-    item.where =
-        toml_where(path, key.source(), section.empty() ? item.key : section + "." + item.key);
-    if (const auto* b = v.as_boolean()) {
-      item.kind = Kind::kBool;
-      item.boolean = b->get();
-    } else if (const auto* i = v.as_integer()) {
-      item.kind = Kind::kInt;
-      item.text = std::to_string(i->get());
-    } else if (const auto* d = v.as_floating_point()) {
-      item.kind = Kind::kFloat;
-      item.text = num(d->get());
-      if (!std::isfinite(d->get())) {
-        fail(item, "must be a finite number, got " + item.text);
-      }
-    } else if (const auto* s = v.as_string()) {
-      item.kind = Kind::kString;
-      item.text = s->get();
-    } else if (v.is_table()) {
-      item.kind = Kind::kTable;
-    } else if (v.is_array()) {
-      item.kind = Kind::kArray;
-    } else {
-      item.kind = Kind::kOther;
-    }
-    return item;
-  };
-  for (const auto& [key, value] : root) {
-    const std::string name(key.str());
-    if (const auto* table = value.as_table(); table != nullptr && is_section(name)) {
-      for (const auto& [k2, v2] : *table) sink(item_of(name, k2, v2));
-    } else {
-      sink(item_of("", key, value));
-    }
-  }
-}
-#endif
 
 // The key an item names (nullptr: unknown). Top-level items name a long flag.
 const Key* find_key(const CLI::App& cmd, const Item& item, const CLI::Option** flag_option) {
@@ -489,21 +333,8 @@ bool type_fits(Type type, Kind kind) {
 
 void apply_config_file(CLI::App& cmd, const std::string& path) {
   const std::string text = json::read_text_file(path, "config file", kMaxConfigBytes);
-  std::vector<Item> items;
-  auto sink = [&items](Item item) { items.push_back(std::move(item)); };
   std::optional<json::Document> doc;  // the items' error positions refer to it
-  if (looks_like_json(path, text)) {
-    doc.emplace(json::parse_strict(text, path));
-    json_items(*doc, sink);
-  } else {
-#if PIPEWRIGHT_WITH_TOML
-    toml_items(path, text, sink);
-#else
-    throw ConfigError(path +
-                      ": TOML config files need toml++, and this build has none (configured "
-                      "without libtomlplusplus-dev); use a JSON file (docs/executor.md)");
-#endif
-  }
+  const std::vector<Item> items = read_config_items(path, text, is_section, doc);
 
   std::map<const Key*, const Item*> seen;
   for (const Item& item : items) {

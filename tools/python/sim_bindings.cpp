@@ -1,6 +1,6 @@
-// Simulation (`pipewright simulate`): the same job resolution, cost sources, cluster and options
-// as tools/cli/cmd_simulate.cpp, returning the metrics JSON and per-rank timelines (the package
-// turns them into a dict and numpy arrays).
+// Simulation (`pipewright simulate`): the same job resolution, cost sources (sim::stage_costs),
+// cluster and options as tools/cli/cmd_simulate.cpp, returning the metrics JSON and per-rank
+// timelines (the package turns them into a dict and numpy arrays).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -36,14 +36,12 @@ struct SimArgs {
   int pp = 1;
   int stages_per_rank = 1;
   int microbatches = 1;
-  // Costs: what-if numbers, a model (and its partition), or an executor profile.
-  std::vector<double> forward_ms, backward_ms, weight_ms;
-  std::int64_t activation_bytes = 0, param_bytes = 0, output_bytes = 0;
-  const graph::Model* model = nullptr;
+  // Costs: what-if numbers, a model (and its partition, given or made here), or an executor
+  // profile; stage_costs picks the one given, as for `pipewright simulate`.
+  sim::CostSources costs;
   const graph::Partition* partition = nullptr;
   std::string partition_method = "balanced";
-  std::string profile;
-  std::optional<double> p2p_ms, compute_overhead_ms;
+  std::optional<double> p2p_ms;
   // Cluster: a file, or JSON text (starts with '{'); empty: the default cluster.
   std::string cluster;
   // Training.
@@ -86,46 +84,28 @@ py::tuple simulate(const SimArgs& a) {
   PW_CHECK(method.has_value() && *method != graph::PartitionMethod::kMemory, ConfigError,
            "partition_method must be uniform or balanced, got '" << a.partition_method << "'");
   job.partition_method = *method;
-  const int cost_sources = static_cast<int>(!a.forward_ms.empty() || !a.backward_ms.empty()) +
-                           static_cast<int>(a.model != nullptr) +
-                           static_cast<int>(!a.profile.empty());
-  PW_CHECK(cost_sources == 1, ConfigError,
-           "give exactly one cost source: forward_ms/backward_ms, model [partition], or profile");
-  PW_CHECK(a.partition == nullptr || a.model != nullptr, ConfigError, "partition needs model");
+  PW_CHECK(a.partition == nullptr || a.costs.model != nullptr, ConfigError,
+           "partition needs model");
   if (a.plan != nullptr) {
     job.plan_path = "plan";  // names the plan in messages; make_plan uses `loaded`, reads nothing
     job = sched::with_plan_shape(job, sched::shape_of(a.plan->plan));
   }
   sched::validate_job(job);
   std::optional<graph::Partition> partition;
-  if (a.model != nullptr) partition = job_partition(job, *a.model, a.partition);
+  if (a.costs.model != nullptr) partition = job_partition(job, *a.costs.model, a.partition);
   const sched::LoweredPlan plan = sched::make_plan(job, partition ? &*partition : nullptr,
                                                    a.plan != nullptr ? &a.plan->plan : nullptr);
-  sched::CostTable costs;
-  if (!a.profile.empty()) {
-    costs = sched::load_costs(a.profile);
-  } else if (a.model != nullptr) {
-    costs = sim::costs_from_partition(*a.model, *partition);
-  } else {
-    sim::WhatIfCosts w;
-    w.forward_ms = a.forward_ms;
-    w.backward_ms = a.backward_ms;
-    w.weight_ms = a.weight_ms;
-    w.activation_bytes = a.activation_bytes;
-    w.param_bytes = a.param_bytes;
-    w.output_bytes = a.output_bytes;
-    // Per model stage, as the CLI does (Chimera's replicas share their model stage's costs).
-    costs = sim::what_if_costs(w, plan.shape.model_stages());
-  }
-  if (a.compute_overhead_ms) costs.compute_overhead_ms = *a.compute_overhead_ms;
+  sim::CostSources sources = a.costs;
+  sources.partition = partition ? &*partition : nullptr;
+  const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
   sim::Cluster cluster;
   if (!a.cluster.empty()) {
     cluster = a.cluster.front() == '{' ? sim::parse_cluster(a.cluster, "cluster")
                                        : sim::load_cluster(a.cluster);
   }
   sim::SimOptions opt = sim::sim_options(job);
-  if (opt.micro_batch_size == 0 && a.model != nullptr) {
-    opt.micro_batch_size = a.model->micro_batch_size;
+  if (opt.micro_batch_size == 0 && a.costs.model != nullptr) {
+    opt.micro_batch_size = a.costs.model->micro_batch_size;
   }
   opt.blocking_recv = a.blocking_recv;
   opt.p2p_override_ms = a.p2p_ms;
@@ -187,18 +167,18 @@ void bind_sim(py::module_& m) {
         a.pp = ranks;
         a.stages_per_rank = stages_per_rank;
         a.microbatches = microbatches;
-        a.forward_ms = std::move(forward_ms);
-        a.backward_ms = std::move(backward_ms);
-        a.weight_ms = std::move(weight_ms);
-        a.activation_bytes = activation_bytes;
-        a.param_bytes = param_bytes;
-        a.output_bytes = output_bytes;
-        a.model = model;
+        a.costs.what_if.forward_ms = std::move(forward_ms);
+        a.costs.what_if.backward_ms = std::move(backward_ms);
+        a.costs.what_if.weight_ms = std::move(weight_ms);
+        a.costs.what_if.activation_bytes = activation_bytes;
+        a.costs.what_if.param_bytes = param_bytes;
+        a.costs.what_if.output_bytes = output_bytes;
+        a.costs.model = model;
         a.partition = partition;
         a.partition_method = std::move(partition_method);
-        a.profile = std::move(profile);
+        a.costs.profile_path = std::move(profile);
         a.p2p_ms = p2p_ms;
-        a.compute_overhead_ms = compute_overhead_ms;
+        a.costs.compute_overhead_ms = compute_overhead_ms;
         a.cluster = std::move(cluster);
         a.dp = dp;
         a.steps = steps;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipewright/sched/action.hpp"
@@ -124,6 +125,11 @@ struct ReportContext {
   // than in the ranks' polls (MPI): the profile's p2p_uses_core.
   bool p2p_uses_core = true;
 };
+
+// (producer stage, consumer stage, microbatch, backward?, step, replica) of a transfer: the same
+// key for a SEND and its matching RECV (run_trace.cpp draws flows, run_profile.cpp times them).
+using TransferKey = std::tuple<int, int, int, bool, std::int64_t, int>;
+[[nodiscard]] TransferKey transfer_key(const sched::Action& action, std::int64_t step, int replica);
 
 // The trace of every rank (pid = world rank, tid = stream), times relative to the earliest
 // action of the run: p2p flows per replica, "dp" flows between the replicas' REDUCE_GRAD slices of

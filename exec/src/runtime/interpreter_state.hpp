@@ -1,5 +1,5 @@
-// The interpreter's per-(stage, microbatch) state, shared by interpreter.cpp (communication,
-// the step loop) and interpreter_compute.cpp (F, B, I, W). Private to exec/.
+// The interpreter's per-(stage, microbatch) state, shared by interpreter.cpp (the step loop),
+// interpreter_p2p.cpp (SEND, RECV) and interpreter_compute.cpp (F, B, I, W). Private to exec/.
 #pragma once
 
 #include <torch/torch.h>

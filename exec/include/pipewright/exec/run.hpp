@@ -17,6 +17,7 @@
 #include "pipewright/exec/rendezvous.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/job.hpp"
+#include "pipewright/sched/memory.hpp"
 #include "pipewright/sched/plan.hpp"
 
 namespace pipewright::exec {
@@ -68,9 +69,10 @@ struct RunConfig : sched::JobSpec {
 // dry-run, with no rendezvous and no training.
 struct DryRun {
   sched::LoweredPlan plan;
-  std::int64_t actions = 0;                        // every rank's actions
-  std::vector<std::int64_t> predicted_peak_bytes;  // per pipeline rank: the partition's estimate
-                                                   // of its stages (graph/ memory model)
+  std::int64_t actions = 0;  // every rank's actions
+  // Per pipeline rank: the job's memory under the model's estimates (sched::peak_memory, the
+  // numbers `pipewright simulate --model` prints for the same job).
+  std::vector<sched::RankMemory> memory;
   std::string model_name;
 };
 

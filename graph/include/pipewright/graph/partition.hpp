@@ -15,7 +15,7 @@
 //   in_flight_microbatches set (e.g. GPipe with m microbatches: m), every stage holds that many.
 //   With recompute (activation recompute of every stage, `--recompute full`, issue 22), a stage
 //   keeps only its input per in-flight microbatch and one microbatch's full activations (the
-//   backward that recomputes them), as the simulator charges it (sim/src/engine.cpp, Note
+//   backward that recomputes them), as the simulator charges it (sched/memory.hpp, Note
 //   [Recompute]): param_bytes * (...) + in_flight(s) * input_bytes + activation_bytes, where
 //   input_bytes is the bytes of the values the stage receives from other stages (the model
 //   input is the data loader's and not counted).

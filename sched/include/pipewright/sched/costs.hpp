@@ -2,8 +2,8 @@
 //
 // The executor (`pipewright run --profile F`) measures each stage and writes a CostTable with
 // to_json(); the simulator (`pipewright simulate --profile F`) reads it with load_costs(). The
-// simulator also builds CostTables from command-line what-if costs and from graph/ partitions,
-// so every cost input ends up in this one type.
+// simulator also builds CostTables from command-line what-if costs, and both build them from
+// graph/ partitions (costs_from_partition), so every cost input ends up in this one type.
 //
 // JSON form (docs/simulator.md has the full description):
 //   {"format": "pipewright-profile", "version": 1, "source": "executor",
@@ -27,6 +27,11 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace pipewright::graph {
+struct Model;
+struct Partition;
+}  // namespace pipewright::graph
 
 namespace pipewright::sched {
 
@@ -124,7 +129,7 @@ struct CostTable {
   // Compute-stream time of posting and completing one batch of point-to-point operations (a
   // rank's consecutive SEND/RECV actions, which the executor posts together), even when the data
   // is already there: ms per batch. Executor profiles measure it (Note [Comm overhead] in
-  // exec/src/report/run_report.cpp).
+  // exec/src/report/run_profile.cpp).
   double comm_overhead_ms = 0;
   // Memory every rank holds besides the model state and activations (runtime libraries,
   // allocator caches, data), bytes; the simulator adds it to each rank's predicted peak.
@@ -173,5 +178,11 @@ void validate(const CostTable& table, std::string_view origin = "cost table");
 [[nodiscard]] CostTable load_costs(const std::string& path);
 // Deterministic JSON (sorted keys, two-space indent, trailing newline).
 [[nodiscard]] std::string to_json(const CostTable& table);
+
+// Stage costs of a partition (the model's estimates): StageInfo sums, plus per-node parameter
+// sizes (registration order = node order within the stage) for DDP bucketing. One stage per
+// partition (model) stage. Throws InvalidGraphError when the partition was not made for `model`.
+[[nodiscard]] CostTable costs_from_partition(const graph::Model& model,
+                                             const graph::Partition& partition);
 
 }  // namespace pipewright::sched

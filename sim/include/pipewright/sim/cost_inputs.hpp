@@ -1,15 +1,20 @@
 // Ways to obtain the per-stage cost table (sched::CostTable) the simulator consumes:
 //   (a) what-if numbers from the command line (what_if_costs),
-//   (b) a model and its partition from graph/ (costs_from_partition),
-//   (c) an executor profile (sched::load_costs), which needs no conversion.
+//   (b) a model and its partition from graph/ (sched::costs_from_partition, costs.hpp),
+//   (c) an executor profile (sched::load_costs), which needs no conversion;
+// and the one choice among them that `pipewright simulate` and the Python package's simulate()
+// both make (stage_costs).
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "pipewright/graph/model.hpp"
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/plan.hpp"
 
 namespace pipewright::sim {
 
@@ -27,11 +32,26 @@ struct WhatIfCosts {
 // value, or a weight time larger than the backward time.
 [[nodiscard]] sched::CostTable what_if_costs(const WhatIfCosts& what_if, std::int32_t stages);
 
-// Stage costs of a partition: StageInfo sums, plus per-node parameter sizes (registration order
-// = node order within the stage) for DDP bucketing. Throws InvalidGraphError when the partition
-// was not made for `model`.
-[[nodiscard]] sched::CostTable costs_from_partition(const graph::Model& model,
-                                                    const graph::Partition& partition);
+// Where a simulation's stage costs come from: exactly one of what-if numbers (forward_ms or
+// backward_ms given), a model with the partition the plan runs, an executor profile file, or a
+// table the caller already has (`report --measured` takes it from the measured trace).
+struct CostSources {
+  WhatIfCosts what_if;
+  const graph::Model* model = nullptr;
+  const graph::Partition* partition = nullptr;  // required with `model`
+  std::string profile_path;
+  std::optional<sched::CostTable> table;
+  std::optional<double> compute_overhead_ms;  // replaces the source's compute_overhead_ms
+  // How many of the sources are given (what-if, model, profile, table).
+  [[nodiscard]] int given() const noexcept;
+};
+
+// The stage costs of a plan of `shape` from the one source given: the profile as read, the
+// partition's estimates (sched::costs_from_partition), the table, or the what-if numbers for
+// each model stage (Chimera's replicas share their model stage's costs: replica_costs). Throws
+// ConfigError unless exactly one source is given, and what the source's reader throws.
+[[nodiscard]] sched::CostTable stage_costs(const CostSources& sources,
+                                           const sched::PlanShape& shape);
 
 }  // namespace pipewright::sim
 
@@ -45,7 +65,7 @@ namespace pipewright::sim {
 // (Note [Measured activation memory] in exec/) in proportion to the model's activation
 // estimates. The nodes of each stage of `to` then sum these per-node values. Distributions
 // (p10/p90) keep the relative spread of the source stages, weighted by their share. Other byte
-// sizes come from `to` (costs_from_partition); first stages' I and W follow Note [Input
+// sizes come from `to` (sched::costs_from_partition); first stages' I and W follow Note [Input
 // gradients of first stages] (sim/src/cost_inputs.cpp). p2p, comm_overhead_ms,
 // compute_overhead_ms, runtime_memory_bytes, cores_per_node, p2p_uses_core and the correlations
 // are copied from the profile; measured peak memory is dropped (it belonged to other ranks). Throws

@@ -35,9 +35,6 @@ namespace pipewright::sim {
 // for the simulator and the executor.
 using sched::DpAlgorithm;
 using sched::Optimizer;
-// Optimizer state bytes per parameter byte (fp32 state, same dtype as the parameters):
-// sgd 0 (1 with momentum: the momentum buffer), adam / adamw 2 (exp_avg, exp_avg_sq).
-[[nodiscard]] double optimizer_state_factor(Optimizer opt, double momentum) noexcept;
 
 struct DataParallelOptions {
   std::int32_t replicas = 1;  // dp
@@ -92,7 +89,7 @@ struct SimOptions {
   // keeps only its inputs from F to its backward, and its B (or I) re-runs the forward first:
   // B and I take forward_ms longer, and during them the stage's full activations of that
   // microbatch are live again (until the end of B, or of W after an I). Note [Recompute] in
-  // sim/src/engine.cpp. Costs are taken as measured without recompute.
+  // sched/memory.hpp. Costs are taken as measured without recompute.
   sched::RecomputeSpec recompute;
 };
 

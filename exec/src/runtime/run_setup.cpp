@@ -1,0 +1,253 @@
+// What a rank prepares before it talks to anyone (run_setup.hpp), and the public entry points
+// that need no communication: validate_run_config and dry_run_job (pipewright/exec/run.hpp).
+#include "runtime/run_setup.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <utility>
+
+#include "data/file_io.hpp"
+#include "data/safetensors.hpp"
+#include "nccl/nccl_device.hpp"
+#include "pipewright/exec/backend.hpp"
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/memory.hpp"
+
+namespace pipewright::exec {
+
+namespace {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const RunConfig& c,
+                                                        std::vector<torch::Tensor> params) {
+  if (params.empty()) return nullptr;
+  if (c.optimizer == sched::Optimizer::kSgd) {
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
+  }
+  if (c.optimizer == sched::Optimizer::kAdam) {
+    return std::make_unique<torch::optim::Adam>(
+        params, torch::optim::AdamOptions(c.lr).weight_decay(c.weight_decay));
+  }
+  return std::make_unique<torch::optim::AdamW>(
+      params, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+}
+
+LossKind resolve_loss(const RunConfig& c, const graph::Model& model) {
+  if (!c.loss.empty()) {
+    auto k = parse_loss_kind(c.loss);
+    PW_CHECK(k.has_value(), ConfigError,
+             "--loss must be mse or cross-entropy, got '" << c.loss << "'");
+    return *k;
+  }
+  auto k = model_loss_kind(model);
+  PW_CHECK(k.has_value(), ConfigError,
+           "--loss is required: model '" << model.name << "' has no loss node");
+  return *k;
+}
+
+std::unique_ptr<Dataset> load_data(const RunConfig& c, const graph::Model& model) {
+  if (!c.dataset.empty()) {
+    PW_CHECK(model.input.shape.size() == 1 && model.input.dtype == "int64", ConfigError,
+             "--dataset " << c.dataset << " yields int64 token windows [seq], but model '"
+                          << model.name << "' takes " << model.input.dtype << " input of "
+                          << model.input.shape.size() << " dimension(s)");
+    return load_bundled_dataset(c.dataset, model.input.shape[0]);
+  }
+  return load_npy_dataset(c.data_x, c.data_y);
+}
+
+// Note [Outputs checked first]: an output that cannot be written fails before rendezvous, not
+// after training (issue 20). Each rank checks only what it writes: world rank 0 --save, --trace
+// and --profile; the first pipeline rank of each replica --save's replica files; every rank its
+// file under --checkpoint-dir.
+void check_outputs(const RunConfig& c, int world_rank) {
+  const int pp_index = world_rank % c.pp;
+  const int dp_index = world_rank / c.pp;
+  if (world_rank == 0) {
+    if (!c.save_path.empty()) check_output_file(c.save_path, "--save");
+    if (!c.outputs_path.empty()) check_output_file(c.outputs_path, "--outputs");
+    if (!c.trace_path.empty()) check_output_file(c.trace_path, "--trace");
+    if (!c.profile_path.empty()) check_output_file(c.profile_path, "--profile");
+  }
+  if (c.save_replicas && pp_index == 0) {
+    check_output_file(replica_weights_path(c.save_path, dp_index), "--save-replicas");
+  }
+  if (!c.checkpoint_dir.empty()) check_output_dir(c.checkpoint_dir, "--checkpoint-dir", world_rank);
+}
+
+// Issue 20, item 7: a model file's layer sizes imply the memory of its weights; a rank must not
+// try to allocate a petabyte (libtorch's allocator then fails with an internal error and a
+// stack trace). The float32 weights of this rank's stages, with their gradients and the
+// optimizer's state (sched::optimizer_state_factor per weight), must fit the host's physical
+// memory, or PIPEWRIGHT_MAX_PARAM_BYTES when set (docs/reliability.md, "Input limits").
+void check_parameter_memory(const RunConfig& c, const Prepared& p) {
+  double params = 0;
+  for (int s : p.plan.shape.stages_of_rank(p.pp_index)) {
+    for (int n :
+         p.partition.graph.stages.at(static_cast<std::size_t>(p.plan.shape.model_stage(s))).nodes)
+      params += parameter_count(p.model.nodes.at(static_cast<std::size_t>(n)));
+  }
+  const double bytes = params * 4 * (2 + sched::optimizer_state_factor(c.optimizer, c.momentum));
+  double limit =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  std::string source = "this host's memory";
+  if (const char* env = std::getenv("PIPEWRIGHT_MAX_PARAM_BYTES"); env != nullptr && *env) {
+    char* end = nullptr;
+    limit = std::strtod(env, &end);
+    PW_CHECK(
+        end != env && *end == '\0' && limit > 0, ConfigError,
+        "environment variable PIPEWRIGHT_MAX_PARAM_BYTES='" << env << "' is not a positive number");
+    source = "PIPEWRIGHT_MAX_PARAM_BYTES";
+  }
+  PW_CHECK(bytes <= limit, ConfigError,
+           "rank " << p.world.rank << ": the stages of model '" << p.model.name
+                   << "' on this rank (" << c.model_path << ") have " << params << " parameters, "
+                   << bytes << " bytes with gradients and optimizer state, more than " << source
+                   << " (" << limit << " bytes; set PIPEWRIGHT_MAX_PARAM_BYTES to override)");
+}
+
+}  // namespace
+
+std::string replica_weights_path(const std::string& path, int replica) {
+  const std::string ext = ".safetensors";
+  std::string base = path;
+  if (base.size() >= ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0) {
+    base.resize(base.size() - ext.size());
+  }
+  return base + ".replica" + std::to_string(replica) + ext;
+}
+
+void prepare_job(const RunConfig& c, Prepared& p) {
+  validate_run_config(c);
+  p.model = graph::load_model(c.model_path);
+  check_script_files(p.model);
+  p.partition = sched::resolve_partition(c, p.model);
+  p.plan = sched::make_plan(c, &p.partition);
+  p.loss = resolve_loss(c, p.model);
+  p.data = load_data(c, p.model);
+  check_dataset_matches_model(*p.data, p.model, p.loss);
+  PW_CHECK(p.data->size() >= 1, ConfigError, "the training data has no samples");
+}
+
+Prepared prepare(const RunConfig& c) {
+  Prepared p;
+  prepare_job(c, p);
+  p.world = resolve_world(c.world, current_environment());
+  PW_CHECK(p.world.world_size == c.pp * c.dp, ConfigError,
+           "world size " << p.world.world_size << " (from "
+                         << (p.world.sources.empty() ? std::string("defaults") : p.world.sources)
+                         << ") != --pp " << c.pp << " x --dp " << c.dp << " = " << c.pp * c.dp);
+  p.pp_index = p.world.rank % c.pp;
+  p.dp_index = p.world.rank / c.pp;
+  if (c.backend == Backend::kNccl) {
+    // Before any stage is built or peer contacted (issue 8): too few devices, a bad
+    // --device-map or a build without NCCL exit 2 with the reason.
+    const int device = nccl_rank_device(p.world.local_rank, p.world.local_world_size, c.device_map);
+    PW_CHECK(torch::cuda::is_available(), ConfigError,
+             "--backend nccl needs a CUDA-enabled libtorch, but this pipewright was built "
+             "against a CPU-only libtorch (docs/gpu.md: building with a CUDA libtorch)");
+    p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device));
+  }
+  check_outputs(c, p.world.rank);
+  check_parameter_memory(c, p);
+  p.fingerprint = job_fingerprint(c, p.plan, to_string(p.loss));
+  return p;
+}
+
+std::vector<StageSetup> build_stages(const RunConfig& c, const Prepared& p,
+                                     std::vector<std::shared_ptr<ModuleBody>>* bodies) {
+  std::map<std::string, torch::Tensor> init;
+  if (!c.init_path.empty()) init = load_safetensors(c.init_path);
+  std::vector<StageSetup> setups;
+  const auto& g = p.partition.graph;
+  for (int s : p.plan.shape.stages_of_rank(p.pp_index)) {
+    const int model_stage = p.plan.shape.model_stage(s);  // Note [Stage replicas] (plan.hpp)
+    const auto& info = g.stages.at(static_cast<std::size_t>(model_stage));
+    StageBuildOptions opts;
+    opts.seed = c.seed;
+    opts.device = p.device;
+    StageModule module(p.model, info, opts);
+    if (!c.init_path.empty()) module.load_parameters(init, c.init_path);
+    auto body = std::make_shared<ModuleBody>(std::move(module));
+    StageSetup st;
+    st.stage = s;
+    st.num_outputs = static_cast<int>(body->module().outputs().size());
+    st.consumers.resize(static_cast<std::size_t>(st.num_outputs));
+    st.inputs.resize(body->module().inputs().size());
+    // The partition's edges between model stages, as edges between this replica's plan stages.
+    const auto& shape = p.plan.shape;
+    const auto replica_of = [&](int model) {
+      if (!shape.has_replicas() || model < 0) return model;  // -1: the model input
+      const auto mine = shape.replicas_of(model_stage);
+      const auto k = std::find(mine.begin(), mine.end(), s) - mine.begin();
+      return static_cast<int>(shape.replicas_of(model).at(static_cast<std::size_t>(k)));
+    };
+    for (const auto& e : g.edges) {
+      if (e.consumer_stage == model_stage) {
+        st.inputs.at(static_cast<std::size_t>(e.consumer_input)) =
+            InputSource{replica_of(e.producer_stage), e.producer_output};
+      }
+      if (e.producer_stage == model_stage) {
+        st.consumers.at(static_cast<std::size_t>(e.producer_output))
+            .emplace_back(replica_of(e.consumer_stage), e.consumer_input);
+      }
+    }
+    st.loss_output = body->module().prediction_output().value_or(-1);
+    st.recompute = c.recompute.recomputes(model_stage);  // Note [Activation recompute]
+    st.optimizer = make_optimizer(c, body->parameters());
+    st.body = body;
+    bodies->push_back(body);
+    setups.push_back(std::move(st));
+  }
+  return setups;
+}
+
+void validate_run_config(const RunConfig& c) {
+  PW_CHECK(!c.model_path.empty(), ConfigError, "--model is required");
+  PW_CHECK(c.batch_size >= 1, ConfigError, "--batch-size must be >= 1, got " << c.batch_size);
+  sched::validate_job(c);
+  PW_CHECK(std::isfinite(c.timeout_s) && c.timeout_s > 0, ConfigError,
+           "--timeout must be > 0 seconds, got " << c.timeout_s);
+  PW_CHECK(c.warmup_steps >= 0, ConfigError, "--warmup-steps must be >= 0");
+  PW_CHECK(c.prefetch >= 0, ConfigError, "--prefetch must be >= 0 steps, got " << c.prefetch);
+  PW_CHECK(c.check_replicas >= 0, ConfigError,
+           "--check-replicas must be >= 0 (0 = never), got " << c.check_replicas);
+  PW_CHECK(c.checkpoint_every >= 0, ConfigError,
+           "--checkpoint-every must be >= 0, got " << c.checkpoint_every);
+  PW_CHECK(!c.resume || !c.checkpoint_dir.empty(), ConfigError, "--resume needs --checkpoint-dir");
+  PW_CHECK(c.checkpoint_every == 0 || !c.checkpoint_dir.empty(), ConfigError,
+           "--checkpoint-every needs --checkpoint-dir");
+  PW_CHECK(!c.save_replicas || !c.save_path.empty(), ConfigError,
+           "--save-replicas needs --save FILE");
+  PW_CHECK(c.outputs_path.empty() || c.forward_only, ConfigError,
+           "--outputs needs --forward-only (a training run writes weights with --save)");
+  PW_CHECK(c.outputs_path.empty() || c.dp == 1, ConfigError,
+           "--outputs supports --dp 1 only, got --dp " << c.dp);
+  const bool npy = !c.data_x.empty() || !c.data_y.empty();
+  PW_CHECK(npy != !c.dataset.empty(), ConfigError,
+           "give either --data-x and --data-y, or --dataset (exactly one data source)");
+  PW_CHECK(!npy || (!c.data_x.empty() && !c.data_y.empty()), ConfigError,
+           "--data-x and --data-y go together");
+  PW_CHECK(c.loss.empty() || parse_loss_kind(c.loss).has_value(), ConfigError,
+           "--loss must be mse or cross-entropy, got '" << c.loss << "'");
+}
+
+DryRun dry_run_job(const RunConfig& c) {
+  Prepared p;
+  prepare_job(c, p);
+  DryRun out;
+  out.model_name = p.model.name;
+  for (const auto& list : p.plan.per_rank) out.actions += static_cast<std::int64_t>(list.size());
+  // The one memory model (Note [Memory model] in sched/memory.hpp), as `simulate` reports it.
+  out.memory = sched::peak_memory(p.plan, sched::costs_from_partition(p.model, p.partition),
+                                  sched::memory_options(c));
+  out.plan = std::move(p.plan);
+  return out;
+}
+
+}  // namespace pipewright::exec

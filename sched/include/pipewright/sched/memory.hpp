@@ -1,0 +1,104 @@
+// The memory model of a job: what each pipeline rank holds, and its peak (Note [Memory model]).
+//
+// One model, one number: `pipewright run --dry-run`, `simulate`, `search` and the simulator's
+// memory timeline all ask peak_memory() / MemoryModel, so the same job gets the same peak per
+// rank wherever it is printed (issue 34). Memory changes only at compute actions, which a rank
+// runs one after another in its plan order, so the peak depends on the plan and the stage sizes,
+// not on timing: it lives here, beside the plan, and the simulator only places the same
+// changes on its clock.
+//
+// Note [Memory model]
+// ~~~~~~~~~~~~~~~~~~~
+// A rank holds, for the whole run:
+//   static     parameters + gradients (same dtype) + optimizer state
+//              (optimizer_state_factor x parameters) of its stages;
+//   runtime    CostTable::runtime_memory_bytes (libraries, allocator caches, data; executor
+//              profiles measure it, model and what-if costs have 0);
+// and, changing with its compute actions (MemoryModel::change), activations: an F adds the
+// stage's kept bytes (its activation_bytes) when it starts, held until the microbatch's B ends
+// (or its W, after an I).
+//   peak = runtime + static + the largest sum of activations over the rank's actions in plan
+//          order.
+// Every F's activations are freed within its step, so one step's peak is every step's.
+//
+// Note [Recompute]: a recomputed stage (JobSpec::recompute) keeps only its inputs (the output
+// bytes of the stages that feed it; the first stage's input batch is the data loader's) from F
+// to its backward, and its full activations only during the B (or from I to the end of W) that
+// recomputes them.
+//
+// Note [Forward-only memory]: an inference plan frees a forward's activations when the forward
+// ends and holds no gradients or optimizer state (static = parameters).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pipewright/sched/action.hpp"
+#include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/job.hpp"
+#include "pipewright/sched/plan.hpp"
+
+namespace pipewright::sched {
+
+// Optimizer state bytes per parameter byte (state in the parameters' dtype): SGD 0, SGD with
+// momentum 1 (the momentum buffer), Adam and AdamW 2 (two moments).
+[[nodiscard]] double optimizer_state_factor(Optimizer optimizer, double momentum) noexcept;
+
+// What of a job the memory model reads.
+struct MemoryOptions {
+  Optimizer optimizer = Optimizer::kSgd;
+  double momentum = 0.0;
+  RecomputeSpec recompute;
+};
+[[nodiscard]] MemoryOptions memory_options(const JobSpec& job);
+
+// How one compute action changes its rank's activation bytes, at its start and at its end, and
+// the number of microbatches whose activations the rank holds.
+struct MemoryChange {
+  std::int64_t at_start = 0;
+  std::int64_t at_end = 0;
+  std::int32_t microbatches_at_start = 0;
+  std::int32_t microbatches_at_end = 0;
+};
+
+// Note [Memory model] for one plan shape and cost table. `costs` has one stage per plan stage,
+// or one per model stage for plans with replicas (Chimera); anything else is a ConfigError.
+class MemoryModel {
+ public:
+  MemoryModel(const PlanShape& shape, const CostTable& costs, const MemoryOptions& options);
+
+  // Parameters, gradients and optimizer state of the stages on pipeline rank `rank`.
+  [[nodiscard]] std::int64_t static_bytes(std::int32_t rank) const;
+  [[nodiscard]] std::int64_t runtime_bytes() const noexcept { return runtime_bytes_; }
+  // The change a compute action of plan stage `stage` makes (all zero for other kinds).
+  [[nodiscard]] MemoryChange change(ActionKind kind, std::int32_t stage) const noexcept;
+
+ private:
+  const PlanShape& shape_;
+  std::vector<std::int64_t> param_bytes_, kept_bytes_, recompute_bytes_;  // per plan stage
+  double state_factor_ = 0.0;
+  std::int64_t runtime_bytes_ = 0;
+};
+
+struct RankMemory {
+  std::int32_t rank = 0;
+  std::int64_t static_bytes = 0;
+  std::int64_t runtime_bytes = 0;
+  std::int64_t peak_activation_bytes = 0;
+  std::int32_t peak_activation_microbatches = 0;
+  std::int64_t peak_bytes = 0;  // runtime + static + peak activation
+  friend bool operator==(const RankMemory& a, const RankMemory& b) noexcept {
+    return a.rank == b.rank && a.static_bytes == b.static_bytes &&
+           a.runtime_bytes == b.runtime_bytes &&
+           a.peak_activation_bytes == b.peak_activation_bytes &&
+           a.peak_activation_microbatches == b.peak_activation_microbatches &&
+           a.peak_bytes == b.peak_bytes;
+  }
+};
+
+// Every pipeline rank's memory under Note [Memory model], by rank. The one peak-memory function:
+// `run --dry-run` prints it, and the simulator reports it (SimResult::per_rank).
+[[nodiscard]] std::vector<RankMemory> peak_memory(const LoweredPlan& plan, const CostTable& costs,
+                                                  const MemoryOptions& options);
+
+}  // namespace pipewright::sched

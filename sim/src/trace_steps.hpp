@@ -1,0 +1,69 @@
+// The measured trace by step, shared by compare.cpp and trace_replay.cpp (private to sim/).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/trace.hpp"
+
+namespace pipewright::sim::detail {
+
+inline bool is_compute_category(const std::string& category) {
+  return category == "F" || category == "B" || category == "I" || category == "W";
+}
+
+// The replay slot of a compute slice's category (F 0, B 1, I 2, W 3, OPTIM 4), or -1.
+inline int kind_slot(const std::string& category) {
+  return category == "F"       ? 0
+         : category == "B"     ? 1
+         : category == "I"     ? 2
+         : category == "W"     ? 3
+         : category == "OPTIM" ? 4
+                               : -1;
+}
+
+struct StepView {
+  std::int64_t step = 0;
+  double start_us = 0;
+  double end_us = 0;
+  // (rank, name) -> compute slice
+  std::map<std::pair<std::int32_t, std::string>, const sched::TraceSlice*> compute;
+};
+
+inline std::int32_t trace_ranks(const sched::Trace& t) {
+  std::int32_t ranks = t.ranks;
+  for (const auto& s : t.slices) ranks = std::max(ranks, s.rank + 1);
+  return ranks;
+}
+
+// Groups the measured slices by step; throws when a rank runs one compute action twice in a step.
+inline std::vector<StepView> steps_of(const sched::Trace& t) {
+  std::map<std::int64_t, StepView> steps;
+  for (const auto& s : t.slices) {
+    auto [it, inserted] = steps.try_emplace(s.step);
+    StepView& v = it->second;
+    if (inserted) {
+      v.step = s.step;
+      v.start_us = s.start_us;
+      v.end_us = s.start_us + s.duration_us;
+    }
+    v.start_us = std::min(v.start_us, s.start_us);
+    v.end_us = std::max(v.end_us, s.start_us + s.duration_us);
+    if (s.stream == sched::TraceStream::kCompute && is_compute_category(s.category)) {
+      const bool fresh = v.compute.emplace(std::make_pair(s.rank, s.name), &s).second;
+      PW_CHECK(
+          fresh, ConfigError,
+          "measured trace: rank " << s.rank << " runs " << s.name << " twice in step " << s.step);
+    }
+  }
+  std::vector<StepView> out;
+  for (auto& kv : steps) out.push_back(std::move(kv.second));
+  return out;
+}
+
+}  // namespace pipewright::sim::detail

@@ -1,0 +1,143 @@
+// The memory model (Note [Memory model] in sched/memory.hpp) against closed forms: static bytes
+// per optimizer, in-flight activations of GPipe and 1F1B, recompute, forward-only, Chimera's
+// per-model-stage costs.
+#include "pipewright/sched/memory.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "pipewright/graph/error.hpp"
+
+namespace pipewright::sched {
+namespace {
+
+constexpr std::int64_t kParams = 1000;
+constexpr std::int64_t kActivations = 100;
+constexpr std::int64_t kOutput = 7;
+
+CostTable uniform_costs(int stages) {
+  CostTable t;
+  t.source = "test";
+  for (int s = 0; s < stages; ++s) {
+    StageCost c;
+    c.stage = s;
+    c.forward_ms = 1;
+    c.backward_ms = 2;
+    c.param_bytes = kParams;
+    c.activation_bytes = kActivations;
+    c.output_bytes = kOutput;
+    t.stages.push_back(c);
+  }
+  return t;
+}
+
+JobSpec job_of(ScheduleKind kind, int pp, int m, int v = 1) {
+  JobSpec j;
+  j.schedule = kind;
+  j.pp = pp;
+  j.stages_per_rank = v;
+  j.microbatches = m;
+  return j;
+}
+
+TEST(Memory, OptimizerStateFactor) {
+  EXPECT_EQ(optimizer_state_factor(Optimizer::kSgd, 0.0), 0.0);
+  EXPECT_EQ(optimizer_state_factor(Optimizer::kSgd, 0.9), 1.0);
+  EXPECT_EQ(optimizer_state_factor(Optimizer::kAdam, 0.0), 2.0);
+  EXPECT_EQ(optimizer_state_factor(Optimizer::kAdamW, 0.0), 2.0);
+}
+
+// 1F1B: rank r holds min(p - r, m) microbatches at its peak; GPipe: all m.
+TEST(Memory, InFlightMicrobatchesOfGPipeAnd1F1B) {
+  for (int p : {2, 3, 4}) {
+    for (int m : {p, 2 * p, 3 * p + 1}) {
+      for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kGPipe}) {
+        JobSpec job = job_of(kind, p, m);
+        job.optimizer = Optimizer::kAdam;
+        const auto plan = make_plan(job, nullptr);
+        const auto mem = peak_memory(plan, uniform_costs(p), memory_options(job));
+        ASSERT_EQ(mem.size(), static_cast<std::size_t>(p));
+        for (int r = 0; r < p; ++r) {
+          const int held = kind == ScheduleKind::kGPipe ? m : std::min(p - r, m);
+          const auto& rm = mem[static_cast<std::size_t>(r)];
+          EXPECT_EQ(rm.rank, r);
+          EXPECT_EQ(rm.static_bytes, 4 * kParams);  // parameters, gradients, two Adam moments
+          EXPECT_EQ(rm.peak_activation_microbatches, held) << to_string(kind) << " p=" << p;
+          EXPECT_EQ(rm.peak_activation_bytes, held * kActivations);
+          EXPECT_EQ(rm.peak_bytes, rm.static_bytes + rm.peak_activation_bytes);
+        }
+      }
+    }
+  }
+}
+
+// Recompute: a stage keeps its producers' outputs per in-flight microbatch, plus one full set of
+// activations during the backward that recomputes them; the first stage keeps nothing.
+TEST(Memory, RecomputeKeepsInputsAndOneMicrobatch) {
+  const int p = 4, m = 8;
+  JobSpec job = job_of(ScheduleKind::k1F1B, p, m);
+  job.recompute = parse_recompute("full");
+  const auto plan = make_plan(job, nullptr);
+  CostTable costs = uniform_costs(p);
+  costs.runtime_memory_bytes = 5;
+  const auto mem = peak_memory(plan, costs, memory_options(job));
+  for (int r = 0; r < p; ++r) {
+    const auto& rm = mem[static_cast<std::size_t>(r)];
+    const std::int64_t kept = r == 0 ? 0 : kOutput;
+    EXPECT_EQ(rm.peak_activation_bytes, (p - r) * kept + kActivations) << "rank " << r;
+    EXPECT_EQ(rm.static_bytes, 2 * kParams);  // SGD without momentum: no state
+    EXPECT_EQ(rm.peak_bytes, 5 + 2 * kParams + rm.peak_activation_bytes);
+  }
+}
+
+// Zero-bubble: I keeps the recomputed activations until W frees them with the kept ones.
+TEST(Memory, SplitBackwardFreesAtW) {
+  const MemoryOptions none;
+  JobSpec job = job_of(ScheduleKind::kInterleavedZeroBubble, 2, 4, 2);
+  const auto plan = make_plan(job, nullptr);
+  const MemoryModel model(plan.shape, uniform_costs(4), none);
+  EXPECT_EQ(model.change(ActionKind::kBackwardInput, 1).at_end, 0);
+  EXPECT_EQ(model.change(ActionKind::kBackwardWeight, 1).at_end, -kActivations);
+  EXPECT_EQ(model.change(ActionKind::kBackwardWeight, 1).microbatches_at_end, -1);
+  EXPECT_EQ(model.change(ActionKind::kSendF, 1).at_start, 0);
+  for (const auto& rm : peak_memory(plan, uniform_costs(4), none)) {
+    EXPECT_GT(rm.peak_activation_bytes, 0);
+    EXPECT_EQ(rm.peak_activation_bytes % kActivations, 0);
+  }
+}
+
+// Forward-only: one microbatch's activations at a time, parameters only.
+TEST(Memory, ForwardOnlyHoldsOneMicrobatchAndNoGradients) {
+  JobSpec job = job_of(ScheduleKind::k1F1B, 3, 6);
+  job.forward_only = true;
+  job.optimizer = Optimizer::kAdam;
+  const auto plan = make_plan(job, nullptr);
+  for (const auto& rm : peak_memory(plan, uniform_costs(3), memory_options(job))) {
+    EXPECT_EQ(rm.static_bytes, kParams);
+    EXPECT_EQ(rm.peak_activation_bytes, kActivations);
+    EXPECT_EQ(rm.peak_activation_microbatches, 1);
+  }
+}
+
+// Chimera: costs per model stage are shared by the stage's replicas; other counts are refused.
+TEST(Memory, ChimeraTakesCostsPerModelStage) {
+  JobSpec job = job_of(ScheduleKind::kChimera, 2, 4);
+  const auto plan = make_plan(job, nullptr);
+  ASSERT_EQ(plan.shape.stages, 4);
+  const auto per_model = peak_memory(plan, uniform_costs(2), memory_options(job));
+  const auto per_plan = peak_memory(plan, uniform_costs(4), memory_options(job));
+  EXPECT_EQ(per_model, per_plan);
+  EXPECT_EQ(per_model[0].static_bytes, 2 * 2 * kParams);  // two stages per rank
+  try {
+    (void)peak_memory(plan, uniform_costs(3), memory_options(job));
+    ADD_FAILURE();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/stages has 3 entries but the plan has 4 stages"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pipewright::sched
