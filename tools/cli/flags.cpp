@@ -110,6 +110,20 @@ CLI::Option* add_deprecated_flag(CLI::App* cmd, const std::string& old_name,
       ->group("");
 }
 
+CLI::Option* add_removed_flag(CLI::App* cmd, const std::string& old_name, const std::string& why) {
+  return cmd
+      ->add_flag_function(
+          old_name,
+          [old_name, why](std::int64_t) {
+            spdlog::warn(
+                "{} is deprecated and does nothing: {} (the old spelling will be removed in a "
+                "later version)",
+                old_name, why);
+          },
+          "deprecated: " + why)
+      ->group("");
+}
+
 void add_recv_flags(CLI::App* cmd, std::string& recv, const std::string& group,
                     const std::string& description) {
   cmd->add_option("--recv", recv, description)
