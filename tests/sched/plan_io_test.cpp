@@ -8,6 +8,7 @@
 #include <string>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/sched/job.hpp"
 #include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sched/schedule.hpp"
@@ -413,6 +414,28 @@ TEST(RoundTrip, EveryScheduleFormatAndShapeReadsBackTheSame) {
     const std::string k(to_string(kind));
     EXPECT_EQ(csv_kinds.count(k), kind == ScheduleKind::kChimera ? 0U : 1U) << k;
   }
+}
+
+TEST(RoundTrip, PlanOutDocumentsReadBackAsTheirPlan) {
+  // `run --plan-out` / `simulate --plan-out` write {"job": ..., "plan": ...}: the JSON reader
+  // takes the plan, so `validate` and `simulate` read these files too.
+  int read = 0;
+  for (const auto& [name, plan] : grid_of_plans()) {
+    if (!is_lowered(plan)) continue;
+    const auto& lowered = std::get<LoweredPlan>(plan);
+    expect_same(parse_json(plan_out_json(JobSpec{}, lowered), "out.json"), plan, name + " (out)");
+    ++read;
+  }
+  EXPECT_GT(read, 500);
+  const LoweredPlan plan = lower(generate({ScheduleKind::k1F1B, 2, 2, 1, {}}));
+  std::string doc = plan_out_json(JobSpec{}, plan);
+  doc.replace(doc.find("\"1F0\""), 5, "\"1Q0\"");
+  const std::string bad = message_of([&doc] { (void)parse_json(doc, "out.json"); });
+  EXPECT_NE(bad.find(": at /plan/actions/1/"), std::string::npos) << bad;
+  doc = plan_out_json(JobSpec{}, plan);
+  doc.replace(doc.rfind("\"version\": 1"), 12, "\"version\": 9");  // the plan's, after the job's
+  const std::string version = message_of([&doc] { (void)parse_json(doc, "out.json"); });
+  EXPECT_NE(version.find("at /plan/version: unsupported version 9"), std::string::npos) << version;
 }
 
 TEST(RoundTrip, CsvRefusalNamesTheFieldAndJson) {

@@ -3,8 +3,8 @@
 types: `pipewright schedule ... --format F -o FILE` then `pipewright validate FILE`, for every
 schedule, compute-only and lowered, CSV and JSON, over a grid of shapes. Either the file validates
 as the same shape (ranks, stages, microbatches, action count as `schedule` made them), or the
-writer refused with exit 2, naming why and JSON, and wrote no file. Pictures (--format text, dot)
-are refused by `validate` as pictures. The library-level test (tests/sched/plan_io_test.cpp,
+writer refused with exit 2, naming why and JSON, and wrote no file. `simulate --plan-out` files read
+back as the plan they hold. Pictures (--format text, dot) are refused by `validate` as pictures. The library-level test (tests/sched/plan_io_test.cpp,
 RoundTrip.EveryScheduleFormatAndShapeReadsBackTheSame) compares the plans field by field.
 
 usage: plan_files.py BIN_DIR WORK_DIR
@@ -88,6 +88,21 @@ w = run(["schedule", "Chimera", "-p", "4", "-m", "4", "--format", "csv", "-o", "
 if w.returncode != 2 or "Chimera: torch's CSV cannot carry this plan" not in w.stderr \
         or os.path.exists(os.path.join(WORK, "ch.csv")):
     fail(f"schedule Chimera --format csv: exit {w.returncode}: {w.stderr}")
+# `simulate --plan-out` (and `run --dry-run --plan-out`) write the job and its plan: a plan file
+# that validate and simulate read back, to the same simulated step.
+sim = ["simulate", "--forward-ms", "1", "--backward-ms", "2"]
+for shape, dp in ((["--schedule", "1F1B", "-p", "2", "-m", "4"], []),
+                  (["--schedule", "Chimera", "-p", "4", "-m", "4"], ["--dp", "2"]),
+                  (["--schedule", "DualPipeV", "-p", "2", "-m", "4"], [])):
+    out = os.path.join(WORK, "job.plan-out.json")
+    first = run(sim + shape + dp + ["--plan-out", out])
+    v = run(["validate", out])
+    again = run(["simulate", out] + sim[1:] + dp)  # the file gives the plan its shape
+    if first.returncode or v.returncode or again.returncode or \
+            first.stdout.split("\n")[1] != again.stdout.split("\n")[1]:
+        fail(f"simulate {' '.join(shape + dp)} --plan-out, then validate and simulate it: "
+             f"{first.stdout}{first.stderr}{v.stdout}{v.stderr}{again.stdout}{again.stderr}")
+
 # Pictures are not plans, and `validate` says so.
 for fmt, word in (("text", "text grid"), ("dot", "Graphviz picture")):
     path = os.path.join(WORK, f"picture.{fmt}")
