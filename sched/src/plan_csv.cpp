@@ -15,8 +15,109 @@ namespace {
 
 std::size_t idx(std::int32_t i) { return static_cast<std::size_t>(i); }
 
+// Note [What a CSV carries]
+// torch's CSV is one line of action cells per rank: no header, so no shape. The reader infers the
+// shape from the actions (detail::build_plan): ranks = rows, stages and microbatches = the largest
+// named + 1, stage -> rank = the row holding the stage, stage edges = the chain unless SEND/RECV
+// name other peers, lowered = any SEND/RECV, forward-only = nothing but forwards. A plan whose own
+// shape differs from that inference cannot be written as a CSV and read back the same (issue 36:
+// Chimera p=4 was written, then rejected by `validate` with 32 problems, its replicas read as
+// separate stages). So the writer runs the reader's inference on the plan's actions and refuses
+// the plan, naming the field, instead of writing a file that means another plan. Only the
+// schedule name is not carried: it is a label, and a CSV reads back as "custom".
+
+// The rows the reader would see (trailing empty rows are dropped by parse_csv too).
 template <typename Plan>
-std::string csv_of(const Plan& plan) {
+std::vector<std::vector<detail::ParsedCell>> rows_of(const Plan& plan) {
+  std::vector<std::vector<detail::ParsedCell>> rows(plan.per_rank.size());
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    rows[r].reserve(plan.per_rank[r].size());
+    for (std::size_t i = 0; i < plan.per_rank[r].size(); ++i) {
+      rows[r].push_back({plan.per_rank[r][i], i});
+    }
+  }
+  while (!rows.empty() && rows.back().empty()) rows.pop_back();
+  return rows;
+}
+
+std::string ints(const std::vector<std::int32_t>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+std::string edges_text(const std::vector<StageEdge>& edges) {
+  if (edges.empty()) return "the chain";
+  std::string out;
+  for (std::size_t i = 0; i < edges.size(); ++i) {
+    out += (i ? "," : "") + std::to_string(edges[i].from) + ":" + std::to_string(edges[i].to);
+  }
+  return out;
+}
+
+// Note [What a CSV carries]: "" or why parse_csv(csv_of(plan)) would differ from `plan`.
+template <typename Plan>
+std::string csv_loss(const Plan& plan, bool lowered) {
+  const PlanShape& sh = plan.shape;
+  if (sh.has_replicas()) {
+    return "its " + std::to_string(sh.stages) + " plan stages replicate " +
+           std::to_string(sh.model_stages()) + " model stages (stage_to_model_stage " +
+           ints(sh.stage_to_model_stage) +
+           "), each replica running part of the microbatches, and a CSV has no field for that";
+  }
+  AnyPlan back;
+  try {
+    back = detail::build_plan(rows_of(plan), detail::Declared{}, "the CSV",
+                              [](std::size_t r, std::size_t i, std::size_t) {
+                                return "the CSV: row " + std::to_string(r) + ", cell " +
+                                       std::to_string(i + 1);
+                              });
+  } catch (const ParseError& e) {
+    return std::string("read back, it would be rejected: ") + e.what();
+  }
+  const PlanShape& got = shape_of(back);
+  if (is_lowered(back) != lowered) {
+    return lowered ? "it is a lowered plan without SEND/RECV (" + std::to_string(sh.ranks) +
+                         " rank), which a CSV reads back as compute-only"
+                   : "it is compute-only but holds SEND/RECV actions";
+  }
+  if (got.ranks != sh.ranks) {
+    return "it has " + std::to_string(sh.ranks) + " ranks, but only the first " +
+           std::to_string(got.ranks) + " hold actions";
+  }
+  if (got.stages != sh.stages) {
+    return "it has " + std::to_string(sh.stages) + " stages, but its actions name only " +
+           std::to_string(got.stages);
+  }
+  if (got.microbatches != sh.microbatches) {
+    return "it has " + std::to_string(sh.microbatches) + " microbatches, but its actions name " +
+           "only " + std::to_string(got.microbatches);
+  }
+  if (got.stage_to_rank != sh.stage_to_rank) {
+    return "its stage_to_rank " + ints(sh.stage_to_rank) + " is not where its actions run (" +
+           ints(got.stage_to_rank) + ")";
+  }
+  if (got.stage_edges != sh.stage_edges) {
+    return "its stage DAG (" + edges_text(sh.stage_edges) + ") would read back as " +
+           edges_text(got.stage_edges) +
+           (lowered ? ": a CSV recovers edges from the peers of SEND/RECV, sorted"
+                    : ": a compute-only CSV has no SEND/RECV to name the edges (--lower "
+                      "writes them)");
+  }
+  if (got.forward_only != sh.forward_only) {
+    return sh.forward_only ? "it is forward-only but holds backward actions"
+                           : "it holds only forwards but is not declared forward-only";
+  }
+  return {};
+}
+
+template <typename Plan>
+std::string csv_of(const Plan& plan, bool lowered) {
+  if (const std::string why = csv_loss(plan, lowered); !why.empty()) {
+    throw ConfigError((plan.shape.schedule.empty() ? std::string("plan") : plan.shape.schedule) +
+                      ": torch's CSV cannot carry this plan: " + why +
+                      "; write it as JSON (--format json), which carries every field");
+  }
   std::string out;
   for (const auto& ops : plan.per_rank) {
     const auto cells = to_cells(ops);
@@ -29,14 +130,31 @@ std::string csv_of(const Plan& plan) {
   return out;
 }
 
+// `schedule --format text|dot` write pictures of a plan, which no reader takes back: say so when
+// one is read as a CSV.
+std::string picture_hint(std::string_view text) {
+  const auto starts = [&text](std::string_view p) { return text.substr(0, p.size()) == p; };
+  if (starts("digraph")) {
+    return " (this is a Graphviz picture of a plan, `schedule --format dot`; plans are read from "
+           "--format csv or json)";
+  }
+  if (starts("rank ")) {
+    return " (this is a text grid of a plan, `schedule --format text`; plans are read from "
+           "--format csv or json)";
+  }
+  return {};
+}
+
 }  // namespace
 
 const PlanShape& shape_of(const AnyPlan& plan) noexcept {
   return std::visit([](const auto& p) -> const PlanShape& { return p.shape; }, plan);
 }
 
-std::string to_csv(const ComputePlan& plan) { return csv_of(plan); }
-std::string to_csv(const LoweredPlan& plan) { return csv_of(plan); }
+std::string csv_cannot_carry(const ComputePlan& plan) { return csv_loss(plan, false); }
+std::string csv_cannot_carry(const LoweredPlan& plan) { return csv_loss(plan, true); }
+std::string to_csv(const ComputePlan& plan) { return csv_of(plan, false); }
+std::string to_csv(const LoweredPlan& plan) { return csv_of(plan, true); }
 
 AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptions& options) {
   std::vector<std::vector<detail::ParsedCell>> rows;
@@ -74,7 +192,7 @@ AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptio
         cell_actions.clear();
         if (!try_parse_cell(cell, cell_actions, &error, &col)) {
           throw ParseError(std::string(source) + ":" + std::to_string(line_no) + ":" +
-                           std::to_string(offset + col) + ": " + error);
+                           std::to_string(offset + col) + ": " + error + picture_hint(text));
         }
         for (const Action& a : cell_actions) row.push_back({a, offset + 1});
       }

@@ -22,7 +22,15 @@ class Reader {
 
   AnyPlan read() {
     const json::Document parsed = json::parse_strict(text_, std::string(source_), kPlanLimits);
-    const Json& doc = parsed.root;
+    const Json* root = &parsed.root;
+    // `run --plan-out` / `simulate --plan-out` write {"job": ..., "plan": <a plan>}: a plan writer
+    // too, so this reader takes its plan (issue 36: every plan written is a plan read back).
+    if (root->is_object() && !root->contains("format") && root->contains("job") &&
+        root->contains("plan")) {
+      prefix_ = "/plan";
+      root = &root->at("plan");
+    }
+    const Json& doc = *root;
     if (!doc.is_object()) fail("", "a plan is a JSON object");
     const Json& format = field(doc, "format");
     if (!format.is_string() || format.get<std::string>() != kPlanFormat) {
@@ -91,7 +99,7 @@ class Reader {
     // Note [Lazy error positions] (json_reader.hpp): each action's byte offset is kept and turned
     // into line:column only for the one cell an error names. Computing it for every action (as
     // the first version did) scanned the text from its start per action: quadratic in the plan.
-    const auto offsets = json::Locator(text_).nested_element_offsets("/actions");
+    const auto offsets = json::Locator(text_).nested_element_offsets(prefix_ + "/actions");
     std::vector<std::vector<detail::ParsedCell>> rows(actions.size());
     for (std::size_t r = 0; r < actions.size(); ++r) {
       if (!actions[r].is_array())
@@ -108,7 +116,7 @@ class Reader {
         const std::size_t start = offsets.at(r).at(i) + 1;
         if (!try_parse_cell(s, cell_actions_, &error, &col)) {
           throw ParseError(std::string(source_) + ":" + json::line_col(text_, start + col - 1) +
-                           ": at " + cell_path(r, i) + ": " + error);
+                           ": at " + prefix_ + cell_path(r, i) + ": " + error);
         }
         for (const Action& a : cell_actions_) rows[r].push_back({a, start - 1});
       }
@@ -116,7 +124,7 @@ class Reader {
     return detail::build_plan(rows, d, source_,
                               [this](std::size_t r, std::size_t i, std::size_t pos) {
                                 return std::string(source_) + ":" + json::line_col(text_, pos) +
-                                       ": at " + cell_path(r, i);
+                                       ": at " + prefix_ + cell_path(r, i);
                               });
   }
 
@@ -125,9 +133,11 @@ class Reader {
     return "/actions/" + std::to_string(r) + "/" + std::to_string(i);
   }
 
-  // Note [Lazy error positions]: the pointer becomes line:column only here.
+  // Note [Lazy error positions]: the pointer becomes line:column only here. `pointer` is within
+  // the plan; prefix_ places it in the document.
   [[noreturn]] void fail(const std::string& pointer, const std::string& why) const {
-    throw ParseError(json::where(json::Source{std::string(source_), text_}, pointer) + ": " + why);
+    throw ParseError(json::where(json::Source{std::string(source_), text_}, prefix_ + pointer) +
+                     ": " + why);
   }
 
   const Json& field(const Json& doc, const char* key) const {
@@ -155,6 +165,7 @@ class Reader {
 
   std::string_view text_;
   std::string_view source_;
+  std::string prefix_;                // "/plan" in a --plan-out document, else ""
   std::vector<Action> cell_actions_;  // scratch: the actions of one cell
 };
 

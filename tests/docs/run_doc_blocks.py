@@ -17,6 +17,12 @@ Reasons: gpu, slurm, multi-host (needs what a CI machine has not), build (builds
 runs the test suite itself: CI does exactly that), long (a benchmark of minutes).
 Any other marker, or a block left open, is an error.
 
+Every shell block, skipped or not, is what a reader copies, so before anything runs it is checked
+for placeholders (`...`, `<FILE>`, `--node-rank K`, a `$VARIABLE` that nothing on the page sets),
+and a skipped block may use only files that exist in the repository or that a block before it on
+the page (or itself, earlier) makes: a skipped block is never run, so nothing else would notice
+that it uses a file the page never made (issue 36). Both are document errors (exit 2).
+
 Exit 0: every block passed (or was skipped by a marker); 1: a block failed (its output is
 printed); 2: usage error or malformed document; 77: the pipewright binary is not built.
 """
@@ -46,8 +52,64 @@ ABSENT_FEATURE = re.compile(r"built without (Graphviz|MPI)")
 BUILDS = re.compile(r"cmake\s+--preset|--build\s+build\b|-B\s*build\b|\btools/(test|quickstart)\b")
 
 
+# What a reader would have to replace before running a line (comments are stripped first).
+PLACEHOLDER = re.compile(
+    r"(?<![\w./])\.\.\.(?![\w./])"                 # an elided argument: `run --pp 4 ...`
+    r"|\u2026"                                        # the same as one character
+    r"|<[A-Za-z][\w-]*>"                              # <FILE>, <node-rank>
+    r"|(?:^|\s)--?[a-z][\w-]*[ =][A-Z]{1,2}(?=\s|$)")  # --node-rank K, --master-addr A
+ENV_USE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+ENV_SET = re.compile(r"(?:^|[\s;(&|])(?:export\s+|local\s+)?([A-Za-z_][A-Za-z0-9_]*)=|\bfor\s+([A-Za-z_]\w*)\s+in\b")
+# Set by the shell or the login, not by the page.
+ENV_GIVEN = {"PATH", "PWD", "HOME", "USER", "TMPDIR", "SHELL", "OLDPWD", "HOSTNAME", "RANDOM"}
+# A relative file a command reads or writes, by its extension.
+FILE_TOKEN = re.compile(
+    r"(?<![\w/.$-])((?:[\w.-]+/)*[\w-][\w.-]*\.(?:json|csv|npy|safetensors|toml|pt|txt|svg|html))\b")
+# Text just before a file name that makes it: an output flag, a redirection, numpy's save(.
+MAKES = re.compile(
+    r"(?:(?:^|\s)(?:-o|--output|--save|--x-out|--y-out|--plan-out|--trace|--profile|--metrics|"
+    r"--timeline|--outputs|--memory-svg)[ =]\s*|>\s*|save\(\s*['\"])$")
+
+
 class DocError(Exception):
     pass
+
+
+def strip_comments(text):
+    return "\n".join(re.sub(r"(^|\s)#.*", "", ln) for ln in text.split("\n"))
+
+
+def check_blocks(path, blocks, repo):
+    """Raises DocError for a placeholder in any shell block, or a skipped block that uses a file
+    that neither the repository nor an earlier block of the page provides."""
+    code_of = [(line, strip_comments(text), skip, name) for line, text, skip, name in blocks]
+    page_sets = set()
+    for _, code, _, name in code_of:
+        if name is None:
+            for m in ENV_SET.finditer(code):
+                page_sets.add(m.group(1) or m.group(2))
+    made = set()
+    for line, code, skip, name in code_of:
+        if name is not None:
+            made.add(name)
+            continue
+        for i, ln in enumerate(code.split("\n")):
+            m = PLACEHOLDER.search(ln)
+            if m:
+                raise DocError(f"{path}:{line + i}: placeholder '{m.group(0).strip()}' in a runnable "
+                               "block: write a command that runs as it stands (make the files it "
+                               "uses on the page)")
+            for v in ENV_USE.finditer(ln):
+                if v.group(1) not in page_sets and v.group(1) not in ENV_GIVEN:
+                    raise DocError(f"{path}:{line + i}: ${v.group(1)} is set nowhere on the page: "
+                                   "a placeholder in a runnable block")
+            for f in FILE_TOKEN.finditer(ln):
+                token = f.group(1)
+                if skip and token not in made and not os.path.exists(os.path.join(repo, token)) \
+                        and not MAKES.search(ln[:f.start(1)]):
+                    raise DocError(f"{path}:{line + i}: this block (skipped: {skip}) uses {token}, "
+                                   "which nothing before it on the page makes")
+                made.add(token)
 
 
 def parse_blocks(path):
@@ -148,6 +210,7 @@ def main():
     rel = os.path.relpath(doc, repo)
     try:
         blocks = parse_blocks(doc)
+        check_blocks(rel, blocks, repo)
     except (OSError, DocError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

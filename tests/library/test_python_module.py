@@ -66,6 +66,11 @@ def test_plan_equals_torch_csv() -> None:
     assert pw.Plan.from_json(plan.to_json()) == plan
     assert pw.Plan.from_csv(plan.lower().to_csv()) == plan.lower()
     assert pw.Plan.from_csv(plan.lower().to_csv()) != plan
+    # A plan torch's CSV cannot carry is refused, not written as another plan (issue 36).
+    chimera = pw.schedule("Chimera", ranks=4, microbatches=4)
+    with pytest.raises(pw.ConfigError, match="cannot carry this plan.*stage_to_model_stage"):
+        chimera.to_csv()
+    assert pw.Plan.from_json(chimera.to_json()) == chimera
     assert pw.Plan.load(os.path.join(DATA, "sched", "good_1f1b.csv")) == pw.schedule(
         "1F1B", ranks=2, microbatches=3)
 

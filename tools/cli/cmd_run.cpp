@@ -8,7 +8,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/render.hpp"
 #include "run_config.hpp"
+#include "run_only_flags.hpp"
 
 namespace pipewright::cli {
 namespace {
@@ -45,6 +48,42 @@ void print_dry_run(const RunFlags& flags, const exec::RunConfig& c, const exec::
                 graph::human_bytes(m.peak_bytes).c_str());
   }
   std::fflush(stdout);
+}
+
+// Every flag of `run` is a job flag (shared with simulate), a run-only flag (run_only_flags.hpp,
+// which offline commands answer with "--dataset is a run flag; ...") or a flag offline commands
+// have too (kSharedRunFlags); and every run-only flag is one of run's. Throws std::logic_error
+// naming the flag otherwise: called when `run` is set up, so a new flag of run that is in no table
+// fails every test of `run`, as check_config_covers does for the config file's keys.
+void check_run_flags_classified(const CLI::App& run_cmd) {
+  CLI::App job_flags;
+  sched::JobSpec job;
+  add_job_flags(&job_flags, job);
+  const auto run_only = [](const std::string& name) {
+    return std::any_of(std::begin(kRunOnlyFlags), std::end(kRunOnlyFlags),
+                       [&name](const RunOnlyFlag& f) { return f.name == name; });
+  };
+  const auto shared = [](const std::string& name) {
+    return std::find(std::begin(kSharedRunFlags), std::end(kSharedRunFlags), name) !=
+           std::end(kSharedRunFlags);
+  };
+  for (const CLI::Option* opt : run_cmd.get_options()) {
+    for (const std::string& lname : opt->get_lnames()) {
+      const std::string name = "--" + lname;
+      if (job_flags.get_option_no_throw(name) != nullptr || run_only(name) || shared(name)) {
+        continue;
+      }
+      throw std::logic_error("run flag " + name +
+                             " is in no table of tools/cli/run_only_flags.hpp: add it to "
+                             "kRunOnlyFlags (offline commands then name it) or kSharedRunFlags");
+    }
+  }
+  for (const RunOnlyFlag& flag : kRunOnlyFlags) {
+    if (run_cmd.get_option_no_throw(std::string(flag.name)) == nullptr) {
+      throw std::logic_error("kRunOnlyFlags (tools/cli/run_only_flags.hpp) names " +
+                             std::string(flag.name) + ", which `run` does not have");
+    }
+  }
 }
 
 class Progress {
@@ -147,6 +186,7 @@ void setup_run(CLI::App& app) {
                   "(the same file as `simulate --plan-out` for the same job flags)");
 
   check_config_covers(*sub);
+  check_run_flags_classified(*sub);
 
   sub->callback([flags] {
     resolve_job_flags(flags->config);  // before merged_config_toml prints it

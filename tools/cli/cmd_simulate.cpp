@@ -45,7 +45,8 @@ struct SimulateArgs {
   std::optional<double> p2p_ms;
   // Cluster.
   std::string cluster_file;
-  std::string recv = "posted";  // --recv posted | blocking
+  std::string recv = "posted";                   // --recv posted | blocking
+  std::optional<std::int64_t> micro_batch_size;  // the deprecated --micro-batch-size
   // Outputs.
   std::string metrics;
   std::string trace;
@@ -141,6 +142,7 @@ void run_simulate(const SimulateArgs& a) {
 
   sim::SimOptions opt = sim::sim_options(job);
   if (opt.micro_batch_size == 0 && model) opt.micro_batch_size = model->micro_batch_size;
+  if (a.micro_batch_size) opt.micro_batch_size = *a.micro_batch_size;
   opt.blocking_recv = a.recv == "blocking";
   opt.p2p_override_ms = a.p2p_ms;
   opt.record_memory_timeline = a.memory_timeline || !a.trace.empty() || !a.memory_svg.empty();
@@ -226,6 +228,15 @@ void add_simulate_flags(CLI::App* cmd, const std::shared_ptr<SimulateArgs>& a) {
   cmd->add_option("plan", a->plan_file, "plan file (CSV or JSON); or generate with --schedule")
       ->check(CLI::ExistingFile);
   add_job_flags(cmd, a->job);
+  // Old spellings of simulate's own plan flags (before `run`'s job flags, issue 19).
+  add_deprecated_option(cmd, "-s", "--schedule", [a](const std::string& v) {
+    a->job.schedule = sched::parse_schedule_kind(v);
+  });
+  add_removed_flag(cmd, "--reduce-grad",
+                   "plans always carry REDUCE_GRAD now (and OPTIM), lowered as `run` lowers them");
+  add_deprecated_option(
+      cmd, "--micro-batch-size", "--batch-size (micro-batch size x --microbatches)",
+      [a](const std::string& v) { a->micro_batch_size = parse_int_flag(v, "--micro-batch-size"); });
   const char* g = nullptr;
   g = "Costs (one source)";
   cmd->add_option("--forward-ms", a->costs.what_if.forward_ms,

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "pipewright/graph/error.hpp"
+#include "run_only_flags.hpp"
 
 namespace pipewright::cli {
 
@@ -109,6 +110,20 @@ CLI::Option* add_deprecated_flag(CLI::App* cmd, const std::string& old_name,
       ->group("");
 }
 
+CLI::Option* add_removed_flag(CLI::App* cmd, const std::string& old_name, const std::string& why) {
+  return cmd
+      ->add_flag_function(
+          old_name,
+          [old_name, why](std::int64_t) {
+            spdlog::warn(
+                "{} is deprecated and does nothing: {} (the old spelling will be removed in a "
+                "later version)",
+                old_name, why);
+          },
+          "deprecated: " + why)
+      ->group("");
+}
+
 void add_recv_flags(CLI::App* cmd, std::string& recv, const std::string& group,
                     const std::string& description) {
   cmd->add_option("--recv", recv, description)
@@ -117,6 +132,39 @@ void add_recv_flags(CLI::App* cmd, std::string& recv, const std::string& group,
       ->group(group);
   add_deprecated_flag(cmd, "--blocking-recv", "--recv blocking", [&recv] { recv = "blocking"; });
   add_deprecated_flag(cmd, "--posted-recv", "--recv posted", [&recv] { recv = "posted"; });
+}
+
+namespace {
+
+// "simulate", "model gpt": the subcommand as typed after `pipewright`.
+std::string command_path(const CLI::App& cmd) {
+  std::string path = cmd.get_name();
+  for (const CLI::App* p = cmd.get_parent(); p != nullptr && p->get_parent() != nullptr;
+       p = p->get_parent()) {
+    path = p->get_name() + " " + path;
+  }
+  return path;
+}
+
+}  // namespace
+
+void add_run_only_guards(CLI::App& cmd) {
+  for (CLI::App* sub : cmd.get_subcommands([](const CLI::App*) { return true; })) {
+    add_run_only_guards(*sub);
+  }
+  for (const RunOnlyFlag& flag : kRunOnlyFlags) {
+    const std::string name(flag.name);
+    if (cmd.get_option_no_throw(name) != nullptr) continue;
+    const std::string message =
+        name + " is a run flag; " + command_path(cmd) + " " + std::string(flag.why);
+    // A value is optional, so `--resume` and `--dataset sonnets` alike reach the message (and
+    // the value is not taken for the command's positional argument).
+    cmd.add_option_function<std::string>(
+           name, [message](const std::string&) { throw ConfigError(message); },
+           "run only: " + message)
+        ->expected(0, 1)
+        ->group("");
+  }
 }
 
 int parse_int_flag(const std::string& text, const std::string& flag) {

@@ -37,6 +37,12 @@ CLI::Option* add_deprecated_option(CLI::App* cmd, const std::string& old_name,
 CLI::Option* add_deprecated_flag(CLI::App* cmd, const std::string& old_name,
                                  const std::string& new_name, std::function<void()> set);
 
+// Adds `old_name`, a flag whose effect is now always on (or gone), as a hidden flag that prints
+// "--reduce-grad is deprecated and does nothing: <why> (the old spelling will be removed in a
+// later version)" and lets the command go on; scripts that pass it keep working for a release
+// (docs/cli.md, "Old spellings").
+CLI::Option* add_removed_flag(CLI::App* cmd, const std::string& old_name, const std::string& why);
+
 // --recv posted|blocking (receive semantics of the simulated plan) into `recv`, whose value is
 // the command's default, with the deprecated flags --blocking-recv and --posted-recv.
 void add_recv_flags(CLI::App* cmd, std::string& recv, const std::string& group,

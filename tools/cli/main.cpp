@@ -27,6 +27,7 @@
 #include "exec_commands.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/version.hpp"
+#include "run_only_flags.hpp"
 
 namespace {
 
@@ -178,6 +179,11 @@ int main(int argc, char** argv) {
 #ifdef PIPEWRIGHT_EXECUTOR_BINARY
   app.name("pipewright");
 #else
+  // Offline commands name a run-only flag as such (run_only_flags.hpp); `launch` runs a command,
+  // whose flags come after `--`, and the executor's commands are parsed by pipewright-exec.
+  for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() != "launch") pipewright::cli::add_run_only_guards(*sub);
+  }
   add_exec_placeholders(app);
   if (const int sub = subcommand_index(argc, argv); sub > 0) {
     for (const auto& c : pipewright::cli::kExecCommands) {

@@ -127,7 +127,9 @@ JobFingerprint job_fingerprint(const RunConfig& c, const sched::LoweredPlan& pla
   f.push_back({"model", file_digest(c.model_path, "--model")});
   f.push_back({"partition",
                c.partition_path.empty() ? "(none)" : file_digest(c.partition_path, "--partition")});
-  f.push_back({"plan (lowered)", text_digest(sched::to_csv(plan))});
+  // JSON, which carries the whole plan: a CSV has no shape (stage_to_model_stage, the stage DAG)
+  // and refuses plans it cannot carry (Note [What a CSV carries]), a one-rank plan among them.
+  f.push_back({"plan (lowered)", text_digest(sched::to_json(plan))});
   f.push_back({"loss", std::string(resolved_loss)});
   f.push_back({"seed", std::to_string(c.seed)});
   f.push_back({"shuffle", c.shuffle ? "true" : "false"});

@@ -58,6 +58,17 @@ struct CsvOptions {
   int microbatches = -1;
 };
 
+// Why torch's CSV cannot carry `plan`, or "" when it can: parse_csv(to_csv(plan)) would not be
+// the same plan (Note [What a CSV carries]). A CSV has no shape, so the reader infers one; this
+// runs that inference on the plan's actions and names the first field it would get wrong:
+// Chimera's replicas (stage_to_model_stage), the stage DAG of a compute-only plan, a lowered plan
+// with no SEND/RECV (one rank), declared sizes beyond what the actions name. The schedule name is
+// a label, not part of the plan: a CSV reads back as "custom".
+[[nodiscard]] std::string csv_cannot_carry(const ComputePlan& plan);
+[[nodiscard]] std::string csv_cannot_carry(const LoweredPlan& plan);
+
+// Throw ConfigError (exit 2) when csv_cannot_carry(plan) is not empty, naming the plan's schedule,
+// the reason and JSON, the format that carries every field: a plan written is a plan read back.
 [[nodiscard]] std::string to_csv(const ComputePlan& plan);
 [[nodiscard]] std::string to_csv(const LoweredPlan& plan);
 [[nodiscard]] AnyPlan parse_csv(std::string_view text, std::string_view source_name,
