@@ -32,10 +32,8 @@ using NodePtr = std::decay_t<decltype(std::declval<const at::Tensor&>().grad_fn(
 #if TORCH_VERSION_MAJOR >= 2
 // c10d::Store::clone(): a second handle on the same store, for c10d's background threads. The
 // adapter is stateless beyond the store it forwards to, so a clone forwards to the same one.
-#define PW_C10D_STORE_CLONE(Self)                          \
-  c10::intrusive_ptr<c10d::Store> clone() override {       \
-    return c10::make_intrusive<Self>(*this);               \
-  }
+#define PW_C10D_STORE_CLONE(Self) \
+  c10::intrusive_ptr<c10d::Store> clone() override { return c10::make_intrusive<Self>(*this); }
 #else
 #define PW_C10D_STORE_CLONE(Self)
 #endif
