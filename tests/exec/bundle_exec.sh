@@ -18,6 +18,15 @@ mkdir -p "$work"
 work="$(mktemp -d "$work/bundle.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 b="$work/bundle"
+# Bad arguments: exit 2 with a message, nothing written.
+set +e
+msg="$("$root/tools/bundle-exec" 2>&1)"; rc=$?
+[ "$rc" -eq 2 ] && [[ "$msg" == *"usage: tools/bundle-exec OUT"* ]] || { echo "FAIL no OUT: rc $rc: $msg"; exit 1; }
+msg="$("$root/tools/bundle-exec" "$b" --python /usr/bin/true 2>&1)"; rc=$?
+set -e
+[ "$rc" -eq 2 ] && [[ "$msg" == *"/usr/bin/true cannot import torch"* ]] && [ ! -e "$b" ] ||
+  { echo "FAIL python without torch: rc $rc: $msg"; exit 1; }
+echo "OK   bad arguments exit 2"
 "$root/tools/bundle-exec" "$b" --python "$python" --build "$build"
 lp="$(PIPEWRIGHT_PYTHON="$python" "$b/pipewright" --library-path)"
 site="$("$python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"

@@ -40,4 +40,13 @@ if [ "$rc" -ne 0 ] && grep -qF "PIPEWRIGHT_TORCH_PYTHON=$work/empty/bin/python: 
 else
   echo "FAIL python without torch: rc $rc"; echo "$out" | tail -20; fail=1
 fi
+# install-deps: a bad --torch is exit 2 before anything is installed.
+set +e
+out="$("$src/tools/install-deps" --torch conda 2>&1)"; rc=$?
+set -e
+if [ "$rc" -eq 2 ] && grep -q "install-deps: --torch takes debian or pip, not 'conda'" <<<"$out"; then
+  echo "OK   install-deps --torch conda: exit 2"
+else
+  echo "FAIL install-deps --torch conda: rc $rc: $out"; fail=1
+fi
 exit $fail
