@@ -296,6 +296,11 @@ void validate_job(const JobSpec& c) {
            "--weight-decay must be >= 0, got " << c.weight_decay);
   validate_data_parallel(c.data_parallel, c.pp, c.dp);
   validate_recompute(c.recompute, c.stages());
+  PW_CHECK(c.reduce_dtype_or_default() != Precision::kFp16, ConfigError,
+           "--reduce-dtype must be fp32 or bf16, got fp16");
+  PW_CHECK(std::isfinite(c.clip_grad_norm) && c.clip_grad_norm >= 0, ConfigError,
+           "--clip-grad-norm must be >= 0 (0: no clipping), got " << c.clip_grad_norm);
+  validate_lr_schedule(c.lr_schedule, c.lr, c.steps);
   PW_CHECK(!c.forward_only || c.recompute.mode == RecomputeMode::kNone, ConfigError,
            "--recompute has no effect with --forward-only (nothing is kept for a backward)");
   if (c.plan_path.empty() && is_v_shaped(c.schedule)) {

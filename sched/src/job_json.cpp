@@ -59,6 +59,13 @@ Json resolved(const JobSpec& j) {
       Json::array({"fragments", d.fragments_or_default()}),
       Json::array({"fragment_sync_delay", d.sync_delay_or_default()}),
       Json::array({"outer_dtype", to_string(d.outer_dtype_or_default())}),
+      Json::array({"precision", to_string(j.precision)}),
+      Json::array({"reduce_dtype", to_string(j.reduce_dtype_or_default())}),
+      Json::array({"clip_grad_norm", j.clip_grad_norm}),
+      Json::array({"lr_warmup_steps", j.lr_schedule.warmup_steps}),
+      Json::array({"lr_decay_style", to_string(j.lr_schedule.decay_style)}),
+      Json::array({"lr_decay_steps", j.lr_schedule.decay_steps_or(j.steps)}),
+      Json::array({"lr_min", j.lr_schedule.min_lr}),
   });
 }
 
@@ -118,7 +125,14 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
                   "outer_nesterov",
                   "fragments",
                   "fragment_sync_delay",
-                  "outer_dtype"});
+                  "outer_dtype",
+                  "precision",
+                  "reduce_dtype",
+                  "clip_grad_norm",
+                  "lr_warmup_steps",
+                  "lr_decay_style",
+                  "lr_decay_steps",
+                  "lr_min"});
   if (root["format"].as_string() != kJobFormat) {
     root["format"].fail("expected \"" + std::string(kJobFormat) + "\"");
   }
@@ -218,6 +232,19 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
     option("outer_dtype", diloco,
            named("outer_dtype", [](const std::string& s) { return parse_outer_dtype(s); }),
            defaults.outer_dtype_or_default(), d.outer_dtype);
+  }
+  // The training recipe's keys are absent in files written before issue 33.
+  if (root.has("precision")) {
+    j.precision = named("precision", [](const std::string& s) { return parse_precision(s); });
+    j.reduce_dtype = named("reduce_dtype", [](const std::string& s) {
+      return parse_precision(s, "reduce_dtype");
+    });
+    j.clip_grad_norm = root["clip_grad_norm"].as_finite_nonnegative();
+    j.lr_schedule.warmup_steps = root["lr_warmup_steps"].as_int(0, std::int64_t{1} << 40);
+    j.lr_schedule.decay_style =
+        named("lr_decay_style", [](const std::string& s) { return parse_lr_decay_style(s); });
+    j.lr_schedule.decay_steps = root["lr_decay_steps"].as_int(1, std::int64_t{1} << 40);
+    j.lr_schedule.min_lr = root["lr_min"].as_finite_nonnegative();
   }
   try {
     validate_job(j);

@@ -181,7 +181,7 @@ TEST(Job, DiLoCoOptionsAreValidatedAndRoundTrip) {
   j.data_parallel.outer_lr = 0.5;
   const std::string text = to_json(j);
   EXPECT_NE(text.find("\"dp_algorithm\": \"diloco\",\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("\"outer_dtype\": \"bf16\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"outer_dtype\": \"bf16\",\n"), std::string::npos) << text;
   EXPECT_NE(text.find("\"fragment_sync_delay\": 1,\n"), std::string::npos) << text;
   EXPECT_EQ(to_json(parse_job(text, "d.json")), text);
   EXPECT_THROW((void)parse_outer_dtype("fp8"), ConfigError);

@@ -56,6 +56,47 @@ void add_diloco_flags(CLI::App* cmd, sched::DataParallelSpec& d, const char* g) 
       ->group(g);
 }
 
+// The training recipe (issue 33; pipewright/sched/training.hpp).
+void add_recipe_flags(CLI::App* cmd, sched::JobSpec& job) {
+  const auto* g = "Training recipe (docs/executor.md)";
+  cmd->add_option_function<std::string>(
+         "--precision",
+         [&job](const std::string& s) { job.precision = sched::parse_precision(s); },
+         "fp32 | bf16 (autocast, fp32 master weights, bf16 between stages) | fp16 (the same with "
+         "dynamic loss scaling)")
+      ->default_str("fp32")
+      ->group(g);
+  cmd->add_option_function<std::string>(
+         "--reduce-dtype",
+         [&job](const std::string& s) {
+           job.reduce_dtype = sched::parse_precision(s, "--reduce-dtype");
+         },
+         "data-parallel gradient reduction: fp32 | bf16 (bf16 on the wire, summed in fp32)")
+      ->default_str("fp32")
+      ->group(g);
+  cmd->add_option("--clip-grad-norm", job.clip_grad_norm,
+                  "clip gradients to this global L2 norm over every stage (0: no clipping)")
+      ->capture_default_str()
+      ->group(g);
+  auto& lr = job.lr_schedule;
+  cmd->add_option("--lr-warmup-steps", lr.warmup_steps,
+                  "linear warm-up of the learning rate from 0 over N steps (Megatron)")
+      ->capture_default_str()
+      ->group(g);
+  cmd->add_option_function<std::string>(
+         "--lr-decay-style",
+         [&lr](const std::string& s) { lr.decay_style = sched::parse_lr_decay_style(s); },
+         "constant | linear | cosine: decay from --lr to --lr-min by --lr-decay-steps")
+      ->default_str("constant")
+      ->group(g);
+  cmd->add_option("--lr-decay-steps", lr.decay_steps,
+                  "steps over which the learning rate decays, warm-up included (default --steps)")
+      ->group(g);
+  cmd->add_option("--lr-min", lr.min_lr, "learning rate at the end of the decay")
+      ->capture_default_str()
+      ->group(g);
+}
+
 }  // namespace
 
 void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
@@ -132,6 +173,8 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
          "the backward)")
       ->default_str("none")
       ->group(g);
+
+  add_recipe_flags(cmd, job);
 
   // Options whose presence matters (SlowMo options are rejected with --dp-algorithm ddp) go
   // through callbacks into the spec's std::optional fields.

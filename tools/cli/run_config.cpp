@@ -136,6 +136,16 @@ const Key kKeys[] = {
     {"training", "recompute", Type::kString, "--recompute", "",
      [](F f) { return str(sched::to_string(f.config.recompute)); }},
 
+    {"training", "precision", Type::kString, "--precision", "",
+     [](F f) { return str(sched::to_string(f.config.precision)); }},
+    {"training", "reduce_dtype", Type::kString, "--reduce-dtype", "",
+     [](F f) {
+       const auto& v = f.config.reduce_dtype;
+       return v ? str(sched::to_string(*v)) : std::string();
+     }},
+    {"training", "clip_grad_norm", Type::kNumber, "--clip-grad-norm", "",
+     [](F f) { return num(f.config.clip_grad_norm); }},
+
     {"optimizer", "name", Type::kString, "--optimizer", "",
      [](F f) { return str(sched::to_string(f.config.optimizer)); }},
     {"optimizer", "lr", Type::kNumber, "--lr", "", [](F f) { return num(f.config.lr); }},
@@ -143,6 +153,17 @@ const Key kKeys[] = {
      [](F f) { return num(f.config.momentum); }},
     {"optimizer", "weight_decay", Type::kNumber, "--weight-decay", "",
      [](F f) { return num(f.config.weight_decay); }},
+    {"optimizer", "lr_warmup_steps", Type::kInt, "--lr-warmup-steps", "",
+     [](F f) { return num(f.config.lr_schedule.warmup_steps); }},
+    {"optimizer", "lr_decay_style", Type::kString, "--lr-decay-style", "",
+     [](F f) { return str(sched::to_string(f.config.lr_schedule.decay_style)); }},
+    {"optimizer", "lr_decay_steps", Type::kInt, "--lr-decay-steps", "",
+     [](F f) {
+       const auto v = f.config.lr_schedule.decay_steps;
+       return v > 0 ? num(v) : std::string();
+     }},
+    {"optimizer", "lr_min", Type::kNumber, "--lr-min", "",
+     [](F f) { return num(f.config.lr_schedule.min_lr); }},
 
     {"data_parallel", "algorithm", Type::kString, "--dp-algorithm", "",
      [](F f) { return str(sched::to_string(f.config.data_parallel.algorithm)); }},

@@ -19,6 +19,7 @@
 #include "pipewright/sched/plan.hpp"
 #include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sched/schedule.hpp"
+#include "pipewright/sched/training.hpp"
 
 namespace pipewright::graph {
 struct Model;
@@ -185,6 +186,17 @@ struct JobSpec {
   // gradients, no optimizer (flag --forward-only, TOML key `forward_only`).
   bool forward_only = false;
   RecomputeSpec recompute;  // flag --recompute, TOML key `recompute`
+  // The training recipe (issue 33; pipewright/sched/training.hpp, docs/executor.md).
+  Precision precision = Precision::kFp32;  // --precision
+  // Element type of data-parallel gradient reductions (torch MixedPrecision's reduce_dtype):
+  // fp32 or bf16 (bf16 on the wire, summed in fp32). Default fp32.
+  std::optional<Precision> reduce_dtype;  // --reduce-dtype
+  double clip_grad_norm = 0;  // --clip-grad-norm: global L2 norm; 0: no clipping
+  LrSchedule lr_schedule;     // --lr-warmup-steps, --lr-decay-style, --lr-decay-steps, --lr-min
+
+  [[nodiscard]] Precision reduce_dtype_or_default() const noexcept {
+    return reduce_dtype.value_or(Precision::kFp32);
+  }
 
   [[nodiscard]] int stages() const noexcept { return pp * stages_per_rank; }
   // Samples per microbatch (batch_size / microbatches), 0 when batch_size is not given.
