@@ -236,9 +236,8 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
   // The training recipe's keys are absent in files written before issue 33.
   if (root.has("precision")) {
     j.precision = named("precision", [](const std::string& s) { return parse_precision(s); });
-    j.reduce_dtype = named("reduce_dtype", [](const std::string& s) {
-      return parse_precision(s, "reduce_dtype");
-    });
+    j.reduce_dtype = named("reduce_dtype",
+                           [](const std::string& s) { return parse_precision(s, "reduce_dtype"); });
     j.clip_grad_norm = root["clip_grad_norm"].as_finite_nonnegative();
     j.lr_schedule.warmup_steps = root["lr_warmup_steps"].as_int(0, std::int64_t{1} << 40);
     j.lr_schedule.decay_style =

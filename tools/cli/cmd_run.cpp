@@ -178,6 +178,29 @@ void setup_run(CLI::App& app) {
                 "resume from the last complete checkpoint in --checkpoint-dir");
   sub->add_flag("--save-replicas", c.save_replicas,
                 "with --save, also write every replica's weights as <FILE>.replica<R>.safetensors");
+  sub->add_option("--initial-loss-scale", c.initial_loss_scale,
+                  "fp16: the loss scale to start from (torch GradScaler's init_scale)")
+      ->capture_default_str();
+  sub->add_option("--min-loss-scale", c.min_loss_scale,
+                  "fp16: a loss scale that would halve below this stops the run (exit 1)")
+      ->capture_default_str();
+  sub->add_option("--loss-scale-window", c.loss_scale_window,
+                  "fp16: overflow-free steps after which the loss scale doubles")
+      ->capture_default_str();
+  sub->add_option("--eval-every", c.eval_every,
+                  "evaluate every N steps and after the last (0: never): a forward-only pass of "
+                  "the plan over --eval-batches batches")
+      ->capture_default_str();
+  sub->add_option("--eval-batches", c.eval_batches, "batches per evaluation")
+      ->capture_default_str();
+  sub->add_option("--eval-data-x", c.eval_data_x, "evaluation inputs, .npy");
+  sub->add_option("--eval-data-y", c.eval_data_y, "evaluation targets, .npy");
+  sub->add_option("--eval-dataset", c.eval_dataset,
+                  "evaluate on the held-out last 10% of a bundled dataset (training on the same "
+                  "--dataset then skips them)");
+  sub->add_option("--metrics", c.metrics_path,
+                  "write one JSON line per step: loss, eval loss, lr, grad norm, loss scale, "
+                  "step time, samples/s, tokens/s, peak memory per rank (world rank 0)");
   sub->add_flag("--dry-run", flags->dry_run,
                 "resolve the job, build, validate and dry-run its plan, print a summary and exit "
                 "(no rendezvous, no training)");
@@ -212,6 +235,8 @@ void setup_run(CLI::App& app) {
     PW_CHECK(flags->log_every >= 1, ConfigError, "--log-every must be >= 1");
     const auto every = flags->log_every;
     const auto policy = std::string(sched::to_string(cfg.nan_policy));
+    const bool scheduled_lr = cfg.lr_schedule.warmup_steps > 0 ||
+                              cfg.lr_schedule.decay_style != sched::LrDecayStyle::kConstant;
     auto banner = [&cfg](const exec::RunStart& s) {
       const std::string plan = cfg.plan_path.empty() ? std::string(sched::to_string(cfg.schedule))
                                                      : "plan " + cfg.plan_path;
@@ -242,8 +267,17 @@ void setup_run(CLI::App& app) {
             return;
           }
           progress.clear();
-          spdlog::info("step {}/{} loss {:.6f} step {:.1f} ms {:.1f} samples/s", s.step + 1,
-                       s.steps, s.loss, s.step_ms, s.samples_per_s);
+          // The recipe's figures only where they carry information (Megatron's log line).
+          std::string extra;
+          if (scheduled_lr) extra += fmt::format(" lr {:.6g}", s.lr);
+          if (s.has_grad_norm) extra += fmt::format(" grad norm {:.6g}", s.grad_norm);
+          if (cfg.precision == sched::Precision::kFp16) {
+            extra += fmt::format(" loss scale {:g}", s.loss_scale);
+          }
+          if (s.skipped) extra += " (fp16 overflow: step skipped on every rank)";
+          if (s.has_eval_loss) extra += fmt::format(" eval loss {:.6f}", s.eval_loss);
+          spdlog::info("step {}/{} loss {:.6f} step {:.1f} ms {:.1f} samples/s{}", s.step + 1,
+                       s.steps, s.loss, s.step_ms, s.samples_per_s, extra);
           progress.draw(s.step + 1, s.steps);
         },
         banner);

@@ -60,8 +60,7 @@ void add_diloco_flags(CLI::App* cmd, sched::DataParallelSpec& d, const char* g) 
 void add_recipe_flags(CLI::App* cmd, sched::JobSpec& job) {
   const auto* g = "Training recipe (docs/executor.md)";
   cmd->add_option_function<std::string>(
-         "--precision",
-         [&job](const std::string& s) { job.precision = sched::parse_precision(s); },
+         "--precision", [&job](const std::string& s) { job.precision = sched::parse_precision(s); },
          "fp32 | bf16 (autocast, fp32 master weights, bf16 between stages) | fp16 (the same with "
          "dynamic loss scaling)")
       ->default_str("fp32")

@@ -56,6 +56,15 @@ inline constexpr RunOnlyFlag kRunOnlyFlags[] = {
     {"--resume", kTrainsNothing},
     {"--save-replicas", kTrainsNothing},
     {"--dry-run", kTrainsNothing},
+    {"--initial-loss-scale", kTrainsNothing},
+    {"--min-loss-scale", kTrainsNothing},
+    {"--loss-scale-window", kTrainsNothing},
+    {"--eval-every", kTrainsNothing},
+    {"--eval-batches", kTrainsNothing},
+    {"--eval-data-x", kNeedsNoData},
+    {"--eval-data-y", kNeedsNoData},
+    {"--eval-dataset", kNeedsNoData},
+    {"--metrics", kTrainsNothing},
 };
 
 // Flags of `run` that offline commands have too, under the same name (job flags aside: those are

@@ -6,11 +6,14 @@
 //   2.x (Tensor::grad_fn(), impl::grad_accumulator(), Edge::function): use NodePtr.
 // - c10d::Store gained pure virtuals in 2.x (clone()): a Store subclass adds
 //   PW_C10D_STORE_CLONE(Self) to its body.
+// - Autocast's thread-local switches: per device type in 2.x (set_autocast_enabled(kCPU, ...)),
+//   one function per device in 1.13 (set_cpu_enabled): use AutocastGuard.
 // - The version itself: kTorchVersion ("2.15.0"), compared with the torch that wrote a node file
 //   (Note [Node files from a newer torch] in model/script_node.cpp).
 // Torch headers only: include this from the .cpp files that already include torch.
 #pragma once
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/version.h>
@@ -26,6 +29,70 @@ inline constexpr int kTorchPatch = TORCH_VERSION_PATCH;
 
 // The owning pointer type of an autograd Node in this libtorch.
 using NodePtr = std::decay_t<decltype(std::declval<const at::Tensor&>().grad_fn())>;
+
+// Whether CPU autocast can compute in float16: 1.13's CPU autocast knows bfloat16 only (and its
+// CPU kernels lack float16 matmuls); 2.x has both.
+inline constexpr bool kCpuAutocastFp16 = TORCH_VERSION_MAJOR >= 2;
+
+// torch.autocast(device_type, dtype) as a scope: sets the thread's autocast state for `device`
+// (CPU or CUDA), and on leaving restores it and, when it was the outermost autocast scope,
+// clears the cache of casted weights, as torch.autocast.__exit__ does. `enabled` false: no-op.
+class AutocastGuard {
+ public:
+  AutocastGuard(at::DeviceType device, at::ScalarType dtype, bool enabled)
+      : device_(device), enabled_(enabled) {
+    if (!enabled_) return;
+    prev_enabled_ = is_enabled(device_);
+    prev_dtype_ = get_dtype(device_);
+    set_dtype(device_, dtype);
+    set_enabled(device_, true);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastGuard() {
+    if (!enabled_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    set_enabled(device_, prev_enabled_);
+    set_dtype(device_, prev_dtype_);
+  }
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+#if TORCH_VERSION_MAJOR >= 2
+  static bool is_enabled(at::DeviceType d) { return at::autocast::is_autocast_enabled(d); }
+  static void set_enabled(at::DeviceType d, bool on) { at::autocast::set_autocast_enabled(d, on); }
+  static at::ScalarType get_dtype(at::DeviceType d) { return at::autocast::get_autocast_dtype(d); }
+  static void set_dtype(at::DeviceType d, at::ScalarType t) {
+    at::autocast::set_autocast_dtype(d, t);
+  }
+#else
+  static bool is_enabled(at::DeviceType d) {
+    return d == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+  }
+  static void set_enabled(at::DeviceType d, bool on) {
+    if (d == at::kCUDA) {
+      at::autocast::set_enabled(on);
+    } else {
+      at::autocast::set_cpu_enabled(on);
+    }
+  }
+  static at::ScalarType get_dtype(at::DeviceType d) {
+    return d == at::kCUDA ? at::autocast::get_autocast_gpu_dtype()
+                          : at::autocast::get_autocast_cpu_dtype();
+  }
+  static void set_dtype(at::DeviceType d, at::ScalarType t) {
+    if (d == at::kCUDA) {
+      at::autocast::set_autocast_gpu_dtype(t);
+    } else {
+      at::autocast::set_autocast_cpu_dtype(t);
+    }
+  }
+#endif
+  at::DeviceType device_;
+  bool enabled_;
+  bool prev_enabled_ = false;
+  at::ScalarType prev_dtype_ = at::kFloat;
+};
 
 }  // namespace pipewright::exec::compat
 

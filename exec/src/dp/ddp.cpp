@@ -183,8 +183,15 @@ void Ddp::launch(Stage& st, std::size_t b, bool in_backward) {
   ctx.step = step_;
   ctx.stage = st.params.stage;
   ctx.what = "DDP all-reduce of gradient bucket " + std::to_string(b);
-  bucket.work =
-      detail::counted_all_reduce(*dp_, detail::view_of(bucket.flat), ReduceOp::kSum, ctx, stats_);
+  // Note [DDP bf16 reduction]: the bucket is summed in bfloat16 on the wire (as NCCL sums a
+  // bf16 all-reduce) and copied back into the float32 gradients when it completes.
+  if (options_.bf16_reduce) {
+    torch::NoGradGuard no_grad;
+    bucket.wire = bucket.flat.to(torch::kBFloat16);
+  }
+  bucket.work = detail::counted_all_reduce(
+      *dp_, detail::view_of(options_.bf16_reduce ? bucket.wire : bucket.flat), ReduceOp::kSum, ctx,
+      stats_);
   bucket.launched = true;
   ++(in_backward ? stats_.buckets_in_backward : stats_.buckets_at_reduce);
 }
@@ -215,6 +222,11 @@ void Ddp::reduce_grad(int stage_id) {
   for (auto& bucket : st.buckets) {
     detail::timed_wait(bucket.work, options_.timeout, stats_);
     bucket.work.reset();
+    if (bucket.wire.defined()) {
+      torch::NoGradGuard no_grad;
+      bucket.flat.copy_(bucket.wire);
+      bucket.wire = torch::Tensor();
+    }
   }
   st.step_open = false;
 }

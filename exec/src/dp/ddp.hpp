@@ -52,6 +52,9 @@ struct DdpOptions {
   std::int64_t check_replicas = 0;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   std::int64_t first_step = 0;
+  // Note [DDP bf16 reduction]: each bucket goes over the wire as bfloat16 (torch's
+  // bf16_compress_hook / MixedPrecision(reduce_dtype=torch.bfloat16)).
+  bool bf16_reduce = false;
 };
 
 class Ddp final : public DataParallelAlgorithm {
@@ -79,6 +82,7 @@ class Ddp final : public DataParallelAlgorithm {
  private:
   struct Bucket {
     torch::Tensor flat;
+    torch::Tensor wire;        // bf16_reduce: the bfloat16 copy in flight
     std::int64_t pending = 0;  // parameters whose gradient is not final yet this step
     bool launched = false;
     WorkPtr work;

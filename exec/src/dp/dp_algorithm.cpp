@@ -23,6 +23,7 @@ std::unique_ptr<DataParallelAlgorithm> make_data_parallel(const DataParallelSpec
     o.check_replicas = context.check_replicas;
     o.timeout = context.timeout;
     o.first_step = context.first_step;
+    o.bf16_reduce = context.bf16_reduce;
     return std::make_unique<Ddp>(context.dp_comm, o);
   }
   if (config.algorithm == DpAlgorithm::kDiLoCo) {
@@ -33,7 +34,8 @@ std::unique_ptr<DataParallelAlgorithm> make_data_parallel(const DataParallelSpec
     o.nesterov = config.outer_nesterov_or_default();
     o.fragments = config.fragments_or_default();
     o.sync_delay = config.sync_delay_or_default();
-    o.bf16 = config.outer_dtype_or_default() == sched::OuterDtype::kBf16;
+    o.bf16 =
+        config.outer_dtype ? *config.outer_dtype == sched::OuterDtype::kBf16 : context.bf16_reduce;
     o.check_replicas = context.check_replicas;
     o.timeout = context.timeout;
     return std::make_unique<DiLoCo>(context.dp_comm, o);

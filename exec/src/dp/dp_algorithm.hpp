@@ -47,6 +47,9 @@ struct DataParallelContext {
   std::int64_t first_step = 0;  // index of the first step run (> 0 when resuming)
   // Every N steps verify that the replicas hold bit-identical parameters (0 = never).
   std::int64_t check_replicas = 0;
+  // --reduce-dtype bf16 (torch MixedPrecision's reduce_dtype): DDP all-reduces its gradient
+  // buckets in bfloat16, and DiLoCo's outer all-reduce defaults to bf16.
+  bool bf16_reduce = false;
 };
 
 // Builds the algorithm of `config` (validated with sched::validate_job beforehand).

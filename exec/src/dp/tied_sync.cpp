@@ -86,10 +86,10 @@ std::vector<TiedCopy> local_tied_copies(const std::vector<const StageModule*>& m
     const bool replicated = shape.replicas_of(model_stage).size() > 1;
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (tied_groups.count(keys[i]) != 0) {
-        copies.push_back(TiedCopy{keys[i], params[i].second});
+        copies.push_back(TiedCopy{keys[i], params[i].second, stages.at(b)});
       } else if (replicated) {
-        copies.push_back(
-            TiedCopy{replica_group_name(model_stage, params[i].first), params[i].second});
+        copies.push_back(TiedCopy{replica_group_name(model_stage, params[i].first),
+                                  params[i].second, stages.at(b)});
       }
     }
   }

@@ -66,6 +66,7 @@ struct TiedGroup {
 struct TiedCopy {
   std::string group;
   torch::Tensor param;
+  int stage = -1;  // the plan stage holding it
 };
 
 class StageModule;

@@ -104,6 +104,11 @@ std::string serialize_checkpoint(const TrainingState& s, const CheckpointIdentit
   if (s.dp_algorithm != nullptr) {
     for (const auto& [name, t] : s.dp_algorithm->state()) ar.write("dp." + name, t);
   }
+  if (s.recipe != nullptr) {
+    ar.write("recipe",
+             torch::tensor({s.recipe->loss_scale, static_cast<double>(s.recipe->growth_tracker)},
+                           torch::kDouble));
+  }
   std::ostringstream out;
   ar.save_to(out);
   return std::move(out).str();
@@ -169,6 +174,13 @@ void parse_checkpoint(const std::string& bytes, const std::string& name,
         if (ar.try_read("dp." + key, t)) st[key] = t;
       }
       s.dp_algorithm->load_state(st);
+    }
+    torch::Tensor recipe;
+    if (s.recipe != nullptr && ar.try_read("recipe", recipe)) {
+      PW_CHECK(recipe.numel() == 2 && recipe.scalar_type() == torch::kDouble, ParseError,
+               name << ": /recipe: malformed");
+      s.recipe->loss_scale = recipe[0].item<double>();
+      s.recipe->growth_tracker = static_cast<std::int64_t>(recipe[1].item<double>());
     }
   } catch (const c10::Error& e) {
     throw ParseError(name + ": incomplete or corrupt checkpoint (" + e.what_without_backtrace() +

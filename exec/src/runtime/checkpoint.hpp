@@ -22,6 +22,7 @@
 #include "dp/dp_algorithm.hpp"
 #include "dp/dp_hooks.hpp"
 #include "pipewright/exec/communicator.hpp"
+#include "runtime/recipe.hpp"
 
 namespace pipewright::exec {
 
@@ -32,6 +33,9 @@ struct TrainingState {
   std::vector<StageParams> stages;                   // the rank's stages, in order
   std::vector<torch::optim::Optimizer*> optimizers;  // one per stage (nullptr: none)
   DataParallelAlgorithm* dp_algorithm = nullptr;     // nullptr: dp == 1
+  // fp16's loss scale and its growth counter (Note [Loss scaling]); nullptr: none kept. The
+  // learning-rate schedule is a function of completed_steps and part of the fingerprint.
+  RecipeState* recipe = nullptr;
 };
 
 struct CheckpointIdentity {

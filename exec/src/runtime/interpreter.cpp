@@ -107,6 +107,20 @@ Interpreter::Interpreter(const sched::LoweredPlan& plan, int pipe_rank,
                      << (has_reduce.count(s) == 0 ? "REDUCE_GRAD" : "OPTIM") << " for stage " << s
                      << " (build plans with sched::make_plan or sched::lower_for_run)");
   }
+  // Note [Global gradient norm]: the recipe's collective runs at the first OPTIM, so nothing
+  // after it may wait for another rank.
+  if (options_.recipe != nullptr && options_.recipe->needs_collective()) {
+    bool optim_seen = false;
+    for (const auto& a : actions_) {
+      optim_seen = optim_seen || a.kind == ActionKind::kOptimizerStep;
+      PW_CHECK(
+          !optim_seen || a.kind == ActionKind::kOptimizerStep, ConfigError,
+          "rank "
+              << pipe_rank_ << ": the plan runs " << sched::to_string(a)
+              << " after an OPTIM action; --clip-grad-norm, --precision fp16 and "
+                 "--metrics need every OPTIM after the rank's compute, messages and REDUCE_GRADs");
+    }
+  }
   for (const auto& st : stages_) {
     for (const auto& in : st.inputs) {
       PW_CHECK(in.producer_stage >= -1 && in.producer_stage < shape.stages, InvalidPlanError,
@@ -161,6 +175,8 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
   loss_count_ = 0;
   predictions_.assign(static_cast<std::size_t>(plan_.shape.microbatches), torch::Tensor());
   nonfinite_ = NonFinite{};
+  phase_ = OptimizerPhase{};
+  if (options_.recipe != nullptr) phase_.loss_scale = options_.recipe->loss_scale();
   if (options_.prepost_receives) prepost_receives(step);
   for (std::size_t i = 0; i < actions_.size(); ++i) {
     std::size_t run_end = i;
@@ -197,6 +213,7 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
   r.nonfinite = nonfinite_;
   if (r.has_loss && !std::isfinite(r.loss)) r.nonfinite.loss_stage = loss_stage_;
   r.nonfinite.loss = r.loss;
+  r.optimizer = phase_;
   return r;
 }
 
@@ -248,27 +265,37 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
       case ActionKind::kReduceGrad:
         hooks_->reduce_grad(a.stage);
         break;
-      case ActionKind::kOptimizerStep: {
-        // before_optimizer_steps / after_optimizer_step run once per step, before the rank's
-        // first OPTIM / after its last.
-        const auto optim = [](const Action& b) { return b.kind == ActionKind::kOptimizerStep; };
-        if (&*std::find_if(actions_.begin(), actions_.end(), optim) == &a) {
-          hooks_->before_optimizer_steps(step);
-        }
-        auto& st = local(a.stage);
-        if (st.optimizer) {
-          const double norm = checked_optimizer_step(*st.optimizer, options_.nan_policy);
-          if (!std::isfinite(norm) && nonfinite_.grad_stage < 0)
-            nonfinite_ = {-1, 0, a.stage, norm};
-          if (!hooks_->clear_gradients(a.stage)) st.optimizer->zero_grad();
-        }
-        if (&*std::find_if(actions_.rbegin(), actions_.rend(), optim) == &a) {
-          hooks_->after_optimizer_step(step);
-        }
+      case ActionKind::kOptimizerStep:
+        do_optimizer_step(a, step);
         break;
-      }
     }
   });
+}
+
+void Interpreter::do_optimizer_step(const Action& a, std::int64_t step) {
+  // before_optimizer_steps / after_optimizer_step run once per step, before the rank's first
+  // OPTIM / after its last; the recipe's collective right after the former (Note [Global
+  // gradient norm] in recipe.hpp).
+  const auto optim = [](const Action& b) { return b.kind == ActionKind::kOptimizerStep; };
+  if (&*std::find_if(actions_.begin(), actions_.end(), optim) == &a) {
+    hooks_->before_optimizer_steps(step);
+    if (options_.recipe != nullptr) {
+      std::vector<torch::optim::Optimizer*> optimizers;
+      for (auto& st : stages_) optimizers.push_back(st.optimizer.get());
+      phase_ = options_.recipe->before_optimizer(step, optimizers);
+    }
+  }
+  auto& st = local(a.stage);
+  if (st.optimizer) {
+    if (!phase_.skipped) {  // Note [Loss scaling]: an fp16 overflow skips every stage's step
+      const double norm = checked_optimizer_step(*st.optimizer, options_.nan_policy);
+      if (!std::isfinite(norm) && nonfinite_.grad_stage < 0) nonfinite_ = {-1, 0, a.stage, norm};
+    }
+    if (!hooks_->clear_gradients(a.stage)) st.optimizer->zero_grad();
+  }
+  if (&*std::find_if(actions_.rbegin(), actions_.rend(), optim) == &a) {
+    hooks_->after_optimizer_step(step);
+  }
 }
 
 // Note [Pre-posted receives]: Gloo's transport is a rendezvous: a send's data leaves only once

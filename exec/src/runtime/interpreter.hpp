@@ -36,6 +36,7 @@
 #include "pipewright/exec/communicator.hpp"
 #include "pipewright/sched/plan.hpp"
 #include "runtime/nonfinite.hpp"
+#include "runtime/recipe.hpp"
 
 namespace pipewright::exec {
 
@@ -99,6 +100,13 @@ struct InterpreterOptions {
   // is recorded as two actions. -1: never.
   std::int64_t split_backward_step = -1;
   int world_rank = 0;  // for messages
+  // Note [Mixed precision] (interpreter_compute.cpp): bf16 / fp16 run each stage's forward under
+  // autocast and send floating tensors between stages in that type.
+  sched::Precision precision = sched::Precision::kFp32;
+  // The learning rate, gradient clipping and fp16 loss scaling at the OPTIM actions (recipe.hpp);
+  // nullptr: the optimizers' own learning rate, no clipping, no scaling. Must outlive the
+  // interpreter.
+  TrainingRecipe* recipe = nullptr;
 };
 
 struct StepResult {
@@ -109,6 +117,9 @@ struct StepResult {
   // The first local stage whose loss / gradient norm was not finite this step (Note
   // [Non-finite steps]); loss_stage -1 and grad_stage -1 when all were finite.
   NonFinite nonfinite;
+  // The step's optimizer phase (learning rate, gradient norm, loss scale, fp16 skip) when a
+  // TrainingRecipe is set and the step has OPTIM actions.
+  OptimizerPhase optimizer;
 };
 
 // Shape and dtype of one tensor crossing a cut, agreed at start-up.
@@ -143,6 +154,8 @@ class Interpreter {
   // Parameters of each local stage, for DataParallelHooks::on_start and saving.
   [[nodiscard]] std::vector<StageParams> stage_params() const;
   [[nodiscard]] const std::vector<ActionTiming>& timings() const noexcept { return timings_; }
+  // The local stages (the evaluation shares their bodies and edges).
+  [[nodiscard]] const std::vector<StageSetup>& setups() const noexcept { return stages_; }
   void clear_timings() { timings_.clear(); }
   [[nodiscard]] const std::vector<sched::Action>& actions() const noexcept { return actions_; }
   // Forward-only plans (PlanShape::forward_only): the prediction of each microbatch of the last
@@ -178,6 +191,10 @@ class Interpreter {
   // The stage's forward on ms.inputs into ms.outputs, and on the loss stage ms.loss (scaled);
   // returns the unscaled loss (undefined for other stages).
   torch::Tensor forward_stage(const StageSetup& st, MbState& ms);
+  // The stage's body on `inputs` under the run's precision (Note [Mixed precision]).
+  std::vector<torch::Tensor> run_body(const StageSetup& st,
+                                      const std::vector<torch::Tensor>& inputs);
+  void do_optimizer_step(const sched::Action& a, std::int64_t step);
   void recompute_forward(const StageSetup& st, MbState& ms);
   void wait_pending(std::int64_t step);
   [[nodiscard]] StageSetup& local(int stage);
@@ -218,6 +235,7 @@ class Interpreter {
   int loss_count_ = 0;
   int loss_stage_ = -1;
   NonFinite nonfinite_;
+  OptimizerPhase phase_;
 };
 
 }  // namespace pipewright::exec

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "compat/torch_compat.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/action.hpp"
 #include "runtime/interpreter.hpp"
@@ -51,10 +52,11 @@ void Interpreter::do_forward(const Action& a, std::int64_t step,
     // Inference: no graph, nothing to differentiate; the loss stage keeps its prediction.
     torch::NoGradGuard no_grad;
     l = ms.target.defined() ? forward_stage(st, ms) : torch::Tensor();
-    if (!ms.target.defined()) ms.outputs = st.body->forward(ms.inputs);
+    if (!ms.target.defined()) ms.outputs = run_body(st, ms.inputs);
     if (st.loss_output >= 0) {
-      predictions_.at(static_cast<std::size_t>(a.microbatch)) =
-          ms.outputs.at(static_cast<std::size_t>(st.loss_output));
+      auto pred = ms.outputs.at(static_cast<std::size_t>(st.loss_output));
+      if (pred.is_floating_point()) pred = pred.to(torch::kFloat);
+      predictions_.at(static_cast<std::size_t>(a.microbatch)) = pred;
     }
   } else if (st.recompute) {
     // Note [Activation recompute]: no graph now; B (or I) runs the forward again.
@@ -82,14 +84,55 @@ void Interpreter::do_forward(const Action& a, std::int64_t step,
   }
 }
 
+// Note [Mixed precision]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// --precision bf16 / fp16 (Megatron's --bf16 / --fp16 with torch autocast): a stage's forward runs
+// under autocast to that type on its device (CPU or CUDA), so matmuls compute in 16 bits while
+// parameters, their gradients and the optimizer state stay float32 (the master weights). Every
+// floating output of a stage is cast to the 16-bit type inside the graph, so activations cross
+// stage boundaries, and their gradients come back, in 16 bits (half the bytes of fp32, as in
+// Megatron's pipeline); the receiving stage's input leaves are 16-bit and its autocast handles
+// the mix (they enter as float32). The loss is computed in float32 outside autocast, on the
+// prediction cast up, and forward-only predictions are returned in float32. fp16 multiplies each
+// microbatch's loss by the loss scale (Note [Loss scaling] in recipe.hpp). The start-up shape
+// agreement runs the same function, so receive buffers have the 16-bit type.
+std::vector<torch::Tensor> Interpreter::run_body(const StageSetup& st,
+                                                 const std::vector<torch::Tensor>& inputs) {
+  if (options_.precision == sched::Precision::kFp32) return st.body->forward(inputs);
+  const auto low = compute_dtype(options_.precision);
+  // 16-bit inputs enter as float32 (inside the graph: their gradients leave in 16 bits): ops
+  // outside autocast's lists, such as 1.13's CPU layer_norm, need their input in the dtype of
+  // their float32 weights.
+  std::vector<torch::Tensor> in = inputs;
+  for (auto& t : in) {
+    if (t.defined() && t.is_floating_point() && t.scalar_type() != torch::kFloat) {
+      t = t.to(torch::kFloat);
+    }
+  }
+  std::vector<torch::Tensor> outs;
+  {
+    compat::AutocastGuard autocast(options_.device.type(), low, true);
+    outs = st.body->forward(in);
+  }
+  for (auto& t : outs) {
+    if (t.is_floating_point() && t.scalar_type() != low) t = t.to(low);
+  }
+  return outs;
+}
+
 torch::Tensor Interpreter::forward_stage(const StageSetup& st, MbState& ms) {
-  ms.outputs = st.body->forward(ms.inputs);
+  ms.outputs = run_body(st, ms.inputs);
   PW_ASSERT(static_cast<int>(ms.outputs.size()) == st.num_outputs,
             "stage " << st.stage << " produced " << ms.outputs.size() << " outputs");
   if (st.loss_output < 0) return {};
-  auto l = loss_(ms.outputs[static_cast<std::size_t>(st.loss_output)], ms.target);
+  auto pred = ms.outputs[static_cast<std::size_t>(st.loss_output)];
+  if (pred.is_floating_point() && pred.scalar_type() != torch::kFloat)
+    pred = pred.to(torch::kFloat);
+  auto l = loss_(pred, ms.target);
+  const double scale = options_.recipe != nullptr ? options_.recipe->loss_scale() : 1.0;
   ms.loss = l / (static_cast<double>(plan_.shape.microbatches) *
                  static_cast<double>(hooks_->gradient_divisor()));
+  if (scale != 1.0) ms.loss = ms.loss * scale;
   return l;
 }
 

@@ -140,7 +140,7 @@ void Interpreter::agree_shapes(const torch::Tensor& x_example, std::int64_t step
     }
     std::vector<torch::Tensor> outputs;
     try {
-      outputs = st.body->forward(inputs);
+      outputs = run_body(st, inputs);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {

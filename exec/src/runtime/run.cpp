@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <set>
@@ -38,7 +40,9 @@
 #include "pipewright/sched/job.hpp"
 #include "report/run_report.hpp"
 #include "runtime/checkpoint.hpp"
+#include "runtime/evaluation.hpp"
 #include "runtime/interpreter.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/nonfinite.hpp"
 #include "runtime/run_outputs.hpp"
 #include "runtime/run_setup.hpp"
@@ -55,13 +59,65 @@ using Clock = std::chrono::steady_clock;
 // seed, initial weights, data), hashed (FNV-1a).
 std::uint64_t checkpoint_fingerprint(const RunConfig& c) {
   sched::JobSpec job = c;
+  // The schedule's default decay length is --steps: fix it before --steps is left out.
+  job.lr_schedule.decay_steps = job.lr_schedule.decay_steps_or(job.steps);
   job.steps = 1;
   std::ostringstream os;
   os << sched::to_json(job) << '|' << c.loss << '|' << c.seed << '|' << c.init_path << '|'
-     << c.data_x << '|' << c.data_y << '|' << c.dataset << '|' << c.shuffle;
+     << c.data_x << '|' << c.data_y << '|' << c.dataset << '|' << c.shuffle << '|'
+     << c.initial_loss_scale << '|' << c.min_loss_scale << '|' << c.loss_scale_window << '|'
+     << (c.eval_dataset == c.dataset ? c.eval_dataset : "");  // a held-out split changes the data
   std::uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char ch : os.str()) h = (h ^ ch) * 0x100000001b3ULL;
   return h;
+}
+
+// The copies of tied groups that the global gradient norm leaves out: all but those of each
+// group's first stage (Note [Global gradient norm] in recipe.hpp).
+std::set<const void*> copies_counted_elsewhere(const std::vector<TiedGroup>& groups,
+                                               const std::vector<TiedCopy>& copies) {
+  std::map<std::string, int> first;
+  for (const auto& g : groups) first[g.name] = g.stages.front();
+  std::set<const void*> out;
+  for (const auto& cp : copies) {
+    if (cp.stage != first.at(cp.group)) out.insert(cp.param.unsafeGetTensorImpl());
+  }
+  return out;
+}
+
+// Tests: PIPEWRIGHT_TEST_FP16_OVERFLOW=STEP:RANK makes one gradient of world rank RANK Inf at
+// (0-based) step STEP of an fp16 run (Note [Loss scaling]).
+void test_overflow_injection(TrainingRecipe::Options& o) {
+  const char* env = std::getenv("PIPEWRIGHT_TEST_FP16_OVERFLOW");
+  if (env == nullptr || *env == '\0') return;
+  long long step = -1;
+  int rank = -1;
+  PW_CHECK(std::sscanf(env, "%lld:%d", &step, &rank) == 2, ConfigError,
+           "PIPEWRIGHT_TEST_FP16_OVERFLOW='" << env << "' is not STEP:RANK");
+  o.overflow_step = step;
+  o.overflow_rank = rank;
+}
+
+// Token-id models (int64 input): the tokens of one sample; 0 for others (Note [Metrics file]).
+std::int64_t tokens_per_sample_of(const graph::Model& model) {
+  if (model.input.dtype != "int64") return 0;
+  std::int64_t n = 1;
+  for (auto d : model.input.shape) n *= d;
+  return n;
+}
+
+// Collective over the world: every rank's peak resident set (VmHWM), in rank order.
+std::vector<std::int64_t> gather_peak_rss(Communicator& world, std::int64_t step,
+                                          std::chrono::milliseconds timeout) {
+  std::vector<double> buf(static_cast<std::size_t>(world.size()), 0.0);
+  buf[static_cast<std::size_t>(world.rank())] = static_cast<double>(peak_rss_bytes());
+  world
+      .all_reduce(BufferView{buf.data(), buf.size(), DType::kFloat64, {}}, ReduceOp::kSum,
+                  OpContext{step, -1, -1, "peak memory all_reduce"})
+      ->wait(timeout);
+  std::vector<std::int64_t> out;
+  for (double v : buf) out.push_back(static_cast<std::int64_t>(v));
+  return out;
 }
 
 // The training itself; `store` is owned by the caller so that it outlives an error thrown here
@@ -108,11 +164,13 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     ctx.learning_rate = c.lr;
     ctx.timeout = timeout;
     ctx.check_replicas = c.check_replicas;
+    ctx.bf16_reduce = c.reduce_dtype_or_default() == sched::Precision::kBf16;
     dp_algo = make_data_parallel(c.data_parallel, ctx);
     hooks = dp_algo.get();
   }
   // Tied parameters across stages: gradients summed before the optimizer (tied_sync.hpp).
   std::unique_ptr<TiedGradientSync> tied;
+  std::set<const void*> not_counted;  // Note [Global gradient norm]
   // Chimera's replicas too (Note [Replica gradients]).
   auto groups = cross_stage_tied_groups(p.model, p.partition);
   std::set<std::string> names;
@@ -125,12 +183,32 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     for (const auto& b : bodies) modules.push_back(&b->module());
     auto copies =
         local_tied_copies(modules, p.plan.shape.stages_of_rank(p.pp_index), p.plan.shape, names);
+    not_counted = copies_counted_elsewhere(groups, copies);
     tied = std::make_unique<TiedGradientSync>(hooks, mesh.pipe.get(), std::move(groups),
                                               std::move(copies), p.plan, p.device, timeout);
     hooks = tied.get();
   }
+  // The training recipe (recipe.hpp): learning rate, clipping, fp16 loss scaling.
+  TrainingRecipe::Options ro;
+  ro.precision = c.precision;
+  ro.clip_grad_norm = c.clip_grad_norm;
+  ro.lr_schedule = c.lr_schedule;
+  ro.max_lr = c.lr;
+  ro.steps = c.steps;
+  ro.scaler = LossScalerOptions{c.initial_loss_scale, c.min_loss_scale, c.loss_scale_window};
+  ro.always_norm = !c.metrics_path.empty();
+  ro.dp = c.dp;
+  ro.dp_index = p.dp_index;
+  ro.not_counted = not_counted;
+  ro.world_rank = p.world.rank;
+  ro.timeout = timeout;
+  test_overflow_injection(ro);
+  TrainingRecipe recipe(ro, world.get());
+
   InterpreterOptions iopts;
   iopts.timeout = timeout;
+  iopts.precision = c.precision;
+  iopts.recipe = &recipe;
   iopts.device = p.device;
   iopts.record_timings = !c.trace_path.empty() || !c.profile_path.empty();
   iopts.world_rank = p.world.rank;
@@ -164,6 +242,27 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
       p.device, c.microbatches, c.prefetch, iopts.record_timings);
   StepBatch mb = loader.next(0);
   interp.agree_shapes(mb.xs.at(0));
+  std::unique_ptr<Evaluator> evaluator;  // Note [Evaluation]
+  if (c.eval_every > 0) {
+    std::vector<StageSetup> eval_setups;
+    for (const auto& st : interp.setups()) {
+      StageSetup e;
+      e.stage = st.stage;
+      e.body = st.body;
+      e.inputs = st.inputs;
+      e.num_outputs = st.num_outputs;
+      e.loss_output = st.loss_output;
+      e.consumers = st.consumers;
+      eval_setups.push_back(std::move(e));
+    }
+    evaluator = std::make_unique<Evaluator>(
+        p.eval_plan, mesh.pp_index, std::move(eval_setups), mesh.pipe.get(), world.get(),
+        [loss_kind](const torch::Tensor& out, const torch::Tensor& y) {
+          return compute_loss(out, y, loss_kind);
+        },
+        iopts, std::move(p.eval_data), c, p.dp_index);
+    evaluator->agree_shapes(-1);
+  }
   auto stage_params = interp.stage_params();
   hooks->on_start(stage_params);
   // Note [Runtime memory] in run_report.hpp: the peak RSS before the first step.
@@ -176,6 +275,7 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   for (const auto& sp : stage_params)
     train_state.optimizers.push_back(optimizer_of_stage[sp.stage]);
   train_state.dp_algorithm = dp_algo.get();
+  train_state.recipe = recipe.mutable_state();
   const CheckpointIdentity ckpt_id{p.world.rank, p.world.world_size, checkpoint_fingerprint(c)};
   std::int64_t first_step = 0;
   bool resume_found_none = false;
@@ -197,6 +297,11 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   }
 
   const double samples_per_step = static_cast<double>(c.batch_size) * c.dp;
+  std::unique_ptr<MetricsWriter> metrics;  // Note [Metrics file]
+  if (!c.metrics_path.empty() && p.world.rank == 0) {
+    metrics = std::make_unique<MetricsWriter>(c.metrics_path, first_step > 0);
+  }
+  const std::int64_t tokens_per_sample = tokens_per_sample_of(p.model);
   PredictionGather predictions;  // --forward-only --outputs
   for (std::int64_t step = first_step; step < c.steps; ++step) {
     if (step > first_step) mb = loader.next(step);
@@ -210,9 +315,21 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
              nonfinite << " (--nan-policy error: stopped before the step was applied; lower --lr, "
                           "or --nan-policy skip-step to skip such steps)");
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    StepLog log{step, c.steps, loss / c.dp, ms, samples_per_step / (ms / 1000.0), nonfinite};
+    log.lr = r.optimizer.lr;
+    log.has_grad_norm = r.optimizer.has_norm;
+    log.grad_norm = r.optimizer.grad_norm;
+    log.loss_scale = r.optimizer.loss_scale;
+    log.skipped = r.optimizer.skipped;
+    if (evaluator && ((step + 1) % c.eval_every == 0 || step + 1 == c.steps)) {
+      log.has_eval_loss = true;
+      log.eval_loss = evaluator->evaluate(step);
+    }
+    std::vector<std::int64_t> peaks;
+    if (!c.metrics_path.empty()) peaks = gather_peak_rss(*world, step, timeout);
     if (p.world.rank == 0) {
-      StepLog log{step, c.steps, loss / c.dp, ms, samples_per_step / (ms / 1000.0), nonfinite};
       result.steps.push_back(log);
+      if (metrics) metrics->write(log, tokens_per_sample, peaks);
       if (on_step) on_step(log);
     }
     if (!c.checkpoint_dir.empty() &&

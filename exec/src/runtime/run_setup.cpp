@@ -10,6 +10,7 @@
 #include <map>
 #include <utility>
 
+#include "compat/torch_compat.hpp"
 #include "data/file_io.hpp"
 #include "data/safetensors.hpp"
 #include "nccl/nccl_device.hpp"
@@ -17,6 +18,7 @@
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/costs.hpp"
 #include "pipewright/sched/memory.hpp"
+#include "runtime/evaluation.hpp"
 
 namespace pipewright::exec {
 
@@ -73,6 +75,7 @@ void check_outputs(const RunConfig& c, int world_rank) {
     if (!c.outputs_path.empty()) check_output_file(c.outputs_path, "--outputs");
     if (!c.trace_path.empty()) check_output_file(c.trace_path, "--trace");
     if (!c.profile_path.empty()) check_output_file(c.profile_path, "--profile");
+    if (!c.metrics_path.empty()) check_output_file(c.metrics_path, "--metrics");
   }
   if (c.save_replicas && pp_index == 0) {
     check_output_file(replica_weights_path(c.save_path, dp_index), "--save-replicas");
@@ -111,6 +114,48 @@ void check_parameter_memory(const RunConfig& c, const Prepared& p) {
                    << " (" << limit << " bytes; set PIPEWRIGHT_MAX_PARAM_BYTES to override)");
 }
 
+// Note [Evaluation] (evaluation.hpp): the evaluation set, the held-out split of a bundled
+// dataset taken out of the training data, and the forward-only plan.
+void prepare_evaluation(const RunConfig& c, Prepared& p) {
+  if (!c.eval_dataset.empty()) {
+    PW_CHECK(p.model.input.shape.size() == 1 && p.model.input.dtype == "int64", ConfigError,
+             "--eval-dataset " << c.eval_dataset << " yields int64 token windows [seq], but model '"
+                               << p.model.name << "' takes " << p.model.input.dtype << " input");
+    const std::int64_t seq = p.model.input.shape[0];
+    std::shared_ptr<const Dataset> all = load_bundled_dataset(c.eval_dataset, seq);
+    const HeldOutSplit split = held_out_split(all->size(), seq);
+    p.eval_data =
+        std::make_unique<SubsetDataset>(all, split.eval_begin, all->size(), " (held-out split)");
+    if (c.dataset == c.eval_dataset) {
+      std::shared_ptr<const Dataset> train(std::move(p.data));
+      p.data = std::make_unique<SubsetDataset>(train, 0, split.train_end, " (training split)");
+    }
+  } else {
+    p.eval_data = load_npy_dataset(c.eval_data_x, c.eval_data_y);
+  }
+  check_dataset_matches_model(*p.eval_data, p.model, p.loss);
+  PW_CHECK(p.eval_data->size() >= 1, ConfigError, "the evaluation data has no samples");
+  sched::JobSpec job = c;
+  job.forward_only = true;
+  job.recompute = sched::RecomputeSpec{};
+  p.eval_plan = sched::make_plan(job, &p.partition);
+}
+
+// --precision bf16 on a GPU that cannot compute in bfloat16 (before compute capability 8.0):
+// exit 2 before any peer is contacted, as torch.cuda.is_bf16_supported() would say.
+void check_bf16_device(const RunConfig& c, torch::Device device) {
+  if (c.precision != sched::Precision::kBf16 || !device.is_cuda()) return;
+  try {
+    const auto a =
+        torch::ones({2, 2}, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
+    (void)torch::matmul(a, a).sum().item<float>();
+  } catch (const std::exception& e) {
+    throw ConfigError("--precision bf16: CUDA device " + std::to_string(device.index()) +
+                      " cannot compute in bfloat16 (" + e.what() +
+                      "); use --precision fp16 or fp32");
+  }
+}
+
 }  // namespace
 
 std::string replica_weights_path(const std::string& path, int replica) {
@@ -132,6 +177,7 @@ void prepare_job(const RunConfig& c, Prepared& p) {
   p.data = load_data(c, p.model);
   check_dataset_matches_model(*p.data, p.model, p.loss);
   PW_CHECK(p.data->size() >= 1, ConfigError, "the training data has no samples");
+  if (c.eval_every > 0) prepare_evaluation(c, p);
 }
 
 Prepared prepare(const RunConfig& c) {
@@ -153,6 +199,7 @@ Prepared prepare(const RunConfig& c) {
              "against a CPU-only libtorch (docs/gpu.md: building with a CUDA libtorch)");
     p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device));
   }
+  check_bf16_device(c, p.device);
   check_outputs(c, p.world.rank);
   check_parameter_memory(c, p);
   p.fingerprint = job_fingerprint(c, p.plan, to_string(p.loss));
@@ -207,6 +254,48 @@ std::vector<StageSetup> build_stages(const RunConfig& c, const Prepared& p,
   return setups;
 }
 
+namespace {
+
+// The executor's own flags of the training recipe (issue 33): loss scaling, evaluation.
+void validate_recipe_flags(const RunConfig& c) {
+  PW_CHECK(c.precision != sched::Precision::kFp16 || c.backend == Backend::kNccl ||
+               compat::kCpuAutocastFp16,
+           ConfigError,
+           "--precision fp16 on the CPU needs libtorch 2.x (this pipewright is built against "
+               << compat::kTorchMajor << "." << compat::kTorchMinor
+               << ", whose CPU autocast has bfloat16 only): use --precision bf16, or the "
+                  "pip-torch build (docs/gpu.md)");
+  PW_CHECK(std::isfinite(c.initial_loss_scale) && c.initial_loss_scale > 0, ConfigError,
+           "--initial-loss-scale must be > 0, got " << c.initial_loss_scale);
+  PW_CHECK(std::isfinite(c.min_loss_scale) && c.min_loss_scale > 0 &&
+               c.min_loss_scale <= c.initial_loss_scale,
+           ConfigError,
+           "--min-loss-scale must be in (0, --initial-loss-scale "
+               << c.initial_loss_scale << "], got " << c.min_loss_scale);
+  PW_CHECK(c.loss_scale_window >= 1, ConfigError,
+           "--loss-scale-window must be >= 1, got " << c.loss_scale_window);
+  PW_CHECK(c.eval_every >= 0, ConfigError,
+           "--eval-every must be >= 0 (0: no evaluation), got " << c.eval_every);
+  PW_CHECK(c.eval_batches >= 1, ConfigError, "--eval-batches must be >= 1, got " << c.eval_batches);
+  const bool npy = !c.eval_data_x.empty() || !c.eval_data_y.empty();
+  const bool any = npy || !c.eval_dataset.empty();
+  PW_CHECK(c.eval_every > 0 || !any, ConfigError,
+           (npy ? "--eval-data-x/--eval-data-y" : "--eval-dataset")
+               << " needs --eval-every N (evaluate every N steps)");
+  if (c.eval_every == 0) return;
+  PW_CHECK(!c.forward_only, ConfigError,
+           "--eval-every has no effect with --forward-only (the run itself evaluates)");
+  PW_CHECK(c.plan_path.empty(), ConfigError,
+           "--eval-every needs --schedule: the evaluation's forward-only plan is generated from "
+           "the schedule, and --plan gives a training plan");
+  PW_CHECK(npy != !c.eval_dataset.empty(), ConfigError,
+           "--eval-every needs either --eval-data-x and --eval-data-y, or --eval-dataset");
+  PW_CHECK(!npy || (!c.eval_data_x.empty() && !c.eval_data_y.empty()), ConfigError,
+           "--eval-data-x and --eval-data-y go together");
+}
+
+}  // namespace
+
 void validate_run_config(const RunConfig& c) {
   PW_CHECK(!c.model_path.empty(), ConfigError, "--model is required");
   PW_CHECK(c.batch_size >= 1, ConfigError, "--batch-size must be >= 1, got " << c.batch_size);
@@ -235,6 +324,7 @@ void validate_run_config(const RunConfig& c) {
            "--data-x and --data-y go together");
   PW_CHECK(c.loss.empty() || parse_loss_kind(c.loss).has_value(), ConfigError,
            "--loss must be mse or cross-entropy, got '" << c.loss << "'");
+  validate_recipe_flags(c);
 }
 
 DryRun dry_run_job(const RunConfig& c) {

@@ -53,6 +53,9 @@ struct Prepared {
   sched::LoweredPlan plan;
   LossKind loss = LossKind::kMse;
   std::unique_ptr<Dataset> data;
+  // --eval-every: the evaluation set and the job's forward-only plan (Note [Evaluation]).
+  std::unique_ptr<Dataset> eval_data;
+  sched::LoweredPlan eval_plan;
   WorldInfo world;
   int pp_index = 0;
   int dp_index = 0;

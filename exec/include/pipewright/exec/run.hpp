@@ -63,6 +63,20 @@ struct RunConfig : sched::JobSpec {
   std::int64_t checkpoint_every = 0;  // also every N steps (0: only after the last step)
   bool resume = false;                // start from the last complete checkpoint in checkpoint_dir
   bool save_replicas = false;         // --save also writes <FILE>.replica<R>.safetensors
+  // fp16's dynamic loss scaling (torch GradScaler; Note [Loss scaling] in runtime/recipe.hpp).
+  double initial_loss_scale = 65536.0;    // --initial-loss-scale
+  double min_loss_scale = 1.0;            // --min-loss-scale: a scale below it stops the run
+  std::int64_t loss_scale_window = 2000;  // --loss-scale-window: overflow-free steps to double
+  // Evaluation (Note [Evaluation] in runtime/evaluation.hpp): every eval_every steps (0: never)
+  // a forward-only pass of the plan over eval_batches batches of eval_data_x/y (npy) or of the
+  // held-out split of the bundled eval_dataset; the mean loss is logged and recorded.
+  std::int64_t eval_every = 0;
+  std::int64_t eval_batches = 1;
+  std::string eval_data_x;
+  std::string eval_data_y;
+  std::string eval_dataset;
+  // --metrics: one JSON line per step (Note [Metrics file] in runtime/metrics.hpp), world rank 0.
+  std::string metrics_path;
 };
 
 // What `pipewright run --dry-run` reports: the job resolved and its plan built, validated and
@@ -94,6 +108,17 @@ struct StepLog {
   // Non-empty when a loss or gradient norm was not finite this step and --nan-policy is
   // skip-step or warn: "step 3: non-finite loss (nan) on rank 1, stage 1".
   std::string nonfinite;
+  // The training recipe (issue 33): the learning rate of this step, the global gradient norm of
+  // replica 0 (has_grad_norm: computed this step, with --clip-grad-norm, fp16 or --metrics), the
+  // fp16 loss scale and whether an fp16 overflow skipped the step, and the mean evaluation loss
+  // when the step ended with an evaluation.
+  double lr = 0;
+  bool has_grad_norm = false;
+  double grad_norm = 0;
+  double loss_scale = 1;
+  bool skipped = false;
+  bool has_eval_loss = false;
+  double eval_loss = 0;
 };
 
 // What world rank 0 reports once every rank has joined and a checkpoint (if any) is loaded, just

@@ -191,8 +191,8 @@ struct JobSpec {
   // Element type of data-parallel gradient reductions (torch MixedPrecision's reduce_dtype):
   // fp32 or bf16 (bf16 on the wire, summed in fp32). Default fp32.
   std::optional<Precision> reduce_dtype;  // --reduce-dtype
-  double clip_grad_norm = 0;  // --clip-grad-norm: global L2 norm; 0: no clipping
-  LrSchedule lr_schedule;     // --lr-warmup-steps, --lr-decay-style, --lr-decay-steps, --lr-min
+  double clip_grad_norm = 0;              // --clip-grad-norm: global L2 norm; 0: no clipping
+  LrSchedule lr_schedule;  // --lr-warmup-steps, --lr-decay-style, --lr-decay-steps, --lr-min
 
   [[nodiscard]] Precision reduce_dtype_or_default() const noexcept {
     return reduce_dtype.value_or(Precision::kFp32);

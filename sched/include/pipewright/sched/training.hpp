@@ -40,10 +40,10 @@ enum class LrDecayStyle : std::uint8_t { kConstant, kLinear, kCosine };
 // It is a pure function of the step, so a run resumed from a checkpoint continues the schedule
 // bit-exactly; checkpoints also record it and a resume under another schedule is refused.
 struct LrSchedule {
-  std::int64_t warmup_steps = 0;                      // --lr-warmup-steps
+  std::int64_t warmup_steps = 0;                       // --lr-warmup-steps
   LrDecayStyle decay_style = LrDecayStyle::kConstant;  // --lr-decay-style
-  std::int64_t decay_steps = 0;                       // --lr-decay-steps; 0: the job's --steps
-  double min_lr = 0;                                  // --lr-min
+  std::int64_t decay_steps = 0;                        // --lr-decay-steps; 0: the job's --steps
+  double min_lr = 0;                                   // --lr-min
 
   // decay_steps, or `steps` when it is 0.
   [[nodiscard]] std::int64_t decay_steps_or(std::int64_t steps) const noexcept {
@@ -57,8 +57,8 @@ struct LrSchedule {
 
 // The learning rate of optimizer step `step` (0-based: the steps already taken) for a peak
 // learning rate `max_lr` and a job of `steps` steps (the default decay length).
-[[nodiscard]] double learning_rate_at(const LrSchedule& schedule, double max_lr,
-                                      std::int64_t steps, std::int64_t step) noexcept;
+[[nodiscard]] double learning_rate_at(const LrSchedule& schedule, double max_lr, std::int64_t steps,
+                                      std::int64_t step) noexcept;
 
 // Checks the schedule against the peak learning rate and the job's steps; ConfigError naming the
 // flag (--lr-warmup-steps, --lr-decay-steps, --lr-min).
