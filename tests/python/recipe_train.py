@@ -166,9 +166,15 @@ def match(schedule: str, optimizer: str, pipewright: str, work: str) -> int:
     tag = f"{schedule}_{optimizer}"
     out = os.path.join(work, f"recipe_{tag}.safetensors")
     metrics = os.path.join(work, f"recipe_{tag}.jsonl")
+    # Evaluation after steps 3 and 6 over 2 batches per replica: with unshuffled shards of 2
+    # replicas that is every row of x once, so the last eval loss is torch's loss on all of x.
+    evaluation = ["--eval-every", "3", "--eval-batches", "2", "--eval-data-x",
+                  os.path.join(work, "x.npy"), "--eval-data-y", os.path.join(work, "y.npy")]
+    # Recompute with the split backward: clipping sees the same gradients.
+    recompute = ["--recompute", "full"] if schedule == "ZBVZeroBubble" else []
     p = pw(pipewright, work, 4, ["--pp", "2", "--dp", "2", "--batch-size", "8", "--steps",
                                  str(STEPS), "--metrics", metrics, "--save", out]
-           + schedule_flags(schedule) + recipe_flags(optimizer))
+           + schedule_flags(schedule) + recipe_flags(optimizer) + evaluation + recompute)
     if p.returncode != 0:
         return 1
     module, lrs, norms, grad_max = reference(work, optimizer, 16, STEPS)
@@ -189,6 +195,16 @@ def match(schedule: str, optimizer: str, pipewright: str, work: str) -> int:
               f"{row['grad_norm']:.7g} (torch {norm:.7g}, rel diff {rel:.2g})")
         ok = ok and abs(row["lr"] - lr) <= 1e-12 and rel <= 1e-4
         clipped += norm > RECIPE["clip"]
+    import torch
+    import torch.nn.functional as F
+    x, y = load_pair(work)
+    with torch.no_grad():
+        logits = module(x)
+        eval_ref = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+    evals = [row.get("eval_loss") for row in rows]
+    print(f"eval losses {evals}; torch's loss on every row after step {STEPS}: {eval_ref:.7f}")
+    ok = ok and [e is not None for e in evals] == [False, False, True, False, False, True]
+    ok = ok and evals[-1] is not None and abs(evals[-1] - eval_ref) <= 1e-5 * eval_ref
     if clipped == 0:
         print("the gradients never exceeded --clip-grad-norm: the test would not test clipping")
         ok = False
