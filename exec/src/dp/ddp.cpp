@@ -187,7 +187,22 @@ void Ddp::launch(Stage& st, std::size_t b, bool in_backward) {
   // bf16 all-reduce) and copied back into the float32 gradients when it completes.
   if (options_.bf16_reduce) {
     torch::NoGradGuard no_grad;
-    bucket.wire = bucket.flat.to(torch::kBFloat16);
+    if (!bucket.wire.defined()) {
+      if (bucket.flat.device().is_cpu()) {
+        // Shared memory among one host's replicas, as the float32 bucket (Note [Shared-memory
+        // all-reduce]): there the sum runs on bfloat16 buffers.
+        std::shared_ptr<void> mem =
+            dp_->allocate_collective_buffer(static_cast<std::size_t>(bucket.flat.numel()) * 2);
+        void* data = mem.get();
+        bucket.wire = torch::from_blob(
+            data, {bucket.flat.numel()}, [mem = std::move(mem)](void*) mutable { mem.reset(); },
+            torch::TensorOptions().dtype(torch::kBFloat16));
+      } else {
+        bucket.wire =
+            torch::empty({bucket.flat.numel()}, bucket.flat.options().dtype(torch::kBFloat16));
+      }
+    }
+    bucket.wire.copy_(bucket.flat);
   }
   bucket.work = detail::counted_all_reduce(
       *dp_, detail::view_of(options_.bf16_reduce ? bucket.wire : bucket.flat), ReduceOp::kSum, ctx,
@@ -222,10 +237,9 @@ void Ddp::reduce_grad(int stage_id) {
   for (auto& bucket : st.buckets) {
     detail::timed_wait(bucket.work, options_.timeout, stats_);
     bucket.work.reset();
-    if (bucket.wire.defined()) {
+    if (options_.bf16_reduce) {
       torch::NoGradGuard no_grad;
       bucket.flat.copy_(bucket.wire);
-      bucket.wire = torch::Tensor();
     }
   }
   st.step_open = false;
