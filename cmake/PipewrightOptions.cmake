@@ -6,6 +6,12 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(Threads REQUIRED)
+# Chakra execution traces (sim/proto/et_def.proto, docs/interop.md): protoc at build time and
+# libprotobuf, private to pw_sim (apt-get install protobuf-compiler libprotobuf-dev).
+find_package(Protobuf 3.12 REQUIRED)
+if(NOT Protobuf_PROTOC_EXECUTABLE)
+  message(FATAL_ERROR "protoc was not found: apt-get install protobuf-compiler")
+endif()
 
 option(PIPEWRIGHT_BUILD_BENCH "Build benchmarks in bench/ (Google Benchmark)" ON)
 
