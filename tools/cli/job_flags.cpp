@@ -5,6 +5,7 @@
 #include "commands.hpp"
 #include "flags.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/layout.hpp"
 #include "pipewright/sched/schedule.hpp"
 
 namespace pipewright::cli {
@@ -63,6 +64,10 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
   cmd->add_option("--model", job.model_path, "model JSON (graph/)")->group(g);
   cmd->add_option("--partition", job.partition_path,
                   "partition JSON of the model (default: partition it with --partition-method)")
+      ->group(g);
+  cmd->add_option("--layout", job.layout,
+                  "Megatron-Core layout string, e.g. \"Et*3|(tt|)*29,m|L\": the partition (and V = "
+                  "its stages / --pp; docs/interop.md)")
       ->group(g);
   cmd->add_option_function<std::string>(
          "--partition-method",
@@ -186,6 +191,13 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
 }
 
 void resolve_job_flags(sched::JobSpec& job) {
+  PW_CHECK(job.layout.empty() || !job.model_path.empty(), ConfigError,
+           "--layout needs --model (the model whose layers it places)");
+  if (job.stages_per_rank == 0 && !job.layout.empty()) {
+    // Megatron's V: the layout's stages over pp (layout_partition checks that pp divides them).
+    const auto stages = static_cast<int>(graph::parse_megatron_layout(job.layout).stages.size());
+    if (job.pp >= 1 && stages % job.pp == 0) job.stages_per_rank = stages / job.pp;
+  }
   if (job.stages_per_rank != 0) return;
   const int v = sched::required_stages_per_rank(job.schedule);
   PW_CHECK(v != 0 || !job.plan_path.empty(), ConfigError,
