@@ -6,12 +6,6 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(Threads REQUIRED)
-# Chakra execution traces (sim/proto/et_def.proto, docs/interop.md): protoc at build time and
-# libprotobuf, private to pw_sim (apt-get install protobuf-compiler libprotobuf-dev).
-find_package(Protobuf 3.12 REQUIRED)
-if(NOT Protobuf_PROTOC_EXECUTABLE)
-  message(FATAL_ERROR "protoc was not found: apt-get install protobuf-compiler")
-endif()
 
 option(PIPEWRIGHT_BUILD_BENCH "Build benchmarks in bench/ (Google Benchmark)" ON)
 
@@ -21,6 +15,20 @@ option(PIPEWRIGHT_BUILD_BENCH "Build benchmarks in bench/ (Google Benchmark)" ON
 # spdlog, fmt and toml++ are compiled in header-only (CLI11 and nlohmann are header-only always);
 # MPI and Graphviz default to OFF.
 option(PIPEWRIGHT_PORTABLE "Executor that needs only libtorch and the C/C++ runtime at run time" OFF)
+# Chakra execution traces (sim/proto/et_def.proto, docs/interop.md): protoc at build time and
+# libprotobuf, private to pw_sim (apt-get install protobuf-compiler libprotobuf-dev).
+find_package(Protobuf 3.12 REQUIRED)
+if(NOT Protobuf_PROTOC_EXECUTABLE)
+  message(FATAL_ERROR "protoc was not found: apt-get install protobuf-compiler")
+endif()
+# A portable executor needs no libprotobuf.so at run time: the static library (Debian's is
+# position-independent) goes into libpw_sim, its symbols kept out of libpw_sim's exports.
+if(PIPEWRIGHT_PORTABLE)
+  find_library(PW_PROTOBUF_STATIC NAMES libprotobuf.a)
+  if(NOT PW_PROTOBUF_STATIC)
+    message(FATAL_ERROR "PIPEWRIGHT_PORTABLE=ON needs the static libprotobuf.a (apt-get install libprotobuf-dev)")
+  endif()
+endif()
 # Logging for the CLI programs: the shared libspdlog/libfmt, or header-only when portable.
 add_library(pw_log INTERFACE)
 if(PIPEWRIGHT_PORTABLE)

@@ -173,8 +173,8 @@ Partition layout_partition(const Model& model, const MegatronLayout& layout, int
       std::ptrdiff_t seen = 0;
       for (const LayoutLayer& l : flat) {
         if (l.letter == c && ++seen > want) {
-          fail(l.position, std::string("one ") + c + " too many: model '" + model.name +
-                               "' has " + std::to_string(want) + " " + c);
+          fail(l.position, std::string("one ") + c + " too many: model '" + model.name + "' has " +
+                               std::to_string(want) + " " + c);
         }
       }
     }

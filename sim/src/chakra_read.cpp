@@ -23,8 +23,8 @@ std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
 
 struct ReadNode {
   Action action;
-  std::string where;                    // "file: node i (id n, byte b)"
-  std::optional<std::int32_t> peer;     // comm_dst / comm_src
+  std::string where;                 // "file: node i (id n, byte b)"
+  std::optional<std::int32_t> peer;  // comm_dst / comm_src
 };
 
 struct ReadFile {
@@ -64,13 +64,15 @@ ChakraProtoMsg::NodeType node_type(ActionKind kind) {
 
 ReadFile read_file(const ChakraFile& file) {
   ReadFile out;
-  google::protobuf::io::CodedInputStream in(reinterpret_cast<const std::uint8_t*>(file.bytes.data()),
-                                            static_cast<int>(file.bytes.size()));
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const std::uint8_t*>(file.bytes.data()),
+      static_cast<int>(file.bytes.size()));
   bool clean_eof = false;
-  PW_CHECK(google::protobuf::util::ParseDelimitedFromCodedStream(&out.metadata, &in, &clean_eof),
-           ParseError,
-           file.name << ": byte 0: "
-                     << (clean_eof ? "empty file" : "not a Chakra trace (no GlobalMetadata message)"));
+  PW_CHECK(
+      google::protobuf::util::ParseDelimitedFromCodedStream(&out.metadata, &in, &clean_eof),
+      ParseError,
+      file.name << ": byte 0: "
+                << (clean_eof ? "empty file" : "not a Chakra trace (no GlobalMetadata message)"));
   for (std::size_t i = 0;; ++i) {
     const int at = in.CurrentPosition();
     ChakraProtoMsg::Node node;
@@ -175,9 +177,9 @@ sched::LoweredPlan from_chakra(const std::vector<ChakraFile>& files) {
   sched::DeclaredShape d = declared;
   if (d.stage_to_rank && d.stage_to_rank->empty()) d.stage_to_rank.reset();
   if (d.stage_to_model_stage && d.stage_to_model_stage->empty()) d.stage_to_model_stage.reset();
-  sched::AnyPlan any = sched::assemble_plan(
-      per_rank, d, files.front().name,
-      [&](std::size_t r, std::size_t i) { return read[r].nodes[i].where; });
+  sched::AnyPlan any =
+      sched::assemble_plan(per_rank, d, files.front().name,
+                           [&](std::size_t r, std::size_t i) { return read[r].nodes[i].where; });
   sched::LoweredPlan plan = std::get<sched::LoweredPlan>(std::move(any));
   // The peers the messages name agree with where the plan places the stages.
   for (std::size_t g = 0; g < files.size(); ++g) {

@@ -109,8 +109,7 @@ std::vector<std::string> to_chakra(const sched::LoweredPlan& plan, const sched::
         node.set_name(sched::to_string(a));
         if (last_non_send >= 0) node.add_ctrl_deps(static_cast<std::uint64_t>(last_non_send));
         if (!sched::is_send(a.kind)) last_non_send = static_cast<std::int64_t>(i);
-        for (const sched::Position p :
-             dag.deps({r, static_cast<std::int32_t>(i)})) {
+        for (const sched::Position p : dag.deps({r, static_cast<std::int32_t>(i)})) {
           if (p.valid() && p.rank == r) node.add_data_deps(static_cast<std::uint64_t>(p.index));
         }
         auto* attrs = node.mutable_attr();
@@ -121,8 +120,7 @@ std::vector<std::string> to_chakra(const sched::LoweredPlan& plan, const sched::
           const bool forward = a.kind == ActionKind::kSendF || a.kind == ActionKind::kRecvF;
           const bool from_here = forward == send;  // SEND_F and RECV_B: this stage produces
           const std::int32_t producer = from_here ? a.stage : a.peer_stage;
-          const std::int32_t peer_rank =
-              replica * pp + plan.shape.stage_to_rank[idx(a.peer_stage)];
+          const std::int32_t peer_rank = replica * pp + plan.shape.stage_to_rank[idx(a.peer_stage)];
           add_attr(attrs, send ? "comm_dst" : "comm_src")->set_int32_val(peer_rank);
           add_attr(attrs, "comm_tag")
               ->set_int32_val(static_cast<std::int32_t>(rules.message_id(a)));

@@ -63,8 +63,7 @@ void expect_error(const std::string& text, std::size_t column, const std::string
     EXPECT_NE(msg.find("--layout: character " + std::to_string(column) + ": "), std::string::npos)
         << msg;
     EXPECT_NE(msg.find(what), std::string::npos) << msg;
-    EXPECT_NE(msg.find("\n  " + text + "\n  " + std::string(column, ' ') + "^"),
-              std::string::npos)
+    EXPECT_NE(msg.find("\n  " + text + "\n  " + std::string(column, ' ') + "^"), std::string::npos)
         << msg;
   }
 }

@@ -49,13 +49,13 @@ TEST(TorchComms, RoundTripsOverSchedules) {
   LowerOptions opt;
   opt.reduce_grad = true;
   int written = 0;
-  for (const auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
-                          ScheduleKind::kInterleaved1F1B, ScheduleKind::kInterleavedZeroBubble,
-                          ScheduleKind::kZBVZeroBubble, ScheduleKind::kDualPipeV}) {
+  for (const auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
+                          ScheduleKind::kInterleavedZeroBubble, ScheduleKind::kZBVZeroBubble,
+                          ScheduleKind::kDualPipeV}) {
     for (const int p : {1, 2, 4}) {
       const int v = required_stages_per_rank(kind) != 0 ? required_stages_per_rank(kind) : 2;
-      const bool looped = kind == ScheduleKind::kInterleaved1F1B ||
-                          kind == ScheduleKind::kInterleavedZeroBubble;
+      const bool looped =
+          kind == ScheduleKind::kInterleaved1F1B || kind == ScheduleKind::kInterleavedZeroBubble;
       const LoweredPlan plan = lowered(kind, p, 2 * p, looped || v == 2 ? v : 1, opt);
       if (!torch_comms_cannot_carry(plan).empty()) continue;  // e.g. p = 1: no SEND/RECV
       const std::string text = to_torch_comms_csv(plan);
@@ -63,8 +63,7 @@ TEST(TorchComms, RoundTripsOverSchedules) {
       ASSERT_TRUE(is_lowered(back)) << text;
       LoweredPlan want = plan;
       want.shape.schedule = "custom";  // a CSV carries no schedule name
-      EXPECT_EQ(std::get<LoweredPlan>(back), want) << to_string(kind) << " p=" << p << "\n"
-                                                   << text;
+      EXPECT_EQ(std::get<LoweredPlan>(back), want) << to_string(kind) << " p=" << p << "\n" << text;
       EXPECT_EQ(to_torch_comms_csv(std::get<LoweredPlan>(back)), text);
       ++written;
     }
@@ -85,15 +84,15 @@ void expect_parse_error(const std::string& text, const std::string& where,
 }
 
 TEST(TorchComms, WaitsWithoutTheirSendAreErrorsAtTheirCell) {
-  expect_parse_error("0F0,0WAIT_SEND_F0,0SEND_F0\n1RECV_F0,1F0\n", "t.csv:1:5:",
-                     "0WAIT_SEND_F0: no SEND_F of stage 0, microbatch 0 before it");
-  expect_parse_error("0F0,0SEND_F0,0WAIT_SEND_B0\n1RECV_F0,1F0\n", "t.csv:1:14:",
-                     "no SEND_B of stage 0");
-  expect_parse_error("0F0,0SEND_F0\n1RECV_F0,1F0, 1WAIT_REDUCE_GRAD\n", "t.csv:2:15:",
-                     "no REDUCE_GRAD of stage 1");
+  expect_parse_error("0F0,0WAIT_SEND_F0,0SEND_F0\n1RECV_F0,1F0\n",
+                     "t.csv:1:5:", "0WAIT_SEND_F0: no SEND_F of stage 0, microbatch 0 before it");
+  expect_parse_error("0F0,0SEND_F0,0WAIT_SEND_B0\n1RECV_F0,1F0\n",
+                     "t.csv:1:14:", "no SEND_B of stage 0");
+  expect_parse_error("0F0,0SEND_F0\n1RECV_F0,1F0, 1WAIT_REDUCE_GRAD\n",
+                     "t.csv:2:15:", "no REDUCE_GRAD of stage 1");
   // A wait retires one send: the second wait of the same send has none.
-  expect_parse_error("0F0,0SEND_F0,0WAIT_SEND_F0,0WAIT_SEND_F0\n1RECV_F0,1F0\n", "t.csv:1:28:",
-                     "no SEND_F");
+  expect_parse_error("0F0,0SEND_F0,0WAIT_SEND_F0,0WAIT_SEND_F0\n1RECV_F0,1F0\n",
+                     "t.csv:1:28:", "no SEND_F");
   // Not a runtime action either: the action parser's error.
   expect_parse_error("0F0,0WAIT_SEND_X0\n", "t.csv:1:", "0WAIT_SEND_X0");
 }

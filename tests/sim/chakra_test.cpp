@@ -53,10 +53,10 @@ TEST(Chakra, PlansRoundTrip) {
       plan_of(K::kInterleaved1F1B, 2, 4, 2),
       plan_of(K::kInterleavedZeroBubble, 2, 4, 2),
       plan_of(K::kZBVZeroBubble, 2, 4, 2),
-      plan_of(K::kDualPipeV, 2, 4, 2),   // OVERLAP_F_B units
-      plan_of(K::kChimera, 2, 4, 1),     // stage replicas
+      plan_of(K::kDualPipeV, 2, 4, 2),                               // OVERLAP_F_B units
+      plan_of(K::kChimera, 2, 4, 1),                                 // stage replicas
       plan_of(K::k1F1B, 4, 4, 1, {{0, 1}, {0, 2}, {1, 3}, {2, 3}}),  // a stage DAG
-      plan_of(K::k1F1B, 1, 2, 1),        // one rank: no SEND/RECV
+      plan_of(K::k1F1B, 1, 2, 1),                                    // one rank: no SEND/RECV
   };
   for (const auto& plan : plans) {
     for (const int dp : {1, 2}) {
@@ -91,7 +91,9 @@ TEST(Chakra, MalformedTracesNameFileAndNode) {
   }
   {
     auto files = files_of(traces);
-    files[0].bytes = "\x05" "abc";
+    files[0].bytes =
+        "\x05"
+        "abc";
     expect_error(files, "t/pw.0.et: byte 0: not a Chakra trace");
   }
   {

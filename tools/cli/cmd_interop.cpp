@@ -74,16 +74,16 @@ std::vector<sim::ChakraFile> read_traces(const std::string& dir) {
                  digits.find_first_not_of("0123456789") == std::string::npos,
              InputError, p.string() << ": a trace must be named <prefix>.<rank>.et");
     const long rank = std::stol(digits);
-    PW_CHECK(by_rank.emplace(rank, p.string()).second, InputError,
-             p.string() << ": a second trace of rank " << rank << " (also " << by_rank[rank]
-                        << ")");
+    PW_CHECK(
+        by_rank.emplace(rank, p.string()).second, InputError,
+        p.string() << ": a second trace of rank " << rank << " (also " << by_rank[rank] << ")");
   }
   PW_CHECK(!by_rank.empty(), InputError, dir << ": no <prefix>.<rank>.et traces");
   std::vector<sim::ChakraFile> files;
   for (const auto& [rank, path] : by_rank) {
-    PW_CHECK(rank == static_cast<long>(files.size()), InputError,
-             dir << ": the trace of rank " << files.size() << " is missing (next is " << path
-                 << ")");
+    PW_CHECK(
+        rank == static_cast<long>(files.size()), InputError,
+        dir << ": the trace of rank " << files.size() << " is missing (next is " << path << ")");
     files.push_back({path, json::read_text_file(path, "Chakra trace", kMaxTraceBytes)});
   }
   return files;
@@ -133,11 +133,11 @@ void run_export(const ExportArgs& a) {
   PW_CHECK(!ec && fs::is_directory(a.output), ConfigError,
            a.output << ": cannot create the output folder" << (ec ? ": " + ec.message() : ""));
   for (std::size_t g = 0; g < traces.size(); ++g) {
-    write_file_atomically((fs::path(a.output) / (a.prefix + "." + std::to_string(g) + ".et")).string(),
-                          traces[g]);
+    write_file_atomically(
+        (fs::path(a.output) / (a.prefix + "." + std::to_string(g) + ".et")).string(), traces[g]);
   }
-  spdlog::info("wrote {} Chakra traces {}/{}.<rank>.et ({} ranks x dp {})", traces.size(),
-               a.output, a.prefix, plan.shape.ranks, job.dp);
+  spdlog::info("wrote {} Chakra traces {}/{}.<rank>.et ({} ranks x dp {})", traces.size(), a.output,
+               a.prefix, plan.shape.ranks, job.dp);
 }
 
 void setup_export_chakra(CLI::App& app) {
@@ -158,8 +158,7 @@ void setup_export_chakra(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--cluster", a->cluster_file, "cluster JSON (pipewright-cluster)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("-o,--output", a->output, "folder for the traces <prefix>.<rank>.et")
-      ->required();
+  cmd->add_option("-o,--output", a->output, "folder for the traces <prefix>.<rank>.et")->required();
   cmd->add_option("--prefix", a->prefix, "trace file prefix (ASTRA-sim's workload name)")
       ->capture_default_str();
   cmd->callback([a] { run_export(*a); });
@@ -174,7 +173,8 @@ struct ImportArgs {
 void setup_import_chakra(CLI::App& app) {
   auto a = std::make_shared<ImportArgs>();
   auto* cmd = app.add_subcommand(
-      "import-chakra", "Read Chakra execution traces of a pipeline back as a plan (docs/interop.md)");
+      "import-chakra",
+      "Read Chakra execution traces of a pipeline back as a plan (docs/interop.md)");
   cmd->add_option("dir", a->input, "folder of <prefix>.<rank>.et traces")->required();
   cmd->add_option("-f,--format", a->format, kPlanFormats)
       ->check(CLI::IsMember({"json", "csv", "torch-comms"}))
@@ -188,7 +188,8 @@ void setup_import_chakra(CLI::App& app) {
 void setup_convert(CLI::App& app) {
   auto a = std::make_shared<ImportArgs>();
   auto* cmd = app.add_subcommand(
-      "convert", "Write a plan file in another format: JSON, torch's CSV, torch's compute_comms CSV");
+      "convert",
+      "Write a plan file in another format: JSON, torch's CSV, torch's compute_comms CSV");
   cmd->add_option("plan", a->input, "plan file (CSV, torch-comms CSV or JSON)")
       ->required()
       ->check(CLI::ExistingFile);

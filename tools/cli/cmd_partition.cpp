@@ -58,11 +58,11 @@ void run_partition(const PartitionArgs& args) {
   const graph::Model model = graph::load_model(args.model);
   graph::Partition partition;
   if (!args.layout.empty()) {
-    partition = graph::layout_partition(model, graph::parse_megatron_layout(args.layout), args.pp,
-                                        options);
-    PW_CHECK(args.stages == 0 || args.stages == partition.num_stages(), ConfigError,
-             "--stages " << args.stages << " but --layout has " << partition.num_stages()
-                         << " stages");
+    partition =
+        graph::layout_partition(model, graph::parse_megatron_layout(args.layout), args.pp, options);
+    PW_CHECK(
+        args.stages == 0 || args.stages == partition.num_stages(), ConfigError,
+        "--stages " << args.stages << " but --layout has " << partition.num_stages() << " stages");
   } else {
     PW_CHECK(args.stages != 0, ConfigError, "--stages N (or --layout) is required");
     partition = graph::partition_model(model, options);
@@ -89,7 +89,7 @@ void setup_partition(CLI::App& app) {
       ->required();
   cmd->add_option("-s,--stages", args->stages, "number of stages (or --layout)");
   cmd->add_option("--layout", args->layout,
-                  "Megatron-Core layout string, e.g. \"Et*3|(tt|)*29,m|L\": E embedding, t decoder "
+                  "layout of Megatron-Core, e.g. \"Et*3|(tt|)*29,m|L\": E embedding, t decoder "
                   "layer, m MTP layer, L loss, | stage end, x*N and (...)*N repeat "
                   "(docs/interop.md)");
   cmd->add_option("-p,--pp", args->pp,

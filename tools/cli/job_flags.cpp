@@ -66,7 +66,7 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
                   "partition JSON of the model (default: partition it with --partition-method)")
       ->group(g);
   cmd->add_option("--layout", job.layout,
-                  "Megatron-Core layout string, e.g. \"Et*3|(tt|)*29,m|L\": the partition (and V = "
+                  "layout of Megatron-Core, e.g. \"Et*3|(tt|)*29,m|L\": the partition (and V = "
                   "its stages / --pp; docs/interop.md)")
       ->group(g);
   cmd->add_option_function<std::string>(

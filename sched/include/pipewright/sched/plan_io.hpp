@@ -113,10 +113,10 @@ struct DeclaredShape {
 // A plan from per-rank action lists read from another format (Chakra traces): the shape as
 // declared, the rest inferred as for a CSV. Throws ParseError for out-of-range stages and
 // microbatches, a stage on two ranks and the like, naming the action by where(rank, index).
-[[nodiscard]] AnyPlan assemble_plan(const std::vector<std::vector<Action>>& per_rank,
-                                    const DeclaredShape& declared, std::string_view source,
-                                    const std::function<std::string(std::size_t rank,
-                                                                    std::size_t index)>& where);
+[[nodiscard]] AnyPlan assemble_plan(
+    const std::vector<std::vector<Action>>& per_rank, const DeclaredShape& declared,
+    std::string_view source,
+    const std::function<std::string(std::size_t rank, std::size_t index)>& where);
 
 // Deterministic: fixed key order, one rank's actions per line, trailing newline.
 [[nodiscard]] std::string to_json(const ComputePlan& plan);

@@ -40,8 +40,7 @@ inline constexpr const char* kChakraVersion = "0.0.4";
 // simulated step of `plan` with these costs, cluster and options. Throws as simulate() does.
 [[nodiscard]] std::vector<std::string> to_chakra(const sched::LoweredPlan& plan,
                                                  const sched::CostTable& costs,
-                                                 const Cluster& cluster,
-                                                 const SimOptions& options);
+                                                 const Cluster& cluster, const SimOptions& options);
 
 // One trace file: its name (for messages) and bytes.
 struct ChakraFile {
