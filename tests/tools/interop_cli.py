@@ -9,7 +9,7 @@
 3. `partition --layout` gives Megatron's stages; `simulate --layout` runs them.
 Bad input of each kind exits 2 naming the file (or --layout) and the position.
 
-usage: interop_cli.py BIN_DIR WORK_DIR SOURCE_DIR
+usage: interop_cli.py BIN_DIR WORK_DIR SOURCE_DIR [WITH_CHAKRA: ON|OFF]
 """
 import json
 import os
@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 BIN, WORK, SRC = (os.path.abspath(a) for a in sys.argv[1:4])
+WITH_CHAKRA = (sys.argv[4] if len(sys.argv) > 4 else "ON").upper() in ("ON", "1", "TRUE", "YES")
 PW = os.path.join(BIN, "pipewright")
 PROTO_DIR = os.path.join(SRC, "sim", "proto")
 DATA = os.path.join(SRC, "tests", "data", "interop")
@@ -126,49 +127,65 @@ def chakra_round_trip(shape: list, dp: int) -> None:
         fail(f"{what}: import-chakra read back another plan")
 
 
-for shape in (["1F1B", "-p", "2", "-m", "4"], ["Interleaved1F1B", "-p", "2", "-v", "2", "-m", "4"],
-              ["ZBVZeroBubble", "-p", "2", "-m", "4"], ["DualPipeV", "-p", "2", "-m", "4"],
-              ["1F1B", "-p", "4", "-m", "4", "--edges", "0:1,0:2,1:3,2:3"]):
-    for dp in (1, 2):
-        chakra_round_trip(shape, dp)
 
-# Sizes and dependencies from the model: a SEND carries its stage's output, REDUCE_GRAD its
-# parameters; B waits for its own F (same rank) and the RECV_B before it.
-out = os.path.join(WORK, "gpt")
-shutil.rmtree(out, ignore_errors=True)
-expect(["export-chakra", "--schedule", "1F1B", "-p", "2", "-m", "2", "--model", GPT,
-        "--partition-method", "uniform", "-o", out], 0)
-part = json.loads(run(["partition", GPT, "-s", "2", "--method", "uniform"]).stdout)
-_, nodes = decoded_trace(os.path.join(out, "pipewright.0.et"))
-by_name = {re.search(r'name: "([^"]*)"', n).group(1): n for n in nodes}
-ids = {name: int(re.search(r"^id: (\d+)", n, re.M).group(1)) if "id:" in n else 0
-       for name, n in by_name.items()}
-send = by_name.get("0SEND_F0", "")
-want_bytes = part["stages"][0]["output_bytes"]
-if f'name: "comm_size"\n  int64_val: {want_bytes}' not in send or "comm_dst" not in send:
-    fail(f"0SEND_F0 does not send {want_bytes} bytes to rank 1:\n{send}")
-b0 = by_name.get("0B0", "")
-deps = {int(d) for d in re.findall(r"data_deps: (\d+)", b0)}
-if deps != {ids["0F0"], ids["0RECV_B0"]}:
-    fail(f"0B0 data_deps {deps}, expected 0F0 and 0RECV_B0 ({ids['0F0']}, {ids['0RECV_B0']}):\n{b0}")
+def chakra_checks() -> None:
+    """Round trips, what protoc decodes, sizes and dependencies, bad traces."""
+    for shape in (["1F1B", "-p", "2", "-m", "4"], ["Interleaved1F1B", "-p", "2", "-v", "2", "-m", "4"],
+                  ["ZBVZeroBubble", "-p", "2", "-m", "4"], ["DualPipeV", "-p", "2", "-m", "4"],
+                  ["1F1B", "-p", "4", "-m", "4", "--edges", "0:1,0:2,1:3,2:3"]):
+        for dp in (1, 2):
+            chakra_round_trip(shape, dp)
 
-# Bad traces: exit 2 naming the file and the position.
-bad = os.path.join(WORK, "bad")
-shutil.rmtree(bad, ignore_errors=True)
-shutil.copytree(out, bad)
-trace1 = os.path.join(bad, "pipewright.1.et")
-data = open(trace1, "rb").read()
-open(trace1, "wb").write(data[:-4])
-expect(["import-chakra", bad], 2, r"bad/pipewright\.1\.et: byte \d+: node \d+: not a Node message")
-open(trace1, "wb").write(data.replace(b"1F0", b"1Q0", 1))
-expect(["import-chakra", bad], 2, r"pipewright\.1\.et: node \d+ \(id \d+, byte \d+\): name '1Q0'")
-os.remove(trace1)
-expect(["import-chakra", bad], 2, r"the metadata says 2 pipeline ranks, but there are 1 traces")
-os.rename(os.path.join(bad, "pipewright.0.et"), os.path.join(bad, "pipewright.1.et"))
-expect(["import-chakra", bad], 2, r"bad: the trace of rank 0 is missing")
-open(os.path.join(bad, "x.et"), "w").write("")
-expect(["import-chakra", bad], 2, r"x\.et: a trace must be named <prefix>\.<rank>\.et")
-expect(["import-chakra", os.path.join(DATA, "torch_1f1b_comms.csv")], 2, r"not a directory")
+    # Sizes and dependencies from the model: a SEND carries its stage's output, REDUCE_GRAD its
+    # parameters; B waits for its own F (same rank) and the RECV_B before it.
+    out = os.path.join(WORK, "gpt")
+    shutil.rmtree(out, ignore_errors=True)
+    expect(["export-chakra", "--schedule", "1F1B", "-p", "2", "-m", "2", "--model", GPT,
+            "--partition-method", "uniform", "-o", out], 0)
+    part = json.loads(run(["partition", GPT, "-s", "2", "--method", "uniform"]).stdout)
+    _, nodes = decoded_trace(os.path.join(out, "pipewright.0.et"))
+    by_name = {re.search(r'name: "([^"]*)"', n).group(1): n for n in nodes}
+    ids = {name: int(re.search(r"^id: (\d+)", n, re.M).group(1)) if "id:" in n else 0
+           for name, n in by_name.items()}
+    send = by_name.get("0SEND_F0", "")
+    want_bytes = part["stages"][0]["output_bytes"]
+    if f'name: "comm_size"\n  int64_val: {want_bytes}' not in send or "comm_dst" not in send:
+        fail(f"0SEND_F0 does not send {want_bytes} bytes to rank 1:\n{send}")
+    b0 = by_name.get("0B0", "")
+    deps = {int(d) for d in re.findall(r"data_deps: (\d+)", b0)}
+    if deps != {ids["0F0"], ids["0RECV_B0"]}:
+        fail(f"0B0 data_deps {deps}, expected 0F0 and 0RECV_B0 ({ids['0F0']}, {ids['0RECV_B0']}):\n{b0}")
+
+    # Bad traces: exit 2 naming the file and the position.
+    bad = os.path.join(WORK, "bad")
+    shutil.rmtree(bad, ignore_errors=True)
+    shutil.copytree(out, bad)
+    trace1 = os.path.join(bad, "pipewright.1.et")
+    data = open(trace1, "rb").read()
+    open(trace1, "wb").write(data[:-4])
+    expect(["import-chakra", bad], 2, r"bad/pipewright\.1\.et: byte \d+: node \d+: not a Node message")
+    open(trace1, "wb").write(data.replace(b"1F0", b"1Q0", 1))
+    expect(["import-chakra", bad], 2, r"pipewright\.1\.et: node \d+ \(id \d+, byte \d+\): name '1Q0'")
+    os.remove(trace1)
+    expect(["import-chakra", bad], 2, r"the metadata says 2 pipeline ranks, but there are 1 traces")
+    os.rename(os.path.join(bad, "pipewright.0.et"), os.path.join(bad, "pipewright.1.et"))
+    expect(["import-chakra", bad], 2, r"bad: the trace of rank 0 is missing")
+    open(os.path.join(bad, "x.et"), "w").write("")
+    expect(["import-chakra", bad], 2, r"x\.et: a trace must be named <prefix>\.<rank>\.et")
+    expect(["import-chakra", os.path.join(DATA, "torch_1f1b_comms.csv")], 2, r"not a directory")
+
+
+
+if WITH_CHAKRA:
+    chakra_checks()
+else:  # the portable build: both commands say what is missing
+    expect(["export-chakra", "--schedule", "1F1B", "-p", "2", "-m", "2", "--forward-ms", "1",
+            "-o", "x"], 2, r"built without Chakra traces")
+    absent = os.path.join(WORK, "absent")
+    os.makedirs(absent, exist_ok=True)
+    open(os.path.join(absent, "pipewright.0.et"), "wb").write(b"")
+    expect(["import-chakra", absent], 2, r"built without Chakra traces")
+
 
 # --- 2. torch's compute_comms CSV ---------------------------------------------------------
 torch_csv = os.path.join(DATA, "torch_1f1b_comms.csv")

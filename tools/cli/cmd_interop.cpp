@@ -99,35 +99,16 @@ struct ExportArgs {
 };
 
 void run_export(const ExportArgs& a) {
-  sched::JobSpec job = a.job;
-  PW_CHECK(a.plan_file.empty() || job.plan_path.empty(), ConfigError,
-           "give the plan file once: as PLAN or as --plan");
-  if (!a.plan_file.empty()) job.plan_path = a.plan_file;
-  resolve_job_flags(job);
-  PW_CHECK(job.partition_path.empty() || !job.model_path.empty(), ConfigError,
-           "--partition needs --model");
-  std::optional<sched::AnyPlan> loaded;
-  if (!job.plan_path.empty()) {
-    loaded = sched::load_plan(job.plan_path);
-    job = sched::with_plan_shape(job, sched::shape_of(*loaded));
-  }
-  sched::validate_job(job);
-  std::optional<graph::Model> model;
-  std::optional<graph::Partition> partition;
-  if (!job.model_path.empty()) {
-    model = graph::load_model(job.model_path);
-    partition = sched::resolve_partition(job, *model);
-  }
-  const sched::LoweredPlan plan =
-      sched::make_plan(job, partition ? &*partition : nullptr, loaded ? &*loaded : nullptr);
+  const ResolvedJob r = resolve_job(a.job, a.plan_file);
+  const sched::LoweredPlan& plan = r.plan;
   sim::CostSources sources = a.costs;
-  sources.model = model ? &*model : nullptr;
-  sources.partition = partition ? &*partition : nullptr;
+  sources.model = r.model ? &*r.model : nullptr;
+  sources.partition = r.partition ? &*r.partition : nullptr;
   const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
   sim::Cluster cluster;
   if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);
   const std::vector<std::string> traces =
-      sim::to_chakra(plan, costs, cluster, sim::sim_options(job));
+      sim::to_chakra(plan, costs, cluster, sim::sim_options(r.job));
   std::error_code ec;
   fs::create_directories(a.output, ec);
   PW_CHECK(!ec && fs::is_directory(a.output), ConfigError,
@@ -137,7 +118,7 @@ void run_export(const ExportArgs& a) {
         (fs::path(a.output) / (a.prefix + "." + std::to_string(g) + ".et")).string(), traces[g]);
   }
   spdlog::info("wrote {} Chakra traces {}/{}.<rank>.et ({} ranks x dp {})", traces.size(), a.output,
-               a.prefix, plan.shape.ranks, job.dp);
+               a.prefix, plan.shape.ranks, r.job.dp);
 }
 
 void setup_export_chakra(CLI::App& app) {

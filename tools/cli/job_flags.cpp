@@ -1,11 +1,13 @@
 #include "job_flags.hpp"
 
 #include <CLI/CLI.hpp>
+#include <utility>
 
 #include "commands.hpp"
 #include "flags.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/layout.hpp"
+#include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sched/schedule.hpp"
 
 namespace pipewright::cli {
@@ -205,6 +207,31 @@ void resolve_job_flags(sched::JobSpec& job) {
                          << " needs --stages-per-rank V: the stages each rank holds (e.g. -v 2; "
                             "with V = 1 it is a plain 1F1B-style order)");
   job.stages_per_rank = job.plan_path.empty() ? v : 1;
+}
+
+ResolvedJob resolve_job(sched::JobSpec job, const std::string& plan_file) {
+  PW_CHECK(plan_file.empty() || job.plan_path.empty(), ConfigError,
+           "give the plan file once: as PLAN or as --plan");
+  if (!plan_file.empty()) job.plan_path = plan_file;
+  resolve_job_flags(job);
+  PW_CHECK(job.partition_path.empty() || !job.model_path.empty(), ConfigError,
+           "--partition needs --model");
+  // A plan file gives the job its shape; then the model is partitioned into the plan's stages.
+  std::optional<sched::AnyPlan> loaded;
+  if (!job.plan_path.empty()) {
+    loaded = sched::load_plan(job.plan_path);
+    job = sched::with_plan_shape(job, sched::shape_of(*loaded));
+  }
+  sched::validate_job(job);
+  ResolvedJob out;
+  if (!job.model_path.empty()) {
+    out.model = graph::load_model(job.model_path);
+    out.partition = sched::resolve_partition(job, *out.model);
+  }
+  out.plan =
+      sched::make_plan(job, out.partition ? &*out.partition : nullptr, loaded ? &*loaded : nullptr);
+  out.job = std::move(job);
+  return out;
 }
 
 void write_plan_out(const std::string& path, const sched::JobSpec& job,
