@@ -20,6 +20,8 @@ std::vector<std::string> to_chakra(const sched::LoweredPlan&, const sched::CostT
   absent();
 }
 
+std::string chakra_comm_groups(std::int32_t, std::int32_t) { absent(); }
+
 sched::LoweredPlan from_chakra(const std::vector<ChakraFile>&) { absent(); }
 
 }  // namespace pipewright::sim

@@ -129,6 +129,8 @@ std::vector<std::string> to_chakra(const sched::LoweredPlan& plan, const sched::
           node.set_type(ChakraProtoMsg::COMM_COLL_NODE);
           add_attr(attrs, "comm_type")->set_int64_val(ChakraProtoMsg::ALL_REDUCE);
           add_attr(attrs, "comm_size")->set_int64_val(stage_cost(a.stage).param_bytes);
+          // The stage's replicas: communicator group r + 1 (chakra_comm_groups).
+          add_attr(attrs, "pg_name")->set_string_val(std::to_string(r + 1));
         } else {
           node.set_type(ChakraProtoMsg::COMP_NODE);
           const auto it = took.find({r, a});
@@ -142,6 +144,18 @@ std::vector<std::string> to_chakra(const sched::LoweredPlan& plan, const sched::
     }
   }
   return files;
+}
+
+std::string chakra_comm_groups(std::int32_t pp, std::int32_t dp) {
+  std::string out = "{";
+  for (std::int32_t r = 0; r < pp; ++r) {
+    out += (r ? ", \"" : "\"") + std::to_string(r + 1) + "\": [";
+    for (std::int32_t replica = 0; replica < std::max(dp, 1); ++replica) {
+      out += (replica ? ", " : "") + std::to_string(replica * pp + r);
+    }
+    out += "]";
+  }
+  return out + "}\n";
 }
 
 }  // namespace pipewright::sim

@@ -96,9 +96,13 @@ def chakra_round_trip(shape: list, dp: int) -> None:
             "-o", out], 0)
     ranks = json.load(open(plan))["ranks"]
     files = sorted(os.listdir(out))
-    if files != sorted(f"pipewright.{g}.et" for g in range(ranks * dp)):
+    if files != sorted([f"pipewright.{g}.et" for g in range(ranks * dp)] +
+                       ["pipewright.comm_groups.json"]):
         fail(f"{what}: traces {files}")
         return
+    groups = json.load(open(os.path.join(out, "pipewright.comm_groups.json")))
+    if groups != {str(r + 1): [k * ranks + r for k in range(dp)] for r in range(ranks)}:
+        fail(f"{what}: communicator groups {groups}")
     actions = json.load(open(plan))["actions"]
     for g in range(ranks * dp):
         meta, nodes = decoded_trace(os.path.join(out, f"pipewright.{g}.et"))
@@ -119,7 +123,8 @@ def chakra_round_trip(shape: list, dp: int) -> None:
                 fail(f"{what}: {name} is not 1 ms:\n{node}")
             if "SEND" in name and "type: COMM_SEND_NODE" not in node:
                 fail(f"{what}: {name}:\n{node}")
-            if "REDUCE_GRAD" in name and "type: COMM_COLL_NODE" not in node:
+            if "REDUCE_GRAD" in name and ("type: COMM_COLL_NODE" not in node or
+                                          f'string_val: "{g % ranks + 1}"' not in node):
                 fail(f"{what}: {name}:\n{node}")
     back = os.path.join(WORK, "back.json")
     expect(["import-chakra", out, "-f", "json", "-o", back], 0)

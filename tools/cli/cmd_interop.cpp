@@ -1,6 +1,7 @@
 // Plans in and out of the ecosystem (docs/interop.md):
 //   `pipewright export-chakra [PLAN] [job flags] [--profile F] [--cluster C] -o DIR`
-//       one Chakra execution trace per rank (sim/chakra.hpp), DIR/<prefix>.<rank>.et;
+//       one Chakra execution trace per rank (sim/chakra.hpp), DIR/<prefix>.<rank>.et, and the
+//       data-parallel communicator groups, DIR/<prefix>.comm_groups.json;
 //   `pipewright import-chakra DIR [-f json|csv|torch-comms] [-o FILE]`
 //       the plan such traces hold;
 //   `pipewright convert PLAN -f json|csv|torch-comms [-o FILE]`
@@ -117,6 +118,8 @@ void run_export(const ExportArgs& a) {
     write_file_atomically(
         (fs::path(a.output) / (a.prefix + "." + std::to_string(g) + ".et")).string(), traces[g]);
   }
+  write_file_atomically((fs::path(a.output) / (a.prefix + ".comm_groups.json")).string(),
+                        sim::chakra_comm_groups(plan.shape.ranks, r.job.dp));
   spdlog::info("wrote {} Chakra traces {}/{}.<rank>.et ({} ranks x dp {})", traces.size(), a.output,
                a.prefix, plan.shape.ranks, r.job.dp);
 }

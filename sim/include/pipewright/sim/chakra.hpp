@@ -12,7 +12,8 @@
 //                                              output_bytes of the edge's producer stage)
 //   REDUCE_GRAD                                COMM_COLL_NODE ALL_REDUCE (attr comm_type) of the
 //                                              stage's gradients (comm_size = param_bytes) over
-//                                              its data-parallel replicas
+//                                              its data-parallel replicas: communicator group
+//                                              pg_name "<pipeline rank + 1>" (chakra_comm_groups)
 // Node names are the actions' text form ("1F0", "0SEND_F3"); ids are the action indices.
 // data_deps: what the action waits for on its own rank (sched::PlanDag, the dependency function
 // of the simulator; a RECV's wait for the other rank's SEND is the comm_tag match). ctrl_deps: the
@@ -41,6 +42,10 @@ inline constexpr const char* kChakraVersion = "0.0.4";
 [[nodiscard]] std::vector<std::string> to_chakra(const sched::LoweredPlan& plan,
                                                  const sched::CostTable& costs,
                                                  const Cluster& cluster, const SimOptions& options);
+
+// ASTRA-sim's communicator-group file (--comm-group-configuration) for the traces' pg_name attrs:
+// {"1": [the global ranks of pipeline rank 0's replicas], "2": [...], ...}.
+[[nodiscard]] std::string chakra_comm_groups(std::int32_t pp, std::int32_t dp);
 
 // One trace file: its name (for messages) and bytes.
 struct ChakraFile {
