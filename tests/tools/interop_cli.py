@@ -185,7 +185,7 @@ if WITH_CHAKRA:
     chakra_checks()
 else:  # the portable build: both commands say what is missing
     expect(["export-chakra", "--schedule", "1F1B", "-p", "2", "-m", "2", "--forward-ms", "1",
-            "-o", "x"], 2, r"built without Chakra traces")
+            "--backward-ms", "2", "-o", "x"], 2, r"built without Chakra traces")
     absent = os.path.join(WORK, "absent")
     os.makedirs(absent, exist_ok=True)
     open(os.path.join(absent, "pipewright.0.et"), "wb").write(b"")
