@@ -154,16 +154,25 @@ struct ImportArgs {
   std::string output = "-";
 };
 
+// -f FORMAT (a plan format) and -o FILE, for import-chakra and convert.
+void add_plan_output_flags(CLI::App* cmd, ImportArgs& a, bool format_required) {
+  auto* format = cmd->add_option("-f,--format", a.format, kPlanFormats)
+                     ->check(CLI::IsMember({"json", "csv", "torch-comms"}));
+  if (format_required) {
+    format->required();
+  } else {
+    format->capture_default_str();
+  }
+  cmd->add_option("-o,--output", a.output, "output file (default: stdout)");
+}
+
 void setup_import_chakra(CLI::App& app) {
   auto a = std::make_shared<ImportArgs>();
   auto* cmd = app.add_subcommand(
       "import-chakra",
       "Read Chakra execution traces of a pipeline back as a plan (docs/interop.md)");
   cmd->add_option("dir", a->input, "folder of <prefix>.<rank>.et traces")->required();
-  cmd->add_option("-f,--format", a->format, kPlanFormats)
-      ->check(CLI::IsMember({"json", "csv", "torch-comms"}))
-      ->capture_default_str();
-  cmd->add_option("-o,--output", a->output, "output file (default: stdout)");
+  add_plan_output_flags(cmd, *a, false);
   cmd->callback([a] {
     write_plan(sched::AnyPlan{sim::from_chakra(read_traces(a->input))}, a->format, a->output);
   });
@@ -177,10 +186,7 @@ void setup_convert(CLI::App& app) {
   cmd->add_option("plan", a->input, "plan file (CSV, torch-comms CSV or JSON)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("-f,--format", a->format, kPlanFormats)
-      ->check(CLI::IsMember({"json", "csv", "torch-comms"}))
-      ->required();
-  cmd->add_option("-o,--output", a->output, "output file (default: stdout)");
+  add_plan_output_flags(cmd, *a, true);
   cmd->callback([a] { write_plan(sched::load_plan(a->input), a->format, a->output); });
 }
 
