@@ -15,6 +15,24 @@ option(PIPEWRIGHT_BUILD_BENCH "Build benchmarks in bench/ (Google Benchmark)" ON
 # spdlog, fmt and toml++ are compiled in header-only (CLI11 and nlohmann are header-only always);
 # MPI and Graphviz default to OFF.
 option(PIPEWRIGHT_PORTABLE "Executor that needs only libtorch and the C/C++ runtime at run time" OFF)
+# Chakra execution traces (sim/proto/et_def.proto, docs/interop.md): protoc at build time and
+# libprotobuf, private to pw_sim (apt-get install protobuf-compiler libprotobuf-dev). Off in the
+# portable executor: Debian's static libprotobuf.a cannot go into a shared library (its
+# thread-locals are local-exec) and the bundle carries no libprotobuf.so; export-chakra and
+# import-chakra then exit 2 saying so.
+set(_pw_chakra_default ON)
+if(PIPEWRIGHT_PORTABLE)
+  set(_pw_chakra_default OFF)
+endif()
+option(PIPEWRIGHT_WITH_CHAKRA "Chakra execution traces: export-chakra, import-chakra (protobuf)"
+       ${_pw_chakra_default})
+if(PIPEWRIGHT_WITH_CHAKRA)
+  find_package(Protobuf 3.12)
+  if(NOT Protobuf_FOUND OR NOT Protobuf_PROTOC_EXECUTABLE)
+    message(FATAL_ERROR "PIPEWRIGHT_WITH_CHAKRA=ON but protobuf was not found (apt-get install protobuf-compiler libprotobuf-dev, or -DPIPEWRIGHT_WITH_CHAKRA=OFF)")
+  endif()
+endif()
+message(STATUS "pipewright: Chakra traces ${PIPEWRIGHT_WITH_CHAKRA}")
 # Logging for the CLI programs: the shared libspdlog/libfmt, or header-only when portable.
 add_library(pw_log INTERFACE)
 if(PIPEWRIGHT_PORTABLE)

@@ -35,6 +35,7 @@ set(_pw_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/pipewright)
 install(EXPORT pipewrightTargets NAMESPACE pipewright:: DESTINATION ${_pw_cmake_dir})
 set(PIPEWRIGHT_CONFIG_SHARED ${BUILD_SHARED_LIBS})
 set(PIPEWRIGHT_CONFIG_GRAPHVIZ ${PIPEWRIGHT_WITH_GRAPHVIZ})
+set(PIPEWRIGHT_CONFIG_CHAKRA ${PIPEWRIGHT_WITH_CHAKRA})
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/pipewrightConfig.cmake.in
   ${CMAKE_BINARY_DIR}/package/pipewrightConfig.cmake INSTALL_DESTINATION ${_pw_cmake_dir})
 # 0.x: a minor release may break the API, so only the same major.minor is compatible.

@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/layout.hpp"
 #include "pipewright/graph/model.hpp"
 #include "pipewright/sched/deadlock.hpp"
 #include "pipewright/sched/lower.hpp"
@@ -321,6 +322,16 @@ void validate_job(const JobSpec& c) {
 
 graph::Partition resolve_partition(const JobSpec& job, const graph::Model& model) {
   const int stages = job.stages();
+  PW_CHECK(job.layout.empty() || job.partition_path.empty(), ConfigError,
+           "give the partition once: --layout or --partition");
+  if (!job.layout.empty()) {
+    graph::Partition p =
+        graph::layout_partition(model, graph::parse_megatron_layout(job.layout), job.pp);
+    PW_CHECK(p.num_stages() == stages, ConfigError,
+             "--layout has " << p.num_stages() << " stages but --pp " << job.pp
+                             << " x --stages-per-rank " << job.stages_per_rank << " = " << stages);
+    return p;
+  }
   if (!job.partition_path.empty()) {
     graph::Partition p = graph::load_partition(job.partition_path);
     graph::check_partition_matches(p, model, job.partition_path);

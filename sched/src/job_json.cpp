@@ -26,6 +26,7 @@ Json resolved(const JobSpec& j) {
       Json::array({"model", j.model_path}),
       Json::array({"partition", j.partition_path}),
       Json::array({"partition_method", graph::to_string(j.partition_method)}),
+      Json::array({"layout", j.layout}),
       Json::array({"plan", j.plan_path}),
       Json::array({"schedule", to_string(j.schedule)}),
       Json::array({"pp", j.pp}),
@@ -93,6 +94,7 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
                   "model",
                   "partition",
                   "partition_method",
+                  "layout",
                   "plan",
                   "schedule",
                   "pp",
@@ -154,6 +156,7 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
   JobSpec j;
   j.model_path = root["model"].as_string();
   j.partition_path = root["partition"].as_string();
+  if (root.has("layout")) j.layout = root["layout"].as_string();  // absent before issue 37
   j.partition_method = named("partition_method", [](const std::string& m) {
     const auto method = graph::parse_partition_method(m);
     PW_CHECK(method.has_value(), ConfigError, "expected uniform or balanced, got '" << m << "'");

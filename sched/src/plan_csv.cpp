@@ -163,6 +163,8 @@ AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptio
   std::size_t line_no = 0;
   std::size_t last_nonempty = 0;     // rows up to here are kept (trailing empty lines dropped)
   std::vector<Action> cell_actions;  // the actions of one cell (3 for an OVERLAP_F_B unit)
+  bool torch_runtime = false;        // a compute_comms CSV: a lowered plan
+
   while (line_start < text.size()) {
     std::size_t line_end = text.find('\n', line_start);
     if (line_end == std::string_view::npos) line_end = text.size();
@@ -170,6 +172,7 @@ AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptio
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     ++line_no;
     std::vector<detail::ParsedCell> row;
+    detail::TorchWaits waits;
     std::size_t cell_start = 0;
     while (cell_start <= line.size()) {
       std::size_t cell_end = line.find(',', cell_start);
@@ -187,6 +190,16 @@ AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptio
         ++offset;
       }
       if (!cell.empty()) {
+        if (const auto runtime = detail::parse_torch_runtime(cell)) {
+          // Note [torch's runtime actions]: checked, then dropped.
+          if (const std::string error = waits.wait(*runtime); !error.empty()) {
+            throw ParseError(std::string(source) + ":" + std::to_string(line_no) + ":" +
+                             std::to_string(offset + 1) + ": " + std::string(cell) + ": " + error);
+          }
+          torch_runtime = true;
+          cell_start = cell_end + 1;
+          continue;
+        }
         std::string error;
         std::size_t col = 0;
         cell_actions.clear();
@@ -194,7 +207,10 @@ AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptio
           throw ParseError(std::string(source) + ":" + std::to_string(line_no) + ":" +
                            std::to_string(offset + col) + ": " + error + picture_hint(text));
         }
-        for (const Action& a : cell_actions) row.push_back({a, offset + 1});
+        for (const Action& a : cell_actions) {
+          row.push_back({a, offset + 1});
+          waits.action(a);
+        }
       }
       cell_start = cell_end + 1;
     }
@@ -208,6 +224,7 @@ AnyPlan parse_csv(std::string_view text, std::string_view source, const CsvOptio
   detail::Declared declared;
   if (options.stages >= 0) declared.stages = options.stages;
   if (options.microbatches >= 0) declared.microbatches = options.microbatches;
+  if (torch_runtime) declared.lowered = true;
   return detail::build_plan(rows, declared, source,
                             [&](std::size_t r, std::size_t, std::size_t col) {
                               return std::string(source) + ":" + std::to_string(line_of_row[r]) +

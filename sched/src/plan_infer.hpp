@@ -24,20 +24,39 @@ struct ParsedCell {
 // "file:line:col" (+ ": /actions/r/i" for JSON) of cell `index` of row `row`, for error messages.
 using CellLocator = std::function<std::string(std::size_t row, std::size_t index, std::size_t pos)>;
 
-struct Declared {
-  std::optional<std::int32_t> ranks;
-  std::optional<std::int32_t> stages;
-  std::optional<std::int32_t> microbatches;
-  std::optional<std::vector<std::int32_t>> stage_to_rank;
-  std::optional<std::vector<StageEdge>> stage_edges;
-  std::optional<bool> lowered;
-  std::optional<std::vector<std::int32_t>> stage_to_model_stage;
-  std::optional<bool> forward_only;  // unset: inferred (no B / I / W / SEND_B / RECV_B / ...)
-  std::string schedule = "custom";
-};
+using Declared = DeclaredShape;
 
 // Throws ParseError naming the cell (or the source) for out-of-range stages and microbatches,
 // SEND/RECV in a plan declared compute-only, a stage found on two rows, and peers on no row.
+// Note [torch's runtime actions]: the actions of torch's compute_comms CSV that pipewright's plan
+// does not keep (plan_io.hpp, to_torch_comms_csv): read, checked against the row, dropped.
+enum class TorchRuntimeKind : std::uint8_t {
+  kUnshard,
+  kReshard,
+  kWaitSendF,
+  kWaitSendB,
+  kWaitReduceGrad
+};
+struct TorchRuntimeAction {
+  TorchRuntimeKind kind = TorchRuntimeKind::kUnshard;
+  std::int32_t stage = 0;
+  std::int32_t microbatch = -1;  // the waits for sends only
+};
+// The runtime action `cell` spells ("0UNSHARD", "1WAIT_SEND_F3"), or nullopt for anything else.
+[[nodiscard]] std::optional<TorchRuntimeAction> parse_torch_runtime(std::string_view cell);
+
+// Checks the waits of one row of a compute_comms CSV as torch's loader does: every WAIT_SEND_x
+// retires an earlier SEND_x of its stage and microbatch, every WAIT_REDUCE_GRAD an earlier
+// REDUCE_GRAD of its stage. Feed it the row's cells in order; wait() returns "" or the error.
+class TorchWaits {
+ public:
+  void action(const Action& a);
+  [[nodiscard]] std::string wait(const TorchRuntimeAction& w);
+
+ private:
+  std::vector<Action> pending_;  // sends and REDUCE_GRADs not yet retired
+};
+
 AnyPlan build_plan(const std::vector<std::vector<ParsedCell>>& rows, const Declared& declared,
                    std::string_view source, const CellLocator& where);
 

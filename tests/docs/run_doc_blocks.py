@@ -45,7 +45,7 @@ MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
 SKIP_REASONS = ("gpu", "slurm", "multi-host", "build", "long")
 # A build without an optional feature (the portable pip-torch build has neither) says so in one
 # message; such a block and the rest of its page are skipped, not failed.
-ABSENT_FEATURE = re.compile(r"built without (Graphviz|MPI)")
+ABSENT_FEATURE = re.compile(r"built without (Graphviz|MPI|Chakra)")
 # A block that would configure, build or test the build directory the scratch directory links
 # to (`build` is the real one): it must carry `docs-test: skip build`, or it would rebuild the
 # tree the other tests are running from.

@@ -1,6 +1,7 @@
 // `pipewright partition MODEL --stages N --method uniform|balanced|memory [--memory-limit B]`:
 // cuts a model into pipeline stages (graph/partition.hpp) and writes the partition JSON
-// (docs/partitioning.md); logs one line per stage.
+// (docs/partitioning.md); logs one line per stage. `--layout STRING [--pp P]` takes the stages
+// from a Megatron-Core layout string instead (graph/layout.hpp).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,7 @@
 #include "commands.hpp"
 #include "flags.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/layout.hpp"
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/graph/render.hpp"
 
@@ -28,6 +30,8 @@ struct PartitionArgs {
   std::string recompute = "none";
   graph::PartitionOptions options;
   std::string output = "-";
+  std::string layout;  // Megatron-Core layout string (graph/layout.hpp)
+  int pp = 1;
 };
 
 void run_partition(const PartitionArgs& args) {
@@ -52,7 +56,17 @@ void run_partition(const PartitionArgs& args) {
            "--recompute: partition takes none or full, got '" << args.recompute << "'");
   options.recompute = args.recompute == "full";
   const graph::Model model = graph::load_model(args.model);
-  const graph::Partition partition = graph::partition_model(model, options);
+  graph::Partition partition;
+  if (!args.layout.empty()) {
+    partition =
+        graph::layout_partition(model, graph::parse_megatron_layout(args.layout), args.pp, options);
+    PW_CHECK(
+        args.stages == 0 || args.stages == partition.num_stages(), ConfigError,
+        "--stages " << args.stages << " but --layout has " << partition.num_stages() << " stages");
+  } else {
+    PW_CHECK(args.stages != 0, ConfigError, "--stages N (or --layout) is required");
+    partition = graph::partition_model(model, options);
+  }
   write_output(args.output, graph::to_json(partition));
   spdlog::info("{} partition of '{}' into {} stages: slowest stage {:.4g} ms (fwd+bwd)",
                partition.method, model.name, partition.num_stages(), partition.max_stage_ms());
@@ -73,7 +87,15 @@ void setup_partition(CLI::App& app) {
   auto* cmd = app.add_subcommand("partition", "Cut a model into pipeline stages");
   cmd->add_option("model,--model", args->model, "model JSON (pipewright model ... -o MODEL)")
       ->required();
-  cmd->add_option("-s,--stages", args->stages, "number of stages")->required();
+  cmd->add_option("-s,--stages", args->stages, "number of stages (or --layout)");
+  cmd->add_option("--layout", args->layout,
+                  "layout of Megatron-Core, e.g. \"Et*3|(tt|)*29,m|L\": E embedding, t decoder "
+                  "layer, m MTP layer, L loss, | stage end, x*N and (...)*N repeat "
+                  "(docs/interop.md)");
+  cmd->add_option("-p,--pp", args->pp,
+                  "with --layout: pipeline ranks (it must divide the layout's stages; V = stages "
+                  "/ pp)")
+      ->capture_default_str();
   cmd->add_option("--method", args->method,
                   "uniform (equal node counts) | balanced (minimise the slowest stage) | memory "
                   "(balanced under --memory-limit)")

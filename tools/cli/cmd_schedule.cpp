@@ -82,12 +82,15 @@ void run_schedule(const ScheduleArgs& args) {
     opt.optimizer_step = args.optimizer_step;
     const sched::LoweredPlan lowered = sched::lower(plan, opt);
     if (args.format == "csv") text = sched::to_csv(lowered);
+    if (args.format == "torch-comms") text = sched::to_torch_comms_csv(lowered);
     if (args.format == "json") text = sched::to_json(lowered);
     if (args.format == "text") text = sched::to_text_grid(lowered);
     if (args.format == "dot") text = sched::to_dot(lowered);
   } else {
     PW_CHECK(!args.merge_iw && !args.reduce_grad && !args.optimizer_step, ConfigError,
              "--merge-iw, --reduce-grad and --optimizer-step are lowering options; add --lower");
+    PW_CHECK(args.format != "torch-comms", ConfigError,
+             "--format torch-comms is torch's compute_comms CSV, a lowered plan; add --lower");
     if (args.format == "csv") text = sched::to_csv(plan);
     if (args.format == "json") text = sched::to_json(plan);
     if (args.format == "text") text = sched::to_text_grid(plan);
@@ -124,8 +127,9 @@ void setup_schedule(CLI::App& app) {
                 "with --lower: REDUCE_GRAD after each stage's last backward");
   cmd->add_flag("--optimizer-step", args->optimizer_step,
                 "with --lower: OPTIM per stage at the end of each rank");
-  cmd->add_option("-f,--format", args->format, "csv | json | text | dot")
-      ->check(CLI::IsMember({"csv", "json", "text", "dot"}))
+  cmd->add_option("-f,--format", args->format,
+                  "csv | torch-comms (with --lower: torch's compute_comms CSV) | json | text | dot")
+      ->check(CLI::IsMember({"csv", "torch-comms", "json", "text", "dot"}))
       ->capture_default_str();
   cmd->add_option("-o,--output", args->output, "output file (default: stdout)");
   cmd->callback([args] {

@@ -98,30 +98,11 @@ void write_report(const SimulateArgs& a, const std::string& description,
 }
 
 void run_simulate(const SimulateArgs& a) {
-  sched::JobSpec job = a.job;
-  PW_CHECK(a.plan_file.empty() || job.plan_path.empty(), ConfigError,
-           "give the plan file once: as PLAN or as --plan");
-  if (!a.plan_file.empty()) job.plan_path = a.plan_file;
-  resolve_job_flags(job);
-  PW_CHECK(job.partition_path.empty() || !job.model_path.empty(), ConfigError,
-           "--partition needs --model");
-
-  // A plan file gives the job its shape; then the model is partitioned into the plan's stages.
-  std::optional<sched::AnyPlan> loaded;
-  if (!job.plan_path.empty()) {
-    loaded = sched::load_plan(job.plan_path);
-    job = sched::with_plan_shape(job, sched::shape_of(*loaded));
-  }
-  sched::validate_job(job);
-  std::optional<graph::Model> model;
-  std::optional<graph::Partition> partition;
-  if (!job.model_path.empty()) {
-    model = graph::load_model(job.model_path);
-    partition = sched::resolve_partition(job, *model);
-  }
-  const sched::LoweredPlan plan =
-      sched::make_plan(job, partition ? &*partition : nullptr, loaded ? &*loaded : nullptr);
-  loaded.reset();
+  ResolvedJob resolved = resolve_job(a.job, a.plan_file);
+  const sched::JobSpec& job = resolved.job;
+  const std::optional<graph::Model>& model = resolved.model;
+  const std::optional<graph::Partition>& partition = resolved.partition;
+  const sched::LoweredPlan& plan = resolved.plan;
   if (!a.plan_out.empty()) write_plan_out(a.plan_out, job, plan);
 
   std::optional<sched::Trace> measured;

@@ -1,10 +1,13 @@
 #include "job_flags.hpp"
 
 #include <CLI/CLI.hpp>
+#include <utility>
 
 #include "commands.hpp"
 #include "flags.hpp"
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/layout.hpp"
+#include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sched/schedule.hpp"
 
 namespace pipewright::cli {
@@ -103,6 +106,10 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
   cmd->add_option("--model", job.model_path, "model JSON (graph/)")->group(g);
   cmd->add_option("--partition", job.partition_path,
                   "partition JSON of the model (default: partition it with --partition-method)")
+      ->group(g);
+  cmd->add_option("--layout", job.layout,
+                  "layout of Megatron-Core, e.g. \"Et*3|(tt|)*29,m|L\": the partition (and V = "
+                  "its stages / --pp; docs/interop.md)")
       ->group(g);
   cmd->add_option_function<std::string>(
          "--partition-method",
@@ -228,6 +235,13 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
 }
 
 void resolve_job_flags(sched::JobSpec& job) {
+  PW_CHECK(job.layout.empty() || !job.model_path.empty(), ConfigError,
+           "--layout needs --model (the model whose layers it places)");
+  if (job.stages_per_rank == 0 && !job.layout.empty()) {
+    // Megatron's V: the layout's stages over pp (layout_partition checks that pp divides them).
+    const auto stages = static_cast<int>(graph::parse_megatron_layout(job.layout).stages.size());
+    if (job.pp >= 1 && stages % job.pp == 0) job.stages_per_rank = stages / job.pp;
+  }
   if (job.stages_per_rank != 0) return;
   const int v = sched::required_stages_per_rank(job.schedule);
   PW_CHECK(v != 0 || !job.plan_path.empty(), ConfigError,
@@ -235,6 +249,31 @@ void resolve_job_flags(sched::JobSpec& job) {
                          << " needs --stages-per-rank V: the stages each rank holds (e.g. -v 2; "
                             "with V = 1 it is a plain 1F1B-style order)");
   job.stages_per_rank = job.plan_path.empty() ? v : 1;
+}
+
+ResolvedJob resolve_job(sched::JobSpec job, const std::string& plan_file) {
+  PW_CHECK(plan_file.empty() || job.plan_path.empty(), ConfigError,
+           "give the plan file once: as PLAN or as --plan");
+  if (!plan_file.empty()) job.plan_path = plan_file;
+  resolve_job_flags(job);
+  PW_CHECK(job.partition_path.empty() || !job.model_path.empty(), ConfigError,
+           "--partition needs --model");
+  // A plan file gives the job its shape; then the model is partitioned into the plan's stages.
+  std::optional<sched::AnyPlan> loaded;
+  if (!job.plan_path.empty()) {
+    loaded = sched::load_plan(job.plan_path);
+    job = sched::with_plan_shape(job, sched::shape_of(*loaded));
+  }
+  sched::validate_job(job);
+  ResolvedJob out;
+  if (!job.model_path.empty()) {
+    out.model = graph::load_model(job.model_path);
+    out.partition = sched::resolve_partition(job, *out.model);
+  }
+  out.plan =
+      sched::make_plan(job, out.partition ? &*out.partition : nullptr, loaded ? &*loaded : nullptr);
+  out.job = std::move(job);
+  return out;
 }
 
 void write_plan_out(const std::string& path, const sched::JobSpec& job,

@@ -4,9 +4,13 @@
 // (docs/architecture.md, "One job, one plan").
 #pragma once
 
+#include <optional>
 #include <string>
 
+#include "pipewright/graph/model.hpp"
+#include "pipewright/graph/partition.hpp"
 #include "pipewright/sched/job.hpp"
+#include "pipewright/sched/plan.hpp"
 
 namespace CLI {
 class App;
@@ -27,6 +31,17 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job);
 // DualPipeV, 1 for GPipe, 1F1B, Chimera and for a --plan file, whose shape is checked later), and
 // a ConfigError for the looped schedules, whose V has no default.
 void resolve_job_flags(sched::JobSpec& job);
+
+// A job of the offline commands (simulate, export-chakra) resolved to its plan: the flags
+// (resolve_job_flags), a plan file (PLAN or --plan, once) giving the shape, the model and its
+// partition when --model is given, and sched::make_plan's plan, as `run` builds it.
+struct ResolvedJob {
+  sched::JobSpec job;
+  std::optional<graph::Model> model;
+  std::optional<graph::Partition> partition;
+  sched::LoweredPlan plan;
+};
+[[nodiscard]] ResolvedJob resolve_job(sched::JobSpec job, const std::string& plan_file);
 
 // Writes the --plan-out document of `job` and `plan` to `path` (write_output).
 void write_plan_out(const std::string& path, const sched::JobSpec& job,

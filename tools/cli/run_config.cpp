@@ -95,6 +95,7 @@ const Key kKeys[] = {
     {"job", "model", Type::kString, "--model", "", [](F f) { return str(f.config.model_path); }},
     {"job", "partition", Type::kString, "--partition", "",
      [](F f) { return str(f.config.partition_path); }},
+    {"job", "layout", Type::kString, "--layout", "", [](F f) { return str(f.config.layout); }},
     {"job", "partition_method", Type::kString, "--partition-method", "",
      [](F f) { return str(graph::to_string(f.config.partition_method)); }},
     {"job", "plan", Type::kString, "--plan", "", [](F f) { return str(f.config.plan_path); }},

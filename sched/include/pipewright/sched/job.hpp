@@ -165,6 +165,9 @@ struct JobSpec {
   std::string model_path;      // model JSON; empty only where costs come from elsewhere
   std::string partition_path;  // partition JSON; empty: partition the model (partition_method)
   graph::PartitionMethod partition_method = graph::PartitionMethod::kBalanced;
+  // Megatron-Core layout string (graph/layout.hpp, `--layout "Et*3|(tt|)*29,m|L"`): the partition
+  // it describes; empty: partition_path or partition_method. Its stages / pp is the V.
+  std::string layout;
   // Plan: a plan file (CSV/JSON), or `schedule` generated for the shape below.
   std::string plan_path;
   ScheduleKind schedule = ScheduleKind::k1F1B;

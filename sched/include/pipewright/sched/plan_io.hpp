@@ -20,9 +20,13 @@
 // microbatch is out of the declared range. Whether the plan is *valid* is validate()'s business.
 #pragma once
 
+#include <cstddef>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "pipewright/sched/plan.hpp"
 
@@ -73,6 +77,46 @@ struct CsvOptions {
 [[nodiscard]] std::string to_csv(const LoweredPlan& plan);
 [[nodiscard]] AnyPlan parse_csv(std::string_view text, std::string_view source_name,
                                 const CsvOptions& options = {});
+
+// torch's compute_comms CSV (`_PipelineScheduleRuntime._dump_csv(f, format="compute_comms")` and
+// `_load_csv(f, format="compute_comms")`, docs/interop.md): the lowered CSV above plus torch's
+// runtime actions, which pipewright's plan has no use for and does not keep:
+//   sWAIT_SEND_Fm / sWAIT_SEND_Bm  retire a send (pipewright's sends complete on their own);
+//   sREDUCE_GRAD, sWAIT_REDUCE_GRAD  the reduction and its wait (REDUCE_GRAD is kept);
+//   sUNSHARD / sRESHARD  FSDP parameter residency (pipewright shards no parameters).
+// parse_csv reads them (any CSV reader then takes torch's file): each wait must follow the send
+// or REDUCE_GRAD it retires on its row (else ParseError at its line and column), and a file with
+// any of them is a lowered plan. to_torch_comms_csv writes what torch's loader requires: each
+// REDUCE_GRAD followed by its WAIT_REDUCE_GRAD, and one WAIT_SEND per send where torch's own
+// lowering (_add_wait_send) puts it: a SEND_F's wait after the local backward of the same stage
+// and microbatch, the other waits at the end of the row in send order. No UNSHARD / RESHARD.
+// "" or why torch's compute_comms CSV cannot carry `plan` (csv_cannot_carry's reasons, OPTIM,
+// which torch has no action for, and "@peer" stage edges, which torch's actions cannot name).
+[[nodiscard]] std::string torch_comms_cannot_carry(const LoweredPlan& plan);
+// Throws ConfigError (exit 2) naming the reason when torch_comms_cannot_carry(plan) is not empty.
+[[nodiscard]] std::string to_torch_comms_csv(const LoweredPlan& plan);
+
+// What a plan file declares about its shape; unset fields are inferred from the actions as for a
+// CSV (the JSON reader fills every field its file has).
+struct DeclaredShape {
+  std::optional<std::int32_t> ranks;
+  std::optional<std::int32_t> stages;
+  std::optional<std::int32_t> microbatches;
+  std::optional<std::vector<std::int32_t>> stage_to_rank;
+  std::optional<std::vector<StageEdge>> stage_edges;
+  std::optional<bool> lowered;
+  std::optional<std::vector<std::int32_t>> stage_to_model_stage;
+  std::optional<bool> forward_only;  // unset: inferred (no B / I / W / SEND_B / RECV_B / ...)
+  std::string schedule = "custom";
+};
+
+// A plan from per-rank action lists read from another format (Chakra traces): the shape as
+// declared, the rest inferred as for a CSV. Throws ParseError for out-of-range stages and
+// microbatches, a stage on two ranks and the like, naming the action by where(rank, index).
+[[nodiscard]] AnyPlan assemble_plan(
+    const std::vector<std::vector<Action>>& per_rank, const DeclaredShape& declared,
+    std::string_view source,
+    const std::function<std::string(std::size_t rank, std::size_t index)>& where);
 
 // Deterministic: fixed key order, one rank's actions per line, trailing newline.
 [[nodiscard]] std::string to_json(const ComputePlan& plan);

@@ -1,0 +1,123 @@
+// Chakra execution traces (sim/chakra.hpp): a plan written as traces reads back as the same plan,
+// over schedules, DAGs, replicas and data parallelism; malformed traces are errors that name the
+// file and the node.
+#include "pipewright/sim/chakra.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/schedule.hpp"
+#include "plan_fixtures.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+std::vector<ChakraFile> files_of(const std::vector<std::string>& traces) {
+  std::vector<ChakraFile> out;
+  for (std::size_t g = 0; g < traces.size(); ++g) {
+    out.push_back({"t/pw." + std::to_string(g) + ".et", traces[g]});
+  }
+  return out;
+}
+
+sched::LoweredPlan plan_of(sched::ScheduleKind kind, int p, int m, int v,
+                           std::vector<sched::StageEdge> edges = {}) {
+  sched::ScheduleSpec spec;
+  spec.kind = kind;
+  spec.ranks = p;
+  spec.microbatches = m;
+  spec.stages_per_rank = v;
+  spec.stage_edges = std::move(edges);
+  sched::LowerOptions opt;
+  opt.reduce_grad = true;
+  opt.optimizer_step = true;
+  return sched::lower(sched::generate(spec), opt);
+}
+
+std::vector<std::string> traces_of(const sched::LoweredPlan& plan, int dp) {
+  SimOptions opt;
+  opt.dp.replicas = dp;
+  const auto costs = testing::uniform_costs(plan.shape.model_stages(), 1.0, 2.0);
+  return to_chakra(plan, costs, Cluster{}, opt);
+}
+
+TEST(Chakra, PlansRoundTrip) {
+  using K = sched::ScheduleKind;
+  const std::vector<sched::LoweredPlan> plans = {
+      plan_of(K::kGPipe, 2, 4, 1),
+      plan_of(K::k1F1B, 4, 8, 1),
+      plan_of(K::kInterleaved1F1B, 2, 4, 2),
+      plan_of(K::kInterleavedZeroBubble, 2, 4, 2),
+      plan_of(K::kZBVZeroBubble, 2, 4, 2),
+      plan_of(K::kDualPipeV, 2, 4, 2),                               // OVERLAP_F_B units
+      plan_of(K::kChimera, 2, 4, 1),                                 // stage replicas
+      plan_of(K::k1F1B, 4, 4, 1, {{0, 1}, {0, 2}, {1, 3}, {2, 3}}),  // a stage DAG
+      plan_of(K::k1F1B, 1, 2, 1),                                    // one rank: no SEND/RECV
+  };
+  for (const auto& plan : plans) {
+    for (const int dp : {1, 2}) {
+      const auto traces = traces_of(plan, dp);
+      ASSERT_EQ(traces.size(), static_cast<std::size_t>(plan.shape.ranks * dp));
+      EXPECT_EQ(from_chakra(files_of(traces)), plan) << plan.shape.schedule << " dp " << dp;
+    }
+  }
+}
+
+TEST(Chakra, Deterministic) {
+  const auto plan = plan_of(sched::ScheduleKind::k1F1B, 2, 4, 1);
+  EXPECT_EQ(traces_of(plan, 2), traces_of(plan, 2));
+}
+
+void expect_error(const std::vector<ChakraFile>& files, const std::string& what) {
+  try {
+    (void)from_chakra(files);
+    FAIL() << "no error, expected " << what;
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(Chakra, MalformedTracesNameFileAndNode) {
+  const auto plan = plan_of(sched::ScheduleKind::k1F1B, 2, 2, 1);
+  const auto traces = traces_of(plan, 2);
+  {
+    auto files = files_of(traces);
+    files[1].bytes.resize(files[1].bytes.size() - 3);
+    expect_error(files, "t/pw.1.et: byte ");
+  }
+  {
+    auto files = files_of(traces);
+    files[0].bytes =
+        "\x05"
+        "abc";
+    expect_error(files, "t/pw.0.et: byte 0: not a Chakra trace");
+  }
+  {
+    // A node whose name is no action: "1F0" -> "1X0" (same length).
+    auto files = files_of(traces);
+    const auto at = files[1].bytes.find("1F0");
+    ASSERT_NE(at, std::string::npos);
+    files[1].bytes[at + 1] = 'X';
+    expect_error(files, "t/pw.1.et: node 1 (id 1, byte ");
+    expect_error(files, "name '1X0' is not a pipeline action");
+  }
+  {
+    // A replica whose actions differ from its pipeline rank's.
+    auto files = files_of(traces);
+    files[3] = files[2];
+    files[3].name = "t/pw.3.et";
+    expect_error(files, "t/pw.3.et: node 0 (id 0, byte ");
+  }
+  {
+    auto files = files_of(traces);
+    files.pop_back();
+    expect_error(files, "the metadata says 2 pipeline ranks, but there are 3 traces");
+  }
+}
+
+}  // namespace
+}  // namespace pipewright::sim
