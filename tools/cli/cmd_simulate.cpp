@@ -147,8 +147,10 @@ void run_simulate(const SimulateArgs& a) {
   sources.partition = partition ? &*partition : nullptr;
   sources.precision = job.precision;
   // A report on a measured run may take its costs from the trace itself (as `compare` does).
-  if (sources.given() == 0 && measured)
+  if (sources.given() == 0 && measured) {
     sources.table = sim::costs_from_trace(*measured, plan.shape.stages, a.compare);
+    sources.table->precision = job.precision;  // measured by the run the flags describe
+  }
   const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
 
   sim::Cluster cluster;
