@@ -79,8 +79,8 @@ TEST(Search, GlobalBatchFixesMicrobatches) {
   for (const auto& c : r.ranked) EXPECT_EQ(c.microbatches * c.dp, 32);
 }
 
-// Each configuration at each precision: bf16 candidates hold less memory (16-bit activations)
-// and are described with their precision.
+// Each configuration at each precision: bf16 candidates hold other memory (16-bit activations,
+// autocast's parameter copy) and are described with their precision.
 TEST(Search, SearchesOverPrecision) {
   SearchOptions opt;
   opt.devices = 4;
@@ -93,7 +93,7 @@ TEST(Search, SearchesOverPrecision) {
   std::map<std::string, std::int64_t> peak;  // description without the precision -> fp32 peak
   for (const auto& c : both.ranked)
     if (c.precision == sched::Precision::kFp32) peak[describe(c)] = c.peak_memory_bytes;
-  int bf16 = 0;
+  int bf16 = 0, lower = 0;
   for (const auto& c : both.ranked) {
     if (c.precision != sched::Precision::kBf16) continue;
     ++bf16;
@@ -102,9 +102,13 @@ TEST(Search, SearchesOverPrecision) {
     ASSERT_EQ(d.substr(d.size() - suffix.size()), suffix);
     const auto it = peak.find(d.substr(0, d.size() - suffix.size()));
     ASSERT_NE(it, peak.end()) << d;
-    EXPECT_LT(c.peak_memory_bytes, it->second) << d;
+    // Half the activations, plus the autocast copy of the parameters: lower unless few
+    // activations are held (pp = 1 with many stages per rank).
+    EXPECT_NE(c.peak_memory_bytes, it->second) << d;
+    lower += c.peak_memory_bytes < it->second ? 1 : 0;
   }
   EXPECT_GT(bf16, 0);
+  EXPECT_GT(lower, 0);
 }
 
 TEST(Search, BadOptions) {

@@ -67,7 +67,8 @@ void run_partition(const PartitionArgs& args) {
         s.index, s.nodes.size(), model.nodes[static_cast<std::size_t>(s.nodes.front())].name,
         model.nodes[static_cast<std::size_t>(s.nodes.back())].name, s.forward_ms, s.backward_ms,
         graph::human_bytes(s.memory_bytes), s.in_flight_microbatches,
-        partition.recompute ? ", recompute" : "", graph::human_bytes(s.output_bytes));
+        partition.recompute ? ", recompute" : "",
+        graph::human_bytes(s.output_bytes * options.activation_element_bytes / 4));
   }
   if (args.output != "-") spdlog::info("wrote {}", args.output);
 }
