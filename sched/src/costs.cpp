@@ -189,11 +189,14 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
   // Profiles written before issue 33 have no precision: they were measured in fp32.
   if (root.has("precision")) {
     const std::string name = root.string("precision");
-    try {
-      t.precision = parse_precision(name, "precision");
-    } catch (const ConfigError&) {
-      root.at("precision").fail("must be \"fp32\", \"bf16\" or \"fp16\", got \"" + name + "\"");
+    bool known = false;
+    for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+      if (to_string(p) != name) continue;
+      t.precision = p;
+      known = true;
     }
+    if (!known)
+      root.at("precision").fail("must be \"fp32\", \"bf16\" or \"fp16\", got \"" + name + "\"");
   }
   if (root.has("compute_overhead_ms")) t.compute_overhead_ms = root.number("compute_overhead_ms");
   if (root.has("comm_overhead_ms")) t.comm_overhead_ms = root.number("comm_overhead_ms");
