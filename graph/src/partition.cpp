@@ -316,13 +316,18 @@ int in_flight_microbatches(int stage, int stages, const PartitionOptions& option
 std::int64_t stage_memory_bytes(std::int64_t param_bytes, std::int64_t activation_bytes,
                                 int in_flight, const PartitionOptions& options,
                                 std::int64_t input_bytes) noexcept {
+  // Note [Stage memory], mixed precision: 16-bit activations and autocast's parameter copies.
+  const double element = static_cast<double>(options.activation_element_bytes) / 4.0;
+  const double acts = static_cast<double>(activation_bytes) * element;
   const double per_microbatch =
-      options.recompute ? static_cast<double>(input_bytes) : static_cast<double>(activation_bytes);
+      options.recompute ? static_cast<double>(input_bytes) * element : acts;
+  const double cast_cache =
+      options.activation_element_bytes < 4 ? static_cast<double>(param_bytes) * element : 0.0;
   const double bytes =
       static_cast<double>(param_bytes) *
           (1.0 + options.gradient_bytes_per_param_byte + options.optimizer_bytes_per_param_byte) +
-      static_cast<double>(in_flight) * per_microbatch +
-      (options.recompute ? static_cast<double>(activation_bytes) : 0.0);
+      cast_cache + static_cast<double>(in_flight) * per_microbatch +
+      (options.recompute ? acts : 0.0);
   constexpr double kMax = 9.0e18;  // below INT64_MAX; estimates beyond are saturated
   return bytes >= kMax ? static_cast<std::int64_t>(kMax) : static_cast<std::int64_t>(bytes);
 }
@@ -355,6 +360,7 @@ Partition make_partition(const Model& model, const std::vector<int>& node_stage,
   out.in_flight_microbatches = options.in_flight_microbatches;
   out.memory_limit_bytes = options.memory_limit_bytes;
   out.recompute = options.recompute;
+  out.activation_element_bytes = options.activation_element_bytes;
   for (StageInfo& stage : out.graph.stages) {
     stage.in_flight_microbatches = in_flight_microbatches(stage.index, options.stages, options);
     stage.memory_bytes =
@@ -376,6 +382,9 @@ Partition partition_model(const Model& model, const PartitionOptions& options) {
   PW_CHECK(std::isfinite(options.optimizer_bytes_per_param_byte) &&
                options.optimizer_bytes_per_param_byte >= 0.0,
            ConfigError, "optimizer bytes per parameter byte must be finite and >= 0");
+  PW_CHECK(options.activation_element_bytes == 2 || options.activation_element_bytes == 4,
+           ConfigError,
+           "activation element bytes must be 2 or 4, got " << options.activation_element_bytes);
   PW_CHECK(!options.in_flight_microbatches || *options.in_flight_microbatches >= 1, ConfigError,
            "in-flight microbatches must be >= 1, got " << *options.in_flight_microbatches);
   PW_CHECK(options.method != PartitionMethod::kMemory || options.memory_limit_bytes.has_value(),

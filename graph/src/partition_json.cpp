@@ -58,6 +58,8 @@ std::string to_json(const Partition& p) {
   }
   if (p.memory_limit_bytes) memory["memory_limit_bytes"] = *p.memory_limit_bytes;
   if (p.recompute) memory["recompute"] = "full";
+  if (p.activation_element_bytes != 4)
+    memory["activation_element_bytes"] = p.activation_element_bytes;
   j["memory_model"] = memory;
   OrderedJson stages = OrderedJson::array();
   for (const StageInfo& s : p.graph.stages) {
@@ -117,7 +119,8 @@ Partition parse_partition(std::string_view json_text, const std::string& source_
   }
   const At memory = at["memory_model"];
   memory.only_keys({"gradient_bytes_per_param_byte", "optimizer_bytes_per_param_byte",
-                    "in_flight_microbatches", "memory_limit_bytes", "recompute"});
+                    "in_flight_microbatches", "memory_limit_bytes", "recompute",
+                    "activation_element_bytes"});
   p.gradient_bytes_per_param_byte = memory["gradient_bytes_per_param_byte"].as_finite_nonnegative();
   p.optimizer_bytes_per_param_byte =
       memory["optimizer_bytes_per_param_byte"].as_finite_nonnegative();
@@ -136,6 +139,11 @@ Partition parse_partition(std::string_view json_text, const std::string& source_
       memory["recompute"].fail("must be \"none\" or \"full\", got \"" + recompute + "\"");
     }
     p.recompute = recompute == "full";
+  }
+  if (memory.has("activation_element_bytes")) {
+    const At bytes = memory["activation_element_bytes"];
+    p.activation_element_bytes = static_cast<int>(bytes.as_int(2, 4));
+    if (p.activation_element_bytes == 3) bytes.fail("must be 2 (bf16, fp16) or 4 (fp32)");
   }
 
   const At stages = at["stages"];

@@ -186,6 +186,18 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
   }
   CostTable t;
   if (root.has("source")) t.source = root.string("source");
+  // Profiles written before issue 33 have no precision: they were measured in fp32.
+  if (root.has("precision")) {
+    const std::string name = root.string("precision");
+    bool known = false;
+    for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+      if (to_string(p) != name) continue;
+      t.precision = p;
+      known = true;
+    }
+    if (!known)
+      root.at("precision").fail("must be \"fp32\", \"bf16\" or \"fp16\", got \"" + name + "\"");
+  }
   if (root.has("compute_overhead_ms")) t.compute_overhead_ms = root.number("compute_overhead_ms");
   if (root.has("comm_overhead_ms")) t.comm_overhead_ms = root.number("comm_overhead_ms");
   if (root.has("runtime_memory_bytes"))
@@ -280,6 +292,7 @@ std::string to_json(const CostTable& t) {
   j["format"] = std::string(kProfileFormat);
   j["version"] = kProfileVersion;
   j["source"] = t.source;
+  j["precision"] = std::string(to_string(t.precision));
   j["compute_overhead_ms"] = t.compute_overhead_ms;
   if (t.comm_overhead_ms != 0) j["comm_overhead_ms"] = t.comm_overhead_ms;
   if (t.runtime_memory_bytes != 0) j["runtime_memory_bytes"] = t.runtime_memory_bytes;
@@ -322,6 +335,15 @@ std::string to_json(const CostTable& t) {
     j["peak_memory"] = pm;
   }
   return j.dump(2) + "\n";
+}
+
+void check_profile_precision(const CostTable& table, std::string_view origin, Precision job) {
+  PW_CHECK(table.precision == job, ConfigError,
+           "profile " << origin << " was measured at precision " << to_string(table.precision)
+                      << " but the job runs at " << to_string(job)
+                      << " (--precision): its compute times and activation bytes belong to "
+                      << to_string(table.precision) << "; measure a profile at " << to_string(job)
+                      << " or pass --precision " << to_string(table.precision));
 }
 
 CostTable costs_from_partition(const graph::Model& model, const graph::Partition& partition) {

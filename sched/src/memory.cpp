@@ -25,6 +25,7 @@ MemoryOptions memory_options(const JobSpec& job) {
   o.optimizer = job.optimizer;
   o.momentum = job.momentum;
   o.recompute = job.recompute;
+  o.precision = job.precision;
   return o;
 }
 
@@ -32,7 +33,8 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
                          const MemoryOptions& options)
     : shape_(shape),
       state_factor_(optimizer_state_factor(options.optimizer, options.momentum)),
-      runtime_bytes_(costs.runtime_memory_bytes) {
+      runtime_bytes_(costs.runtime_memory_bytes),
+      precision_(options.precision) {
   const auto n = costs.stages.size();
   const bool per_model_stage =
       shape.has_replicas() && n == static_cast<std::size_t>(shape.model_stages());
@@ -42,16 +44,20 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
   const auto cost_of = [&](std::int32_t s) -> const StageCost& {
     return costs.stages[static_cast<std::size_t>(per_model_stage ? shape.model_stage(s) : s)];
   };
+  // Note [Precision bytes]: activation and message bytes at the job's precision.
+  const auto at_job = [&](std::int64_t bytes) {
+    return bytes_at_precision(bytes, costs.precision, options.precision);
+  };
   for (std::int32_t s = 0; s < shape.stages; ++s) {
     const StageCost& c = cost_of(s);
-    std::int64_t kept = c.activation_bytes;
+    std::int64_t kept = at_job(c.activation_bytes);
     std::int64_t redo = 0;
     if (options.recompute.recomputes(shape.model_stage(s)) && !shape.forward_only) {
       kept = 0;
       for (std::int32_t q : shape.producers(s)) {
-        if (q >= 0 && q < shape.stages) kept += cost_of(q).output_bytes;
+        if (q >= 0 && q < shape.stages) kept += at_job(cost_of(q).output_bytes);
       }
-      redo = c.activation_bytes;
+      redo = at_job(c.activation_bytes);
     }
     param_bytes_.push_back(c.param_bytes);
     kept_bytes_.push_back(kept);
@@ -66,6 +72,14 @@ std::int64_t MemoryModel::static_bytes(std::int32_t rank) const {
   if (shape_.forward_only) return params;
   return 2 * params +
          static_cast<std::int64_t>(std::llround(state_factor_ * static_cast<double>(params)));
+}
+
+std::int64_t MemoryModel::autocast_cache_bytes(std::int32_t rank) const {
+  if (precision_ == Precision::kFp32) return 0;
+  std::int64_t params = 0;  // fp32 master weights
+  for (std::int32_t s : shape_.stages_of_rank(rank))
+    params += param_bytes_[static_cast<std::size_t>(s)];
+  return bytes_at_precision(params, Precision::kFp32, precision_);
 }
 
 MemoryChange MemoryModel::change(ActionKind kind, std::int32_t stage) const noexcept {
@@ -108,6 +122,7 @@ std::vector<RankMemory> peak_memory(const LoweredPlan& plan, const CostTable& co
     m.rank = r;
     m.static_bytes = model.static_bytes(r);
     m.runtime_bytes = model.runtime_bytes();
+    m.autocast_cache_bytes = model.autocast_cache_bytes(r);
     std::int64_t bytes = 0;
     std::int32_t microbatches = 0;
     if (static_cast<std::size_t>(r) < plan.per_rank.size()) {
@@ -121,7 +136,8 @@ std::vector<RankMemory> peak_memory(const LoweredPlan& plan, const CostTable& co
         microbatches += c.microbatches_at_end;
       }
     }
-    m.peak_bytes = m.runtime_bytes + m.static_bytes + m.peak_activation_bytes;
+    m.peak_bytes =
+        m.runtime_bytes + m.static_bytes + m.autocast_cache_bytes + m.peak_activation_bytes;
     out.push_back(m);
   }
   return out;

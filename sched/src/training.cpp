@@ -30,6 +30,11 @@ std::string_view to_string(Precision precision) noexcept {
 
 int element_bytes(Precision precision) noexcept { return precision == Precision::kFp32 ? 4 : 2; }
 
+std::int64_t bytes_at_precision(std::int64_t bytes, Precision from, Precision to) noexcept {
+  if (from == to) return bytes;
+  return bytes * element_bytes(to) / element_bytes(from);
+}
+
 LrDecayStyle parse_lr_decay_style(std::string_view name) {
   if (name == "constant") return LrDecayStyle::kConstant;
   if (name == "linear") return LrDecayStyle::kLinear;

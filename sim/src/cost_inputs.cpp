@@ -71,6 +71,8 @@ sched::CostTable stage_costs(const CostSources& sources, const sched::PlanShape&
     costs = *sources.table;
   } else if (!sources.profile_path.empty()) {
     costs = sched::load_costs(sources.profile_path);
+    if (sources.precision)
+      sched::check_profile_precision(costs, sources.profile_path, *sources.precision);
   } else if (sources.model != nullptr) {
     PW_CHECK(sources.partition != nullptr, ConfigError, "model costs need the model's partition");
     costs = sched::costs_from_partition(*sources.model, *sources.partition);
@@ -183,6 +185,12 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
   check_profile_partition(model, from, measured);
   sched::CostTable t = sched::costs_from_partition(model, to);
   t.source = "transfer:" + measured.source;
+  // The measured times and activation bytes are the profile's precision's; the model's message
+  // sizes are fp32 (Note [Precision bytes] in sched/memory.hpp).
+  t.precision = measured.precision;
+  for (auto& c : t.stages)
+    c.output_bytes =
+        sched::bytes_at_precision(c.output_bytes, sched::Precision::kFp32, measured.precision);
   t.compute_overhead_ms = measured.compute_overhead_ms;
   t.comm_overhead_ms = measured.comm_overhead_ms;
   t.runtime_memory_bytes = measured.runtime_memory_bytes;

@@ -22,6 +22,8 @@ SimOptions sim_options(const sched::JobSpec& job) {
   o.dp.sync_delay = static_cast<std::int32_t>(d.sync_delay_or_default());
   o.dp.outer_bf16 = d.outer_dtype_or_default() == sched::OuterDtype::kBf16;
   o.dp.slowmo_base = d.slowmo_base_or_default();
+  o.dp.reduce_dtype = job.reduce_dtype_or_default();
+  o.precision = job.precision;
   o.optimizer = job.optimizer;
   o.momentum = job.momentum;
   o.steps = static_cast<std::int32_t>(job.steps);
@@ -48,6 +50,14 @@ std::int64_t p2p_message_ns(const sched::PlanShape& shape, const sched::CostTabl
     worst = std::max(worst, p2p_ns(cluster.link(ga, gb), bytes));
   }
   return worst;
+}
+
+std::int64_t gradient_wire_bytes(std::int64_t fp32_bytes, const DataParallelOptions& o) noexcept {
+  return sched::bytes_at_precision(fp32_bytes, sched::Precision::kFp32, o.reduce_dtype);
+}
+
+bool outer_bf16(const DataParallelOptions& o) noexcept {
+  return o.outer_bf16 || o.reduce_dtype != sched::Precision::kFp32;
 }
 
 DpGroup dp_group(const Cluster& cluster, std::int32_t r, std::int32_t pp, std::int32_t dp) {
@@ -83,9 +93,10 @@ double dp_wire_bytes_per_step(const sched::CostTable& costs, const DataParallelO
   // Bytes a member sends: ring all-reduce 2 (n - 1) / n, reduce or broadcast (n - 1) / n (as
   // exec's DataParallelStats::wire_bytes counts them).
   const double all_reduce = 2.0 * (n - 1) / n * params;
+  const double gradients = all_reduce * sched::element_bytes(o.reduce_dtype) / 4;
   switch (o.algorithm) {
     case DpAlgorithm::kDdp:
-      return all_reduce;
+      return gradients;
     case DpAlgorithm::kLocalSgd:
       return all_reduce / o.localsgd_frequency;
     case DpAlgorithm::kSlowMo: {
@@ -108,7 +119,7 @@ double dp_wire_bytes_per_step(const sched::CostTable& costs, const DataParallelO
     case DpAlgorithm::kDiLoCo:
       // Every fragment once per sync_every steps; bf16: scatter + gather of 2-byte elements,
       // (n - 1) / n of the fp32 bytes.
-      return (o.outer_bf16 ? all_reduce / 2 : all_reduce) / o.sync_every;
+      return (outer_bf16(o) ? all_reduce / 2 : all_reduce) / o.sync_every;
     case DpAlgorithm::kSgp:
       return params;  // its parameters (and a 4-byte weight) to one peer per step
   }

@@ -20,6 +20,13 @@ namespace pipewright::sim {
                                           const SimOptions& options, const sched::StageEdge& edge,
                                           std::int64_t bytes);
 
+// Bytes on the wire of a gradient reduction of `fp32_bytes` of fp32 gradients in the reduce dtype
+// (DataParallelOptions::reduce_dtype), and whether DiLoCo's outer all-reduce sends bf16
+// (--outer-dtype bf16, or a bf16 reduce dtype).
+[[nodiscard]] std::int64_t gradient_wire_bytes(std::int64_t fp32_bytes,
+                                               const DataParallelOptions& options) noexcept;
+[[nodiscard]] bool outer_bf16(const DataParallelOptions& options) noexcept;
+
 struct DpGroup {
   Link link;  // intra_node when all replicas of the pipeline rank share a node, else inter_node
   bool spans_nodes = false;
@@ -39,7 +46,8 @@ struct DdpBucketPlan {
 // Data-parallel bytes one replica sends per step (SimResult::dp_wire_bytes_per_step): DDP's
 // all-reduce of every parameter each step, LocalSGD's every localsgd_frequency steps, SlowMo's
 // reduce + broadcast on slow steps, DiLoCo's all-reduce of one fragment every sync_every /
-// fragments steps (1/H of DDP's in all, half that in bf16).
+// fragments steps (1/H of DDP's in all, half that in bf16); gradient reductions (DDP, DiLoCo) in
+// the reduce dtype.
 [[nodiscard]] double dp_wire_bytes_per_step(const sched::CostTable& costs,
                                             const DataParallelOptions& options);
 

@@ -414,7 +414,8 @@ SimResult Engine::run() {
   if (!network_) network_ = make_analytical_network(plan_, costs_, cluster_, opt_);
   comm_overhead_ns_ = network_->batch_overhead_ns();
   plan_streams();
-  memory_options_ = sched::MemoryOptions{opt_.optimizer, opt_.momentum, opt_.recompute};
+  memory_options_ =
+      sched::MemoryOptions{opt_.optimizer, opt_.momentum, opt_.recompute, opt_.precision};
   memory_.emplace(plan_.shape, costs_, memory_options_);
   const auto& shape = plan_.shape;
   for (std::int32_t s = 0; s < static_cast<std::int32_t>(costs_.stages.size()); ++s) {
@@ -427,7 +428,7 @@ SimResult Engine::run() {
       for (std::int32_t other : shape.replicas_of(shape.model_stage(s))) {
         if (other == s) continue;
         reduce += 2 * p2p_message_ns(shape, costs_, cluster_, opt_, sched::StageEdge{s, other},
-                                     c.param_bytes / 2);
+                                     gradient_wire_bytes(c.param_bytes, opt_.dp) / 2);
       }
     }
     replica_reduce_ns_.push_back(reduce);
@@ -478,7 +479,10 @@ SimResult Engine::run() {
     rr.peak_memory_bytes = m.peak_bytes;
     rr.exceeds_memory =
         cluster_.device_memory_bytes > 0 && rr.peak_memory_bytes > cluster_.device_memory_bytes;
-    if (opt_.record_memory_timeline) rr.memory_timeline.push_back({0, rr.static_memory_bytes});
+    rr.autocast_cache_bytes = m.autocast_cache_bytes;
+    // The autocast cache (Note [Precision bytes]) is held for the whole step, as static memory is.
+    if (opt_.record_memory_timeline)
+      rr.memory_timeline.push_back({0, rr.static_memory_bytes + rr.autocast_cache_bytes});
   }
 
   ranks_.assign(static_cast<std::size_t>(R_), RankState{});

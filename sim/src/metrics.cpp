@@ -103,6 +103,7 @@ std::string metrics_json(const SimResult& r) {
             {"peak_activation_microbatches", rr.peak_activation_microbatches},
             {"peak_memory_bytes", rr.peak_memory_bytes},
             {"exceeds_memory", rr.exceeds_memory}};
+    if (rr.autocast_cache_bytes != 0) jr["autocast_cache_bytes"] = rr.autocast_cache_bytes;
     if (!rr.memory_timeline.empty()) {
       json tl = json::array();
       for (const auto& p : rr.memory_timeline) tl.push_back(json::array({ms(p.time_ns), p.bytes}));

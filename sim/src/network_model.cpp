@@ -59,7 +59,11 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
   const std::int32_t R = shape.ranks, S = shape.stages, dp = options.dp.replicas;
   batch_overhead_ns_ = ms_to_ns(costs.comm_overhead_ms);
   for (const auto& ed : shape.edges()) {
-    const std::int64_t bytes = costs.stages[static_cast<std::size_t>(ed.from)].output_bytes;
+    // Note [Precision bytes] (sched/memory.hpp): activations and their gradients cross in the
+    // job's precision.
+    const std::int64_t bytes =
+        sched::bytes_at_precision(costs.stages[static_cast<std::size_t>(ed.from)].output_bytes,
+                                  costs.precision, options.precision);
     edge_ns_.push_back(p2p_message_ns(shape, costs, cluster, options, ed, bytes));
     const auto a = shape.stage_to_rank[static_cast<std::size_t>(ed.from)];
     const auto b = shape.stage_to_rank[static_cast<std::size_t>(ed.to)];
@@ -81,8 +85,8 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
     if (options.dp.algorithm == DpAlgorithm::kDdp) {
       const auto buckets = ddp_buckets(costs.stages[static_cast<std::size_t>(s)], options.dp);
       for (std::size_t b = 0; b < buckets.bytes.size(); ++b) {
-        bucket_ns_[static_cast<std::size_t>(s)].push_back(
-            allreduce_ns(cluster.collective, group.link, dp, buckets.bytes[b]));
+        bucket_ns_[static_cast<std::size_t>(s)].push_back(allreduce_ns(
+            cluster.collective, group.link, dp, gradient_wire_bytes(buckets.bytes[b], options.dp)));
       }
       bucket_cum_[static_cast<std::size_t>(s)] = buckets.cumulative_bytes;
     }
@@ -99,7 +103,7 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
     // bytes of an all-reduce of half the size).
     const std::int64_t fragment = bytes / std::max(options.dp.fragments, 1);
     rank_diloco_ns_[static_cast<std::size_t>(r)] = allreduce_ns(
-        cluster.collective, group.link, dp, options.dp.outer_bf16 ? fragment / 2 : fragment);
+        cluster.collective, group.link, dp, outer_bf16(options.dp) ? fragment / 2 : fragment);
     // SGP: the parameters plus the push-sum weight to one peer (full duplex with the receive).
     rank_sgp_ns_[static_cast<std::size_t>(r)] = p2p_ns(group.link, bytes + 4);
   }

@@ -88,7 +88,10 @@ std::string describe(const SearchCandidate& c) {
   std::snprintf(buf, sizeof buf, "%s pp=%d dp=%d v=%d m=%d %s",
                 std::string(sched::to_string(c.schedule)).c_str(), c.pp, c.dp, c.v, c.microbatches,
                 c.dp == 1 ? "-" : describe(c.dp_variant).c_str());
-  return std::string(buf) + (c.recompute ? " recompute=full" : "");
+  std::string out = std::string(buf) + (c.recompute ? " recompute=full" : "");
+  if (c.precision != sched::Precision::kFp32)
+    out += " precision=" + std::string(sched::to_string(c.precision));
+  return out;
 }
 
 SearchResult search(const graph::Model& model, const Cluster& cluster, const SearchOptions& opt,
@@ -102,6 +105,10 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   PW_CHECK(limit >= 0, ConfigError, "--memory-limit must be >= 0, got " << limit);
   const auto schedules = opt.schedules.empty() ? sched::all_schedule_kinds() : opt.schedules;
   const auto variants = opt.dp_variants.empty() ? default_dp_variants() : opt.dp_variants;
+  const auto precisions = opt.precisions.empty()
+                              ? std::vector<sched::Precision>{sched::Precision::kFp32}
+                              : opt.precisions;
+  const auto n_precisions = static_cast<std::int64_t>(precisions.size());
   const auto nodes = static_cast<std::int32_t>(model.nodes.size());
   const std::int64_t mbs = std::max<std::int64_t>(model.micro_batch_size, 1);
 
@@ -139,12 +146,14 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   std::map<std::int32_t, std::shared_ptr<const Partitioned>> by_stages;
   const std::int64_t total = [&] {
     std::int64_t t = 0;
-    for (const auto& c : configs) t += c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1;
+    for (const auto& c : configs)
+      t += (c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1) * n_precisions;
     return t;
   }();
   std::int64_t done = 0;
   for (const auto& c : configs) {
-    const std::int64_t n_variants = c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1;
+    const std::int64_t n_variants =
+        (c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1) * n_precisions;
     result.enumerated += n_variants;
     // The configuration as a job (its plan built as `run` builds it, over the partition's stage
     // DAG); the partition is cached per stage count. Shapes the generators reject are skipped.
@@ -181,8 +190,10 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       continue;
     }
     for (std::int64_t k = 0; k < n_variants; ++k) {
-      const DpVariant variant = c.dp > 1 ? variants[static_cast<std::size_t>(k)] : DpVariant{};
+      const auto k_variant = static_cast<std::size_t>(k / n_precisions);
+      const DpVariant variant = c.dp > 1 ? variants[k_variant] : DpVariant{};
       sched::JobSpec vjob = job;
+      vjob.precision = precisions[static_cast<std::size_t>(k % n_precisions)];
       auto& d = vjob.data_parallel;
       d.algorithm = variant.algorithm;
       d.bucket_cap_mb = variant.bucket_cap_mb;
@@ -222,6 +233,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       }
       SearchCandidate cand;
       cand.recompute = recompute;
+      cand.precision = vjob.precision;
       cand.pp = c.pp;
       cand.dp = c.dp;
       cand.v = c.v;

@@ -82,6 +82,19 @@ TEST(MakeProfile, OversubscribedHostGivesDedicatedCoreTimes) {
   EXPECT_NEAR(t.stages[1].forward_ms, 3.0, 1e-9);
 }
 
+// Issue 33: the profile records the run's precision (fp32 unless the run said otherwise), which
+// `simulate --profile` checks against the job's.
+TEST(MakeProfile, RecordsThePrecision) {
+  const std::vector<RankRecord> records{rank(0, 0, {timed(f(0, 0), 0, 4)}),
+                                        rank(1, 0, {timed(f(1, 0), 2, 6)})};
+  EXPECT_EQ(make_profile(records, two_stages(), context()).precision, sched::Precision::kFp32);
+  ReportContext ctx = context();
+  ctx.precision = sched::Precision::kBf16;
+  const auto t = make_profile(records, two_stages(), ctx);
+  EXPECT_EQ(t.precision, sched::Precision::kBf16);
+  EXPECT_NE(sched::to_json(t).find("\"precision\": \"bf16\""), std::string::npos);
+}
+
 TEST(MakeProfile, EnoughCoresOrGpusKeepMeasuredTimes) {
   std::vector<RankRecord> records{rank(0, 2, {timed(f(0, 0), 0, 4)}),
                                   rank(1, 2, {timed(f(1, 0), 2, 6)})};

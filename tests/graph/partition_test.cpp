@@ -164,6 +164,26 @@ TEST(Partition, StageMemoryFollowsThe1F1BAssumption) {
   }
 }
 
+// Issue 33: bf16 / fp16 (activation_element_bytes 2) halve the activations and add autocast's
+// 16-bit parameter copy; parameters, gradients and optimizer state stay fp32. Round trips.
+TEST(Partition, SixteenBitActivationsAndTheAutocastCopy) {
+  const Model m = chain_model({1, 1, 1, 1}, {10, 10, 10, 10}, {6, 6, 6, 6});
+  PartitionOptions opt;
+  opt.stages = 4;
+  opt.method = PartitionMethod::kUniform;
+  opt.activation_element_bytes = 2;
+  const Partition part = partition_model(m, opt);
+  EXPECT_EQ(part.activation_element_bytes, 2);
+  for (int s = 0; s < 4; ++s) {
+    const StageInfo& st = part.graph.stages[static_cast<std::size_t>(s)];
+    EXPECT_EQ(st.memory_bytes, 10 * (1 + 1 + 2) + 5 + (4 - s) * 3);
+  }
+  EXPECT_EQ(parse_partition(to_json(part), "p.json"), part);
+  EXPECT_NE(to_json(part).find("\"activation_element_bytes\": 2"), std::string::npos);
+  opt.activation_element_bytes = 3;
+  EXPECT_THROW((void)partition_model(m, opt), ConfigError);
+}
+
 // Issue 22: with --recompute full a stage keeps its input per in-flight microbatch and one
 // microbatch's full activations, so a limit too small for 1F1B's in-flight activations fits.
 TEST(Partition, RecomputeMakesATightMemoryLimitFeasible) {

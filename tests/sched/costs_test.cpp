@@ -195,7 +195,7 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
       replace(corr_text, "\"rank_step_correlation\": 0.5", "\"rank_step_correlation\": 1.5"),
       "/rank_step_correlation");
   expect_error(replace(corr_text, "\"step_correlation\": 0.25", "\"step_correlation\": -0.25"),
-               "c.json:124:23: at /step_correlation: must be a finite number >= 0, got -0.25");
+               "c.json:125:23: at /step_correlation: must be a finite number >= 0, got -0.25");
 }
 
 TEST(Costs, FromPartitionSumsStagesAndKeepsParameterSizes) {

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/generators.hpp"
 
@@ -74,6 +77,38 @@ TEST(Search, GlobalBatchFixesMicrobatches) {
   const auto r = search(small_gpt(), Cluster{}, opt);
   ASSERT_FALSE(r.ranked.empty());
   for (const auto& c : r.ranked) EXPECT_EQ(c.microbatches * c.dp, 32);
+}
+
+// Each configuration at each precision: bf16 candidates hold other memory (16-bit activations,
+// autocast's parameter copy) and are described with their precision.
+TEST(Search, SearchesOverPrecision) {
+  SearchOptions opt;
+  opt.devices = 4;
+  opt.global_batch = 32;
+  opt.top_k = 100000;
+  const auto fp32 = search(small_gpt(), Cluster{}, opt);
+  opt.precisions = {sched::Precision::kFp32, sched::Precision::kBf16};
+  const auto both = search(small_gpt(), Cluster{}, opt);
+  EXPECT_EQ(both.enumerated, 2 * fp32.enumerated);
+  std::map<std::string, std::int64_t> peak;  // description without the precision -> fp32 peak
+  for (const auto& c : both.ranked)
+    if (c.precision == sched::Precision::kFp32) peak[describe(c)] = c.peak_memory_bytes;
+  int bf16 = 0, lower = 0;
+  for (const auto& c : both.ranked) {
+    if (c.precision != sched::Precision::kBf16) continue;
+    ++bf16;
+    const std::string d = describe(c);
+    const std::string suffix = " precision=bf16";
+    ASSERT_EQ(d.substr(d.size() - suffix.size()), suffix);
+    const auto it = peak.find(d.substr(0, d.size() - suffix.size()));
+    ASSERT_NE(it, peak.end()) << d;
+    // Half the activations, plus the autocast copy of the parameters: lower unless few
+    // activations are held (pp = 1 with many stages per rank).
+    EXPECT_NE(c.peak_memory_bytes, it->second) << d;
+    lower += c.peak_memory_bytes < it->second ? 1 : 0;
+  }
+  EXPECT_GT(bf16, 0);
+  EXPECT_GT(lower, 0);
 }
 
 TEST(Search, BadOptions) {

@@ -1,8 +1,8 @@
 # One memory model, one number (issue 34): for the same job, `run --dry-run` and `simulate
 # --model` print the same peak memory for every pipeline rank (both from sched::peak_memory,
 # Note [Memory model] in sched/memory.hpp). The grid: GPipe, 1F1B, Interleaved1F1B and
-# InterleavedZeroBubble at pp 2 and 4 on examples/gpt-small.json, with SGD, and with Adam, full
-# activation recompute and dp 2; and the job of the issue (1F1B p=4 m=8 b=16: rank 0 10.9 GiB,
+# InterleavedZeroBubble at pp 2 and 4 on examples/gpt-small.json, with SGD, with Adam, full
+# activation recompute and dp 2, and with AdamW in bf16 (issue 33, Note [Precision bytes]); and the job of the issue (1F1B p=4 m=8 b=16: rank 0 10.9 GiB,
 # where the dry run used to say 11.2 GiB).
 set(model "${PW_EXAMPLES}/gpt-small.json")
 
@@ -24,7 +24,8 @@ foreach(schedule GPipe 1F1B Interleaved1F1B InterleavedZeroBubble)
     set(v 2)
   endif()
   foreach(pp 2 4)
-    foreach(variant "--optimizer;sgd" "--optimizer;adam;--recompute;full;--dp;2")
+    foreach(variant "--optimizer;sgd" "--optimizer;adam;--recompute;full;--dp;2"
+                    "--optimizer;adamw;--precision;bf16;--dp;2")
       set(job --model "${model}" --schedule ${schedule} --pp ${pp} --stages-per-rank ${v}
               --microbatches 8 --batch-size 16 ${variant})
       execute_process(COMMAND ${PW_BIN} --log-level warn run ${job} --dataset sonnets

@@ -51,6 +51,7 @@ void run_compare(const CompareArgs& a) {
   const sched::CostTable costs = a.profile_file.empty()
                                      ? sim::costs_from_trace(measured, plan.shape.stages, a.options)
                                      : sched::load_costs(a.profile_file);
+  if (!a.profile_file.empty()) sched::check_profile_precision(costs, a.profile_file, job.precision);
   PW_CHECK(static_cast<std::int32_t>(costs.stages.size()) == plan.shape.stages, ConfigError,
            "plan/profile mismatch: " << plan_file << " has " << plan.shape.stages << " stages but "
                                      << a.profile_file << " has " << costs.stages.size());

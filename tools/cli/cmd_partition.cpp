@@ -17,6 +17,7 @@
 #include "pipewright/graph/layout.hpp"
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/graph/render.hpp"
+#include "pipewright/sched/training.hpp"
 
 namespace pipewright::cli {
 namespace {
@@ -28,6 +29,7 @@ struct PartitionArgs {
   std::string memory_limit;
   std::string in_flight = "1f1b";
   std::string recompute = "none";
+  std::string precision = "fp32";
   graph::PartitionOptions options;
   std::string output = "-";
   std::string layout;  // Megatron-Core layout string (graph/layout.hpp)
@@ -55,6 +57,8 @@ void run_partition(const PartitionArgs& args) {
   PW_CHECK(args.recompute == "none" || args.recompute == "full", ConfigError,
            "--recompute: partition takes none or full, got '" << args.recompute << "'");
   options.recompute = args.recompute == "full";
+  // Note [Stage memory]: bf16/fp16 keep 16-bit activations (and autocast's parameter copies).
+  options.activation_element_bytes = sched::element_bytes(sched::parse_precision(args.precision));
   const graph::Model model = graph::load_model(args.model);
   graph::Partition partition;
   if (!args.layout.empty()) {
@@ -77,7 +81,8 @@ void run_partition(const PartitionArgs& args) {
         s.index, s.nodes.size(), model.nodes[static_cast<std::size_t>(s.nodes.front())].name,
         model.nodes[static_cast<std::size_t>(s.nodes.back())].name, s.forward_ms, s.backward_ms,
         graph::human_bytes(s.memory_bytes), s.in_flight_microbatches,
-        partition.recompute ? ", recompute" : "", graph::human_bytes(s.output_bytes));
+        partition.recompute ? ", recompute" : "",
+        graph::human_bytes(s.output_bytes * options.activation_element_bytes / 4));
   }
   if (args.output != "-") spdlog::info("wrote {}", args.output);
 }
@@ -110,6 +115,10 @@ void setup_partition(CLI::App& app) {
   cmd->add_option("--recompute", args->recompute,
                   "none | full: every stage recomputes its activations in the backward, so it "
                   "keeps only its inputs per in-flight microbatch (docs/partitioning.md)")
+      ->capture_default_str();
+  cmd->add_option("--precision", args->precision,
+                  "fp32 | bf16 | fp16: activations (and autocast's parameter copies) at 16 bits "
+                  "under bf16/fp16; parameters, gradients and optimizer state stay fp32")
       ->capture_default_str();
   cmd->add_option("--optimizer-bytes-per-param-byte", args->options.optimizer_bytes_per_param_byte,
                   "optimizer state per parameter byte (Adam: 2)")

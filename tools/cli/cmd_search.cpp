@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/model.hpp"
 #include "pipewright/sched/schedule.hpp"
+#include "pipewright/sched/training.hpp"
 #include "pipewright/sim/cluster.hpp"
 #include "pipewright/sim/search.hpp"
 
@@ -41,6 +43,7 @@ struct SearchArgs {
   bool no_progress = false;
   bool progress = false;
   std::string recompute = "none";
+  std::vector<std::string> precisions = {"fp32"};
   std::string output = "-";
 };
 
@@ -55,8 +58,10 @@ std::string table(const sim::SearchResult& r) {
   os << line;
   int k = 0;
   for (const auto& c : r.ranked) {
-    const std::string dp = (c.dp > 1 ? sim::describe(c.dp_variant) : std::string("-")) +
-                           (c.recompute ? " +recompute" : "");
+    std::string dp = (c.dp > 1 ? sim::describe(c.dp_variant) : std::string("-")) +
+                     (c.recompute ? " +recompute" : "");
+    if (c.precision != sched::Precision::kFp32)
+      dp += " " + std::string(sched::to_string(c.precision));
     std::snprintf(line, sizeof line,
                   "%4d  %-22s %4d %4d %3d %5d  %-24s %12.3f %14.1f %7.1f%% %10.2f\n", ++k,
                   std::string(sched::to_string(c.schedule)).c_str(), c.pp, c.dp, c.v,
@@ -99,6 +104,7 @@ std::string to_json(const sim::SearchResult& r) {
                       {"bubble_fraction", c.bubble_fraction},
                       {"peak_memory_bytes", c.peak_memory_bytes},
                       {"recompute", c.recompute ? "full" : "none"},
+                      {"precision", std::string(sched::to_string(c.precision))},
                       {"description", sim::describe(c)}});
   }
   j["ranked"] = std::move(ranked);
@@ -125,6 +131,13 @@ void run_search(const SearchArgs& a) {
            "full), got '"
                << a.recompute << "'");
   opt.try_recompute = a.recompute == "auto";
+  for (const auto& p : a.precisions) {
+    const sched::Precision precision = sched::parse_precision(p);
+    PW_CHECK(
+        std::find(opt.precisions.begin(), opt.precisions.end(), precision) == opt.precisions.end(),
+        ConfigError, "--precision: " << p << " is listed twice");
+    opt.precisions.push_back(precision);
+  }
   PW_CHECK(a.top_k >= 1, ConfigError, "--top must be >= 1, got " << a.top_k);
   opt.top_k = a.top_k;
 
@@ -181,6 +194,12 @@ void setup_search(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--optimizer", a->optimizer, "sgd | adam | adamw (memory)")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  cmd->add_option("--precision", a->precisions,
+                  "precisions to try, e.g. fp32,bf16 (each configuration at each; bf16/fp16: "
+                  "16-bit activations and p2p messages, fp32 parameters, gradients and optimizer "
+                  "state)")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("-k,--top", a->top_k, "rows to print")->capture_default_str();
   cmd->add_option("-f,--format", a->format, "text (a table) | json")

@@ -97,6 +97,19 @@ void write_report(const SimulateArgs& a, const std::string& description,
   if (a.report_out != "-") spdlog::info("wrote {}", a.report_out);
 }
 
+// "precision bf16 (activations and p2p messages 16-bit; fp32 master weights, gradients and
+// optimizer state); DP reduce fp32": what Note [Precision bytes] (sched/memory.hpp) models.
+std::string describe_precision(const sched::JobSpec& job) {
+  std::string out = "precision " + std::string(sched::to_string(job.precision));
+  if (job.precision != sched::Precision::kFp32)
+    out +=
+        " (activations and p2p messages 16-bit; fp32 master weights, gradients and optimizer "
+        "state; autocast weight copies)";
+  if (job.dp > 1)
+    out += "; DP reduce " + std::string(sched::to_string(job.reduce_dtype_or_default()));
+  return out;
+}
+
 void run_simulate(const SimulateArgs& a) {
   ResolvedJob resolved = resolve_job(a.job, a.plan_file);
   const sched::JobSpec& job = resolved.job;
@@ -113,9 +126,12 @@ void run_simulate(const SimulateArgs& a) {
   sources.what_if.output_bytes = parse_size(a.output_bytes, "--output-bytes", 0);
   sources.model = model ? &*model : nullptr;
   sources.partition = partition ? &*partition : nullptr;
+  sources.precision = job.precision;
   // A report on a measured run may take its costs from the trace itself (as `compare` does).
-  if (sources.given() == 0 && measured)
+  if (sources.given() == 0 && measured) {
     sources.table = sim::costs_from_trace(*measured, plan.shape.stages, a.compare);
+    sources.table->precision = job.precision;  // measured by the run the flags describe
+  }
   const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
 
   sim::Cluster cluster;
@@ -154,6 +170,7 @@ void run_simulate(const SimulateArgs& a) {
     appendf(text, "%s: %d ranks x dp %d, %d stages, %d microbatches, %d step(s)\n",
             result.schedule.c_str(), result.ranks, result.dp, result.stages, result.microbatches,
             result.steps);
+    appendf(text, "%s\n", describe_precision(job).c_str());
     appendf(text, "makespan %.3f ms, bubble %.2f%%", static_cast<double>(result.makespan_ns) / 1e6,
             100 * result.bubble_fraction());
     if (result.micro_batch_size > 0)

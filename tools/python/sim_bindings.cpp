@@ -98,6 +98,8 @@ py::tuple simulate(const SimArgs& a) {
   sim::CostSources sources = a.costs;
   sources.partition = partition ? &*partition : nullptr;
   const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
+  // No precision argument here: a profile is simulated at the precision it was measured at.
+  job.precision = costs.precision;
   sim::Cluster cluster;
   if (!a.cluster.empty()) {
     cluster = a.cluster.front() == '{' ? sim::parse_cluster(a.cluster, "cluster")

@@ -256,6 +256,7 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   std::map<TransferKey, std::pair<const TimedAction*, const TimedAction*>> transfers;
   sched::CostTable table;
   table.source = "executor";
+  table.precision = ctx.precision;  // its times and activation bytes are this precision's
   table.stages.resize(static_cast<std::size_t>(stages));
   for (int s = 0; s < stages; ++s) table.stages[static_cast<std::size_t>(s)].stage = s;
   const Sharing sharing(records);

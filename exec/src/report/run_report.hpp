@@ -124,6 +124,9 @@ struct ReportContext {
   // Whether the backend moves point-to-point bytes on a progress thread of its own (Gloo) rather
   // than in the ranks' polls (MPI): the profile's p2p_uses_core.
   bool p2p_uses_core = true;
+  // The run's --precision (RunConfig's JobSpec::precision): the profile records it, so that
+  // `simulate --profile` refuses to reuse it for another precision (sched::check_profile_precision).
+  sched::Precision precision = sched::Precision::kFp32;
 };
 
 // (producer stage, consumer stage, microbatch, backward?, step, replica) of a transfer: the same

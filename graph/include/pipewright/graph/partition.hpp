@@ -19,6 +19,10 @@
 //   [Recompute]): param_bytes * (...) + in_flight(s) * input_bytes + activation_bytes, where
 //   input_bytes is the bytes of the values the stage receives from other stages (the model
 //   input is the data loader's and not counted).
+//   Mixed precision (`partition --precision bf16|fp16`, sched/memory.hpp Note [Precision
+//   bytes]): activation_element_bytes = 2 scales activation and input bytes (model estimates
+//   are fp32) by 2 / 4 and adds autocast's 16-bit parameter copies, param_bytes * 2 / 4;
+//   parameters, gradients and optimizer state stay fp32.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +53,9 @@ struct PartitionOptions {
   std::optional<int> in_flight_microbatches;
   // Every stage recomputes its activations in the backward (Note [Stage memory]).
   bool recompute = false;
+  // Bytes per element of activations under the job's precision: 4 (fp32) or 2 (bf16 / fp16
+  // autocast; Note [Stage memory]).
+  int activation_element_bytes = 4;
 };
 
 struct Partition {
@@ -63,6 +70,7 @@ struct Partition {
   std::optional<int> in_flight_microbatches;
   std::optional<std::int64_t> memory_limit_bytes;
   bool recompute = false;
+  int activation_element_bytes = 4;
 
   [[nodiscard]] int num_stages() const noexcept { return static_cast<int>(graph.stages.size()); }
   // The slowest stage's forward_ms + backward_ms.
@@ -74,7 +82,8 @@ struct Partition {
            a.gradient_bytes_per_param_byte == b.gradient_bytes_per_param_byte &&
            a.optimizer_bytes_per_param_byte == b.optimizer_bytes_per_param_byte &&
            a.in_flight_microbatches == b.in_flight_microbatches &&
-           a.memory_limit_bytes == b.memory_limit_bytes && a.recompute == b.recompute;
+           a.memory_limit_bytes == b.memory_limit_bytes && a.recompute == b.recompute &&
+           a.activation_element_bytes == b.activation_element_bytes;
   }
 };
 

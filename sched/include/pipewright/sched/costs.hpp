@@ -6,7 +6,7 @@
 // graph/ partitions (costs_from_partition), so every cost input ends up in this one type.
 //
 // JSON form (docs/simulator.md has the full description):
-//   {"format": "pipewright-profile", "version": 1, "source": "executor",
+//   {"format": "pipewright-profile", "version": 1, "source": "executor", "precision": "bf16",
 //    "compute_overhead_ms": 0, "comm_overhead_ms": 0.3, "runtime_memory_bytes": 0,
 //    "cores_per_node": 2, "p2p_uses_core": true,                         (optional)
 //    "stages": [{"stage": 0, "forward_ms": 1.5, "backward_ms": 3.0,
@@ -27,6 +27,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "pipewright/sched/training.hpp"
 
 namespace pipewright::graph {
 struct Model;
@@ -124,6 +126,11 @@ struct RankPeakMemory {
 
 struct CostTable {
   std::string source = "custom";  // "executor", "model", "cli", "custom"
+  // The precision (`run --precision`) whose run the times and the activation and message bytes
+  // describe: executor profiles record the run's (JSON key "precision"; files without it are
+  // fp32); model estimates and what-if numbers are fp32. Parameter bytes are always the fp32
+  // master weights'. Note [Precision bytes] in sched/memory.hpp.
+  Precision precision = Precision::kFp32;
   // Fixed overhead added to every compute action (launch, Python-free dispatch...), ms.
   double compute_overhead_ms = 0;
   // Compute-stream time of posting and completing one batch of point-to-point operations (a
@@ -158,7 +165,8 @@ struct CostTable {
   std::vector<RankPeakMemory> peak_memory;  // measured, executor profiles only
 
   friend bool operator==(const CostTable& a, const CostTable& b) noexcept {
-    return a.source == b.source && a.compute_overhead_ms == b.compute_overhead_ms &&
+    return a.source == b.source && a.precision == b.precision &&
+           a.compute_overhead_ms == b.compute_overhead_ms &&
            a.comm_overhead_ms == b.comm_overhead_ms &&
            a.runtime_memory_bytes == b.runtime_memory_bytes &&
            a.cores_per_node == b.cores_per_node && a.p2p_uses_core == b.p2p_uses_core &&
@@ -178,6 +186,13 @@ void validate(const CostTable& table, std::string_view origin = "cost table");
 [[nodiscard]] CostTable load_costs(const std::string& path);
 // Deterministic JSON (sorted keys, two-space indent, trailing newline).
 [[nodiscard]] std::string to_json(const CostTable& table);
+
+// Refuses a profile file measured at another precision than the job's: its compute times and
+// activation bytes belong to that precision (a file without "precision" is fp32). Throws
+// ConfigError naming `origin` (the profile file) and both precisions. Commands call it on every
+// profile they read; model estimates and what-if numbers are not profiles and are scaled instead
+// (Note [Precision bytes] in sched/memory.hpp).
+void check_profile_precision(const CostTable& table, std::string_view origin, Precision job);
 
 // Stage costs of a partition (the model's estimates): StageInfo sums, plus per-node parameter
 // sizes (registration order = node order within the stage) for DDP bucketing. One stage per

@@ -17,14 +17,27 @@
 // and, changing with its compute actions (MemoryModel::change), activations: an F adds the
 // stage's kept bytes (its activation_bytes) when it starts, held until the microbatch's B ends
 // (or its W, after an I).
-//   peak = runtime + static + the largest sum of activations over the rank's actions in plan
-//          order.
+//   peak = runtime + static + autocast cache (bf16/fp16 only, Note [Precision bytes]) + the
+//          largest sum of activations over the rank's actions in plan order.
 // Every F's activations are freed within its step, so one step's peak is every step's.
 //
 // Note [Recompute]: a recomputed stage (JobSpec::recompute) keeps only its inputs (the output
 // bytes of the stages that feed it; the first stage's input batch is the data loader's) from F
 // to its backward, and its full activations only during the B (or from I to the end of W) that
 // recomputes them.
+//
+// Note [Precision bytes]: under --precision bf16 or fp16 (autocast with fp32 master weights, as
+// torch.autocast and Megatron's --bf16 do) the parameters, their gradients and the optimizer
+// state stay fp32; the activations a forward keeps for its backward and the tensors that cross
+// stage boundaries (p2p messages) are 16-bit, so a cost table's activation and output bytes are
+// scaled by element_bytes(job) / element_bytes(table) (bytes_at_precision: model estimates and
+// what-if numbers are fp32, executor profiles carry their run's precision). Autocast also caches
+// a 16-bit copy of every parameter a matmul uses (params x element_bytes / 4 per stage, all
+// parameters counted), alive while any microbatch's activations are: the model holds it for the
+// whole step (RankMemory::autocast_cache_bytes), which is what it holds at the peak. Integer
+// tensors (token ids) are scaled too: the model's kept bytes do not separate them. The
+// data-parallel reduction's dtype (JobSpec::reduce_dtype) and the fp16 loss-scale all-reduce (one
+// scalar) change no memory.
 //
 // Note [Forward-only memory]: an inference plan frees a forward's activations when the forward
 // ends and holds no gradients or optimizer state (static = parameters).
@@ -37,6 +50,7 @@
 #include "pipewright/sched/costs.hpp"
 #include "pipewright/sched/job.hpp"
 #include "pipewright/sched/plan.hpp"
+#include "pipewright/sched/training.hpp"
 
 namespace pipewright::sched {
 
@@ -49,6 +63,7 @@ struct MemoryOptions {
   Optimizer optimizer = Optimizer::kSgd;
   double momentum = 0.0;
   RecomputeSpec recompute;
+  Precision precision = Precision::kFp32;  // Note [Precision bytes]
 };
 [[nodiscard]] MemoryOptions memory_options(const JobSpec& job);
 
@@ -70,6 +85,9 @@ class MemoryModel {
   // Parameters, gradients and optimizer state of the stages on pipeline rank `rank`.
   [[nodiscard]] std::int64_t static_bytes(std::int32_t rank) const;
   [[nodiscard]] std::int64_t runtime_bytes() const noexcept { return runtime_bytes_; }
+  // Autocast's 16-bit parameter copies of the stages on pipeline rank `rank` (0 in fp32; Note
+  // [Precision bytes]).
+  [[nodiscard]] std::int64_t autocast_cache_bytes(std::int32_t rank) const;
   // The change a compute action of plan stage `stage` makes (all zero for other kinds).
   [[nodiscard]] MemoryChange change(ActionKind kind, std::int32_t stage) const noexcept;
 
@@ -78,18 +96,21 @@ class MemoryModel {
   std::vector<std::int64_t> param_bytes_, kept_bytes_, recompute_bytes_;  // per plan stage
   double state_factor_ = 0.0;
   std::int64_t runtime_bytes_ = 0;
+  Precision precision_ = Precision::kFp32;
 };
 
 struct RankMemory {
   std::int32_t rank = 0;
   std::int64_t static_bytes = 0;
   std::int64_t runtime_bytes = 0;
+  std::int64_t autocast_cache_bytes = 0;  // Note [Precision bytes]; 0 in fp32
   std::int64_t peak_activation_bytes = 0;
   std::int32_t peak_activation_microbatches = 0;
-  std::int64_t peak_bytes = 0;  // runtime + static + peak activation
+  std::int64_t peak_bytes = 0;  // runtime + static + autocast cache + peak activation
   friend bool operator==(const RankMemory& a, const RankMemory& b) noexcept {
     return a.rank == b.rank && a.static_bytes == b.static_bytes &&
            a.runtime_bytes == b.runtime_bytes &&
+           a.autocast_cache_bytes == b.autocast_cache_bytes &&
            a.peak_activation_bytes == b.peak_activation_bytes &&
            a.peak_activation_microbatches == b.peak_activation_microbatches &&
            a.peak_bytes == b.peak_bytes;

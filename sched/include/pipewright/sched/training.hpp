@@ -21,6 +21,11 @@ enum class Precision : std::uint8_t { kFp32, kBf16, kFp16 };
 [[nodiscard]] std::string_view to_string(Precision precision) noexcept;
 // Bytes of one element: 4 for fp32, 2 for bf16 and fp16.
 [[nodiscard]] int element_bytes(Precision precision) noexcept;
+// `bytes` of floating-point tensors held or sent at precision `from`, as the same tensors at
+// precision `to` (bytes x element_bytes(to) / element_bytes(from)): Note [Precision bytes] in
+// sched/memory.hpp.
+[[nodiscard]] std::int64_t bytes_at_precision(std::int64_t bytes, Precision from,
+                                              Precision to) noexcept;
 
 // Megatron's --lr-decay-style.
 enum class LrDecayStyle : std::uint8_t { kConstant, kLinear, kCosine };

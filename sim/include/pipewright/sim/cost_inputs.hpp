@@ -42,6 +42,8 @@ struct CostSources {
   std::string profile_path;
   std::optional<sched::CostTable> table;
   std::optional<double> compute_overhead_ms;  // replaces the source's compute_overhead_ms
+  // The job's precision: a profile measured at another is refused (check_profile_precision).
+  std::optional<sched::Precision> precision;
   // How many of the sources are given (what-if, model, profile, table).
   [[nodiscard]] int given() const noexcept;
 };
@@ -49,7 +51,9 @@ struct CostSources {
 // The stage costs of a plan of `shape` from the one source given: the profile as read, the
 // partition's estimates (sched::costs_from_partition), the table, or the what-if numbers for
 // each model stage (Chimera's replicas share their model stage's costs: replica_costs). Throws
-// ConfigError unless exactly one source is given, and what the source's reader throws.
+// ConfigError unless exactly one source is given, or a profile measured at another precision than
+// `sources.precision`, and what the source's reader throws. Byte figures stay at the table's
+// precision (CostTable::precision); the memory model and the simulator scale them to the job's.
 [[nodiscard]] sched::CostTable stage_costs(const CostSources& sources,
                                            const sched::PlanShape& shape);
 
@@ -67,8 +71,9 @@ namespace pipewright::sim {
 // (p10/p90) keep the relative spread of the source stages, weighted by their share. Other byte
 // sizes come from `to` (sched::costs_from_partition); first stages' I and W follow Note [Input
 // gradients of first stages] (sim/src/cost_inputs.cpp). p2p, comm_overhead_ms,
-// compute_overhead_ms, runtime_memory_bytes, cores_per_node, p2p_uses_core and the correlations
-// are copied from the profile; measured peak memory is dropped (it belonged to other ranks). Throws
+// compute_overhead_ms, runtime_memory_bytes, cores_per_node, p2p_uses_core, the correlations
+// and the precision are copied from the profile (the model's message sizes scaled to that
+// precision); measured peak memory is dropped (it belonged to other ranks). Throws
 // InvalidGraphError when a partition does not belong to `model`, ConfigError when the profile's
 // stage count differs from `from`.
 [[nodiscard]] sched::CostTable transfer_profile(const graph::Model& model,

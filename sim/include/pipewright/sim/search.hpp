@@ -1,5 +1,5 @@
 // Configuration search: enumerates pipeline ranks x data-parallel replicas x stages per rank x
-// microbatches x schedule x data-parallel algorithm for a model on a cluster, partitions with
+// microbatches x schedule x data-parallel algorithm x precision for a model on a cluster, partitions with
 // graph/, simulates each, drops those that do not fit memory and ranks the rest by throughput.
 #pragma once
 
@@ -44,6 +44,10 @@ struct SearchOptions {
   // stage (--recompute full); when that fits it is ranked, marked recompute (issue 22; `search
   // --recompute`). The re-simulations count in `simulated`.
   bool try_recompute = false;
+  // Precisions to try (`search --precision fp32,bf16`): each configuration is simulated at each
+  // (memory and message bytes by dtype, Note [Precision bytes] in sched/memory.hpp; compute
+  // times are the model's in every precision). Empty = fp32 only.
+  std::vector<sched::Precision> precisions;
 };
 
 // DDP with 1, 25 and 100 MiB buckets, LocalSGD averaging every 2 steps, SlowMo (LocalSGD every 2
@@ -64,6 +68,7 @@ struct SearchCandidate {
   std::int64_t peak_memory_bytes = 0;  // max over ranks
   bool fits_memory = true;
   bool recompute = false;  // fits only with --recompute full
+  sched::Precision precision = sched::Precision::kFp32;
 };
 
 struct SearchResult {
@@ -85,7 +90,8 @@ struct SearchResult {
 // "ddp(25MB)", "localsgd(every 2)", "slowmo(avg 2, slow 4)".
 [[nodiscard]] std::string describe(const DpVariant& variant);
 // "1F1B pp=4 dp=2 v=1 m=8 ddp(25MB)" ("-" for the DP algorithm when dp == 1), with
-// " recompute=full" when the candidate fits only with recompute.
+// " recompute=full" when the candidate fits only with recompute and " precision=bf16" when it is
+// not fp32.
 [[nodiscard]] std::string describe(const SearchCandidate& candidate);
 
 }  // namespace pipewright::sim

@@ -54,6 +54,11 @@ struct DataParallelOptions {
   // SlowMo's base: kLocalSgd (average every localsgd_frequency steps) or kSgp (every step, each
   // replica sends its parameters to one peer, as --dp-algorithm sgp does).
   DpAlgorithm slowmo_base = DpAlgorithm::kLocalSgd;
+  // Element type of gradient reductions on the wire (sched::JobSpec::reduce_dtype, torch
+  // MixedPrecision's reduce_dtype): DDP buckets, Chimera's replica all-reduce and DiLoCo's outer
+  // all-reduce of pseudo-gradients send element_bytes(reduce_dtype) / 4 of the fp32 gradient
+  // bytes. Parameter averaging (LocalSGD, SlowMo, SGP) moves the fp32 master weights.
+  sched::Precision reduce_dtype = sched::Precision::kFp32;
 };
 
 struct SimOptions {
@@ -91,10 +96,15 @@ struct SimOptions {
   // microbatch are live again (until the end of B, or of W after an I). Note [Recompute] in
   // sched/memory.hpp. Costs are taken as measured without recompute.
   sched::RecomputeSpec recompute;
+  // The job's precision (sched::JobSpec::precision): activation memory and p2p message bytes at
+  // it, plus autocast's parameter copies (Note [Precision bytes] in sched/memory.hpp). Compute
+  // times are the cost table's as given (a profile measured at this precision has its times).
+  sched::Precision precision = sched::Precision::kFp32;
 };
 
 // The simulator's options for a job: replicas, data-parallel algorithm and its options, steps,
-// optimizer, and the micro-batch size (batch_size / microbatches; 0 when the job has no batch).
+// optimizer, precision and reduce dtype, and the micro-batch size (batch_size / microbatches; 0
+// when the job has no batch).
 [[nodiscard]] SimOptions sim_options(const sched::JobSpec& job);
 
 inline constexpr int kReplaySlots = 5;
@@ -143,6 +153,8 @@ struct RankResult {
   std::int64_t dp_comm_ns = 0;     // DDP / LocalSGD / SlowMo communication (overlapped or not)
   std::int64_t dp_exposed_ns = 0;  // of which the compute stream waited for
   std::int64_t static_memory_bytes = 0;  // params + grads + optimizer state
+  // bf16/fp16: autocast's 16-bit parameter copies (Note [Precision bytes] in sched/memory.hpp)
+  std::int64_t autocast_cache_bytes = 0;
   std::int64_t peak_activation_bytes = 0;
   std::int32_t peak_activation_microbatches = 0;
   std::int64_t peak_memory_bytes = 0;
