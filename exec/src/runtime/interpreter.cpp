@@ -323,16 +323,16 @@ void Interpreter::await_receives(const Action* consumer, std::int64_t step) {
     }
     awaiting_.clear();
   } else {
-    auto it = awaiting_.find({consumer->stage, consumer->microbatch,
-                              consumer->kind != ActionKind::kForward});
+    auto it = awaiting_.find(
+        {consumer->stage, consumer->microbatch, consumer->kind != ActionKind::kForward});
     if (it == awaiting_.end()) return;
     due = std::move(it->second);
     awaiting_.erase(it);
   }
   for (auto& w : due) {
     ActionTiming timing{w.action, step, options_.record_timings ? now_ns() : 0, 0, 0};
-    with_context("rank " + std::to_string(options_.world_rank) + ": " +
-                     sched::to_string(w.action) + " (step " + std::to_string(step) + ")",
+    with_context("rank " + std::to_string(options_.world_rank) + ": " + sched::to_string(w.action) +
+                     " (step " + std::to_string(step) + ")",
                  [&] { w.finish(&timing); });
     if (options_.record_timings) {
       timing.end_ns = now_ns();
