@@ -53,7 +53,7 @@ pw_run() {
 }
 field() { grep -E '^\[rank 0\].*data-parallel' | sed -E "s/.* ([0-9.e+]+) $1.*/\\1/"; }
 
-echo "torch $("$py" -c 'import torch; print(torch.__version__)'), $("$bin" --version | head -1), $(nproc) cores"
+echo "torch $("$py" -c 'import torch; print(torch.__version__)'), $("$bin" --version | head -1), $(getconf _NPROCESSORS_ONLN) cores"
 printf '%-4s %14s %14s %8s %10s %14s %10s %6s\n' dp pipewright_ms torch_ms ratio hidden \
   pw_gloo_tcp_ms ratio_tcp load
 for dp in $dps; do

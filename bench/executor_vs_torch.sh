@@ -22,7 +22,9 @@
 # load average before each run, and each side's bubble bound: `pipewright simulate` of the plan
 # from that run's own per-action medians (pipewright: its --profile; torch: the F/B/I/W/optimizer
 # medians its stages measured, put into the same profile) with free communication (no message
-# time, no batch overhead), efficiency = bound / measured step. The summary is the median over
+# time, no batch overhead), efficiency = bound / measured step; and `pipewright compare`'s error
+# on the pipewright run (its prediction from its own profile, default receive model, against the
+# measured median step). The summary is the median over
 # rounds. Default: 4 rounds, 25 steps (warm-up 5), both sizes, GPipe 1F1B Interleaved1F1B
 # ZBVZeroBubble DualPipeV. --quick: 1 round, 8 steps (warm-up 3), the small size.
 set -euo pipefail
@@ -58,7 +60,7 @@ m=8 batch=32 lr=0.05
 load() { cut -d' ' -f1 /proc/loadavg; }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 v_of() { case "$1" in Interleaved1F1B|ZBVZeroBubble|DualPipeV) echo 2 ;; *) echo 1 ;; esac; }
-echo "torch $("$py" -c 'import torch; print(torch.__version__)'), $("$pw" --version | head -1), $(nproc) cores, load $(load)"
+echo "torch $("$py" -c 'import torch; print(torch.__version__)'), $("$pw" --version | head -1) ($pw), $(getconf _NPROCESSORS_ONLN) cores, load $(load)"
 
 # Bubble bound: the plan simulated from a profile with free communication (no p2p time, no batch
 # overhead); with torch's medians (TIMES) in place of the profile's stage times when given.
@@ -101,8 +103,14 @@ PY
         --init "$d/model/init.safetensors" --schedule "$sched" --pp 2 --stages-per-rank "$v" \
         --microbatches "$m" --batch-size "$batch" --steps "$steps" --loss cross-entropy \
         --optimizer sgd --lr "$lr" --data-x "$d/x.npy" --data-y "$d/y.npy" --no-shuffle \
-        --timeout 600 --profile "$pre.profile.json" --warmup-steps "$warmup" >"$pre.pw.log" 2>&1 ||
-        { cat "$pre.pw.log"; exit 1; }
+        --timeout 600 --profile "$pre.profile.json" --warmup-steps "$warmup" \
+        --trace "$pre.trace.json" >"$pre.pw.log" 2>&1 || { cat "$pre.pw.log"; exit 1; }
+      # The simulator's prediction of this run from its own profile (default receive model).
+      "$pw" --log-level warn schedule "$sched" -p 2 -m "$m" -v "$v" -o "$pre.plan.csv"
+      "$pw" --log-level warn compare --optimizer sgd --plan "$pre.plan.csv" \
+        --measured "$pre.trace.json" --profile "$pre.profile.json" --warmup-steps "$warmup" \
+        --metrics "$pre.compare.json" >/dev/null
+      cmp_err="$("$py" -c 'import json, sys; c = json.load(open(sys.argv[1])); print(100 * (c["predicted_step_ms"] - c["measured_step_ms"]) / c["measured_step_ms"])' "$pre.compare.json")"
       load_torch="$(load)"
       "$py" "$root/bench/executor_vs_torch.py" --module "$root/bench/executor_vs_torch_model.py:gpt_$size" \
         --init "$d/model/init.safetensors" --partition "$d/part$v.json" --schedule "$sched" --pp 2 \
@@ -116,24 +124,24 @@ PY
       torch_loss="$(awk '$1 == "torch" && $3 == 1 {print $5}' "$pre.torch.log")"
       pw_bound="$(bound "$sched" "$pre.profile.json")"
       torch_bound="$(bound "$sched" "$pre.profile.json" "$pre.torch_times.json")"
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$sched" "$r" "$pw_ms" \
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$sched" "$r" "$pw_ms" \
         "$torch_ms" "$pw_bound" "$torch_bound" "$load_pw" "$load_torch" "$pw_loss" \
-        "$torch_loss" >>"$results"
-      awk -F'\t' 'END {printf "round %s %-5s %-16s pipewright %9.2f ms torch %9.2f ms ratio %.3f | bound %.2f / %.2f ms | load %s / %s | step-1 loss %s / %s\n", $3, $1, $2, $4, $5, $4 / $5, $6, $7, $8, $9, $10, $11}' "$results"
+        "$torch_loss" "$cmp_err" >>"$results"
+      awk -F'\t' 'END {printf "round %s %-5s %-16s pipewright %9.2f ms torch %9.2f ms ratio %.3f | bound %.2f / %.2f ms | compare %+.1f%% | load %s / %s | step-1 loss %s / %s\n", $3, $1, $2, $4, $5, $4 / $5, $6, $7, $12, $8, $9, $10, $11}' "$results"
     done
   done
 done
 
 echo
 echo "medians over $rounds round(s) of the steps after $warmup of $steps; efficiency = bubble bound / step"
-printf '%-5s %-16s %12s %12s %7s %9s %9s %11s\n' size schedule pipewright_ms torch_ms ratio pw_eff torch_eff load
+printf '%-5s %-16s %12s %12s %7s %9s %9s %9s %6s\n' size schedule pipewright_ms torch_ms ratio pw_eff torch_eff compare load
 for size in $sizes; do
   for sched in $schedules; do
     awk -F'\t' -v s="$size" -v k="$sched" '$1 == s && $2 == k' "$results" >"$work/sel.tsv"
     col() { cut -f"$1" "$work/sel.tsv" | median; }
-    pw_ms="$(col 4)" torch_ms="$(col 5)" pb="$(col 6)" tb="$(col 7)"
+    pw_ms="$(col 4)" torch_ms="$(col 5)" pb="$(col 6)" tb="$(col 7)" ce="$(col 12)"
     l="$(cut -f8,9 "$work/sel.tsv" | tr '\t' '\n' | median)"
     awk -v s="$size" -v k="$sched" -v a="$pw_ms" -v b="$torch_ms" -v pb="$pb" -v tb="$tb" -v l="$l" \
-      'BEGIN {printf "%-5s %-16s %12.2f %12.2f %7.3f %8.1f%% %8.1f%% %11s\n", s, k, a, b, a / b, 100 * pb / a, 100 * tb / b, l}'
+      -v ce="$ce" 'BEGIN {printf "%-5s %-16s %12.2f %12.2f %7.3f %8.1f%% %8.1f%% %+8.1f%% %6.2f\n", s, k, a, b, a / b, 100 * pb / a, 100 * tb / b, ce, l}'
   done
 done
