@@ -107,7 +107,7 @@ for backend in $backends; do
           fi
           "$pw" --log-level warn transfer-profile --model "$work/model.json" --from "$work/part2.json" \
             --profile "$ref.profile.json" --to "$work/part$((p * v)).json" -o "$pre.xfer.json"
-          "$pw" --log-level warn simulate "$pre.plan.csv" --optimizer adamw --recv blocking \
+          "$pw" --log-level warn simulate "$pre.plan.csv" --optimizer adamw --recv posted \
             --profile "$pre.xfer.json" --cluster "$cal" --sampled-steps 31 --metrics "$pre.xfer.metrics.json" >"$pre.xfer.txt"
           run "$backend" "$sched" "$p" "$v" "$m" "$pre"
           "$pw" --log-level warn compare --optimizer adamw --plan "$pre.plan.csv" --measured "$pre.trace.json" \

@@ -79,7 +79,7 @@ for sched in GPipe 1F1B; do
     # Simulated: the plan with the profile's compute costs, every message and all-reduce priced by
     # the calibrated cluster (blocking receives, as the executor does).
     "$pw" --log-level warn simulate "$pre.plan.csv" \
-      --dp "$dp" --microbatches "$m" --optimizer adamw --recv blocking --profile "$pre.noP2p.json" \
+      --dp "$dp" --microbatches "$m" --optimizer adamw --recv posted --profile "$pre.noP2p.json" \
       --cluster "$work/cluster.$p.json" --bucket-cap-mb 25 --sampled-steps 31 > "$pre.sim.txt"
     "$py" - "$pre.log.0" "$pre.sim.txt" "$sched" "$p" "$dp" "$warmup" <<'PY'
 import re, statistics, sys

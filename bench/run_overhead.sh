@@ -35,7 +35,7 @@ for spec in GPipe:1 1F1B:1 Interleaved1F1B:2; do
     # The run's own profile, lowered as the run lowers it (REDUCE_GRAD + OPTIM), the median step
     # of 31 steps with durations drawn from the measured distributions (docs/simulator.md).
     simulated=$("$pw" --log-level warn simulate --schedule "$sched" --pp "$p" --microbatches "$m" \
-      --stages-per-rank "$v" --optimizer adamw --recv blocking --profile "$prof" --sampled-steps 31 |
+      --stages-per-rank "$v" --optimizer adamw --recv posted --profile "$prof" --sampled-steps 31 |
       sed -n 's/^median step over [0-9]* steps with sampled durations: \([0-9.]*\) ms$/\1/p')
     ratio=$(awk -v a="$measured" -v b="$simulated" 'BEGIN {printf "%.3f", a / b}')
     printf "%-16s %2s %2s %2s %12.2f %12.2f %8s\n" "$sched" "$p" "$v" "$m" "$measured" \

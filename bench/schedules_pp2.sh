@@ -3,7 +3,7 @@
 # simulated side by side. Each schedule runs for real (`run` under `launch --nproc 2`, Gloo, local
 # processes; median step time after --warmup-steps from the run's "step N/M ... step X ms" lines)
 # with --profile; the simulated column replays that run's own profile (`simulate --profile
-# --sampled-steps 31 --recv blocking`, as bench/run_overhead.sh does), and ratio = measured /
+# --sampled-steps 31 --recv posted`, as bench/run_overhead.sh does), and ratio = measured /
 # simulated. The analytical column is `simulate --model` from the model's analytical costs (the
 # tiny model's steps are microseconds there: only the ratios between rows mean something).
 # ZBVZeroBubble and InterleavedZeroBubble hold 4 stages (2 per rank), 1F1B 2; the model is the
@@ -39,7 +39,7 @@ measure_and_replay() {
   measured=$(grep -o "step [0-9]*/[0-9]* loss [^ ]* step [0-9.]* ms" "$log" |
     awk -v w="$warmup" '{split($2, s, "/"); if (s[1] > w) print $6}' | median)
   simulated=$("$pw" --log-level warn simulate --schedule "$sched" --pp 2 --stages-per-rank "$v" \
-    --microbatches "$m" --optimizer adamw --recv blocking --profile "$prof" --sampled-steps 31 |
+    --microbatches "$m" --optimizer adamw --recv posted --profile "$prof" --sampled-steps 31 |
     sed -n 's/^median step over [0-9]* steps with sampled durations: \([0-9.]*\) ms$/\1/p')
   echo "$measured $simulated"
 }

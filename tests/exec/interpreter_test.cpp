@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 #include <map>
 
+#include <algorithm>
+#include <chrono>
 #include <exception>
 #include <limits>
 #include <map>
@@ -349,6 +351,133 @@ TEST(Interpreter, SkipEdgeDag) {
   EXPECT_LE(max_diff(pre.weights, want), 1e-5);
 }
 
+// The last of two stages (layer 1, loss on its output), for tests that play rank 0 by hand.
+std::vector<StageSetup> last_stage(const Weights& init) {
+  StageSetup st;
+  st.stage = 1;
+  st.body = std::make_shared<LayerBody>(init.w[1], init.b[1], false, false);
+  st.inputs = {InputSource{0, 0}};
+  st.consumers.resize(1);
+  st.loss_output = 0;
+  std::vector<StageSetup> setups;
+  setups.push_back(std::move(st));
+  return setups;
+}
+
+// Tag of a message between stage 0 and stage 1 of a 2-stage, 2-microbatch plan (see
+// Interpreter::tag): direction 0 activation, 1 gradient, 2 start-up shapes.
+std::int64_t stage01_tag(int direction, int mb) {
+  return ((((0 * 2 + 1) * 3 + direction) * 2 + mb) * 16);
+}
+
+// Stage 0's start-up shape message to stage 1: one float tensor [2, kWidth].
+void send_shapes(Communicator& rank0) {
+  auto header = torch::zeros({64}, torch::kLong);
+  auto* h = header.data_ptr<std::int64_t>();
+  h[0] = 1;
+  h[1] = static_cast<std::int64_t>(torch::kFloat);
+  h[2] = 2;
+  h[3] = 2;
+  h[4] = kWidth;
+  rank0.send(BufferView{header.data_ptr(), 64, DType::kInt64, {}}, 1, stage01_tag(2, 0), {})
+      ->wait(std::chrono::milliseconds(1000));
+}
+
+// Note [Receives wait at their consumer]: rank 1's plan lists RECV_F of microbatch 1 before
+// F of microbatch 0 (as lowered plans place receives early). Rank 0 (played by this thread)
+// sends microbatch 1 late. With pre-posted receives F(0) runs before that data arrives and the
+// wait is recorded as the RECV, right before F(1); posted at the action, the RECV blocks F(0).
+TEST(Interpreter, LateReceiveDoesNotDelayReadyCompute) {
+  torch::set_num_threads(1);
+  using K = sched::ActionKind;
+  sched::ScheduleSpec spec;
+  spec.kind = ScheduleKind::kGPipe;
+  spec.ranks = 2;
+  spec.microbatches = 2;
+  auto plan = sched::lower_for_run(sched::generate(spec));
+  auto& list = plan.per_rank[1];
+  auto find = [&](K kind, int mb) {
+    return std::find_if(list.begin(), list.end(), [&](const sched::Action& a) {
+      return a.kind == kind && a.microbatch == mb;
+    });
+  };
+  const sched::Action late = *find(K::kRecvF, 1);
+  list.erase(find(K::kRecvF, 1));
+  list.insert(find(K::kForward, 0), late);
+  const auto init = init_weights(2);
+  torch::manual_seed(4);
+  const auto x = torch::randn({4, kWidth}).chunk(2);
+  const auto y = torch::randn({4, kWidth}).chunk(2);
+  constexpr auto kDelay = std::chrono::milliseconds(300);
+  for (const bool prepost : {true, false}) {
+    FakeWorld world(2);
+    auto comms = world.communicators();
+    std::vector<ActionTiming> timings;
+    std::exception_ptr err;
+    std::thread rank1([&] {
+      try {
+        NoDataParallel hooks;
+        InterpreterOptions opts;
+        opts.world_rank = 1;
+        opts.prepost_receives = prepost;
+        opts.record_timings = true;
+        Interpreter interp(plan, 1, last_stage(init), comms[1].get(), &hooks, mse, opts);
+        interp.agree_shapes(x[0], 0);
+        (void)interp.run_step(0, x, y);
+        timings = interp.timings();
+      } catch (...) {
+        err = std::current_exception();
+      }
+    });
+    // Rank 0's messages: the shapes, microbatch 0's activation, and microbatch 1's after kDelay.
+    send_shapes(*comms[0]);
+    const auto wait = std::chrono::milliseconds(1000);
+    auto act0 = torch::randn({2, kWidth});
+    auto act1 = torch::randn({2, kWidth});
+    comms[0]
+        ->send(BufferView{act0.data_ptr(), 2 * kWidth, DType::kFloat32, {}}, 1, stage01_tag(0, 0),
+               {})
+        ->wait(wait);
+    std::this_thread::sleep_for(kDelay);
+    const std::int64_t sent1 = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count();
+    comms[0]
+        ->send(BufferView{act1.data_ptr(), 2 * kWidth, DType::kFloat32, {}}, 1, stage01_tag(0, 1),
+               {})
+        ->wait(wait);
+    auto g0 = torch::empty({2, kWidth});
+    auto g1 = torch::empty({2, kWidth});
+    comms[0]
+        ->recv(BufferView{g1.data_ptr(), 2 * kWidth, DType::kFloat32, {}}, 1, stage01_tag(1, 1), {})
+        ->wait(std::chrono::milliseconds(20'000));
+    comms[0]
+        ->recv(BufferView{g0.data_ptr(), 2 * kWidth, DType::kFloat32, {}}, 1, stage01_tag(1, 0), {})
+        ->wait(std::chrono::milliseconds(20'000));
+    rank1.join();
+    if (err) std::rethrow_exception(err);
+    auto at = [&](K kind, int mb) {
+      auto it = std::find_if(timings.begin(), timings.end(), [&](const ActionTiming& t) {
+        return t.action.kind == kind && t.action.microbatch == mb;
+      });
+      EXPECT_NE(it, timings.end()) << sched::to_string(kind) << " " << mb;
+      return it == timings.end() ? ActionTiming{} : *it;
+    };
+    const auto f0 = at(K::kForward, 0);
+    const auto f1 = at(K::kForward, 1);
+    const auto recv1 = at(K::kRecvF, 1);
+    EXPECT_GE(recv1.end_ns, sent1) << "prepost " << prepost;  // it waited for the data
+    EXPECT_EQ(recv1.bytes, 2 * kWidth * 4);
+    if (prepost) {
+      EXPECT_LT(f0.end_ns, sent1);           // F(0) did not wait for microbatch 1
+      EXPECT_GE(recv1.start_ns, f0.end_ns);  // the wait is recorded where F(1) needed the data
+      EXPECT_LE(recv1.end_ns, f1.start_ns);
+    } else {
+      EXPECT_GE(f0.start_ns, sent1);  // blocked at the RECV action
+    }
+  }
+}
+
 TEST(Interpreter, MissingPeerTimesOutNamingStageMicrobatchStep) {
   sched::ScheduleSpec spec;
   spec.kind = ScheduleKind::kGPipe;
@@ -358,20 +487,11 @@ TEST(Interpreter, MissingPeerTimesOutNamingStageMicrobatchStep) {
   FakeWorld world(2);
   auto comm1 = world.communicator(1);
   auto comm0 = world.communicator(0);  // rank 0 never runs
-  StageSetup st;
-  st.stage = 1;
-  const auto init = init_weights(2);
-  st.body = std::make_shared<LayerBody>(init.w[1], init.b[1], false, false);
-  st.inputs = {InputSource{0, 0}};
-  st.consumers.resize(1);
-  st.loss_output = 0;
-  std::vector<StageSetup> setups;
-  setups.push_back(std::move(st));
   NoDataParallel hooks;
   InterpreterOptions opts;
   opts.timeout = std::chrono::milliseconds(200);
   opts.world_rank = 1;
-  Interpreter interp(plan, 1, std::move(setups), comm1.get(), &hooks, mse, opts);
+  Interpreter interp(plan, 1, last_stage(init_weights(2)), comm1.get(), &hooks, mse, opts);
   try {
     interp.agree_shapes(torch::zeros({2, kWidth}), 0);
     FAIL() << "expected a timeout";
@@ -395,39 +515,18 @@ TEST(Interpreter, DeadPeerRaisesPeerError) {
   std::exception_ptr err;
   std::thread t([&] {
     try {
-      StageSetup st;
-      st.stage = 1;
-      st.body = std::make_shared<LayerBody>(init.w[1], init.b[1], false, false);
-      st.inputs = {InputSource{0, 0}};
-      st.consumers.resize(1);
-      st.loss_output = 0;
-      std::vector<StageSetup> setups;
-      setups.push_back(std::move(st));
       NoDataParallel hooks;
       InterpreterOptions opts;
       opts.timeout = std::chrono::milliseconds(20'000);
       opts.world_rank = 1;
-      Interpreter interp(plan, 1, std::move(setups), comms[1].get(), &hooks, mse, opts);
+      Interpreter interp(plan, 1, last_stage(init), comms[1].get(), &hooks, mse, opts);
       interp.agree_shapes(x.chunk(2)[0], 0);
       for (int step = 0; step < 100; ++step) (void)interp.run_step(step, x.chunk(2), y.chunk(2));
     } catch (...) {
       err = std::current_exception();
     }
   });
-  // Rank 0 sends its shapes, then dies before the first activation.
-  {
-    auto header = torch::zeros({64}, torch::kLong);
-    auto* h = header.data_ptr<std::int64_t>();
-    h[0] = 1;
-    h[1] = static_cast<std::int64_t>(torch::kFloat);
-    h[2] = 2;
-    h[3] = 2;
-    h[4] = kWidth;
-    BufferView v{header.data_ptr(), 64, DType::kInt64, {}};
-    // Tag of the shape message from stage 0 to stage 1 (see Interpreter::tag).
-    const std::int64_t tag = ((((0 * 2 + 1) * 3 + 2) * 2 + 0) * 16) + 0;
-    comms[0]->send(v, 1, tag, OpContext{})->wait(std::chrono::milliseconds(1000));
-  }
+  send_shapes(*comms[0]);  // rank 0 sends its shapes, then dies before the first activation
   world.kill(0);
   t.join();
   ASSERT_TRUE(err);

@@ -117,8 +117,9 @@ TEST(MakeProfile, EnoughCoresOrGpusKeepMeasuredTimes) {
 
 // Messages: the p2p cost comes from transfers whose receive was posted before the send started
 // (microbatch 0: 0.3 ms); a receive posted after the send started (microbatch 1) is left out. The
-// batch overhead is the median of batches that did not wait for data: rank 0's send-only
-// batches (0.1 and 0.2 ms) and rank 1's RECV_F1 batch, whose send had ended (0.15 ms).
+// batch overhead is the median of batches with a send that did not wait for data: rank 0's
+// send-only batches (0.1 and 0.2 ms); rank 1's receives alone are waits at their consumer (Note
+// [Receives wait at their consumer]), which post nothing.
 TEST(MakeProfile, P2PFilterCommOverheadAndRuntimeMemory) {
   const auto send = [](int mb) { return Action::comm(0, ActionKind::kSendF, mb, 1); };
   const auto recv = [](int mb) { return Action::comm(1, ActionKind::kRecvF, mb, 0); };

@@ -31,7 +31,7 @@ struct CompareArgs {
   std::string svg_out;
   std::string output = "-";
   std::int32_t sampled_steps = 31;
-  std::string recv = "blocking";  // --recv: the executor's receives block
+  std::string recv = "posted";  // --recv: the executor's receives on CPU backends
   bool trace_replay = false;
   sim::CompareOptions options;
 };
@@ -59,8 +59,10 @@ void run_compare(const CompareArgs& a) {
       a.cluster_file.empty() ? sim::Cluster{} : sim::load_cluster(a.cluster_file);
   sim::SimOptions so = sim::sim_options(job);
   so.record_actions = true;
-  // pipewright's executor waits for every receive of a p2p batch before its next action
-  // (Note [p2p batches]), i.e. blocking receives; --posted-recv simulates torch's semantics.
+  // With Gloo and MPI the executor pre-posts a step's receives and each consumer waits for its
+  // data (Note [Receives wait at their consumer]): posted receives, as torch's runtime. With
+  // NCCL or --no-prepost-receives it waits for every receive of a p2p batch before its next
+  // action (Note [p2p batches]): --recv blocking.
   so.blocking_recv = a.recv == "blocking";
   sim::SimResult predicted;
   sim::CompareReport report;
@@ -116,8 +118,9 @@ void setup_compare(CLI::App& app) {
                 "durations (communication from the profile) and compare the median step "
                 "(Note [Trace-driven replay]; overrides --sampled-steps)");
   add_recv_flags(cmd, a->recv, "Options",
-                 "blocking (default: pipewright's executor waits for every receive of a p2p batch) "
-                 "| posted (torch's semantics)");
+                 "posted (default: the executor with Gloo or MPI, whose consumers wait for "
+                 "pre-posted receives; torch's semantics) | blocking (the executor with NCCL or "
+                 "--no-prepost-receives)");
   cmd->add_option("--metrics", a->json_out, "the report as JSON, exact numbers (- for stdout)");
   add_deprecated_option(cmd, "--json", "--metrics", [a](const std::string& v) { a->json_out = v; });
   cmd->add_option("--timeline", a->svg_out, "predicted and measured timelines in one SVG");

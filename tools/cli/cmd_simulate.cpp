@@ -83,9 +83,8 @@ void write_report(const SimulateArgs& a, const std::string& description,
     const sim::SimResult result = sim::simulate(plan, costs, cluster, opt);
     write_output(a.report_out, sim::html_report(result, in));
   } else {
-    // As `compare`: pipewright's executor waits for every receive of a p2p batch (Note [p2p
-    // batches]), so receives are simulated blocking.
-    opt.blocking_recv = true;
+    // As `compare`: --recv (default posted) says how the executor's receives waited (Note
+    // [Receives wait at their consumer]: Gloo and MPI; blocking: NCCL, --no-prepost-receives).
     const auto got =
         sim::compare_sampled(plan, costs, cluster, opt, a.sampled_steps, *measured, a.compare);
     const sim::SimResult meas = sim::measured_median_step(*measured, got.report);

@@ -94,6 +94,24 @@ class AutocastGuard {
   at::ScalarType prev_dtype_ = at::kFloat;
 };
 
+// One autocast cache for a whole scope (a training step): while it lives, leaving an
+// AutocastGuard does not clear the cache of 16-bit weight copies, so the forwards of every
+// microbatch share them; they are cleared when it ends (the weights change at OPTIM).
+class AutocastCacheScope {
+ public:
+  explicit AutocastCacheScope(bool enabled) : enabled_(enabled) {
+    if (enabled_) at::autocast::increment_nesting();
+  }
+  ~AutocastCacheScope() {
+    if (enabled_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  }
+  AutocastCacheScope(const AutocastCacheScope&) = delete;
+  AutocastCacheScope& operator=(const AutocastCacheScope&) = delete;
+
+ private:
+  bool enabled_;
+};
+
 }  // namespace pipewright::exec::compat
 
 #if TORCH_VERSION_MAJOR >= 2

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "compat/torch_compat.hpp"
 #include "dp/dp_algorithm.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/action.hpp"
@@ -177,6 +178,10 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
   nonfinite_ = NonFinite{};
   phase_ = OptimizerPhase{};
   if (options_.recipe != nullptr) phase_.loss_scale = options_.recipe->loss_scale();
+  // Note [Mixed precision]: autocast's 16-bit copies of the weights are made once per step and
+  // shared by every microbatch's forward (and kept by their graphs), not once per microbatch.
+  compat::AutocastCacheScope autocast_cache(options_.precision != sched::Precision::kFp32);
+  awaiting_.clear();
   if (options_.prepost_receives) prepost_receives(step);
   for (std::size_t i = 0; i < actions_.size(); ++i) {
     std::size_t run_end = i;
@@ -187,6 +192,15 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
       continue;
     }
     const auto& a = actions_[i];
+    if (waits_at_consumer(i)) {
+      // Note [Receives wait at their consumer]: recorded where the consumer waits for it.
+      exec_action(a, step, x_mbs, y_mbs, nullptr);
+      continue;
+    }
+    if (a.kind == ActionKind::kForward || a.kind == ActionKind::kFullBackward ||
+        a.kind == ActionKind::kBackwardInput) {
+      await_receives(&a, step);
+    }
     ActionTiming timing{a, step, 0, 0, 0};
     // Note [Measured activation memory]
     const bool measure_heap = options_.record_timings && a.kind == ActionKind::kForward;
@@ -199,6 +213,7 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
       timings_.push_back(timing);
     }
   }
+  await_receives(nullptr, step);  // none is left unless a RECV has no consumer on this rank
   wait_pending(step);
   for (const auto& [key, st] : states_) {
     PW_CHECK(st->weight_grads_done || !st->forward_done || plan_.shape.forward_only,
@@ -305,7 +320,8 @@ void Interpreter::do_optimizer_step(const Action& a, std::int64_t step) {
 // threads that, with all cores busy computing, wait for a time slice (~4-5 ms measured here).
 // Posting the whole step's receives when the step starts lets data flow as soon as it is sent,
 // which is also what the simulator assumes. Buffers are allocated from the agreed shapes (a
-// gradient has its activation's shape and dtype); each RECV action then only waits.
+// gradient has its activation's shape and dtype); the data's consumer then only waits (Note
+// [Receives wait at their consumer]).
 void Interpreter::prepost_receives(std::int64_t step) {
   posted_.assign(actions_.size(), Posted{});
   for (std::size_t i = 0; i < actions_.size(); ++i) {
@@ -314,6 +330,50 @@ void Interpreter::prepost_receives(std::int64_t step) {
       posted_[i] = post_receive(a, step);
     }
   }
+}
+
+// Note [Receives wait at their consumer]
+// Lowered plans place a RECV well before the action that reads its data (1F1B and the
+// interleaved schedules post the next microbatch's receive with the current one's send), and
+// waiting at the RECV blocked compute that was ready: an Interleaved1F1B rank waited 48 ms at
+// `1RECV_B1`, which only `1B1` needs, before running `1B0`, and gained nothing over 1F1B. With
+// pre-posted receives the RECV action therefore waits for nothing: it hands its posted receive
+// to its consumer, the F (RECV_F) or the B / I (RECV_B) of the same stage and microbatch, which
+// waits for it right before it runs, as torch's runtime waits for its batched irecvs only when
+// the stage needs the data. The wait is recorded as the RECV action at the time it happens
+// (start: when the consumer began to wait, end: when the data was there), so traces, profiles
+// and `compare` see each wait where it cost compute time; this is the simulator's default
+// (posted) receive model. Without pre-posted receives (NCCL, --no-prepost-receives) a RECV
+// still blocks at its action or at the end of its p2p batch.
+void Interpreter::await_receives(const Action* consumer, std::int64_t step) {
+  if (awaiting_.empty()) return;
+  std::vector<Awaiting> due;
+  if (consumer == nullptr) {
+    for (auto& [key, list] : awaiting_) {
+      for (auto& w : list) due.push_back(std::move(w));
+    }
+    awaiting_.clear();
+  } else {
+    auto it = awaiting_.find(
+        {consumer->stage, consumer->microbatch, consumer->kind != ActionKind::kForward});
+    if (it == awaiting_.end()) return;
+    due = std::move(it->second);
+    awaiting_.erase(it);
+  }
+  for (auto& w : due) {
+    ActionTiming timing{w.action, step, options_.record_timings ? now_ns() : 0, 0, 0};
+    with_context("rank " + std::to_string(options_.world_rank) + ": " + sched::to_string(w.action) +
+                     " (step " + std::to_string(step) + ")",
+                 [&] { w.finish(&timing); });
+    if (options_.record_timings) {
+      timing.end_ns = now_ns();
+      timings_.push_back(timing);
+    }
+  }
+}
+
+bool Interpreter::waits_at_consumer(std::size_t index) const {
+  return index < posted_.size() && !posted_[index].works.empty();
 }
 
 // Note [p2p batches]
@@ -334,6 +394,10 @@ void Interpreter::run_p2p_batch(std::size_t first, std::size_t last, std::int64_
   deferred_recvs_ = &finish;
   try {
     for (std::size_t i = first; i < last; ++i) {
+      if (waits_at_consumer(i)) {  // Note [Receives wait at their consumer]
+        exec_action(actions_[i], step, x_mbs, y_mbs, nullptr);
+        continue;
+      }
       timings.push_back(ActionTiming{actions_[i], step, start, 0, 0});
       exec_action(actions_[i], step, x_mbs, y_mbs, &timings.back());
     }

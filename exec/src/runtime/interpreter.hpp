@@ -12,7 +12,10 @@
 //   SEND_* non-blocking send to the peer stage's rank; the Work and the buffer are kept until the
 //          end of the step. A peer stage on the same rank needs no message: the tensors were
 //          handed over when they were produced.
-//   RECV_* receive that blocks until the data arrives or the deadline passes.
+//   RECV_* receive of the activation / gradient; with pre-posted receives the action only hands
+//          the posted receive to its consumer (the F, or the B / I, of that stage and
+//          microbatch), which waits for it (Note [Receives wait at their consumer]); otherwise
+//          it blocks until the data arrives or the deadline passes.
 //   REDUCE_GRAD -> DataParallelHooks::reduce_grad; OPTIM -> the stage's optimizer step.
 // Tensors crossing a stage boundary are detached leaves (requires_grad when floating point), so
 // every stage's backward is independent, whether its peer is local or remote.
@@ -188,6 +191,10 @@ class Interpreter {
                      const std::vector<torch::Tensor>& y_mbs);
   [[nodiscard]] bool is_remote_p2p(const sched::Action& a) const;
   void deliver_input_grads(int stage, int mb, MbState& st);
+  // Note [Receives wait at their consumer]: waits for the pre-posted receives that `consumer`
+  // (F, B or I) reads, recording each wait as its RECV action; all of them when `consumer` is
+  // null (end of step).
+  void await_receives(const sched::Action* consumer, std::int64_t step);
   // The stage's forward on ms.inputs into ms.outputs, and on the loss stage ms.loss (scaled);
   // returns the unscaled loss (undefined for other stages).
   torch::Tensor forward_stage(const StageSetup& st, MbState& ms);
@@ -227,6 +234,14 @@ class Interpreter {
     std::vector<WorkPtr> works;
   };
   std::vector<Posted> posted_;
+  // Note [Receives wait at their consumer]: pre-posted receives whose RECV action ran, by
+  // (stage, microbatch, backward), with how to finish each (wait, then hand the buffers over).
+  struct Awaiting {
+    sched::Action action;
+    std::function<void(ActionTiming*)> finish;
+  };
+  std::map<std::tuple<int, int, bool>, std::vector<Awaiting>> awaiting_;
+  [[nodiscard]] bool waits_at_consumer(std::size_t index) const;
   void prepost_receives(std::int64_t step);
   [[nodiscard]] Posted post_receive(const sched::Action& a, std::int64_t step);
   std::vector<ActionTiming> timings_;

@@ -253,7 +253,9 @@ void Interpreter::do_recv(const Action& a, std::int64_t step, ActionTiming* timi
   }
   Posted posted;
   const auto index = static_cast<std::size_t>(&a - actions_.data());
-  if (&a >= actions_.data() && index < posted_.size() && !posted_[index].works.empty()) {
+  const bool preposted =
+      &a >= actions_.data() && index < posted_.size() && !posted_[index].works.empty();
+  if (preposted) {
     posted = std::move(posted_[index]);  // Note [Pre-posted receives]
     posted_[index] = Posted{};
   } else {
@@ -261,7 +263,7 @@ void Interpreter::do_recv(const Action& a, std::int64_t step, ActionTiming* timi
   }
   std::vector<torch::Tensor> bufs = std::move(posted.bufs);
   std::vector<WorkPtr> works = std::move(posted.works);
-  auto finish = [this, &st, &ms, backward, peer, timing, bufs, works] {
+  auto finish = [this, &st, &ms, backward, peer, bufs, works](ActionTiming* timing) {
     for (const auto& w : works) w->wait(options_.timeout);
     for (const auto& b : bufs) {
       timing->bytes += b.numel() * static_cast<std::int64_t>(b.element_size());
@@ -280,10 +282,13 @@ void Interpreter::do_recv(const Action& a, std::int64_t step, ActionTiming* timi
       }
     }
   };
-  if (deferred_recvs_ != nullptr) {
-    deferred_recvs_->push_back(std::move(finish));
+  if (preposted) {
+    // Note [Receives wait at their consumer] (interpreter.cpp): its F, B or I waits for it.
+    awaiting_[{a.stage, a.microbatch, backward}].push_back(Awaiting{a, std::move(finish)});
+  } else if (deferred_recvs_ != nullptr) {
+    deferred_recvs_->push_back([finish, timing] { finish(timing); });
   } else {
-    finish();
+    finish(timing);
   }
 }
 

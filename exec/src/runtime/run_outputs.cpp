@@ -282,6 +282,7 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
   ctx.pp = p.plan.shape.ranks;
   ctx.warmup_steps = std::min<std::int64_t>(c.warmup_steps, c.steps - 1);
   ctx.p2p_uses_core = c.backend != Backend::kMpi;
+  ctx.precision = c.precision;  // the profile records it (simulate refuses another)
   for (const auto& st : p.partition.graph.stages)
     ctx.activation_bytes.push_back(st.activation_bytes);
   if (!c.trace_path.empty()) {
