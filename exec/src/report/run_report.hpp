@@ -125,7 +125,8 @@ struct ReportContext {
   // than in the ranks' polls (MPI): the profile's p2p_uses_core.
   bool p2p_uses_core = true;
   // The run's --precision (RunConfig's JobSpec::precision): the profile records it, so that
-  // `simulate --profile` refuses to reuse it for another precision (sched::check_profile_precision).
+  // `simulate --profile` refuses to reuse it for another precision
+  // (sched::check_profile_precision).
   sched::Precision precision = sched::Precision::kFp32;
 };
 

@@ -109,8 +109,7 @@ struct RankMemory {
   std::int64_t peak_bytes = 0;  // runtime + static + autocast cache + peak activation
   friend bool operator==(const RankMemory& a, const RankMemory& b) noexcept {
     return a.rank == b.rank && a.static_bytes == b.static_bytes &&
-           a.runtime_bytes == b.runtime_bytes &&
-           a.autocast_cache_bytes == b.autocast_cache_bytes &&
+           a.runtime_bytes == b.runtime_bytes && a.autocast_cache_bytes == b.autocast_cache_bytes &&
            a.peak_activation_bytes == b.peak_activation_bytes &&
            a.peak_activation_microbatches == b.peak_activation_microbatches &&
            a.peak_bytes == b.peak_bytes;

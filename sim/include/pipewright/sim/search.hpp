@@ -1,6 +1,7 @@
 // Configuration search: enumerates pipeline ranks x data-parallel replicas x stages per rank x
-// microbatches x schedule x data-parallel algorithm x precision for a model on a cluster, partitions with
-// graph/, simulates each, drops those that do not fit memory and ranks the rest by throughput.
+// microbatches x schedule x data-parallel algorithm x precision for a model on a cluster,
+// partitions with graph/, simulates each, drops those that do not fit memory and ranks the rest by
+// throughput.
 #pragma once
 
 #include <cstdint>
