@@ -59,8 +59,11 @@ using Clock = std::chrono::steady_clock;
 // seed, initial weights, data), hashed (FNV-1a).
 std::uint64_t checkpoint_fingerprint(const RunConfig& c) {
   sched::JobSpec job = c;
-  // The schedule's default decay length is --steps: fix it before --steps is left out.
-  job.lr_schedule.decay_steps = job.lr_schedule.decay_steps_or(job.steps);
+  // A decaying schedule's default length is --steps: fix it before --steps is left out (a
+  // constant learning rate has none, so a resume may change --steps).
+  job.lr_schedule.decay_steps = job.lr_schedule.decay_style == sched::LrDecayStyle::kConstant
+                                    ? 0
+                                    : job.lr_schedule.decay_steps_or(job.steps);
   job.steps = 1;
   std::ostringstream os;
   os << sched::to_json(job) << '|' << c.loss << '|' << c.seed << '|' << c.init_path << '|'
