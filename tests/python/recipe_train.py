@@ -215,17 +215,41 @@ def bf16(pipewright: str, work: str) -> int:
     curves = {}
     for precision in ("fp32", "bf16"):
         metrics = os.path.join(work, f"precision_{precision}.jsonl")
+        measure = []
+        if precision == "bf16":
+            measure = ["--profile", os.path.join(work, "bf16.profile.json"), "--trace",
+                       os.path.join(work, "bf16.trace.json")]
         p = pw(pipewright, work, 2, ["--pp", "2", "--batch-size", "8", "--steps", "8",
                                      "--precision", precision, "--metrics", metrics,
-                                     "--optimizer", "adamw", "--lr", "0.01"])
+                                     "--optimizer", "adamw", "--lr", "0.01"] + measure)
         if p.returncode != 0:
             return 1
         curves[precision] = [row["loss"] for row in read_metrics(metrics)]
+    # The simulator's bf16 memory against the run's: per-rank peak within 15%.
+    plan = os.path.join(work, "bf16.plan.csv")
+    with open(plan, "w") as f:
+        q = subprocess.run([pipewright, "schedule", "1F1B", "-p", "2", "-m", "4"], stdout=f)
+    if q.returncode != 0:
+        return 1
+    q = subprocess.run([pipewright, "compare", "--plan", plan, "--measured",
+                        os.path.join(work, "bf16.trace.json"), "--profile",
+                        os.path.join(work, "bf16.profile.json"), "--precision", "bf16"],
+                       capture_output=True, text=True)
+    sys.stdout.write(q.stdout + q.stderr)
+    memory_ok, rows = q.returncode == 0, 0
+    for line in q.stdout.splitlines():
+        parts = line.split()  # rank, busy p / m, idle p / m, peak memory p / m (MiB)
+        if len(parts) == 10 and parts[0].isdigit() and parts[8] == "/":
+            pred, meas = float(parts[7]), float(parts[9])
+            rows += 1
+            print(f"rank {parts[0]}: peak memory predicted {pred} MiB, measured {meas} MiB")
+            memory_ok = memory_ok and abs(pred - meas) <= 0.15 * meas
+    memory_ok = memory_ok and rows == 2
     worst = max(abs(b - f) / f for f, b in zip(curves["fp32"], curves["bf16"]))
     print("fp32 losses: " + " ".join(f"{v:.5f}" for v in curves["fp32"]))
     print("bf16 losses: " + " ".join(f"{v:.5f}" for v in curves["bf16"]))
     print(f"largest relative difference {worst:.4f} (tolerance {BF16_TOLERANCE})")
-    return 0 if worst <= BF16_TOLERANCE and curves["fp32"] != curves["bf16"] else 1
+    return 0 if worst <= BF16_TOLERANCE and curves["fp32"] != curves["bf16"] and memory_ok else 1
 
 
 def max_diff(a: str, b: str) -> float:
