@@ -103,7 +103,7 @@ def reference(work: str, optimizer: str, global_batch: int, steps: int):
     """One process, the whole model: the recipe on the global batches pipewright's replicas read
     together (unshuffled shards of a dp 2 run cover rows [16k, 16k + 16) at step k mod 2)."""
     import torch
-    import torch.nn.functional as F
+    import torch_reference
     r = RECIPE
     module = fresh_module(work)
     x, y = load_pair(work)
@@ -111,27 +111,24 @@ def reference(work: str, optimizer: str, global_batch: int, steps: int):
         opt = torch.optim.AdamW(module.parameters(), lr=r["lr"], weight_decay=r["weight_decay"])
     else:
         opt = torch.optim.SGD(module.parameters(), lr=r["lr"])
-    batches = x.shape[0] // global_batch
     lrs, norms = [], []
     # The largest |gradient| each element saw: attention's key bias has a gradient that is zero
     # in exact arithmetic (softmax ignores a shift shared by every key), so it holds rounding
     # noise only (~1e-10), which Adam's normalisation turns into steps of +-lr.
     grad_max = {n: torch.zeros_like(p) for n, p in module.named_parameters()}
-    for step in range(steps):
-        lr = megatron_lr(step, r)
+
+    def before_step(step: int) -> None:
+        lrs.append(megatron_lr(step, r))
         for g in opt.param_groups:
-            g["lr"] = lr
-        b = step % batches
-        xb, yb = x[b * global_batch:(b + 1) * global_batch], y[b * global_batch:(b + 1) * global_batch]
-        logits = module(xb)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
+            g["lr"] = lrs[-1]
+
+    def after_backward(step: int) -> None:
         for n, p in module.named_parameters():
             grad_max[n] = torch.maximum(grad_max[n], p.grad.abs())
         norms.append(float(torch.nn.utils.clip_grad_norm_(module.parameters(), r["clip"])))
-        lrs.append(lr)
-        opt.step()
+
+    torch_reference.train(module, x, y, global_batch, steps, r["lr"], opt, before_step,
+                          after_backward)
     return module, lrs, norms, grad_max
 
 

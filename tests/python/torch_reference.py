@@ -17,7 +17,7 @@ Needs safetensors (tools/install-deps puts it in the venv): run it with .venv/bi
 import argparse
 import os
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -47,17 +47,26 @@ def write_data(module: nn.Module, seq: int, rows: int, seed: int, out_dir: str) 
 
 
 def train(module: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int, steps: int,
-          lr: float) -> List[float]:
-    opt = torch.optim.SGD(module.parameters(), lr=lr)
+          lr: float, opt: Optional[torch.optim.Optimizer] = None,
+          before_step: Optional[Callable[[int], None]] = None,
+          after_backward: Optional[Callable[[int], None]] = None) -> List[float]:
+    """`steps` steps of `opt` (default SGD at `lr`) on the batches in file order (wrapping);
+    before_step(step) runs first in each step, after_backward(step) between backward and the
+    optimizer step (recipe_train.py sets the learning rate and clips there)."""
+    opt = opt or torch.optim.SGD(module.parameters(), lr=lr)
     batches = x.shape[0] // batch_size
     losses = []
     for step in range(steps):
+        if before_step:
+            before_step(step)
         b = step % batches
         xb, yb = x[b * batch_size:(b + 1) * batch_size], y[b * batch_size:(b + 1) * batch_size]
         logits = module(xb)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.reshape(-1))
         opt.zero_grad()
         loss.backward()
+        if after_backward:
+            after_backward(step)
         opt.step()
         losses.append(loss.item())
     return losses
