@@ -303,6 +303,11 @@ class NcclCommunicator final : public detail::CommunicatorBase {
     ncclConfig_t config = nonblocking_config();
     ncclComm_t child = nullptr;
     const OpInfo info{"ncclCommSplit into ranks " + rank_list(child_globals), -1, OpContext {}};
+    // The parent's previous non-blocking call (a collective, or an earlier split whose call
+    // returned ncclSuccess while its work went on) must be done: NCCL refuses a split on a
+    // communicator whose last operation is still in progress ("Attempt to use communicator
+    // before the previous operation returned ncclSuccess"; seen 1 in 5 runs on an H100).
+    tracker_.wait_enqueued(OpInfo{"the call before " + info.op, -1, OpContext {}});
     bool in_progress = false;
     guarded(&in_progress, [&] {
       return PW_GPU_CHECK(ncclCommSplit(control_->get(), my_index >= 0 ? 0 : NCCL_SPLIT_NOCOLOR,
