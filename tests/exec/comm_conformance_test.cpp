@@ -3,6 +3,8 @@
 //   Fake: threads of this process (FakeWorld).
 //   Gloo: threads of this process, one ProcessGroupGloo each, rendezvous through a MemoryStore,
 //         bound to 127.0.0.1.
+//   GlooShm: the same, after connect_p2p() to every peer: point-to-point messages through
+//         shared-memory rings of the minimum size (Note [Shared-memory point-to-point]).
 //   Mpi:  this process is one rank; runs only under mpirun (comm_mp.sh conformance-mpi*), else
 //         skipped. A timeout or a failed operation ends an MPI job with MPI_Abort at exit
 //         (Note [MPI deadlines and shutdown]), so those two tests run in mpirun jobs of their own.
@@ -82,6 +84,35 @@ struct FakeHarness {
   }
 };
 
+// A Gloo world of `n` threads; with `shm_p2p`, each rank connects point-to-point to every
+// other (P2PLink hints of 0 bytes: the smallest rings, so large messages go in chunks).
+void run_gloo(int n, bool shm_p2p, const Body& body, bool final_barrier,
+              milliseconds timeout = kLong, bool shm_allowed = true) {
+  MemoryStore store;
+  run_threads(
+      n,
+      [&](int r) {
+        WorldInfo w;
+        w.rank = r;
+        w.world_size = n;
+        w.master_addr = "127.0.0.1";
+        CommOptions opts;
+        opts.timeout = timeout;
+        opts.shm_p2p = shm_allowed;
+        rendezvous(store, w, kLong);
+        auto comm = make_communicator(Backend::kGloo, w, &store, opts);
+        if (shm_p2p) {
+          std::vector<P2PLink> links;
+          for (int p = 0; p < n; ++p) {
+            if (p != r) links.push_back(P2PLink{p, 0, 0});
+          }
+          comm->connect_p2p(links);
+        }
+        return comm;
+      },
+      body, final_barrier);
+}
+
 struct GlooHarness {
   static constexpr const char* kName = "Gloo";
   static constexpr bool kMatchesTags = true;
@@ -90,21 +121,19 @@ struct GlooHarness {
   static int world_size() { return 3; }
   static std::string unavailable() { return ""; }
   static void run(const Body& body, bool final_barrier) {
-    MemoryStore store;
-    const int n = world_size();
-    run_threads(
-        n,
-        [&](int r) {
-          WorldInfo w;
-          w.rank = r;
-          w.world_size = n;
-          w.master_addr = "127.0.0.1";
-          CommOptions opts;
-          opts.timeout = kLong;
-          rendezvous(store, w, kLong);
-          return make_communicator(Backend::kGloo, w, &store, opts);
-        },
-        body, final_barrier);
+    run_gloo(world_size(), false, body, final_barrier);
+  }
+};
+
+struct GlooShmHarness {
+  static constexpr const char* kName = "GlooShm";
+  static constexpr bool kMatchesTags = true;
+  static constexpr bool kChecksSizes = true;  // unlike Gloo's TCP
+  static constexpr bool kSurvivesPeerExit = true;
+  static int world_size() { return 3; }
+  static std::string unavailable() { return ""; }
+  static void run(const Body& body, bool final_barrier) {
+    run_gloo(world_size(), true, body, final_barrier);
   }
 };
 
@@ -183,6 +212,11 @@ class Conformance : public ::testing::Test {
   }
   static int n() { return H::world_size(); }
   static void run(const Body& body, bool final_barrier = true) { H::run(body, final_barrier); }
+  static std::string lower_name() {
+    std::string name = H::kName;
+    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return name;
+  }
 };
 
 struct HarnessNames {
@@ -192,7 +226,8 @@ struct HarnessNames {
   }
 };
 
-using Harnesses = ::testing::Types<FakeHarness, GlooHarness, MpiHarness, NcclHarness>;
+using Harnesses =
+    ::testing::Types<FakeHarness, GlooHarness, GlooShmHarness, MpiHarness, NcclHarness>;
 TYPED_TEST_SUITE(Conformance, Harnesses, HarnessNames);
 
 template <typename T>
@@ -202,8 +237,8 @@ BufferView view(std::vector<T>& v, DType dtype) {
 
 TYPED_TEST(Conformance, AccessorsDescribeTheGroup) {
   const int n = this->n();
-  std::string name = TypeParam::kName;
-  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string name = this->lower_name();
+  if (name == "glooshm") name = "gloo";  // a Gloo communicator with shared-memory channels
   this->run([&](Communicator& comm) {
     EXPECT_EQ(comm.size(), n);
     EXPECT_GE(comm.rank(), 0);
@@ -242,6 +277,36 @@ TYPED_TEST(Conformance, SendRecvMatchesPeerAndTag) {
     EXPECT_EQ(from_left, std::vector<float>(100, float(left * 10 + 1)));
     EXPECT_EQ(from_left_b, std::vector<float>(3, float(left * 10 + 2)));
     EXPECT_EQ(from_right, std::vector<float>(100, float(right * 10 + 1)));
+  });
+}
+
+// Every rank sends a message of ~1 MiB (not a multiple of 64 bytes) to both neighbours before
+// receiving anything: a shared-memory
+// ring smaller than the message goes in chunks while the receiver has posted nothing, so a
+// sender waiting for room must keep draining its own incoming rings.
+TYPED_TEST(Conformance, LargeMessagesBothWaysBeforeAnyReceive) {
+  const int n = this->n();
+  this->run([&](Communicator& comm) {
+    const int me = comm.rank(), right = (me + 1) % n, left = (me + n - 1) % n;
+    constexpr std::size_t kCount = (1 << 18) + 3;
+    std::vector<float> to_right(kCount), to_left(kCount);
+    for (std::size_t i = 0; i < kCount; ++i) {
+      to_right[i] = float(me * 1000003 + i);
+      to_left[i] = -float(me * 1000003 + i);
+    }
+    std::vector<float> from_left(kCount, 0), from_right(kCount, 0);
+    comm.begin_p2p_batch();
+    std::vector<WorkPtr> works;
+    works.push_back(comm.send(view(to_right, DType::kFloat32), right, 5, {}));
+    works.push_back(comm.send(view(to_left, DType::kFloat32), left, 7, {}));
+    works.push_back(comm.recv(view(from_right, DType::kFloat32), right, 7, {}));
+    works.push_back(comm.recv(view(from_left, DType::kFloat32), left, 5, {}));
+    comm.end_p2p_batch();
+    for (auto& w : works) w->wait(kLong);
+    for (std::size_t i = 0; i < kCount; ++i) {
+      ASSERT_EQ(from_left[i], float(left * 1000003 + i)) << i;
+      ASSERT_EQ(from_right[i], -float(right * 1000003 + i)) << i;
+    }
   });
 }
 
@@ -449,6 +514,93 @@ TYPED_TEST(Conformance, PeerLeavingFailsOnWaitAndIsKept) {
             *work, "rank 0: recv from rank 1 (RECV_F stage 2 microbatch 1 step 3): peer rank 1 ");
       },
       false);
+}
+
+// Note [Shared-memory point-to-point]: what only the shared-memory channels of Gloo do.
+
+// connect_p2p gives every peer of this host a channel, unless CommOptions::shm_p2p is off; a
+// second call changes nothing; messages flow either way.
+TEST(GlooSharedMemory, ConnectsThePeersOfOneHostUnlessTurnedOff) {
+  for (bool allowed : {true, false}) {
+    run_gloo(
+        3, true,
+        [&](Communicator& comm) {
+          const int me = comm.rank();
+          std::vector<int> others;
+          for (int r = 0; r < 3; ++r) {
+            if (r != me) others.push_back(r);
+          }
+          EXPECT_EQ(comm.shared_memory_peers(), allowed ? others : std::vector<int>{});
+          comm.connect_p2p({P2PLink{(me + 1) % 3, 1 << 20, 1 << 20}});
+          EXPECT_EQ(comm.shared_memory_peers(), allowed ? others : std::vector<int>{});
+          std::vector<float> out(5, float(me)), in(5, -1);
+          auto s = comm.send(view(out, DType::kFloat32), (me + 1) % 3, 1, {});
+          comm.recv(view(in, DType::kFloat32), (me + 2) % 3, 1, {})->wait(kLong);
+          s->wait(kLong);
+          EXPECT_EQ(in, std::vector<float>(5, float((me + 2) % 3)));
+        },
+        true, kLong, allowed);
+  }
+}
+
+// Messages that arrive before their receive is posted (kept on the heap, one of them still
+// arriving in chunks while the receive is posted), an empty message, and two messages of one
+// tag, matched in the order they were sent.
+TEST(GlooSharedMemory, MessagesBeforeTheirReceiveAndOfOneTag) {
+  run_gloo(
+      2, true,
+      [&](Communicator& comm) {
+        constexpr std::size_t kCount = 100000;  // 400 KB: chunks through a 64 KiB ring
+        if (comm.rank() == 0) {
+          std::vector<float> a(kCount), b(7, 2.5f), none;
+          for (std::size_t i = 0; i < kCount; ++i) a[i] = float(i);
+          comm.send(view(b, DType::kFloat32), 1, 3, {})->wait(kLong);
+          comm.send(view(none, DType::kFloat32), 1, 4, {})->wait(kLong);
+          std::vector<float> c(7, 3.5f);
+          comm.send(view(c, DType::kFloat32), 1, 3, {})->wait(kLong);
+          comm.send(view(a, DType::kFloat32), 1, 9, {})->wait(kLong);
+          return;
+        }
+        std::this_thread::sleep_for(milliseconds(100));
+        std::vector<float> none(0), first(7), second(7), big(kCount);
+        auto w_big = comm.recv(view(big, DType::kFloat32), 0, 9, {});
+        auto w_first = comm.recv(view(first, DType::kFloat32), 0, 3, {});
+        auto w_none = comm.recv(view(none, DType::kFloat32), 0, 4, {});
+        auto w_second = comm.recv(view(second, DType::kFloat32), 0, 3, {});
+        for (auto* w : {&w_big, &w_first, &w_none, &w_second}) (*w)->wait(kLong);
+        EXPECT_EQ(first, std::vector<float>(7, 2.5f));
+        EXPECT_EQ(second, std::vector<float>(7, 3.5f));
+        for (std::size_t i = 0; i < kCount; i += 997) ASSERT_EQ(big[i], float(i)) << i;
+        EXPECT_EQ(big[kCount - 1], float(kCount - 1));
+      },
+      true);
+}
+
+// A receiver that never reads: the sender's ring fills, and the send fails with a TimeoutError
+// that names the peer and the ring, after the communicator's timeout.
+TEST(GlooSharedMemory, FullRingTimesOutNamingThePeer) {
+  run_gloo(
+      2, true,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {
+          std::this_thread::sleep_for(milliseconds(900));
+          return;
+        }
+        std::vector<float> big(1 << 20);
+        auto work = comm.send(view(big, DType::kFloat32), 1, 2, OpContext{5, 0, 1, "SEND_F"});
+        try {
+          work->wait(kLong);
+          ADD_FAILURE() << "expected TimeoutError";
+        } catch (const TimeoutError& e) {
+          const std::string msg = e.what();
+          EXPECT_NE(msg.find("rank 0: send to rank 1 (SEND_F stage 0 microbatch 1 step 5): timed "
+                             "out after 300 ms waiting for rank 1 to make room in its "
+                             "shared-memory ring"),
+                    std::string::npos)
+              << msg;
+        }
+      },
+      false, milliseconds(300));
 }
 
 }  // namespace

@@ -153,6 +153,10 @@ void setup_run(CLI::App& app) {
   sub->add_flag_function(
       "--no-shm-collectives", [&c](std::int64_t) { c.shm_collectives = false; },
       "gloo: all-reduce DDP buckets through Gloo (TCP) even when the replicas share a host");
+  sub->add_flag_function(
+      "--no-shm-p2p", [&c](std::int64_t) { c.shm_p2p = false; },
+      "gloo: send pipeline activations and gradients through Gloo (TCP) even between ranks of "
+      "one host");
   sub->add_option("--timeout", c.timeout_s, "deadline of every wait, seconds")
       ->capture_default_str();
   sub->add_option("--log-every", flags->log_every, "log every N-th step (and the last)")

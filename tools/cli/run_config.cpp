@@ -245,6 +245,8 @@ const Key kKeys[] = {
      [](F f) { return boolean(f.config.prepost_receives); }},
     {"comm", "shm_collectives", Type::kBool, "", "--no-shm-collectives",
      [](F f) { return boolean(f.config.shm_collectives); }},
+    {"comm", "shm_p2p", Type::kBool, "", "--no-shm-p2p",
+     [](F f) { return boolean(f.config.shm_p2p); }},
 
     {"distributed", "rank", Type::kInt, "--rank", "", [](F f) { return opt_int(f.rank); }},
     {"distributed", "world_size", Type::kInt, "--world-size", "",

@@ -41,6 +41,7 @@ inline constexpr RunOnlyFlag kRunOnlyFlags[] = {
     {"--device-map", kStartsNoProcesses},
     {"--no-prepost-receives", kStartsNoProcesses},
     {"--no-shm-collectives", kStartsNoProcesses},
+    {"--no-shm-p2p", kStartsNoProcesses},
     {"--timeout", kStartsNoProcesses},
     {"--log-every", kTrainsNothing},
     {"--rank", kStartsNoProcesses},

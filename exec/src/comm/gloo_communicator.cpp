@@ -32,12 +32,14 @@
 #include <limits>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 
 #include "comm/backends.hpp"
 #include "comm/communicator_base.hpp"
 #include "comm/shm_collectives.hpp"
+#include "comm/shm_p2p.hpp"
 #include "compat/torch_compat.hpp"
 #include "pipewright/graph/error.hpp"
 
@@ -388,6 +390,9 @@ class GlooCommunicator final : public CommunicatorBase {
 
   WorkPtr send(const BufferView& buf, int dst, std::int64_t tag, const OpContext& ctx) override {
     check_rank(dst, "send");
+    if (p2p_ && p2p_->connected(dst) && !buf.device.is_cuda()) {
+      return p2p_->send(buf, dst, tag, p2p_prefix(true, dst, ctx));
+    }
     auto tensors = wrap(buf, "send");
     Blame blame{p2p_prefix(true, dst, ctx), "rank " + std::to_string(global_rank(dst))};
     auto work = guarded(blame, [&] { return pg_->send(tensors, dst, checked_tag(tag)); });
@@ -397,6 +402,9 @@ class GlooCommunicator final : public CommunicatorBase {
 
   WorkPtr recv(const BufferView& buf, int src, std::int64_t tag, const OpContext& ctx) override {
     check_rank(src, "recv");
+    if (p2p_ && p2p_->connected(src) && !buf.device.is_cuda()) {
+      return p2p_->recv(buf, src, tag, p2p_prefix(false, src, ctx));
+    }
     auto tensors = wrap(buf, "recv");
     Blame blame{p2p_prefix(false, src, ctx), "rank " + std::to_string(global_rank(src))};
     auto work = guarded(blame, [&] { return pg_->recv(tensors, src, checked_tag(tag)); });
@@ -502,6 +510,91 @@ class GlooCommunicator final : public CommunicatorBase {
     return std::shared_ptr<void>(std::move(buffer), data);  // keeps the mapping alive
   }
 
+  // Note [Shared-memory point-to-point] (shm_p2p.hpp). Both ranks of a pair decide through the
+  // store, in three phases that never wait for anything published later: (0) every rank
+  // publishes its host identity ("off" under --no-shm-p2p); (1) the lower rank of each new pair
+  // compares identities and, when they match, creates the pair's shared-memory object sized
+  // from the links' hints and publishes its name (else an empty name); (2) the higher rank opens
+  // it and acknowledges; (3) the lower rank waits for the acknowledgement and unlinks the name,
+  // so nothing is left in /dev/shm once both have mapped it. The pair uses shared memory only if
+  // both ends have it mapped; else both keep Gloo's TCP.
+  void connect_p2p(const std::vector<P2PLink>& links) override {
+    std::vector<P2PLink> todo;
+    for (const auto& l : links) {
+      check_rank(l.peer, "connect_p2p peer");
+      if (l.peer != rank() && p2p_decided_.insert(l.peer).second) todo.push_back(l);
+    }
+    if (todo.empty()) return;
+    auto store = c10::make_intrusive<c10d::PrefixStore>(name_, root_store_);
+    auto put = [&](const std::string& k, const std::string& v) {
+      store->set(k, std::vector<std::uint8_t>(v.begin(), v.end()));
+    };
+    auto get = [&](const std::string& k) {
+      const auto v = store->get(k);
+      return std::string(v.begin(), v.end());
+    };
+    auto pair_key = [&](int a, int b) {
+      return "p2p/" + std::to_string(std::min(a, b)) + "-" + std::to_string(std::max(a, b)) + "/";
+    };
+    struct Created {
+      int peer;
+      std::string name;
+      std::shared_ptr<ShmLink> link;
+    };
+    std::vector<Created> created;
+    int current = -1;  // the peer being connected, for the error message
+    try {
+      const std::string me = options_.shm_p2p ? host_identity() : std::string("off");
+      put("p2p/host/" + std::to_string(rank()), me);
+      for (const auto& l : todo) {
+        if (l.peer < rank()) continue;
+        current = l.peer;
+        const std::string peer_host = get("p2p/host/" + std::to_string(l.peer));
+        std::shared_ptr<ShmLink> link;
+        std::string name;
+        if (me != "off" && peer_host == me) {
+          std::random_device rd;
+          name = "/pipewright-p2p-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) +
+                 "-" + std::to_string(self()) + "-" + std::to_string(global_rank(l.peer));
+          std::string error;
+          link = ShmLink::create(name, l.send_bytes, l.recv_bytes, &error);
+        }
+        put(pair_key(rank(), l.peer) + "name", link ? name : std::string());
+        if (link) created.push_back(Created{l.peer, name, std::move(link)});
+      }
+      for (const auto& l : todo) {
+        if (l.peer > rank()) continue;
+        current = l.peer;
+        const std::string name = get(pair_key(rank(), l.peer) + "name");
+        std::shared_ptr<ShmLink> link;
+        std::string error;
+        if (!name.empty()) link = ShmLink::open(name, &error);
+        put(pair_key(rank(), l.peer) + "ack", link ? "1" : "0");
+        if (link) p2p().add(l.peer, std::move(link));
+      }
+      for (auto& c : created) {
+        current = c.peer;
+        const std::string ack = get(pair_key(rank(), c.peer) + "ack");
+        ShmLink::unlink(c.name);
+        c.name.clear();
+        if (ack == "1") p2p().add(c.peer, std::move(c.link));
+      }
+    } catch (const std::exception& e) {
+      for (const auto& c : created) {
+        if (!c.name.empty()) ShmLink::unlink(c.name);
+      }
+      Blame blame{"rank " + std::to_string(self()) +
+                      ": connecting shared-memory point-to-point with rank " +
+                      std::to_string(global_rank(current)),
+                  "rank " + std::to_string(global_rank(current))};
+      rethrow_mapped(e, blame, options_.timeout);
+    }
+  }
+
+  std::vector<int> shared_memory_peers() const override {
+    return p2p_ ? p2p_->peers() : std::vector<int>{};
+  }
+
   std::unique_ptr<Communicator> make_split(const SplitRequest& request) override {
     // Every rank numbers its splits identically, so the prefix is the same on all members.
     const std::string child = name_ + "/" + std::to_string(request.seq);
@@ -554,6 +647,13 @@ class GlooCommunicator final : public CommunicatorBase {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::int64_t alloc_seq_ = 0;
   std::unique_ptr<ShmCollectives> shm_;  // created with the first shared buffer
+  std::set<int> p2p_decided_;            // peers connect_p2p() has seen
+  std::unique_ptr<ShmP2P> p2p_;          // created with the first shared-memory peer
+
+  ShmP2P& p2p() {
+    if (!p2p_) p2p_ = std::make_unique<ShmP2P>(rank(), members(), options_.timeout);
+    return *p2p_;
+  }
 };
 
 }  // namespace

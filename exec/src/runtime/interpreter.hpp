@@ -243,6 +243,7 @@ class Interpreter {
   std::map<std::tuple<int, int, bool>, std::vector<Awaiting>> awaiting_;
   [[nodiscard]] bool waits_at_consumer(std::size_t index) const;
   void prepost_receives(std::int64_t step);
+  void connect_peers();  // after the shape agreement: Communicator::connect_p2p
   [[nodiscard]] Posted post_receive(const sched::Action& a, std::int64_t step);
   std::vector<ActionTiming> timings_;
   std::vector<torch::Tensor> predictions_;  // forward-only plans, per microbatch

@@ -188,7 +188,36 @@ void Interpreter::agree_shapes(const torch::Tensor& x_example, std::int64_t step
     }
   }
   for (auto& p : sends) p.work->wait(options_.timeout);
+  connect_peers();
   shapes_agreed_ = true;
+}
+
+// The pipeline peers of this rank and a step's bytes each way, so that the communicator can
+// open a faster channel to them (Note [Shared-memory point-to-point] in comm/shm_p2p.hpp): each
+// remote SEND / RECV moves one message per tensor of its edge, of the agreed shapes.
+void Interpreter::connect_peers() {
+  std::map<int, P2PLink> links;
+  for (const auto& a : actions_) {
+    if (!is_remote_p2p(a)) continue;
+    const bool out = a.kind == ActionKind::kSendF || a.kind == ActionKind::kSendB;
+    const bool activation = a.kind == ActionKind::kSendF || a.kind == ActionKind::kRecvF;
+    // An activation travels producer -> consumer; its gradient comes back with the same shapes.
+    const bool this_produces = out == activation;
+    const auto& metas =
+        this_produces ? edge_meta(a.stage, a.peer_stage) : edge_meta(a.peer_stage, a.stage);
+    std::size_t bytes = 0;
+    for (const auto& m : metas) {
+      std::int64_t numel = 1;
+      for (auto d : m.shape) numel *= d;
+      bytes += 128 + static_cast<std::size_t>(numel) * c10::elementSize(m.dtype);
+    }
+    auto& link = links[rank_of(a.peer_stage)];
+    link.peer = rank_of(a.peer_stage);
+    (out ? link.send_bytes : link.recv_bytes) += bytes;
+  }
+  std::vector<P2PLink> list;
+  for (const auto& [peer, link] : links) list.push_back(link);
+  pipe_->connect_p2p(list);
 }
 
 const std::vector<TensorMeta>& Interpreter::edge_meta(int producer, int consumer) const {

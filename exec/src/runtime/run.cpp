@@ -149,6 +149,7 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   CommOptions comm_opts;
   comm_opts.timeout = timeout;
   comm_opts.shm_collectives = c.shm_collectives;
+  comm_opts.shm_p2p = c.shm_p2p;
   if (backend == Backend::kNccl) {
     comm_opts.device_map = parse_device_map(c.device_map, p.world.local_world_size);
   }

@@ -148,6 +148,7 @@ JobFingerprint job_fingerprint(const RunConfig& c, const sched::LoweredPlan& pla
   f.push_back({"profile given", given(c.profile_path)});
   f.push_back({"backend", std::string(to_string(c.backend))});
   f.push_back({"shm_collectives", c.shm_collectives ? "true" : "false"});
+  f.push_back({"shm_p2p", c.shm_p2p ? "true" : "false"});
   return f;
 }
 

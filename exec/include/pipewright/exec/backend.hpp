@@ -41,6 +41,10 @@ struct CommOptions {
   // every member of the communicator is on this host, and all_reduce() of them runs there
   // (Note [Shared-memory all-reduce]). False: plain heap memory, every byte through Gloo.
   bool shm_collectives = true;
+  // Gloo: point-to-point messages with the peers named by Communicator::connect_p2p() go through
+  // shared memory when both ranks are on this host (Note [Shared-memory point-to-point]).
+  // False: every message through Gloo's TCP.
+  bool shm_p2p = true;
   // Fake backend: the world the communicator of WorldInfo::rank is taken from (required).
   FakeWorld* fake_world = nullptr;
   // NCCL: CUDA device of each local rank (empty -> device = local rank).

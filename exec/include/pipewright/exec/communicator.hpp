@@ -62,6 +62,14 @@ using WorkPtr = std::shared_ptr<Work>;
 // A Work that is already complete (for operations that finished synchronously).
 [[nodiscard]] WorkPtr completed_work();
 
+// A point-to-point partner of this rank (Communicator::connect_p2p) and how many bytes of
+// channel the messages of one step need each way: their payload plus 128 bytes per message.
+struct P2PLink {
+  int peer = -1;               // communicator-local rank
+  std::size_t send_bytes = 0;  // this rank to `peer`, per step
+  std::size_t recv_bytes = 0;  // `peer` to this rank, per step
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -96,6 +104,16 @@ class Communicator {
   // deadlock. Buffered backends may ignore it.
   virtual void begin_p2p_batch() {}
   virtual void end_p2p_batch() {}
+
+  // Prepares point-to-point messages with the peers of `links`. Every peer named must call it
+  // too, naming this rank (the links of a plan are symmetric); a second call for a peer does
+  // nothing. A backend may open a faster channel to such a peer (Gloo, both ranks on one host:
+  // shared memory, Note [Shared-memory point-to-point]); messages to other peers, and the
+  // collectives, are unchanged. Throws TimeoutError / PeerError when a peer never answers. The
+  // default does nothing.
+  virtual void connect_p2p(const std::vector<P2PLink>& /*links*/) {}
+  // The peers (communicator-local, ascending) that connect_p2p gave a faster channel, for logs.
+  [[nodiscard]] virtual std::vector<int> shared_memory_peers() const { return {}; }
 
   // Creates the sub-communicator of `members` (communicator-local ranks, ascending). Collective:
   // every rank of this communicator calls it with the same list, in the same order of calls;

@@ -48,6 +48,9 @@ struct RunConfig : sched::JobSpec {
   // gloo: all-reduce DDP buckets through shared memory when the replicas share a host
   // (Note [Shared-memory all-reduce]); false: every byte through Gloo.
   bool shm_collectives = true;
+  // gloo: pipeline activations and gradients through shared memory between ranks of one host
+  // (Note [Shared-memory point-to-point]); false: every message through Gloo's TCP.
+  bool shm_p2p = true;
   // Post each step's receives when it starts (Note [Pre-posted receives]; ignored for nccl).
   bool prepost_receives = true;
   WorldFlags world;

@@ -1,0 +1,510 @@
+// Shared-memory point-to-point: see Note [Shared-memory point-to-point] in shm_p2p.hpp.
+#include "comm/shm_p2p.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <utility>
+
+#include "comm/communicator_base.hpp"
+#include "pipewright/graph/error.hpp"
+
+namespace pipewright::exec::detail {
+
+namespace {
+
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kLine = 64;
+constexpr std::size_t kRecord = 64;  // a record's header; payloads start and end on a line
+constexpr std::uint32_t kMagic = 0x70775032;  // "pwP2"
+constexpr std::uint64_t kSkip = ~std::uint64_t{0};  // chunk of a record that skips to the start
+constexpr std::size_t kMinCapacity = 64 * 1024;
+constexpr std::size_t kMaxCapacity = std::size_t{256} << 20;
+// A waiting receiver re-checks its deadline and its peer this often; a sender waiting for room
+// drains its own incoming rings this often.
+constexpr auto kPollSlice = std::chrono::milliseconds(100);
+constexpr auto kSpaceSlice = std::chrono::milliseconds(1);
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value,
+           const struct timespec* timeout) {
+  // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
+  return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen,
+                std::chrono::nanoseconds for_at_most) {
+  for_at_most = std::max(for_at_most, std::chrono::nanoseconds(1000));
+  struct timespec ts {};
+  ts.tv_sec = static_cast<time_t>(for_at_most.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(for_at_most.count() % 1000000000);
+  (void)futex(word, FUTEX_WAIT, seen, &ts);  // returns at once if `word` moved since `seen`
+}
+
+void futex_wake_all(std::atomic<std::uint32_t>* word) { (void)futex(word, FUTEX_WAKE, INT_MAX, nullptr); }
+
+struct Record {
+  std::int64_t tag;
+  std::uint64_t total;   // bytes of the whole message
+  std::uint64_t offset;  // of this chunk in the message
+  std::uint64_t chunk;   // bytes of payload after this header, or kSkip
+};
+static_assert(sizeof(Record) <= kRecord);
+
+}  // namespace
+
+// Control words of one direction, each written by one side, on lines of their own.
+struct ShmLink::Ring {
+  alignas(kLine) std::atomic<std::uint64_t> head{0};  // bytes published (producer)
+  std::atomic<std::uint32_t> data_seq{0};             // futex word: bumped after each publish
+  alignas(kLine) std::atomic<std::uint64_t> tail{0};  // bytes consumed (consumer)
+  std::atomic<std::uint32_t> space_seq{0};            // futex word: bumped when room was freed
+  alignas(kLine) std::atomic<std::uint32_t> consumers_sleeping{0};
+  std::atomic<std::uint32_t> producer_sleeping{0};
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
+                  std::atomic<std::uint32_t>::is_always_lock_free,
+              "atomics in shared memory must be lock-free (address-free)");
+
+struct ShmLink::Header {
+  std::uint32_t magic = kMagic;
+  std::uint64_t capacity[2] = {0, 0};
+  std::uint64_t ring_offset[2] = {0, 0};  // the Ring of side d, then its data after a page
+  std::uint64_t total_bytes = 0;
+  std::atomic<std::int64_t> pid[2];  // for peer-death detection, set by each side's add()
+  std::atomic<std::uint32_t> closed[2];
+};
+static_assert(sizeof(ShmLink::Header) <= kPage && sizeof(ShmLink::Ring) <= kPage);
+
+ShmLink::~ShmLink() { ::munmap(base_, bytes_); }
+
+ShmLink::Header& ShmLink::header() const noexcept { return *static_cast<Header*>(base_); }
+
+ShmLink::Ring& ShmLink::ring(int side) const noexcept {
+  return *reinterpret_cast<Ring*>(static_cast<std::byte*>(base_) +
+                                  header().ring_offset[static_cast<std::size_t>(side)]);
+}
+
+std::byte* ShmLink::data(int side) const noexcept {
+  return static_cast<std::byte*>(base_) + header().ring_offset[static_cast<std::size_t>(side)] +
+         kPage;
+}
+
+std::size_t ShmLink::capacity(int side) const noexcept {
+  return header().capacity[static_cast<std::size_t>(side)];
+}
+
+std::shared_ptr<ShmLink> ShmLink::create(const std::string& name, std::size_t capacity0,
+                                         std::size_t capacity1, std::string* error) {
+  std::size_t cap[2];
+  cap[0] = round_up(std::clamp(capacity0, kMinCapacity, kMaxCapacity), kPage);
+  cap[1] = round_up(std::clamp(capacity1, kMinCapacity, kMaxCapacity), kPage);
+  const std::size_t offset1 = kPage + kPage + cap[0];
+  const std::size_t total = offset1 + kPage + cap[1];
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    *error = errno_text("shm_open " + name);
+    return nullptr;
+  }
+  // Reserve the pages now: a /dev/shm too small fails here (ENOSPC), not with SIGBUS later.
+  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
+  if (rc != 0) {
+    *error = "reserving " + std::to_string(total) + " bytes of shared memory for " + name + ": " +
+             std::strerror(rc);
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return nullptr;
+  }
+  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    *error = errno_text("mmap " + name);
+    ::shm_unlink(name.c_str());
+    return nullptr;
+  }
+  auto* h = new (base) Header();
+  h->capacity[0] = cap[0];
+  h->capacity[1] = cap[1];
+  h->ring_offset[0] = kPage;
+  h->ring_offset[1] = offset1;
+  h->total_bytes = total;
+  for (int d = 0; d < 2; ++d) {
+    h->pid[d].store(0);
+    h->closed[d].store(0);
+  }
+  new (static_cast<std::byte*>(base) + kPage) Ring();
+  new (static_cast<std::byte*>(base) + offset1) Ring();
+  return std::shared_ptr<ShmLink>(new ShmLink(base, total));
+}
+
+std::shared_ptr<ShmLink> ShmLink::open(const std::string& name, std::string* error) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) {
+    *error = errno_text("shm_open " + name);
+    return nullptr;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < kPage) {
+    *error = "shared memory " + name + " is too small";
+    ::close(fd);
+    return nullptr;
+  }
+  const auto total = static_cast<std::size_t>(st.st_size);
+  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    *error = errno_text("mmap " + name);
+    return nullptr;
+  }
+  const auto* h = static_cast<const Header*>(base);
+  if (h->magic != kMagic || h->total_bytes != total) {
+    *error = "shared memory " + name + " is not a pipewright link";
+    ::munmap(base, total);
+    return nullptr;
+  }
+  return std::shared_ptr<ShmLink>(new ShmLink(base, total));
+}
+
+void ShmLink::unlink(const std::string& name) noexcept { ::shm_unlink(name.c_str()); }
+
+namespace {
+
+// One message being received: into a posted buffer, or into heap memory when it arrived before
+// its receive was posted.
+struct Incoming {
+  std::byte* dst = nullptr;  // the posted buffer, or heap.data()
+  std::size_t capacity = 0;  // bytes of the posted buffer
+  std::vector<std::byte> heap;
+  std::uint64_t total = 0;
+  std::uint64_t received = 0;
+  bool started = false;  // its first record arrived (total is known)
+  bool posted = false;   // a receive owns it
+
+  [[nodiscard]] bool complete() const { return started && received == total; }
+  void put(const std::byte* payload, std::uint64_t offset, std::uint64_t chunk) {
+    // A message of another size than the posted buffer is consumed and dropped (an error on
+    // wait()); an unexpected one is kept whole.
+    if (chunk > 0 && (!posted || total == capacity)) std::memcpy(dst + offset, payload, chunk);
+    received += chunk;
+  }
+};
+
+using Key = std::pair<int, std::int64_t>;  // (peer, tag)
+
+}  // namespace
+
+struct ShmP2P::State {
+  struct Channel {
+    int peer = -1;
+    int side = 0;  // this rank's side of the link
+    std::shared_ptr<ShmLink> link;
+    std::mutex send_mu;
+    std::shared_ptr<Incoming> current;  // a message whose later chunks are still to come (mu)
+  };
+
+  int rank;
+  std::vector<int> global_ranks;
+  std::chrono::milliseconds timeout;
+  std::map<int, std::unique_ptr<Channel>> channels;  // written only by add(), before any use
+  std::mutex mu;                                     // receive state: below, and ring tails
+  std::map<Key, std::deque<std::shared_ptr<Incoming>>> posted;
+  std::map<Key, std::deque<std::shared_ptr<Incoming>>> unexpected;
+
+  Channel& channel(int peer) {
+    auto it = channels.find(peer);
+    PW_ASSERT(it != channels.end(), "no shared-memory channel to rank " << peer);
+    return *it->second;
+  }
+
+  // The peer's end of `ch` is gone: its communicator closed the link, or its process died.
+  std::string peer_gone(const Channel& ch) const {
+    auto& h = ch.link->header();
+    const int other = 1 - ch.side;
+    const int peer = global_ranks[static_cast<std::size_t>(ch.peer)];
+    if (h.closed[other].load() != 0) {
+      return "peer rank " + std::to_string(peer) + " left (it closed its communicator)";
+    }
+    const auto pid = static_cast<pid_t>(h.pid[other].load());
+    if (pid > 0 && pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH) {
+      return "peer rank " + std::to_string(peer) + " died (its process " + std::to_string(pid) +
+             " is gone)";
+    }
+    return {};
+  }
+
+  // The receive a new message of (peer, tag) goes to: the oldest posted one, else a new
+  // unexpected one. Requires mu.
+  std::shared_ptr<Incoming> match(int peer, std::int64_t tag, std::uint64_t total) {
+    std::shared_ptr<Incoming> in;
+    auto it = posted.find({peer, tag});
+    if (it != posted.end() && !it->second.empty()) {
+      in = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) posted.erase(it);
+    } else {
+      in = std::make_shared<Incoming>();
+      in->heap.resize(total);
+      in->dst = in->heap.data();
+      unexpected[{peer, tag}].push_back(in);
+    }
+    in->total = total;
+    in->started = true;
+    return in;
+  }
+
+  // Moves every record that has arrived from ch.peer into its receive. Requires mu.
+  void drain(Channel& ch) {
+    auto& ring = ch.link->ring(1 - ch.side);
+    const std::byte* data = ch.link->data(1 - ch.side);
+    const std::uint64_t cap = ch.link->capacity(1 - ch.side);
+    std::uint64_t tail = ring.tail.load(std::memory_order_relaxed);
+    const std::uint64_t first_tail = tail;
+    std::uint64_t head = ring.head.load(std::memory_order_acquire);
+    while (tail != head) {
+      const std::uint64_t pos = tail % cap;
+      Record r;
+      std::memcpy(&r, data + pos, sizeof r);
+      if (r.chunk == kSkip) {
+        tail += cap - pos;
+      } else {
+        std::shared_ptr<Incoming> in =
+            r.offset == 0 ? match(ch.peer, r.tag, r.total) : ch.current;
+        PW_ASSERT(in != nullptr && r.offset + r.chunk <= r.total,
+                  "shared-memory channel from rank "
+                      << global_ranks[static_cast<std::size_t>(ch.peer)] << ": a stray chunk");
+        in->put(data + pos + kRecord, r.offset, r.chunk);
+        ch.current = in->complete() ? nullptr : in;
+        tail += kRecord + round_up(r.chunk, kRecord);
+      }
+      if (tail == head) head = ring.head.load(std::memory_order_acquire);
+    }
+    if (tail == first_tail) return;
+    ring.tail.store(tail, std::memory_order_seq_cst);
+    ring.space_seq.fetch_add(1, std::memory_order_seq_cst);
+    if (ring.producer_sleeping.load(std::memory_order_seq_cst) != 0) {
+      futex_wake_all(&ring.space_seq);
+    }
+  }
+
+  void drain_all() {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [peer, ch] : channels) drain(*ch);
+  }
+
+  // Publishes `head` to the consumer of `ring` and wakes it if it sleeps.
+  static void publish(ShmLink::Ring& ring, std::uint64_t head) {
+    ring.head.store(head, std::memory_order_seq_cst);
+    ring.data_seq.fetch_add(1, std::memory_order_seq_cst);
+    if (ring.consumers_sleeping.load(std::memory_order_seq_cst) != 0) {
+      futex_wake_all(&ring.data_seq);
+    }
+  }
+
+  // Copies `buf` into the ring towards ch.peer; throws TimeoutError / PeerError.
+  void send(Channel& ch, const BufferView& buf, std::int64_t tag, const std::string& prefix) {
+    std::lock_guard<std::mutex> send_lock(ch.send_mu);
+    if (auto gone = peer_gone(ch); !gone.empty()) throw PeerError(prefix + ": " + gone);
+    auto& ring = ch.link->ring(ch.side);
+    std::byte* data = ch.link->data(ch.side);
+    const std::uint64_t cap = ch.link->capacity(ch.side);
+    const auto* src = static_cast<const std::byte*>(buf.data);
+    const std::uint64_t total = buf.bytes();
+    std::uint64_t head = ring.head.load(std::memory_order_relaxed);
+    std::uint64_t sent = 0;
+    const auto deadline = WorkClock::now() + timeout;
+    bool first = true;
+    while (first || sent < total) {
+      const std::uint64_t tail = ring.tail.load(std::memory_order_acquire);
+      const std::uint64_t room = cap - (head - tail);
+      const std::uint64_t pos = head % cap;
+      const std::uint64_t contiguous = cap - pos;
+      const std::uint64_t need = kRecord + std::min<std::uint64_t>(total - sent, kRecord);
+      if (contiguous < need && room >= contiguous) {
+        const Record skip{0, 0, 0, kSkip};
+        std::memcpy(data + pos, &skip, sizeof skip);
+        head += contiguous;
+        publish(ring, head);
+        continue;
+      }
+      if (room < need) {
+        wait_for_room(ch, tail, deadline, prefix);
+        continue;
+      }
+      const std::uint64_t chunk = std::min(total - sent, std::min(room, contiguous) - kRecord);
+      const Record r{tag, total, sent, chunk};
+      std::memcpy(data + pos, &r, sizeof r);
+      if (chunk > 0) std::memcpy(data + pos + kRecord, src + sent, chunk);
+      head += kRecord + round_up(chunk, kRecord);
+      sent += chunk;
+      first = false;
+      publish(ring, head);
+    }
+  }
+
+  // The ring towards ch.peer has no room: drain this rank's own incoming rings (the peer may be
+  // waiting for room towards us) and sleep briefly until the peer frees some.
+  void wait_for_room(Channel& ch, std::uint64_t tail_seen,
+                     std::chrono::steady_clock::time_point deadline, const std::string& prefix) {
+    auto& ring = ch.link->ring(ch.side);
+    const std::uint32_t seen = ring.space_seq.load(std::memory_order_seq_cst);
+    ring.producer_sleeping.store(1, std::memory_order_seq_cst);
+    drain_all();
+    if (ring.tail.load(std::memory_order_seq_cst) == tail_seen) {
+      futex_wait(&ring.space_seq, seen, kSpaceSlice);
+    }
+    ring.producer_sleeping.store(0, std::memory_order_seq_cst);
+    if (ring.tail.load(std::memory_order_acquire) != tail_seen) return;
+    if (auto gone = peer_gone(ch); !gone.empty()) throw PeerError(prefix + ": " + gone);
+    if (WorkClock::now() >= deadline) {
+      throw TimeoutError(prefix + ": " + timed_out_after(timeout) + " waiting for rank " +
+                         std::to_string(global_ranks[static_cast<std::size_t>(ch.peer)]) +
+                         " to make room in its shared-memory ring of " +
+                         std::to_string(ch.link->capacity(ch.side)) + " bytes");
+    }
+  }
+};
+
+namespace {
+
+// A receive (Note [Work completion]): test() drains the channel and looks at its message, pause()
+// sleeps on the ring's futex until the peer publishes more or the slice ends.
+class ShmRecvWork final : public BasicWork {
+ public:
+  ShmRecvWork(std::shared_ptr<ShmP2P::State> state, ShmP2P::State::Channel* ch,
+              std::shared_ptr<Incoming> in, const BufferView& buf, std::string prefix)
+      : BasicWork(std::move(prefix)),
+        state_(std::move(state)),
+        ch_(ch),
+        in_(std::move(in)),
+        buf_(buf) {}
+
+ private:
+  std::unique_lock<std::mutex> lock() override { return std::unique_lock<std::mutex>(state_->mu); }
+
+  bool test() override {
+    state_->drain(*ch_);
+    if (in_->complete()) {
+      const int peer = state_->global_ranks[static_cast<std::size_t>(ch_->peer)];
+      if (in_->total != buf_.bytes()) {
+        throw BackendError(prefix() + ": a message of " + std::to_string(in_->total) +
+                           " bytes from rank " + std::to_string(peer) + " for a buffer of " +
+                           std::to_string(buf_.bytes()) + " bytes");
+      }
+      if (!in_->posted && in_->total > 0) std::memcpy(buf_.data, in_->heap.data(), in_->total);
+      return true;
+    }
+    if (auto gone = state_->peer_gone(*ch_); !gone.empty()) throw PeerError(prefix() + ": " + gone);
+    return false;
+  }
+
+  std::string waiting_for() const override {
+    return "rank " + std::to_string(state_->global_ranks[static_cast<std::size_t>(ch_->peer)]);
+  }
+
+  void pause(WaitState& wait, std::unique_lock<std::mutex>& lock) override {
+    auto& ring = ch_->link->ring(1 - ch_->side);
+    const std::uint32_t seen = ring.data_seq.load(std::memory_order_seq_cst);
+    ring.consumers_sleeping.fetch_add(1, std::memory_order_seq_cst);
+    if (ring.head.load(std::memory_order_seq_cst) == ring.tail.load(std::memory_order_relaxed)) {
+      lock.unlock();
+      const auto left = wait.deadline - now();
+      futex_wait(&ring.data_seq, seen,
+                 std::min<std::chrono::nanoseconds>(left, std::chrono::nanoseconds(kPollSlice)));
+      lock.lock();
+    }
+    ring.consumers_sleeping.fetch_sub(1, std::memory_order_seq_cst);
+  }
+
+  std::shared_ptr<ShmP2P::State> state_;
+  ShmP2P::State::Channel* ch_;  // owned by state_
+  std::shared_ptr<Incoming> in_;
+  BufferView buf_;
+};
+
+}  // namespace
+
+ShmP2P::ShmP2P(int rank, std::vector<int> global_ranks, std::chrono::milliseconds timeout)
+    : state_(std::make_shared<State>()) {
+  state_->rank = rank;
+  state_->global_ranks = std::move(global_ranks);
+  state_->timeout = timeout;
+}
+
+ShmP2P::~ShmP2P() {
+  for (auto& [peer, ch] : state_->channels) {
+    auto& h = ch->link->header();
+    h.closed[ch->side].store(1, std::memory_order_seq_cst);
+    for (int d = 0; d < 2; ++d) {
+      auto& ring = ch->link->ring(d);
+      ring.data_seq.fetch_add(1, std::memory_order_seq_cst);
+      ring.space_seq.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake_all(&ring.data_seq);
+      futex_wake_all(&ring.space_seq);
+    }
+  }
+}
+
+void ShmP2P::add(int peer, std::shared_ptr<ShmLink> link) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto ch = std::make_unique<State::Channel>();
+  ch->peer = peer;
+  ch->side = state_->rank < peer ? 0 : 1;
+  ch->link = std::move(link);
+  ch->link->header().pid[ch->side].store(static_cast<std::int64_t>(::getpid()));
+  state_->channels[peer] = std::move(ch);
+}
+
+bool ShmP2P::connected(int peer) const { return state_->channels.count(peer) != 0; }
+
+std::vector<int> ShmP2P::peers() const {
+  std::vector<int> out;
+  for (const auto& [peer, ch] : state_->channels) out.push_back(peer);
+  return out;
+}
+
+WorkPtr ShmP2P::send(const BufferView& buf, int dst, std::int64_t tag, const std::string& prefix) {
+  try {
+    state_->send(state_->channel(dst), buf, tag, prefix);
+  } catch (const Error&) {
+    return failed_work(std::current_exception());
+  }
+  return completed_work();
+}
+
+WorkPtr ShmP2P::recv(const BufferView& buf, int src, std::int64_t tag, const std::string& prefix) {
+  auto& ch = state_->channel(src);
+  std::shared_ptr<Incoming> in;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->drain(ch);
+    auto it = state_->unexpected.find({src, tag});
+    if (it != state_->unexpected.end() && !it->second.empty()) {
+      in = std::move(it->second.front());  // arrived first: copied out when complete
+      it->second.pop_front();
+      if (it->second.empty()) state_->unexpected.erase(it);
+    } else {
+      in = std::make_shared<Incoming>();
+      in->posted = true;
+      in->dst = static_cast<std::byte*>(buf.data);
+      in->capacity = buf.bytes();
+      state_->posted[{src, tag}].push_back(in);
+    }
+  }
+  return std::make_shared<ShmRecvWork>(state_, &ch, std::move(in), buf, prefix);
+}
+
+}  // namespace pipewright::exec::detail

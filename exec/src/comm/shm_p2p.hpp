@@ -1,0 +1,108 @@
+// Shared-memory point-to-point messages between ranks of one host (Note [Shared-memory
+// point-to-point]). No torch: raw buffers, POSIX shared memory and futexes. Private to exec/.
+//
+// Note [Shared-memory point-to-point]
+// c10d's Gloo moves every pipeline activation and gradient through TCP loopback: the sender's
+// writev, then the receiver's I/O thread (gloo_tcp_loop), which wakes for each message, reads it
+// into the posted buffer and hands completion to the waiting thread. On a CPU host whose cores
+// all compute, that thread preempts compute: measured with `perf record -e sched:sched_switch`
+// on the small model of bench/executor_vs_torch.sh (Interleaved1F1B, 2 ranks on 2 cores), each
+// rank's gloo_tcp_loop ran ~7 ms per 56 ms step, in slices of up to 5 ms, 22 of them preempting
+// the rank's compute thread for over 1 ms; SEND actions that usually take 0.08 ms took 3-7 ms
+// when the sender had to wait for the pair's lock. NCCL and Open MPI move intra-node messages
+// through shared memory instead; so does pipewright, for the pairs the plan interpreter names
+// (Communicator::connect_p2p) when both ranks are on one host:
+//   - each pair maps one shared-memory object with a ring per direction (single producer, single
+//     consumer), sized for a step's messages in that direction (the interpreter's hint), so a
+//     send never waits for its receiver in a valid plan;
+//   - send() copies the message into the ring in records of [tag, total size, offset, chunk]
+//     and returns a completed Work (the caller's buffer is free at once, as with a buffered
+//     send); a message larger than the free space goes in chunks, and a sender that finds the
+//     ring full drains its own incoming rings while it waits, so two ranks sending to each
+//     other cannot deadlock;
+//   - the receiving thread itself moves records out of the ring (no progress thread), whenever
+//     it posts, tests or waits for a receive: into the posted buffer of that (peer, tag), first
+//     come first matched as in MPI, or, for a message that arrived before its receive was
+//     posted, into heap memory that the receive later copies from;
+//   - a waiting receiver sleeps on a futex in the ring (the sender wakes it only when it sleeps)
+//     and wakes every 100 ms to check its deadline and its peer: a peer whose communicator was
+//     destroyed marks the rings closed, one whose process is gone is found by its pid; either is
+//     a PeerError naming the rank, a deadline a TimeoutError, as for Gloo's TCP.
+// Unlike Gloo's TCP, a receive checks the message's size: a message of another size than the
+// buffer is a BackendError on wait().
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipewright/exec/communicator.hpp"
+
+namespace pipewright::exec::detail {
+
+// The shared-memory object of one pair: a header and a ring per direction. The lower rank of the
+// pair creates it, the higher opens it; "side" 0 is the lower rank.
+class ShmLink {
+ public:
+  // `capacity[d]`: bytes of the ring that side d writes (rounded up to 4 KiB, at least 64 KiB).
+  // Null and *error set when the object cannot be created, sized or mapped.
+  static std::shared_ptr<ShmLink> create(const std::string& name, std::size_t capacity0,
+                                         std::size_t capacity1, std::string* error);
+  static std::shared_ptr<ShmLink> open(const std::string& name, std::string* error);
+  static void unlink(const std::string& name) noexcept;
+
+  ShmLink(const ShmLink&) = delete;
+  ShmLink& operator=(const ShmLink&) = delete;
+  ~ShmLink();
+
+  struct Header;
+  struct Ring;
+  [[nodiscard]] Header& header() const noexcept;
+  // The ring that side `side` writes.
+  [[nodiscard]] Ring& ring(int side) const noexcept;
+  [[nodiscard]] std::byte* data(int side) const noexcept;
+  [[nodiscard]] std::size_t capacity(int side) const noexcept;
+
+ private:
+  ShmLink(void* base, std::size_t bytes) noexcept : base_(base), bytes_(bytes) {}
+  void* base_;
+  std::size_t bytes_;
+};
+
+// The shared-memory channels of one communicator (Note [Shared-memory point-to-point]).
+class ShmP2P {
+ public:
+  // `rank`: this rank's communicator-local rank; `global_ranks[r]` names rank r in messages.
+  ShmP2P(int rank, std::vector<int> global_ranks, std::chrono::milliseconds timeout);
+  ShmP2P(const ShmP2P&) = delete;
+  ShmP2P& operator=(const ShmP2P&) = delete;
+  // Marks every link closed (peers waiting on it fail with PeerError) and wakes them.
+  ~ShmP2P();
+
+  // Makes `peer` reachable through `link` (this rank is side 0 of it when rank < peer).
+  void add(int peer, std::shared_ptr<ShmLink> link);
+  [[nodiscard]] bool connected(int peer) const;
+  // Peers with a channel, ascending (communicator-local).
+  [[nodiscard]] std::vector<int> peers() const;
+
+  // Copies `buf` into the ring towards `dst` (connected(dst)); the Work is complete unless the
+  // ring stayed full until the timeout or the peer left (then it holds that error).
+  [[nodiscard]] WorkPtr send(const BufferView& buf, int dst, std::int64_t tag,
+                             const std::string& prefix);
+  [[nodiscard]] WorkPtr recv(const BufferView& buf, int src, std::int64_t tag,
+                             const std::string& prefix);
+
+  struct State;  // shared with the Works
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace pipewright::exec::detail
