@@ -86,7 +86,8 @@ done
 # Communication volume: DDP vs SlowMo (LocalSGD every 3 steps, slow step every 48), 48 steps.
 ddp_log="$(pw_run 2 48)"
 slow_log="$(pw_run 2 48 --dp-algorithm slowmo --localsgd-frequency 3)"
-ddp_b="$(grep -E '^\[rank 0\].*data-parallel' <<<"$ddp_log" | sed -E 's/.*: ([0-9.]+) wire bytes\/step.*/\1/')"
-slow_b="$(grep -E '^\[rank 0\].*data-parallel' <<<"$slow_log" | sed -E 's/.*: ([0-9.]+) wire bytes\/step.*/\1/')"
+# The log line: "data-parallel (ddp): 16.0 MiB/step on the wire (16793600 B/step), ...".
+ddp_b="$(grep -E '^\[rank 0\].*data-parallel' <<<"$ddp_log" | sed -E 's/.*on the wire \(([0-9]+) B\/step\).*/\1/')"
+slow_b="$(grep -E '^\[rank 0\].*data-parallel' <<<"$slow_log" | sed -E 's/.*on the wire \(([0-9]+) B\/step\).*/\1/')"
 awk -v a="$ddp_b" -v b="$slow_b" 'BEGIN {
   printf "bytes/step (wire, dp=2, 48 steps): ddp %.0f slowmo %.0f ratio %.3f (target <= 0.333)\n", a, b, b / a }'

@@ -25,8 +25,9 @@
 # medians its stages measured, put into the same profile) with free communication (no message
 # time, no batch overhead), efficiency = bound / measured step; and `pipewright compare`'s error
 # on the pipewright run (its prediction from its own profile, default receive model, against the
-# measured median step). The summary is the median over
-# rounds. Default: 4 rounds, 25 steps (warm-up 5), both sizes, GPipe 1F1B Interleaved1F1B
+# measured median step). The summary gives the median over rounds of each column, and as the
+# ratio the median of the rounds' own ratios (each round's two sides ran back to back, so the
+# paired ratio survives a host whose speed drifts between rounds). Default: 4 rounds, 25 steps (warm-up 5), both sizes, GPipe 1F1B Interleaved1F1B
 # ZBVZeroBubble DualPipeV. --quick: 1 round, 8 steps (warm-up 3), the small size. --pw-args: more
 # flags for every `pipewright run` (an ablation: "--no-shm-p2p" sends the pipeline's messages
 # through Gloo's TCP, as before Note [Shared-memory point-to-point]).
@@ -147,14 +148,16 @@ done
 
 echo
 echo "medians over $rounds round(s) of the steps after $warmup of $steps; efficiency = bubble bound / step"
-printf '%-5s %-16s %12s %12s %7s %9s %9s %9s %6s\n' size schedule pipewright_ms torch_ms ratio pw_eff torch_eff compare load
+printf '%-5s %-16s %12s %12s %7s %9s %9s %9s %6s  %s\n' size schedule pipewright_ms torch_ms ratio pw_eff torch_eff compare load "each round's ratio"
 for size in $sizes; do
   for sched in $schedules; do
     awk -F'\t' -v s="$size" -v k="$sched" '$1 == s && $2 == k' "$results" >"$work/sel.tsv"
     col() { cut -f"$1" "$work/sel.tsv" | median; }
     pw_ms="$(col 4)" torch_ms="$(col 5)" pb="$(col 6)" tb="$(col 7)" ce="$(col 12)"
     l="$(cut -f8,9 "$work/sel.tsv" | tr '\t' '\n' | median)"
+    ratio="$(awk -F'\t' '{print $4 / $5}' "$work/sel.tsv" | median)"
+    each="$(awk -F'\t' '{printf "%s%.2f", (NR > 1 ? " / " : ""), $4 / $5}' "$work/sel.tsv")"
     awk -v s="$size" -v k="$sched" -v a="$pw_ms" -v b="$torch_ms" -v pb="$pb" -v tb="$tb" -v l="$l" \
-      -v ce="$ce" 'BEGIN {printf "%-5s %-16s %12.2f %12.2f %7.3f %8.1f%% %8.1f%% %+8.1f%% %6.2f\n", s, k, a, b, a / b, 100 * pb / a, 100 * tb / b, ce, l}'
+      -v ce="$ce" -v r="$ratio" -v e="$each" 'BEGIN {printf "%-5s %-16s %12.2f %12.2f %7.3f %8.1f%% %8.1f%% %+8.1f%% %6.2f  %s\n", s, k, a, b, r, 100 * pb / a, 100 * tb / b, ce, l, e}'
   done
 done

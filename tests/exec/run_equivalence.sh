@@ -52,4 +52,19 @@ for spec in GPipe:1 1F1B:1 Interleaved1F1B:2 LoopedBFS:2 InterleavedZeroBubble:2
     fi
   done
 done
+# Note [Shared-memory point-to-point]: Gloo's ranks of one host exchange activations and
+# gradients through shared memory; the same run with every message through Gloo's TCP
+# (--no-shm-p2p) must give the same weights, bit for bit.
+for pp in 4 2; do
+  shm="$work/1F1B.$pp.safetensors"
+  [ "$backend" = gloo ] && [ -f "$shm" ] || continue
+  out="$work/1F1B.$pp.tcp.safetensors"
+  if run_ranks "$pp" "$backend" "$pw" "${common[@]}" --pp "$pp" --schedule 1F1B --save "$out" \
+      --no-shm-p2p && "$cmp" "$shm" "$out" 0; then
+    echo "OK   $model 1F1B pp=$pp: --no-shm-p2p gives the same weights"
+  else
+    echo "FAIL $model 1F1B pp=$pp: --no-shm-p2p differs from shared-memory messages"; failed=1
+  fi
+  break
+done
 exit $failed
