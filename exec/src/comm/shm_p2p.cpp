@@ -26,7 +26,7 @@ namespace {
 
 constexpr std::size_t kPage = 4096;
 constexpr std::size_t kLine = 64;
-constexpr std::size_t kRecord = 64;  // a record's header; payloads start and end on a line
+constexpr std::size_t kRecord = 64;           // a record's header; payloads start and end on a line
 constexpr std::uint32_t kMagic = 0x70775032;  // "pwP2"
 constexpr std::uint64_t kSkip = ~std::uint64_t{0};  // chunk of a record that skips to the start
 constexpr std::size_t kMinCapacity = 64 * 1024;
@@ -55,7 +55,9 @@ void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen,
   (void)futex(word, FUTEX_WAIT, seen, &ts);  // returns at once if `word` moved since `seen`
 }
 
-void futex_wake_all(std::atomic<std::uint32_t>* word) { (void)futex(word, FUTEX_WAKE, INT_MAX, nullptr); }
+void futex_wake_all(std::atomic<std::uint32_t>* word) {
+  (void)futex(word, FUTEX_WAKE, INT_MAX, nullptr);
+}
 
 struct Record {
   std::int64_t tag;
@@ -281,8 +283,7 @@ struct ShmP2P::State {
       if (r.chunk == kSkip) {
         tail += cap - pos;
       } else {
-        std::shared_ptr<Incoming> in =
-            r.offset == 0 ? match(ch.peer, r.tag, r.total) : ch.current;
+        std::shared_ptr<Incoming> in = r.offset == 0 ? match(ch.peer, r.tag, r.total) : ch.current;
         PW_ASSERT(in != nullptr && r.offset + r.chunk <= r.total,
                   "shared-memory channel from rank "
                       << global_ranks[static_cast<std::size_t>(ch.peer)] << ": a stray chunk");
