@@ -21,17 +21,14 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <mutex>
-#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -109,27 +106,6 @@ c10d::ReduceOp reduce_op(ReduceOp op) {
 std::string first_line(const std::string& s) {
   auto line = s.substr(0, s.find('\n'));
   return line.size() > 300 ? line.substr(0, 300) + "..." : line;
-}
-
-// Ranks with equal identities can map each other's POSIX shared memory and see each other's
-// pids (peer-death detection): same host name, same boot, same /dev/shm file system (containers
-// on one machine have their own) and same pid namespace. The network namespace counts too: ranks
-// in different ones are different nodes to the user (tools/netns-cluster), and their traffic
-// must cross the network between them, not shared memory.
-std::string host_identity() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  struct stat st {};
-  const bool has_shm = ::stat("/dev/shm", &st) == 0;
-  char pid_ns[128] = {}, net_ns[128] = {};
-  const auto n = ::readlink("/proc/self/ns/pid", pid_ns, sizeof pid_ns - 1);
-  const auto m = ::readlink("/proc/self/ns/net", net_ns, sizeof net_ns - 1);
-  return std::string(host) + "|" + boot + "|" +
-         (has_shm ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) : "no-shm") + "|" +
-         (n > 0 ? std::string(pid_ns, static_cast<std::size_t>(n)) : "no-pid-ns") + "|" +
-         (m > 0 ? std::string(net_ns, static_cast<std::size_t>(m)) : "no-net-ns");
 }
 
 // The local address of the route to `host` (the master): what this rank's peers reach it by,
@@ -470,54 +446,17 @@ class GlooCommunicator final : public CommunicatorBase {
     if (!options_.shm_collectives || size() == 1) {
       return Communicator::allocate_collective_buffer(bytes);
     }
-    const std::string key = "shm/" + std::to_string(alloc_seq_++) + "/";
-    auto store = c10::make_intrusive<c10d::PrefixStore>(name_, root_store_);
-    auto put = [&](const std::string& k, const std::string& v) {
-      store->set(key + k, std::vector<std::uint8_t>(v.begin(), v.end()));
-    };
-    auto get = [&](const std::string& k) {
-      const auto v = store->get(key + k);
-      return std::string(v.begin(), v.end());
-    };
-    const std::string host = host_identity();
-    put("host/" + std::to_string(rank()), host);
-    bool same_host = true;
-    for (int r = 0; r < size(); ++r)
-      same_host = same_host && get("host/" + std::to_string(r)) == host;
-    if (!same_host) return Communicator::allocate_collective_buffer(bytes);
-
-    std::shared_ptr<ShmBuffer> buffer;
-    std::string name;
-    std::string error;
-    if (rank() == 0) {
-      std::random_device rd;
-      name = "/pipewright-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
-             std::to_string(alloc_seq_);
-      buffer = ShmBuffer::create(name, size(), bytes, &error);
-      put("name", buffer ? name : std::string());
-    } else {
-      name = get("name");
-      if (!name.empty()) buffer = ShmBuffer::open(name, self(), size(), bytes, &error);
-    }
-    put("ok/" + std::to_string(rank()), buffer ? "1" : "0");
-    bool all_ok = true;
-    for (int r = 0; r < size(); ++r) all_ok = all_ok && get("ok/" + std::to_string(r)) == "1";
-    if (rank() == 0 && buffer) ShmBuffer::unlink(name);
-    if (!all_ok) return Communicator::allocate_collective_buffer(bytes);
+    auto buffer = allocate_shm_buffer(handshake("shm/" + std::to_string(alloc_seq_) + "/"), rank(),
+                                      size(), alloc_seq_, bytes);
+    ++alloc_seq_;
+    if (!buffer) return Communicator::allocate_collective_buffer(bytes);
     if (!shm_) shm_ = std::make_unique<ShmCollectives>(rank(), members(), options_.timeout);
     shm_->add(buffer);
     void* data = buffer->slot(rank());
     return std::shared_ptr<void>(std::move(buffer), data);  // keeps the mapping alive
   }
 
-  // Note [Shared-memory point-to-point] (shm_p2p.hpp). Both ranks of a pair decide through the
-  // store, in three phases that never wait for anything published later: (0) every rank
-  // publishes its host identity ("off" under --no-shm-p2p); (1) the lower rank of each new pair
-  // compares identities and, when they match, creates the pair's shared-memory object sized
-  // from the links' hints and publishes its name (else an empty name); (2) the higher rank opens
-  // it and acknowledges; (3) the lower rank waits for the acknowledgement and unlinks the name,
-  // so nothing is left in /dev/shm once both have mapped it. The pair uses shared memory only if
-  // both ends have it mapped; else both keep Gloo's TCP.
+  // Note [Shared-memory point-to-point] (shm_p2p.hpp): the pairs decide through the store.
   void connect_p2p(const std::vector<P2PLink>& links) override {
     std::vector<P2PLink> todo;
     for (const auto& l : links) {
@@ -525,64 +464,13 @@ class GlooCommunicator final : public CommunicatorBase {
       if (l.peer != rank() && p2p_decided_.insert(l.peer).second) todo.push_back(l);
     }
     if (todo.empty()) return;
-    auto store = c10::make_intrusive<c10d::PrefixStore>(name_, root_store_);
-    auto put = [&](const std::string& k, const std::string& v) {
-      store->set(k, std::vector<std::uint8_t>(v.begin(), v.end()));
-    };
-    auto get = [&](const std::string& k) {
-      const auto v = store->get(k);
-      return std::string(v.begin(), v.end());
-    };
-    auto pair_key = [&](int a, int b) {
-      return "p2p/" + std::to_string(std::min(a, b)) + "-" + std::to_string(std::max(a, b)) + "/";
-    };
-    struct Created {
-      int peer;
-      std::string name;
-      std::shared_ptr<ShmLink> link;
-    };
-    std::vector<Created> created;
     int current = -1;  // the peer being connected, for the error message
     try {
-      const std::string me = options_.shm_p2p ? host_identity() : std::string("off");
-      put("p2p/host/" + std::to_string(rank()), me);
-      for (const auto& l : todo) {
-        if (l.peer < rank()) continue;
-        current = l.peer;
-        const std::string peer_host = get("p2p/host/" + std::to_string(l.peer));
-        std::shared_ptr<ShmLink> link;
-        std::string name;
-        if (me != "off" && peer_host == me) {
-          std::random_device rd;
-          name = "/pipewright-p2p-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) +
-                 "-" + std::to_string(self()) + "-" + std::to_string(global_rank(l.peer));
-          std::string error;
-          link = ShmLink::create(name, l.send_bytes, l.recv_bytes, &error);
-        }
-        put(pair_key(rank(), l.peer) + "name", link ? name : std::string());
-        if (link) created.push_back(Created{l.peer, name, std::move(link)});
-      }
-      for (const auto& l : todo) {
-        if (l.peer > rank()) continue;
-        current = l.peer;
-        const std::string name = get(pair_key(rank(), l.peer) + "name");
-        std::shared_ptr<ShmLink> link;
-        std::string error;
-        if (!name.empty()) link = ShmLink::open(name, &error);
-        put(pair_key(rank(), l.peer) + "ack", link ? "1" : "0");
-        if (link) p2p().add(l.peer, std::move(link));
-      }
-      for (auto& c : created) {
-        current = c.peer;
-        const std::string ack = get(pair_key(rank(), c.peer) + "ack");
-        ShmLink::unlink(c.name);
-        c.name.clear();
-        if (ack == "1") p2p().add(c.peer, std::move(c.link));
+      for (auto& [peer, link] :
+           connect_shm_links(todo, rank(), members(), options_.shm_p2p, handshake(""), &current)) {
+        p2p().add(peer, std::move(link));
       }
     } catch (const std::exception& e) {
-      for (const auto& c : created) {
-        if (!c.name.empty()) ShmLink::unlink(c.name);
-      }
       Blame blame{"rank " + std::to_string(self()) +
                       ": connecting shared-memory point-to-point with rank " +
                       std::to_string(global_rank(current)),
@@ -649,6 +537,20 @@ class GlooCommunicator final : public CommunicatorBase {
   std::unique_ptr<ShmCollectives> shm_;  // created with the first shared buffer
   std::set<int> p2p_decided_;            // peers connect_p2p() has seen
   std::unique_ptr<ShmP2P> p2p_;          // created with the first shared-memory peer
+
+  // This group's store under `prefix`, for the shared-memory handshakes.
+  ShmHandshake handshake(const std::string& prefix) {
+    auto store = c10::make_intrusive<c10d::PrefixStore>(name_, root_store_);
+    ShmHandshake h;
+    h.put = [store, prefix](const std::string& k, const std::string& v) {
+      store->set(prefix + k, std::vector<std::uint8_t>(v.begin(), v.end()));
+    };
+    h.get = [store, prefix](const std::string& k) {
+      const auto v = store->get(prefix + k);
+      return std::string(v.begin(), v.end());
+    };
+    return h;
+  }
 
   ShmP2P& p2p() {
     if (!p2p_) p2p_ = std::make_unique<ShmP2P>(rank(), members(), options_.timeout);

@@ -15,7 +15,9 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <fstream>
 #include <new>
+#include <random>
 #include <sstream>
 #include <utility>
 
@@ -441,6 +443,50 @@ void ShmCollectives::execute(Job& job) {
     if (re > rb) std::memcpy(at(rank_, rb), at(r, rb), (re - rb) * elem);
   }
   barrier(b, ++epoch, job.prefix, deadline);  // 4: every peer has copied from our slot
+}
+
+std::string host_identity() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  struct stat st {};
+  const bool has_shm = ::stat("/dev/shm", &st) == 0;
+  char pid_ns[128] = {}, net_ns[128] = {};
+  const auto n = ::readlink("/proc/self/ns/pid", pid_ns, sizeof pid_ns - 1);
+  const auto m = ::readlink("/proc/self/ns/net", net_ns, sizeof net_ns - 1);
+  return std::string(host) + "|" + boot + "|" +
+         (has_shm ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) : "no-shm") + "|" +
+         (n > 0 ? std::string(pid_ns, static_cast<std::size_t>(n)) : "no-pid-ns") + "|" +
+         (m > 0 ? std::string(net_ns, static_cast<std::size_t>(m)) : "no-net-ns");
+}
+
+std::shared_ptr<ShmBuffer> allocate_shm_buffer(const ShmHandshake& store, int rank, int size,
+                                               std::int64_t seq, std::size_t bytes) {
+  const std::string host = host_identity();
+  store.put("host/" + std::to_string(rank), host);
+  bool same_host = true;
+  for (int r = 0; r < size; ++r)
+    same_host = same_host && store.get("host/" + std::to_string(r)) == host;
+  if (!same_host) return nullptr;
+  std::shared_ptr<ShmBuffer> buffer;
+  std::string name;
+  std::string error;
+  if (rank == 0) {
+    std::random_device rd;
+    name = "/pipewright-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
+           std::to_string(seq);
+    buffer = ShmBuffer::create(name, size, bytes, &error);
+    store.put("name", buffer ? name : std::string());
+  } else {
+    name = store.get("name");
+    if (!name.empty()) buffer = ShmBuffer::open(name, rank, size, bytes, &error);
+  }
+  store.put("ok/" + std::to_string(rank), buffer ? "1" : "0");
+  bool all_ok = true;
+  for (int r = 0; r < size; ++r) all_ok = all_ok && store.get("ok/" + std::to_string(r)) == "1";
+  if (rank == 0 && buffer) ShmBuffer::unlink(name);
+  return all_ok ? buffer : nullptr;
 }
 
 }  // namespace pipewright::exec::detail

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,6 +36,31 @@
 #include "pipewright/exec/communicator.hpp"
 
 namespace pipewright::exec::detail {
+
+// What the shared-memory paths (this all-reduce, Note [Shared-memory point-to-point]) need from
+// the group's store to agree: set a key, and get one (blocks until it is set; throws on timeout).
+struct ShmHandshake {
+  std::function<void(const std::string&, const std::string&)> put;
+  std::function<std::string(const std::string&)> get;
+};
+
+// This host's identity for shared memory: ranks with equal identities can map each other's POSIX
+// shared memory and see each other's pids (peer-death detection): same host name, same boot,
+// same /dev/shm file system (containers on one machine have their own) and same pid namespace.
+// The network namespace counts too: ranks in different ones are different nodes to the user
+// (tools/netns-cluster), and their traffic must cross the network between them.
+[[nodiscard]] std::string host_identity();
+
+class ShmBuffer;
+// Collective over the `size` ranks of a group (Note [Shared-memory all-reduce]): every member
+// publishes its host identity; when all match, rank 0 creates the shared object and names it,
+// the others map it and report back, and only if every member succeeded is it returned (else
+// null on every member, which then uses heap memory, so the group agrees on which path each
+// all-reduce takes). Rank 0 unlinks the name once all have mapped it, so nothing is left in
+// /dev/shm even if the job is killed. `seq` numbers the group's allocations.
+[[nodiscard]] std::shared_ptr<ShmBuffer> allocate_shm_buffer(const ShmHandshake& store, int rank,
+                                                             int size, std::int64_t seq,
+                                                             std::size_t bytes);
 
 // One collective buffer: `size` slots of `slot_bytes` bytes after a small header, in one
 // shared-memory object mapped by every rank of the group.

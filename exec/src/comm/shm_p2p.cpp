@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "comm/communicator_base.hpp"
@@ -506,6 +507,65 @@ WorkPtr ShmP2P::recv(const BufferView& buf, int src, std::int64_t tag, const std
     }
   }
   return std::make_shared<ShmRecvWork>(state_, &ch, std::move(in), buf, prefix);
+}
+
+std::vector<std::pair<int, std::shared_ptr<ShmLink>>> connect_shm_links(
+    const std::vector<P2PLink>& links, int rank, const std::vector<int>& global_ranks, bool allowed,
+    const ShmHandshake& store, int* current) {
+  auto pair_key = [&](int peer) {
+    return "p2p/" + std::to_string(std::min(rank, peer)) + "-" +
+           std::to_string(std::max(rank, peer)) + "/";
+  };
+  struct Created {
+    int peer;
+    std::string name;
+    std::shared_ptr<ShmLink> link;
+  };
+  std::vector<Created> created;
+  std::vector<std::pair<int, std::shared_ptr<ShmLink>>> out;
+  try {
+    const std::string me = allowed ? host_identity() : std::string("off");
+    store.put("p2p/host/" + std::to_string(rank), me);
+    for (const auto& l : links) {  // (1) the lower rank creates
+      if (l.peer < rank) continue;
+      *current = l.peer;
+      std::shared_ptr<ShmLink> link;
+      std::string name;
+      if (me != "off" && store.get("p2p/host/" + std::to_string(l.peer)) == me) {
+        std::random_device rd;
+        name = "/pipewright-p2p-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
+               std::to_string(global_ranks[static_cast<std::size_t>(rank)]) + "-" +
+               std::to_string(global_ranks[static_cast<std::size_t>(l.peer)]);
+        std::string error;  // any failure: this pair keeps the transport's own path
+        link = ShmLink::create(name, l.send_bytes, l.recv_bytes, &error);
+      }
+      store.put(pair_key(l.peer) + "name", link ? name : std::string());
+      if (link) created.push_back(Created{l.peer, name, std::move(link)});
+    }
+    for (const auto& l : links) {  // (2) the higher rank opens and acknowledges
+      if (l.peer > rank) continue;
+      *current = l.peer;
+      const std::string name = store.get(pair_key(l.peer) + "name");
+      std::shared_ptr<ShmLink> link;
+      std::string error;
+      if (!name.empty()) link = ShmLink::open(name, &error);
+      store.put(pair_key(l.peer) + "ack", link ? "1" : "0");
+      if (link) out.emplace_back(l.peer, std::move(link));
+    }
+    for (auto& c : created) {  // (3) the lower rank waits for it and unlinks
+      *current = c.peer;
+      const std::string ack = store.get(pair_key(c.peer) + "ack");
+      ShmLink::unlink(c.name);
+      c.name.clear();
+      if (ack == "1") out.emplace_back(c.peer, std::move(c.link));
+    }
+  } catch (...) {
+    for (const auto& c : created) {
+      if (!c.name.empty()) ShmLink::unlink(c.name);
+    }
+    throw;
+  }
+  return out;
 }
 
 }  // namespace pipewright::exec::detail

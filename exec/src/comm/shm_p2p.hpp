@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/shm_collectives.hpp"
 #include "pipewright/exec/communicator.hpp"
 
 namespace pipewright::exec::detail {
@@ -75,6 +76,20 @@ class ShmLink {
   void* base_;
   std::size_t bytes_;
 };
+
+// The handshake of Communicator::connect_p2p through the group's store, for the new pairs of
+// `links` (peers are communicator-local ranks; `global_ranks[r]` is rank r's world rank). Three
+// phases that never wait for anything published later: (0) every rank publishes its host
+// identity ("off" when `allowed` is false); (1) the lower rank of each pair compares identities
+// and, when they match, creates the pair's object sized from the links' hints and publishes its
+// name (else an empty name); (2) the higher rank opens it and acknowledges; (3) the lower rank
+// waits for the acknowledgement and unlinks the name, so nothing is left in /dev/shm once both
+// have mapped it. Returns the pairs both ends mapped (the others keep the transport's own
+// path). Throws what store.get throws, with *current set to the peer it waited for, after
+// unlinking what it created.
+[[nodiscard]] std::vector<std::pair<int, std::shared_ptr<ShmLink>>> connect_shm_links(
+    const std::vector<P2PLink>& links, int rank, const std::vector<int>& global_ranks, bool allowed,
+    const ShmHandshake& store, int* current);
 
 // The shared-memory channels of one communicator (Note [Shared-memory point-to-point]).
 class ShmP2P {
