@@ -127,28 +127,8 @@ std::shared_ptr<ShmBuffer> ShmBuffer::create(const std::string& name, int size,
   const std::size_t slot = round_up(std::max<std::size_t>(slot_bytes, 1), kPage);
   const std::size_t header = header_bytes_for(size);
   const std::size_t total = header + slot * static_cast<std::size_t>(size);
-  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) {
-    *error = errno_text(("shm_open " + name).c_str());
-    return nullptr;
-  }
-  // posix_fallocate reserves the pages now: a /dev/shm too small for the buffer fails here with
-  // ENOSPC instead of killing the process with SIGBUS on first touch.
-  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
-  if (rc != 0) {
-    *error = "reserving " + std::to_string(total) + " bytes of shared memory for " + name + ": " +
-             std::strerror(rc);
-    ::close(fd);
-    ::shm_unlink(name.c_str());
-    return nullptr;
-  }
-  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (base == MAP_FAILED) {
-    *error = errno_text(("mmap " + name).c_str());
-    ::shm_unlink(name.c_str());
-    return nullptr;
-  }
+  void* base = create_shm_mapping(name, total, error);
+  if (base == nullptr) return nullptr;
   auto* h = new (base) Header();
   h->size = size;
   h->slot_bytes = slot;
@@ -487,6 +467,30 @@ std::shared_ptr<ShmBuffer> allocate_shm_buffer(const ShmHandshake& store, int ra
   for (int r = 0; r < size; ++r) all_ok = all_ok && store.get("ok/" + std::to_string(r)) == "1";
   if (rank == 0 && buffer) ShmBuffer::unlink(name);
   return all_ok ? buffer : nullptr;
+}
+
+void* create_shm_mapping(const std::string& name, std::size_t bytes, std::string* error) {
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    *error = errno_text(("shm_open " + name).c_str());
+    return nullptr;
+  }
+  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (rc != 0) {
+    *error = "reserving " + std::to_string(bytes) + " bytes of shared memory for " + name + ": " +
+             std::strerror(rc);
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return nullptr;
+  }
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    *error = errno_text(("mmap " + name).c_str());
+    ::shm_unlink(name.c_str());
+    return nullptr;
+  }
+  return base;
 }
 
 }  // namespace pipewright::exec::detail

@@ -51,6 +51,12 @@ struct ShmHandshake {
 // (tools/netns-cluster), and their traffic must cross the network between them.
 [[nodiscard]] std::string host_identity();
 
+// Creates the POSIX shared-memory object `name` (which must not exist) of `bytes` bytes, reserves
+// its pages (posix_fallocate: a /dev/shm too small fails here with ENOSPC, not later with SIGBUS
+// on first touch) and maps it. Null and *error set on failure, with nothing left behind.
+[[nodiscard]] void* create_shm_mapping(const std::string& name, std::size_t bytes,
+                                       std::string* error);
+
 class ShmBuffer;
 // Collective over the `size` ranks of a group (Note [Shared-memory all-reduce]): every member
 // publishes its host identity; when all match, rank 0 creates the shared object and names it,

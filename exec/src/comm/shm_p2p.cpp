@@ -118,27 +118,8 @@ std::shared_ptr<ShmLink> ShmLink::create(const std::string& name, std::size_t ca
   cap[1] = round_up(std::clamp(capacity1, kMinCapacity, kMaxCapacity), kPage);
   const std::size_t offset1 = kPage + kPage + cap[0];
   const std::size_t total = offset1 + kPage + cap[1];
-  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) {
-    *error = errno_text("shm_open " + name);
-    return nullptr;
-  }
-  // Reserve the pages now: a /dev/shm too small fails here (ENOSPC), not with SIGBUS later.
-  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
-  if (rc != 0) {
-    *error = "reserving " + std::to_string(total) + " bytes of shared memory for " + name + ": " +
-             std::strerror(rc);
-    ::close(fd);
-    ::shm_unlink(name.c_str());
-    return nullptr;
-  }
-  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (base == MAP_FAILED) {
-    *error = errno_text("mmap " + name);
-    ::shm_unlink(name.c_str());
-    return nullptr;
-  }
+  void* base = create_shm_mapping(name, total, error);
+  if (base == nullptr) return nullptr;
   auto* h = new (base) Header();
   h->capacity[0] = cap[0];
   h->capacity[1] = cap[1];
