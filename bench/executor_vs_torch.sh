@@ -27,10 +27,11 @@
 # on the pipewright run (its prediction from its own profile, default receive model, against the
 # measured median step). The summary gives the median over rounds of each column, and as the
 # ratio the median of the rounds' own ratios (each round's two sides ran back to back, so the
-# paired ratio survives a host whose speed drifts between rounds). Default: 4 rounds, 25 steps (warm-up 5), both sizes, GPipe 1F1B Interleaved1F1B
-# ZBVZeroBubble DualPipeV. --quick: 1 round, 8 steps (warm-up 3), the small size. --pw-args: more
-# flags for every `pipewright run` (an ablation: "--no-shm-p2p" sends the pipeline's messages
-# through Gloo's TCP, as before Note [Shared-memory point-to-point]).
+# paired ratio survives a host whose speed drifts between rounds). Default: 4 rounds, 25 steps
+# (warm-up 5), both sizes, GPipe 1F1B Interleaved1F1B ZBVZeroBubble DualPipeV. --quick: 1 round,
+# 8 steps (warm-up 3), the small size. --pw-args: more flags for every `pipewright run` (an
+# ablation: "--no-shm-p2p" sends the pipeline's messages through Gloo's TCP, as before Note
+# [Shared-memory point-to-point]).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pw="$root/build-pip/bin/pipewright"
@@ -125,7 +126,8 @@ PY
         # torch 2.15's Gloo sometimes aborts a process at exit ("terminate called without an
         # active exception") after the last step; the run counts if every step and the stage
         # times are there.
-        if [ "$(grep -c '^torch step ' "$pre.torch.log")" -eq "$steps" ] && [ -s "$pre.torch_times.json" ]; then
+        if [ "$(grep -c '^torch step ' "$pre.torch.log")" -eq "$steps" ] &&
+           [ -s "$pre.torch_times.json" ]; then
           echo "note: the torch side of $size $sched round $r failed after its last step: $(grep -m1 -E 'terminate|Error' "$pre.torch.log")" >&2
         else
           cat "$pre.torch.log"; exit 1

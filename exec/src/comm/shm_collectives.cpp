@@ -336,7 +336,7 @@ void ShmCollectives::barrier(ShmBuffer& buffer, std::uint64_t epoch, const std::
   // Release: our writes to our slot before this point are visible to whoever sees the count.
   rank_state(h, rank_).arrivals.store(epoch, std::memory_order_release);
   h.wake.fetch_add(1, std::memory_order_acq_rel);
-  futex(&h.wake, FUTEX_WAKE, INT_MAX, nullptr);
+  futex_wake_all(&h.wake);
   for (int spins = 0;; ++spins) {
     const std::uint32_t seen = h.wake.load(std::memory_order_acquire);
     std::vector<int> missing;
@@ -367,11 +367,7 @@ void ShmCollectives::barrier(ShmBuffer& buffer, std::uint64_t epoch, const std::
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) throw BackendError(prefix + ": the communicator was destroyed");
     }
-    const auto slice = std::min<std::chrono::nanoseconds>(kPollSlice, deadline - now);
-    struct timespec ts {};
-    ts.tv_sec = static_cast<time_t>(slice.count() / 1000000000);
-    ts.tv_nsec = static_cast<long>(slice.count() % 1000000000);
-    futex(&h.wake, FUTEX_WAIT, seen, &ts);  // returns at once if `wake` moved since `seen`
+    futex_wait(&h.wake, seen, std::min<std::chrono::nanoseconds>(kPollSlice, deadline - now));
   }
 }
 
@@ -491,6 +487,19 @@ void* create_shm_mapping(const std::string& name, std::size_t bytes, std::string
     return nullptr;
   }
   return base;
+}
+
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen,
+                std::chrono::nanoseconds for_at_most) {
+  for_at_most = std::max(for_at_most, std::chrono::nanoseconds(1000));
+  struct timespec ts {};
+  ts.tv_sec = static_cast<time_t>(for_at_most.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(for_at_most.count() % 1000000000);
+  (void)futex(word, FUTEX_WAIT, seen, &ts);  // returns at once if `word` moved since `seen`
+}
+
+void futex_wake_all(std::atomic<std::uint32_t>* word) {
+  (void)futex(word, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
 }  // namespace pipewright::exec::detail

@@ -21,6 +21,7 @@
 // PeerError within ~0.1 s.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -50,6 +51,13 @@ struct ShmHandshake {
 // The network namespace counts too: ranks in different ones are different nodes to the user
 // (tools/netns-cluster), and their traffic must cross the network between them.
 [[nodiscard]] std::string host_identity();
+
+// Futexes on words in shared memory (not FUTEX_PRIVATE: other processes wait on them too).
+// futex_wait sleeps while *word == seen, at most `for_at_most` (at least 1 us); it may return
+// early. futex_wake_all wakes every waiter.
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen,
+                std::chrono::nanoseconds for_at_most);
+void futex_wake_all(std::atomic<std::uint32_t>* word);
 
 // Creates the POSIX shared-memory object `name` (which must not exist) of `bytes` bytes, reserves
 // its pages (posix_fallocate: a /dev/shm too small fails here with ENOSPC, not later with SIGBUS

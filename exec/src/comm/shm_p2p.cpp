@@ -2,18 +2,14 @@
 #include "comm/shm_p2p.hpp"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -40,25 +36,6 @@ constexpr auto kSpaceSlice = std::chrono::milliseconds(1);
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
-
-long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value,
-           const struct timespec* timeout) {
-  // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
-  return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, timeout, nullptr, 0);
-}
-
-void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen,
-                std::chrono::nanoseconds for_at_most) {
-  for_at_most = std::max(for_at_most, std::chrono::nanoseconds(1000));
-  struct timespec ts {};
-  ts.tv_sec = static_cast<time_t>(for_at_most.count() / 1000000000);
-  ts.tv_nsec = static_cast<long>(for_at_most.count() % 1000000000);
-  (void)futex(word, FUTEX_WAIT, seen, &ts);  // returns at once if `word` moved since `seen`
-}
-
-void futex_wake_all(std::atomic<std::uint32_t>* word) {
-  (void)futex(word, FUTEX_WAKE, INT_MAX, nullptr);
-}
 
 struct Record {
   std::int64_t tag;

@@ -112,7 +112,8 @@ class Communicator {
   // collectives, are unchanged. Throws TimeoutError / PeerError when a peer never answers. The
   // default does nothing.
   virtual void connect_p2p(const std::vector<P2PLink>& /*links*/) {}
-  // The peers (communicator-local, ascending) that connect_p2p gave a faster channel, for logs.
+  // The peers (communicator-local, ascending) that connect_p2p gave a faster channel (tests,
+  // diagnostics).
   [[nodiscard]] virtual std::vector<int> shared_memory_peers() const { return {}; }
 
   // Creates the sub-communicator of `members` (communicator-local ranks, ascending). Collective:
