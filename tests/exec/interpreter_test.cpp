@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "dp/dp_hooks.hpp"
+#include "interpreter/interpreter.hpp"
 #include "pipewright/exec/fake_communicator.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/job.hpp"
 #include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/schedule.hpp"
-#include "runtime/interpreter.hpp"
 
 namespace pipewright::exec {
 namespace {

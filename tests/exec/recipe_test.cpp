@@ -1,6 +1,6 @@
-// The training recipe at the optimizer step (exec/src/runtime/recipe.hpp), the metrics line
+// The training recipe at the optimizer step (exec/src/interpreter/recipe.hpp), the metrics line
 // (metrics.hpp) and the held-out split (evaluation.hpp), in one process.
-#include "runtime/recipe.hpp"
+#include "interpreter/recipe.hpp"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

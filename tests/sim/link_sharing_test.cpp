@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "event_queue.hpp"
-#include "link_sharing.hpp"
+#include "network/event_queue.hpp"
+#include "network/link_sharing.hpp"
 #include "pipewright/sim/simulator.hpp"
 #include "plan_fixtures.hpp"
 

@@ -6,11 +6,11 @@
 #include <memory>
 #include <vector>
 
-#include "core_sharing.hpp"
-#include "duration_model.hpp"
-#include "engine.hpp"
-#include "event_queue.hpp"
-#include "network_model.hpp"
+#include "costs/duration_model.hpp"
+#include "engine/engine.hpp"
+#include "network/core_sharing.hpp"
+#include "network/event_queue.hpp"
+#include "network/network_model.hpp"
 #include "plan_fixtures.hpp"
 
 namespace pipewright::sim {

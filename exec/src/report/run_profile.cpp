@@ -204,7 +204,7 @@ struct Sharing {
   }
 };
 
-// Note [Correlated sampling] (sim/src/duration_model.cpp): the share of the variance of
+// Note [Correlated sampling] (sim/src/costs/duration_model.cpp): the share of the variance of
 // x = log(duration / median of its stage and kind) that is common to the actions of a group
 // (a step, or a rank in a step), estimated by one-way analysis of variance: within-group
 // variance sw = sum (x - group mean)^2 / (N - G), between-group variance

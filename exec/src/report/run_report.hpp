@@ -66,8 +66,8 @@ struct RankRecord {
 // C the cores of the host (exactly e - s while n(t) <= C). Transfers are scaled likewise by the
 // share left to their progress thread, min(1, C / (n(t) + 1)). The profile stores those times
 // and cores_per_node = C (CPU runs only), and the simulator shares C cores between a node's
-// computing ranks (Note [Shared cores] in sim/src/core_sharing.hpp), so one profile predicts runs
-// with fewer or more ranks per host than it was measured with.
+// computing ranks (Note [Shared cores] in sim/src/network/core_sharing.hpp), so one profile
+// predicts runs with fewer or more ranks per host than it was measured with.
 
 // This machine's identity (FNV-1a of the kernel's boot_id, else of the hostname; >= 0) and the
 // CPUs this process may run on.

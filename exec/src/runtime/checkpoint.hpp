@@ -21,8 +21,8 @@
 #include "data/sharding.hpp"
 #include "dp/dp_algorithm.hpp"
 #include "dp/dp_hooks.hpp"
+#include "interpreter/recipe.hpp"
 #include "pipewright/exec/communicator.hpp"
-#include "runtime/recipe.hpp"
 
 namespace pipewright::exec {
 

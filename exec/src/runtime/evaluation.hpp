@@ -26,9 +26,9 @@
 
 #include "data/dataset.hpp"
 #include "dp/dp_hooks.hpp"
+#include "interpreter/interpreter.hpp"
 #include "pipewright/exec/communicator.hpp"
 #include "pipewright/exec/run.hpp"
-#include "runtime/interpreter.hpp"
 
 namespace pipewright::exec {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "interpreter/interpreter.hpp"
 #include "pipewright/exec/communicator.hpp"
 #include "report/run_report.hpp"
-#include "runtime/interpreter.hpp"
 #include "runtime/run_setup.hpp"
 
 namespace pipewright::exec {

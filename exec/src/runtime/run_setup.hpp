@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/dataset.hpp"
+#include "interpreter/interpreter.hpp"
 #include "model/model_check.hpp"
 #include "model/stage_module.hpp"
 #include "pipewright/exec/rendezvous.hpp"
@@ -18,7 +19,6 @@
 #include "pipewright/graph/model.hpp"
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/sched/plan.hpp"
-#include "runtime/interpreter.hpp"
 #include "store/agreement.hpp"
 
 namespace pipewright::exec {

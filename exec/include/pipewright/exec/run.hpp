@@ -66,7 +66,7 @@ struct RunConfig : sched::JobSpec {
   std::int64_t checkpoint_every = 0;  // also every N steps (0: only after the last step)
   bool resume = false;                // start from the last complete checkpoint in checkpoint_dir
   bool save_replicas = false;         // --save also writes <FILE>.replica<R>.safetensors
-  // fp16's dynamic loss scaling (torch GradScaler; Note [Loss scaling] in runtime/recipe.hpp).
+  // fp16's dynamic loss scaling (torch GradScaler; Note [Loss scaling] in interpreter/recipe.hpp).
   double initial_loss_scale = 65536.0;    // --initial-loss-scale
   double min_loss_scale = 1.0;            // --min-loss-scale: a scale below it stops the run
   std::int64_t loss_scale_window = 2000;  // --loss-scale-window: overflow-free steps to double
@@ -95,7 +95,7 @@ struct DryRun {
 
 // One step as logged by world rank 0.
 // Training produced a non-finite loss or gradient norm under --nan-policy error (Note
-// [Non-finite steps] in exec/src/runtime/nonfinite.cpp): a runtime fault, exit 1
+// [Non-finite steps] in exec/src/interpreter/nonfinite.cpp): a runtime fault, exit 1
 // (pipewright::Error's default). The message names the step, rank and stage.
 class NumericalError : public Error {
  public:

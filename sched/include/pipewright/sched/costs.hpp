@@ -145,7 +145,8 @@ struct CostTable {
   // CPU cores the measured node's ranks shared when they were more than the cores (0: every
   // rank had its own device or cores). The compute times are then dedicated-core times
   // recovered from the shared ones, and the simulator shares this many cores between a node's
-  // ranks unless the cluster says otherwise (Note [Shared cores] in sim/src/core_sharing.hpp).
+  // ranks unless the cluster says otherwise (Note [Shared cores] in
+  // sim/src/network/core_sharing.hpp).
   std::int32_t cores_per_node = 0;
   // With shared cores: whether a point-to-point transfer needs a core of the host for its
   // duration (true: a progress thread moves the bytes, as Gloo's I/O threads do) or is a delay
@@ -157,7 +158,7 @@ struct CostTable {
   // step (rank_step_correlation >= step_correlation: that process's speed), as fractions of
   // the variance of log(duration / its kind's and stage's median), in [0, 1]. Sampled
   // simulation draws correlated durations with them (Note [Correlated sampling] in
-  // sim/src/duration_model.cpp); 0 and 0: independent draws. Executor profiles measure them.
+  // sim/src/costs/duration_model.cpp); 0 and 0: independent draws. Executor profiles measure them.
   double step_correlation = 0;
   double rank_step_correlation = 0;
   std::vector<StageCost> stages;  // stages[i].stage == i

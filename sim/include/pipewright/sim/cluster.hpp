@@ -16,7 +16,7 @@
 // where a collective's per-step cost differs from a message's (Gloo's ring on CPU cores) predict
 // better than the point-to-point link; else they use the point-to-point links.
 // links_per_node (optional, default 0): the inter-node links (NICs) each node has, shared by its
-// ranks' transfers across nodes (Note [Shared links] in sim/src/link_sharing.hpp); 0: every
+// ranks' transfers across nodes (Note [Shared links] in sim/src/network/link_sharing.hpp); 0: every
 // transfer has a link of its own (one NIC per GPU, or sharing not modelled).
 #pragma once
 
@@ -47,8 +47,8 @@ struct Cluster {
   std::int64_t device_memory_bytes = 0;  // 0: unlimited
   // Compute units a node's ranks share (CPU cores when training on CPUs): with more ranks of a
   // node computing than this, each computes at cores / computing speed (processor sharing,
-  // Note [Shared cores] in sim/src/core_sharing.hpp). 0: every rank has its own device; then a
-  // profile's cores_per_node applies, if any.
+  // Note [Shared cores] in sim/src/network/core_sharing.hpp). 0: every rank has its own device;
+  // then a profile's cores_per_node applies, if any.
   std::int32_t cores_per_node = 0;
   // Inter-node links each node has: with L flows crossing one of a node's directions, each moves
   // at min(1, links_per_node / L) of the inter-node bandwidth. 0: no sharing.

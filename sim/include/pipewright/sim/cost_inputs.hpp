@@ -70,7 +70,7 @@ namespace pipewright::sim {
 // estimates. The nodes of each stage of `to` then sum these per-node values. Distributions
 // (p10/p90) keep the relative spread of the source stages, weighted by their share. Other byte
 // sizes come from `to` (sched::costs_from_partition); first stages' I and W follow Note [Input
-// gradients of first stages] (sim/src/cost_inputs.cpp). p2p, comm_overhead_ms,
+// gradients of first stages] (sim/src/costs/cost_inputs.cpp). p2p, comm_overhead_ms,
 // compute_overhead_ms, runtime_memory_bytes, cores_per_node, p2p_uses_core, the correlations
 // and the precision are copied from the profile (the model's message sizes scaled to that
 // precision); measured peak memory is dropped (it belonged to other ranks). Throws

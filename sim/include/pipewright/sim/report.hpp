@@ -26,7 +26,7 @@ namespace pipewright::sim {
 // trace]).
 [[nodiscard]] std::string trace_json(const SimResult& result, const std::string& plan);
 
-// SVG Gantt chart (Note [Timeline picture] in sim/src/timeline_svg.cpp): one lane per rank,
+// SVG Gantt chart (Note [Timeline picture] in sim/src/outputs/timeline_svg.cpp): one lane per rank,
 // every compute action its own labelled rectangle with a <title> tooltip, a hue per stage and a
 // lightness / hatching per kind, messages as arrows between lanes, the critical path outlined,
 // idle time as the grey background, axis in ms; the width follows the plan's length.

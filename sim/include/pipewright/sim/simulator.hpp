@@ -2,7 +2,7 @@
 // cluster description, and reports step time, bubbles, memory, communication and the critical
 // path (docs/simulator.md).
 //
-// Semantics (Note [Engine] in sim/src/engine.hpp has the details):
+// Semantics (Note [Engine] in sim/src/engine/engine.hpp has the details):
 // - each rank executes its action list in order on a compute stream; F/B/I/W take their
 //   stage's cost (+ compute_overhead_ms); F needs the producer's activation (local F, or the
 //   RECV_F), B/I need the consumer's gradient (local B/I, or the RECV_B) and their own F, W
@@ -82,7 +82,7 @@ struct SimOptions {
   // noisy sums, longer than the same max over medians; simulating several steps with sampled
   // durations and taking the median step time (median_step_ms) predicts it. The draws of one
   // step (and of one rank in it) are correlated as the profile measured (Note [Correlated
-  // sampling] in sim/src/duration_model.cpp).
+  // sampling] in sim/src/costs/duration_model.cpp).
   std::optional<std::uint64_t> sample_durations_seed;
   // Trace-driven replay (Note [Trace-driven replay] in sim/compare.hpp): when not empty, the
   // duration in ns of every compute action of the simulated step(s), at

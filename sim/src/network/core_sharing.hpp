@@ -1,0 +1,66 @@
+// The core-sharing model of the simulator: how fast a rank's activities progress when the ranks
+// of a host outnumber its cores.
+//
+// Note [Shared cores]
+// CPU ranks of one host share its cores: with C cores (Cluster::cores_per_node, else the
+// profile's cores_per_node) and n ranks of a node inside a compute action (F, B, I, W, OPTIM),
+// each computes at speed min(1, C / n) (processor sharing; co-located data-parallel replicas
+// count too, as copies of their replica-0 rank). An action's cost is then its work at full
+// speed, and its end depends on what other ranks do meanwhile, so ranks can no longer run ahead
+// through compute: a rank whose next compute action can start at t > now yields until the event
+// clock reaches t; starting or ending a compute action updates the node's running actions
+// (progress so far at the old speed, then new end events at the new speed; superseded end
+// events carry an old version and are dropped). A rank's send stream is an activity too: the
+// bytes of a SEND move with its work at the same shared speed (a transfer's progress thread
+// needs a core; measured on p = 4 runs, replay without it left ranks computing at half speed
+// where the real ones mostly waited for messages), so arrivals are known only when the send
+// completes (only when the profile says transfers need a core, CostTable::p2p_uses_core: with
+// Open MPI the ranks' own polls make progress, and a message is a fixed delay; on p = 4 Open MPI
+// runs, counting it as work over-predicted trace-driven replays by a further 4-15 points).
+// Receives and the other communication actions still run ahead, as before. Without
+// sharing (no cores given, or no node with more ranks than cores) none of this runs and results are
+// those of dedicated devices, bit for bit. With sharing, each kind costs the mean of its measured
+// distribution (KindStats::mean_ms) and sampled simulation draws nothing: on an oversubscribed host
+// most of the spread of measured times is the OS scheduler's time slices, during which the other
+// ranks run; sampling it on top of processor sharing counts that delay twice (p = 4 on 2 cores,
+// bench/fidelity.sh: sampled replay +25..+42% against the measured step, medians -6..-28%, means
+// -21..+1%).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "network/event_queue.hpp"
+#include "pipewright/sched/costs.hpp"
+#include "pipewright/sim/cluster.hpp"
+
+namespace pipewright::sim {
+
+// Activities: the compute stream of pipeline rank r is activity r, its send stream R + r.
+class CoreSharing {
+ public:
+  virtual ~CoreSharing() = default;
+  // false: every rank has its own core (dedicated devices); the engine then calls nothing else.
+  [[nodiscard]] virtual bool active() const noexcept = 0;
+  // Activity `activity` starts at `now_ns` with `work_ns` of work at full speed. The model
+  // pushes an EventKind::kActivityDone event (id = activity) for the time it will end, and new
+  // ones whenever its speed changes; only the one current() accepts counts.
+  virtual void begin(std::int32_t activity, std::int64_t work_ns, std::int64_t now_ns,
+                     EventQueue& queue) = 0;
+  // The activity stops at `now_ns` (its end event came); the others speed up.
+  virtual void end(std::int32_t activity, std::int64_t now_ns, EventQueue& queue) = 0;
+  // Whether an end event with `version` is the activity's latest (not superseded).
+  [[nodiscard]] virtual bool current(std::int32_t activity,
+                                     std::uint32_t version) const noexcept = 0;
+};
+
+// Processor sharing per node (Note [Shared cores]) for `ranks` pipeline ranks with `dp`
+// replicas each on `cluster` (replica j of rank r on global rank cluster.global_rank(r, j, ...)).
+// Active only when cluster.cores_per_node (else costs.cores_per_node) is > 0 and some node holds
+// more ranks than cores.
+[[nodiscard]] std::unique_ptr<CoreSharing> make_processor_sharing(const Cluster& cluster,
+                                                                  const sched::CostTable& costs,
+                                                                  std::int32_t ranks,
+                                                                  std::int32_t dp);
+
+}  // namespace pipewright::sim

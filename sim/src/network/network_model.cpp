@@ -1,0 +1,121 @@
+#include "network/network_model.hpp"
+
+#include <algorithm>
+
+#include "costs/data_parallel.hpp"
+
+namespace pipewright::sim {
+namespace {
+
+class AnalyticalNetwork final : public NetworkModel {
+ public:
+  AnalyticalNetwork(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                    const Cluster& cluster, const SimOptions& options);
+
+  std::int64_t message_ns(std::int32_t edge) const noexcept override {
+    return edge_ns_[static_cast<std::size_t>(edge)];
+  }
+  std::int64_t batch_overhead_ns() const noexcept override { return batch_overhead_ns_; }
+  const std::vector<std::int64_t>& bucket_ns(std::int32_t stage) const noexcept override {
+    return bucket_ns_[static_cast<std::size_t>(stage)];
+  }
+  const std::vector<std::int64_t>& bucket_cumulative_bytes(
+      std::int32_t stage) const noexcept override {
+    return bucket_cum_[static_cast<std::size_t>(stage)];
+  }
+  std::int64_t localsgd_ns(std::int32_t rank) const noexcept override {
+    return rank_localsgd_ns_[static_cast<std::size_t>(rank)];
+  }
+  std::int64_t slowmo_ns(std::int32_t rank) const noexcept override {
+    return rank_slowmo_ns_[static_cast<std::size_t>(rank)];
+  }
+  std::int64_t diloco_ns(std::int32_t rank) const noexcept override {
+    return rank_diloco_ns_[static_cast<std::size_t>(rank)];
+  }
+  std::int64_t sgp_ns(std::int32_t rank) const noexcept override {
+    return rank_sgp_ns_[static_cast<std::size_t>(rank)];
+  }
+  const std::vector<LinkUse>& message_links(std::int32_t edge,
+                                            bool forward) const noexcept override {
+    return edge_links_[2 * static_cast<std::size_t>(edge) + (forward ? 0 : 1)];
+  }
+  const std::vector<LinkUse>& collective_links(std::int32_t rank) const noexcept override {
+    return rank_links_[static_cast<std::size_t>(rank)];
+  }
+
+ private:
+  std::int64_t batch_overhead_ns_ = 0;
+  std::vector<std::int64_t> edge_ns_;                  // one message on the edge
+  std::vector<std::vector<std::int64_t>> bucket_ns_;   // per stage: all-reduce time per bucket
+  std::vector<std::vector<std::int64_t>> bucket_cum_;  // per stage: cumulative bytes per bucket
+  std::vector<std::int64_t> rank_localsgd_ns_, rank_slowmo_ns_, rank_diloco_ns_, rank_sgp_ns_;
+  std::vector<std::vector<LinkUse>> edge_links_;  // per edge: forward, backward
+  std::vector<std::vector<LinkUse>> rank_links_;  // per pipeline rank: its dp all-reduce
+};
+
+AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                                     const Cluster& cluster, const SimOptions& options) {
+  const auto& shape = plan.shape;
+  const std::int32_t R = shape.ranks, S = shape.stages, dp = options.dp.replicas;
+  batch_overhead_ns_ = ms_to_ns(costs.comm_overhead_ms);
+  for (const auto& ed : shape.edges()) {
+    // Note [Precision bytes] (sched/memory.hpp): activations and their gradients cross in the
+    // job's precision.
+    const std::int64_t bytes =
+        sched::bytes_at_precision(costs.stages[static_cast<std::size_t>(ed.from)].output_bytes,
+                                  costs.precision, options.precision);
+    edge_ns_.push_back(p2p_message_ns(shape, costs, cluster, options, ed, bytes));
+    const auto a = shape.stage_to_rank[static_cast<std::size_t>(ed.from)];
+    const auto b = shape.stage_to_rank[static_cast<std::size_t>(ed.to)];
+    edge_links_.push_back(message_footprint(cluster, a, b, R, std::max(dp, 1)));
+    edge_links_.push_back(message_footprint(cluster, b, a, R, std::max(dp, 1)));
+  }
+  for (std::int32_t r = 0; r < R; ++r)
+    rank_links_.push_back(collective_footprint(cluster, r, R, dp));
+  bucket_ns_.assign(static_cast<std::size_t>(S), {});
+  bucket_cum_.assign(static_cast<std::size_t>(S), {});
+  rank_localsgd_ns_.assign(static_cast<std::size_t>(R), 0);
+  rank_slowmo_ns_.assign(static_cast<std::size_t>(R), 0);
+  rank_diloco_ns_.assign(static_cast<std::size_t>(R), 0);
+  rank_sgp_ns_.assign(static_cast<std::size_t>(R), 0);
+  if (dp <= 1) return;
+  for (std::int32_t s = 0; s < S; ++s) {
+    const auto r = shape.stage_to_rank[static_cast<std::size_t>(s)];
+    const DpGroup group = dp_group(cluster, r, R, dp);
+    if (options.dp.algorithm == DpAlgorithm::kDdp) {
+      const auto buckets = ddp_buckets(costs.stages[static_cast<std::size_t>(s)], options.dp);
+      for (std::size_t b = 0; b < buckets.bytes.size(); ++b) {
+        bucket_ns_[static_cast<std::size_t>(s)].push_back(allreduce_ns(
+            cluster.collective, group.link, dp, gradient_wire_bytes(buckets.bytes[b], options.dp)));
+      }
+      bucket_cum_[static_cast<std::size_t>(s)] = buckets.cumulative_bytes;
+    }
+  }
+  for (std::int32_t r = 0; r < R; ++r) {
+    std::int64_t bytes = 0;
+    for (auto s : shape.stages_of_rank(r))
+      bytes += costs.stages[static_cast<std::size_t>(s)].param_bytes;
+    const DpGroup group = dp_group(cluster, r, R, dp);
+    rank_localsgd_ns_[static_cast<std::size_t>(r)] =
+        allreduce_ns(cluster.collective, group.link, dp, bytes);
+    rank_slowmo_ns_[static_cast<std::size_t>(r)] = 2 * reduce_ns(group.link, dp, bytes);
+    // One fragment (bytes / K; bf16: half of that on the wire, as a scatter + gather moves the
+    // bytes of an all-reduce of half the size).
+    const std::int64_t fragment = bytes / std::max(options.dp.fragments, 1);
+    rank_diloco_ns_[static_cast<std::size_t>(r)] = allreduce_ns(
+        cluster.collective, group.link, dp, outer_bf16(options.dp) ? fragment / 2 : fragment);
+    // SGP: the parameters plus the push-sum weight to one peer (full duplex with the receive).
+    rank_sgp_ns_[static_cast<std::size_t>(r)] = p2p_ns(group.link, bytes + 4);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<NetworkModel> make_analytical_network(const sched::LoweredPlan& plan,
+                                                      const sched::CostTable& costs,
+                                                      const Cluster& cluster,
+                                                      const SimOptions& options) {
+  return std::make_unique<AnalyticalNetwork>(plan, costs, cluster, options);
+}
+
+}  // namespace pipewright::sim

@@ -1,0 +1,58 @@
+// The network model of the simulator: what a point-to-point message and a data-parallel
+// collective cost. The engine (engine.cpp) asks it; another model (one with shared-link
+// contention, a packet-level one) can be swapped in by implementing NetworkModel.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "network/link_sharing.hpp"
+#include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/plan.hpp"
+#include "pipewright/sim/cluster.hpp"
+#include "pipewright/sim/simulator.hpp"
+
+namespace pipewright::sim {
+
+class NetworkModel {
+ public:
+  virtual ~NetworkModel() = default;
+  // One message on stage edge `edge` (index into PlanShape::edges()), ns (before the duration
+  // model's sampling).
+  [[nodiscard]] virtual std::int64_t message_ns(std::int32_t edge) const noexcept = 0;
+  // Compute-stream time of one batch of a rank's consecutive SEND/RECV actions, ns.
+  [[nodiscard]] virtual std::int64_t batch_overhead_ns() const noexcept = 0;
+  // DDP (dp > 1): the all-reduce time of each of stage `stage`'s gradient buckets in launch
+  // order, and the cumulative bytes of buckets 0..b. Empty without DDP.
+  [[nodiscard]] virtual const std::vector<std::int64_t>& bucket_ns(
+      std::int32_t stage) const noexcept = 0;
+  [[nodiscard]] virtual const std::vector<std::int64_t>& bucket_cumulative_bytes(
+      std::int32_t stage) const noexcept = 0;
+  // LocalSGD / SlowMo (dp > 1): averaging the parameters of pipeline rank `rank`, and SlowMo's
+  // reduce + broadcast of them, ns.
+  [[nodiscard]] virtual std::int64_t localsgd_ns(std::int32_t rank) const noexcept = 0;
+  [[nodiscard]] virtual std::int64_t slowmo_ns(std::int32_t rank) const noexcept = 0;
+  // DiLoCo (dp > 1): the outer all-reduce of one fragment of rank `rank`'s parameters, ns.
+  [[nodiscard]] virtual std::int64_t diloco_ns(std::int32_t rank) const noexcept = 0;
+  // SGP (dp > 1): one gossip exchange (send the parameters to one peer, receive from another).
+  [[nodiscard]] virtual std::int64_t sgp_ns(std::int32_t rank) const noexcept = 0;
+  // Note [Shared links]: the node links a message on edge `edge` occupies (forward: the
+  // activation from edge.from to edge.to, else the gradient back), every replica's copy counted,
+  // and those of pipeline rank `rank`'s data-parallel all-reduce; empty inside one node.
+  [[nodiscard]] virtual const std::vector<LinkUse>& message_links(std::int32_t edge,
+                                                                  bool forward) const noexcept = 0;
+  [[nodiscard]] virtual const std::vector<LinkUse>& collective_links(
+      std::int32_t rank) const noexcept = 0;
+};
+
+// The analytical model: latency + bytes / bandwidth per message on the cluster's links (or the
+// profile's measured p2p, or --p2p-ms; p2p_message_ns in data_parallel.hpp), ring all-reduce
+// per DDP bucket and per LocalSGD average on the data-parallel group's link. Preconditions:
+// the plan's shape, costs and cluster were checked by the engine.
+[[nodiscard]] std::unique_ptr<NetworkModel> make_analytical_network(const sched::LoweredPlan& plan,
+                                                                    const sched::CostTable& costs,
+                                                                    const Cluster& cluster,
+                                                                    const SimOptions& options);
+
+}  // namespace pipewright::sim
