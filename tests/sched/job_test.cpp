@@ -305,5 +305,35 @@ TEST(Job, RecomputeForwardOnlyAndVSchedules) {
   }
 }
 
+TEST(Job, ZeroStage) {
+  JobSpec job;
+  job.dp = 4;
+  job.zero_stage = 2;
+  validate_job(job);
+  EXPECT_EQ(job.effective_zero_stage(), 2);
+  // In the job JSON, and read back.
+  const std::string text = to_json(job);
+  EXPECT_NE(text.find("\"zero_stage\": 2"), std::string::npos) << text;
+  EXPECT_EQ(parse_job(text, "job.json").zero_stage, 2);
+  // One replica: nothing to shard.
+  job.dp = 1;
+  EXPECT_EQ(job.effective_zero_stage(), 0);
+  job.dp = 4;
+  job.zero_stage = 4;
+  expect_error(job, "--zero-stage must be 0, 1, 2 or 3, got 4");
+  job.zero_stage = -1;
+  expect_error(job, "--zero-stage must be 0, 1, 2 or 3, got -1");
+  // Local-step algorithms keep whole replicas: refused, naming both flags.
+  job.zero_stage = 1;
+  job.data_parallel.algorithm = DpAlgorithm::kDiLoCo;
+  expect_error(job,
+               "--zero-stage 1 shards the state of synchronous data parallelism; "
+               "--dp-algorithm diloco");
+  job.data_parallel.algorithm = DpAlgorithm::kSgp;
+  expect_error(job, "--dp-algorithm sgp");
+  job.zero_stage = 0;
+  EXPECT_EQ(config_error(job), "(no error)");
+}
+
 }  // namespace
 }  // namespace pipewright::sched

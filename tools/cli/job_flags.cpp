@@ -1,6 +1,7 @@
 #include "job_flags.hpp"
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <utility>
 
 #include "commands.hpp"
@@ -192,6 +193,12 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
          "ddp | slowmo | localsgd | diloco | sgp")
       ->default_str(std::string(sched::to_string(d.algorithm)))
       ->group(g);
+  cmd->add_option("--zero-stage", job.zero_stage,
+                  "sharded data parallelism over each stage's replicas: 0 DDP | 1 optimizer state "
+                  "(Megatron's distributed optimizer) | 2 also gradients | 3 also parameters "
+                  "(FSDP); ddp only")
+      ->capture_default_str()
+      ->group(g);
   cmd->add_option("--bucket-cap-mb", d.bucket_cap_mb, "DDP bucket cap, MiB (fractions allowed)")
       ->capture_default_str()
       ->group(g);
@@ -237,6 +244,12 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
 void resolve_job_flags(sched::JobSpec& job) {
   PW_CHECK(job.layout.empty() || !job.model_path.empty(), ConfigError,
            "--layout needs --model (the model whose layers it places)");
+  if (job.zero_stage > 0 && job.dp == 1) {
+    // Nothing to shard over one replica: a note, and the job runs as DDP (issue 43).
+    std::fprintf(stderr, "note: --zero-stage %d with --dp 1: nothing to shard, runs as 0\n",
+                 job.zero_stage);
+    job.zero_stage = 0;
+  }
   if (job.stages_per_rank == 0 && !job.layout.empty()) {
     // Megatron's V: the layout's stages over pp (layout_partition checks that pp divides them).
     const auto stages = static_cast<int>(graph::parse_megatron_layout(job.layout).stages.size());

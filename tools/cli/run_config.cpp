@@ -110,6 +110,8 @@ const Key kKeys[] = {
      [](F f) { return f.config.stages_per_rank == 0 ? "" : num(f.config.stages_per_rank); }},
     {"parallelism", "microbatches", Type::kInt, "--microbatches", "",
      [](F f) { return num(f.config.microbatches); }},
+    {"parallelism", "zero_stage", Type::kInt, "--zero-stage", "",
+     [](F f) { return num(f.config.zero_stage); }},
 
     {"training", "batch_size", Type::kInt, "--batch-size", "",
      [](F f) { return num(f.config.batch_size); }},

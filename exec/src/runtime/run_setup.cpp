@@ -258,6 +258,12 @@ namespace {
 
 // The executor's own flags of the training recipe (issue 33): loss scaling, evaluation.
 void validate_recipe_flags(const RunConfig& c) {
+  // Sharded data parallelism is planned and simulated (issue 43); the executor does not run it
+  // yet: refuse rather than run DDP under a flag that says otherwise.
+  PW_CHECK(c.effective_zero_stage() == 0, ConfigError,
+           "--zero-stage " << c.zero_stage
+                           << ": this executor does not run sharded data parallelism yet "
+                              "(simulate, search and partition model it; run with --zero-stage 0)");
   PW_CHECK(c.precision != sched::Precision::kFp16 || c.backend == Backend::kNccl ||
                compat::kCpuAutocastFp16,
            ConfigError,

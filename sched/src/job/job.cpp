@@ -296,6 +296,13 @@ void validate_job(const JobSpec& c) {
   PW_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, ConfigError,
            "--weight-decay must be >= 0, got " << c.weight_decay);
   validate_data_parallel(c.data_parallel, c.pp, c.dp);
+  PW_CHECK(c.zero_stage >= 0 && c.zero_stage <= 3, ConfigError,
+           "--zero-stage must be 0, 1, 2 or 3, got " << c.zero_stage);
+  PW_CHECK(c.zero_stage == 0 || c.data_parallel.algorithm == DpAlgorithm::kDdp, ConfigError,
+           "--zero-stage " << c.zero_stage << " shards the state of synchronous data parallelism; "
+                           << "--dp-algorithm " << to_string(c.data_parallel.algorithm)
+                           << " keeps a whole replica between its syncs (use --dp-algorithm ddp "
+                              "or --zero-stage 0)");
   validate_recompute(c.recompute, c.stages());
   PW_CHECK(c.reduce_dtype_or_default() != Precision::kFp16, ConfigError,
            "--reduce-dtype must be fp32 or bf16, got fp16");

@@ -67,6 +67,7 @@ Json resolved(const JobSpec& j) {
       Json::array({"lr_decay_style", to_string(j.lr_schedule.decay_style)}),
       Json::array({"lr_decay_steps", j.lr_schedule.decay_steps_or(j.steps)}),
       Json::array({"lr_min", j.lr_schedule.min_lr}),
+      Json::array({"zero_stage", j.zero_stage}),
   });
 }
 
@@ -134,7 +135,8 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
                   "lr_warmup_steps",
                   "lr_decay_style",
                   "lr_decay_steps",
-                  "lr_min"});
+                  "lr_min",
+                  "zero_stage"});
   if (root["format"].as_string() != kJobFormat) {
     root["format"].fail("expected \"" + std::string(kJobFormat) + "\"");
   }
@@ -248,6 +250,8 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
     j.lr_schedule.decay_steps = root["lr_decay_steps"].as_int(1, std::int64_t{1} << 40);
     j.lr_schedule.min_lr = root["lr_min"].as_finite_nonnegative();
   }
+  if (root.has("zero_stage"))  // absent in files written before issue 43
+    j.zero_stage = static_cast<int>(root["zero_stage"].as_int(0, 3));
   try {
     validate_job(j);
   } catch (const ConfigError& e) {

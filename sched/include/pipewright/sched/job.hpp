@@ -185,6 +185,12 @@ struct JobSpec {
   double weight_decay = 0.0;
   NanPolicy nan_policy = NanPolicy::kError;
   DataParallelSpec data_parallel;
+  // Sharded data parallelism (issue 43; docs/data-parallel.md, "Sharded data parallelism"):
+  // 0 = DDP, every replica holds its stages' whole state; 1 = optimizer state sharded over the
+  // stage's data-parallel group (Megatron's distributed optimizer); 2 = also gradients; 3 = also
+  // parameters (FSDP; UNSHARD / RESHARD in the plan). Flag --zero-stage, TOML
+  // [parallelism] zero_stage. Synchronous algorithms only (validate_job).
+  int zero_stage = 0;
   // Inference / evaluation: the schedule's forward-only plan (ScheduleSpec::forward_only), no
   // gradients, no optimizer (flag --forward-only, TOML key `forward_only`).
   bool forward_only = false;
@@ -200,6 +206,9 @@ struct JobSpec {
   [[nodiscard]] Precision reduce_dtype_or_default() const noexcept {
     return reduce_dtype.value_or(Precision::kFp32);
   }
+
+  // The zero stage that takes effect: with one replica there is nothing to shard (0).
+  [[nodiscard]] int effective_zero_stage() const noexcept { return dp > 1 ? zero_stage : 0; }
 
   [[nodiscard]] int stages() const noexcept { return pp * stages_per_rank; }
   // Samples per microbatch (batch_size / microbatches), 0 when batch_size is not given.
