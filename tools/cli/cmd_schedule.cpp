@@ -256,56 +256,54 @@ void setup_schedule(CLI::App& app) {
   cmd->add_option("-o,--output", args->output, "output file (default: stdout)");
   const char* g = "Auto (schedule synthesis)";
   cmd->add_option("--memory-limit", args->memory_limit,
-                  "Auto: per-rank device memory (bytes or a size such as 16GiB), compared with the "
+                  "per-rank device memory (bytes or a size such as 16GiB), compared with the "
                   "memory model's peak (parameters, gradients, optimizer state, activations)")
       ->group(g);
   cmd->add_option("--max-inflight", args->max_inflight,
-                  "Auto: per-rank cap in microbatches' activations (P: ZB-H1's memory, 2P: the "
+                  "per-rank cap in microbatches' activations (P: ZB-H1's memory, 2P: the "
                   "Zero Bubble paper's ZB-2p)")
       ->group(g);
   cmd->add_option("--time-limit", args->time_limit_s,
-                  "Auto: seconds for the search; then the best plan so far, with a note")
+                  "seconds for the search; then the best plan so far, with a note")
       ->group(g);
   cmd->add_option("--optimizer", args->optimizer,
-                  "Auto with --memory-limit: the optimizer whose state the memory model counts")
+                  "with --memory-limit: the optimizer whose state the memory model counts")
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--forward-ms", args->costs.what_if.forward_ms,
-                  "Auto what-if: F per stage (one value or one per stage)")
+                  "what-if: F per stage (one value or one per stage)")
       ->delimiter(',')
       ->group(g);
   cmd->add_option("--backward-ms", args->costs.what_if.backward_ms,
-                  "Auto what-if: full backward B = I + W per stage")
+                  "what-if: full backward B = I + W per stage")
       ->delimiter(',')
       ->group(g);
   cmd->add_option("--weight-ms", args->costs.what_if.weight_ms,
-                  "Auto what-if: W part of B (I = B - W; default B / 2)")
+                  "what-if: W part of B (I = B - W; default B / 2)")
       ->delimiter(',')
       ->group(g);
   cmd->add_option("--activation-bytes", args->activation_bytes,
-                  "Auto what-if: activation kept per microbatch per stage (size)")
+                  "what-if: activation kept per microbatch per stage (size)")
       ->group(g);
-  cmd->add_option("--param-bytes", args->param_bytes, "Auto what-if: parameters per stage (size)")
+  cmd->add_option("--param-bytes", args->param_bytes, "what-if: parameters per stage (size)")
       ->group(g);
-  cmd->add_option("--output-bytes", args->output_bytes, "Auto what-if: each message (size)")
-      ->group(g);
+  cmd->add_option("--output-bytes", args->output_bytes, "what-if: each message (size)")->group(g);
   cmd->add_option("--profile", args->costs.profile_path,
-                  "Auto: executor profile (pipewright-profile JSON) with P x V stages")
+                  "executor profile (pipewright-profile JSON) with P x V stages")
       ->check(CLI::ExistingFile)
       ->group(g);
-  cmd->add_option("--model", args->model_path, "Auto: model JSON (costs from its partition)")
+  cmd->add_option("--model", args->model_path, "model JSON (costs from its partition)")
       ->check(CLI::ExistingFile)
       ->group(g);
   cmd->add_option("--partition", args->partition_path,
-                  "Auto: partition JSON of --model (default: balanced into P x V stages)")
+                  "partition JSON of --model (default: balanced into P x V stages)")
       ->check(CLI::ExistingFile)
       ->group(g);
-  cmd->add_option("--p2p-ms", args->p2p_ms, "Auto: fixed time per point-to-point message")
-      ->group(g);
+  cmd->add_option("--p2p-ms", args->p2p_ms, "fixed time per point-to-point message")->group(g);
   cmd->add_option("--compute-overhead-ms", args->costs.compute_overhead_ms,
-                  "Auto: fixed overhead added to every F/I/W")
+                  "fixed overhead added to every F/I/W")
       ->group(g);
-  cmd->add_option("--cluster", args->cluster_file, "Auto: cluster JSON (pipewright-cluster)")
+  cmd->add_option("--cluster", args->cluster_file, "cluster JSON (pipewright-cluster)")
       ->check(CLI::ExistingFile)
       ->group(g);
   cmd->callback([args] {

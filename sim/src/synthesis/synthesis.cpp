@@ -73,8 +73,9 @@ StagePlacement make_placement(const std::string& name, PlanShape shape,
     const auto rank = static_cast<std::int32_t>(r);
     std::int64_t cap = everything * pl.unit[r];  // no cap: every microbatch may be in flight
     if (o.max_inflight) {
-      cap =
-          static_cast<std::int64_t>(std::floor(*o.max_inflight * static_cast<double>(pl.unit[r])));
+      // More than M microbatches in flight is the same as M (and keeps the product in range).
+      const double k = std::min(*o.max_inflight, static_cast<double>(o.microbatches));
+      cap = static_cast<std::int64_t>(std::floor(k * static_cast<double>(pl.unit[r])));
     } else if (o.memory_limit_bytes) {
       const std::int64_t fixed =
           model.static_bytes(rank) + model.runtime_bytes() + model.autocast_cache_bytes(rank);
