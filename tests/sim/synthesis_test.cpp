@@ -142,6 +142,22 @@ TEST(Auto, VPlacementWithTwoStagesPerRank) {
   EXPECT_LE(a.step_ns, run(zbv, costs, free_p2p()).makespan_ns);
 }
 
+// Note [Local search]: with messages that cost time and a cap below 1F1B's, the greedy's best
+// order is improved by moving W passes; the simulator keeps the improvement.
+TEST(Auto, LocalSearchImprovesOnTheGreedy) {
+  AutoOptions o = auto_options(8, 16, 6);
+  o.sim.p2p_override_ms = 0.3;
+  const AutoResult a = synthesize(unit_costs(8), o);
+  check_ordinary(a.plan, "local search");
+  EXPECT_EQ(a.chosen.rfind("local search from greedy", 0), 0U) << a.chosen;
+  for (const auto& c : a.candidates) {
+    if (c.fits) {
+      EXPECT_LE(a.step_ns, c.step_ns) << c.name;
+    }
+  }
+  for (std::size_t r = 0; r < a.peak_activation.size(); ++r) EXPECT_LE(a.peak_activation[r], 6);
+}
+
 TEST(Auto, DeterministicAndBytesCap) {
   const int p = 4;
   const int m = 12;

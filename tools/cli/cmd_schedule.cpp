@@ -177,6 +177,14 @@ void run_auto(const ScheduleArgs& args) {
   const sim::AutoResult r = sim::synthesize(costs, o);
   sched::check_valid(r.plan, "Auto");
   if (r.timed_out) spdlog::warn("Auto: {}", r.note);
+  for (const auto& c : r.candidates) {  // --log-level debug: every candidate
+    if (c.fits) {
+      spdlog::debug("Auto candidate {}: step {:.3f} ms, bubble rate {:.2f}%", c.name,
+                    static_cast<double>(c.step_ns) / 1e6, 100 * c.span_bubble);
+    } else {
+      spdlog::debug("Auto candidate {}: not taken: {}", c.name, c.why_not);
+    }
+  }
   std::string peaks;
   for (std::size_t k = 0; k < r.peak_activation.size(); ++k) {
     peaks += (peaks.empty() ? "" : " ") + std::to_string(r.peak_activation[k]) + "/" +

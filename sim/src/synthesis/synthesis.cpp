@@ -15,6 +15,7 @@
 #include "pipewright/sched/schedule.hpp"
 #include "pipewright/sched/validate.hpp"
 #include "synthesis/list_scheduler.hpp"
+#include "synthesis/local_search.hpp"
 
 namespace pipewright::sim {
 namespace {
@@ -377,6 +378,36 @@ AutoResult synthesize(const sched::CostTable& costs, const AutoOptions& o) {
       continue;
     }
     consider(std::string(sched::to_string(kind)), std::move(plan), k);
+  }
+  // 3. Note [Local search] from the best plan so far, on the greedy's clock; the simulator
+  // decides whether it is kept.
+  if (have && !stop && !(stop = expired())) {
+    const bool split_only =
+        std::all_of(best.plan.per_rank.begin(), best.plan.per_rank.end(), [](const auto& ops) {
+          return std::all_of(ops.begin(), ops.end(), [](const sched::Action& a) {
+            return a.kind == ActionKind::kForward || a.kind == ActionKind::kBackwardInput ||
+                   a.kind == ActionKind::kBackwardWeight;
+          });
+        });
+    if (split_only) {
+      const auto problem = problem_of(placements[best_placement], costs, o);
+      std::int64_t actions = 0;
+      for (const auto& ops : best.plan.per_rank) actions += static_cast<std::int64_t>(ops.size());
+      // About 2e7 replayed passes in all: every swap for small plans, a few hundred for the
+      // largest.
+      const std::int64_t evaluations =
+          std::clamp<std::int64_t>(20'000'000 / std::max<std::int64_t>(actions, 1), 50, 20'000);
+      const auto deadline = o.time_limit_s
+                                ? started + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(*o.time_limit_s))
+                                : Clock::time_point::max();
+      ComputePlan improved = best.plan;
+      improved.per_rank = synthesis::improve(problem, best.plan.per_rank, evaluations, deadline);
+      if (improved.per_rank != best.plan.per_rank) {
+        consider("local search from " + best.chosen, std::move(improved), best_placement);
+      }
+      stop = stop || expired();
+    }
   }
   PW_CHECK(have, ConfigError,
            "Auto: no candidate fits the cap (" << best.candidates.size() << " tried; the first: "

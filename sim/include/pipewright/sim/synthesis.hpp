@@ -15,10 +15,14 @@
 // Each candidate that fits is lowered as `run` lowers a plan (REDUCE_GRAD, OPTIM), validated,
 // dry-run for deadlocks under both transports and simulated with the caller's simulator options
 // and cluster; the shortest simulated step wins (ties: the lower span bubble, then the order
-// above). The greedy's own clock (exact F/I/W times, a fixed time per message) only orders
-// actions; the simulator decides.
+// above). Then a local search (sim/src/synthesis/local_search.hpp, Note [Local search]) swaps
+// adjacent passes around W on the winner's ranks while the step on the greedy's clock shortens
+// and the cap holds; its result is one more candidate, kept only if the simulator agrees. The
+// greedy's own clock (exact F/I/W times, a fixed time per message) only orders actions; the
+// simulator decides.
 // Cost: each greedy is O(P V M x P V) (every pass scans the ranks' next passes), each
-// simulation O(actions log actions); p = 32, m = 256 takes about a second (bench/auto_schedule).
+// simulation O(actions log actions), the local search at most ~2e7 replayed passes; p = 32,
+// m = 256 takes about a second (bench/auto_schedule.sh).
 // Optimality: none is guaranteed. Each result carries lower_bound_ns, the largest over ranks of
 // (the forward chain before the rank's first stage + the rank's compute), which no schedule
 // beats; with T_F = T_I = T_W and free p2p the 2P-microbatch plan reaches it (gap 0).
