@@ -43,6 +43,8 @@ bool torch_rejects(ScheduleKind kind, int p, int m, int v) {
     case ScheduleKind::kInterleaved1F1B:
     case ScheduleKind::kInterleavedZeroBubble:
       return m % std::max(1, m / p) != 0;
+    case ScheduleKind::kZBH2:  // not torch's; one stage per rank
+      return v != 1;
     default:  // the V-shaped schedules: schedule_v_test.cpp
       return true;
   }
@@ -166,6 +168,33 @@ void check_closed_rules(ScheduleKind kind, int p, int m, int v, const ComputePla
         }
         break;
       }
+      case ScheduleKind::kZBH2: {
+        // Note [ZB-H2 order]: every microbatch's F, I, W in microbatch order; W after its I;
+        // min(M, 2(P - r) - 1) forwards before the first I; never more than 2P - 1 microbatches
+        // held (F to W).
+        ASSERT_EQ(ops.size(), static_cast<std::size_t>(3 * m));
+        ASSERT_EQ(fwds.size(), static_cast<std::size_t>(m));
+        ASSERT_EQ(weights.size(), static_cast<std::size_t>(m));
+        for (int k = 0; k < m; ++k) {
+          const auto uk = static_cast<std::size_t>(k);
+          EXPECT_EQ(fwds[uk], Action::compute(r, ActionKind::kForward, k));
+          EXPECT_EQ(bwds[uk], Action::compute(r, ActionKind::kBackwardInput, k));
+          EXPECT_EQ(weights[uk], Action::compute(r, ActionKind::kBackwardWeight, k));
+        }
+        EXPECT_EQ(first_backward, static_cast<std::size_t>(std::min(m, 2 * (p - r) - 1)));
+        int held = 0;
+        int inputs = 0;
+        for (const auto& a : ops) {
+          if (a.kind == ActionKind::kForward) ++held;
+          if (a.kind == ActionKind::kBackwardInput) ++inputs;
+          if (a.kind == ActionKind::kBackwardWeight) {
+            EXPECT_GT(inputs, a.microbatch) << "W before its I";
+            --held;
+          }
+          EXPECT_LE(held, 2 * p - 1);
+        }
+        break;
+      }
       default:  // the V-shaped schedules: schedule_v_test.cpp
         break;
     }
@@ -230,7 +259,8 @@ TEST_P(ScheduleGrid, AcceptedShapesAreValidDeadlockFreeAndFollowTheRules) {
 INSTANTIATE_TEST_SUITE_P(AllKinds, ScheduleGrid,
                          ::testing::Values(ScheduleKind::kGPipe, ScheduleKind::k1F1B,
                                            ScheduleKind::kInterleaved1F1B, ScheduleKind::kLoopedBFS,
-                                           ScheduleKind::kInterleavedZeroBubble),
+                                           ScheduleKind::kInterleavedZeroBubble,
+                                           ScheduleKind::kZBH2),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST(ScheduleKind, ParsesTorchSpellingsCaseInsensitively) {
@@ -299,6 +329,30 @@ TEST(Generate, SmallShapesMatchTorch) {
   EXPECT_EQ(row(zb, 0),
             "0F0,0F1,2F0,2F1,2I0,2W0,0F2,2I1,2W1,0F3,0I0,0W0,2F2,0I1,0W1,2F3,2I2,2W2,2I3,2W3,0I2,"
             "0W2,0I3,0W3");
+}
+
+// Note [ZB-H2 order], written out on the unit grid for P = 4, M = 8:
+// rank r starts at unit r and runs 24 passes back to back, its last W at unit 24 + r.
+TEST(Generate, ZBH2UnitGrid) {
+  auto row = [](const ComputePlan& plan, int r) {
+    std::string out;
+    for (const auto& a : plan.per_rank[static_cast<std::size_t>(r)]) {
+      out += (out.empty() ? "" : ",") + to_string(a);
+    }
+    return out;
+  };
+  const auto h2 = generate({ScheduleKind::kZBH2, 4, 8, 1, {}});
+  EXPECT_EQ(h2.shape.schedule, "ZBH2");
+  EXPECT_EQ(row(h2, 0),
+            "0F0,0F1,0F2,0F3,0F4,0F5,0F6,0I0,0W0,0I1,0F7,0I2,0W1,0I3,0W2,0I4,0W3,0I5,0W4,0I6,0W5,"
+            "0W6,0I7,0W7");
+  EXPECT_EQ(row(h2, 3),
+            "3F0,3I0,3F1,3I1,3F2,3I2,3F3,3I3,3F4,3I4,3F5,3I5,3F6,3I6,3W0,3F7,3I7,3W1,3W2,3W3,3W4,"
+            "3W5,3W6,3W7");
+  EXPECT_THROW((void)generate({ScheduleKind::kZBH2, 4, 8, 2, {}}), ConfigError);
+  EXPECT_THROW((void)generate({ScheduleKind::kZBH2, 3, 4, 1, {{0, 1}, {0, 2}, {1, 2}}}),
+               ConfigError);
+  EXPECT_EQ(parse_schedule_kind("zbh2"), ScheduleKind::kZBH2);
 }
 
 TEST(Generate, StageDagFollowsDependencies) {

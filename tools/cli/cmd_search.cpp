@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 #include <CLI/CLI.hpp>
+#include <cctype>
 
 #include <algorithm>
 #include <chrono>
@@ -64,9 +65,9 @@ std::string table(const sim::SearchResult& r) {
       dp += " " + std::string(sched::to_string(c.precision));
     std::snprintf(line, sizeof line,
                   "%4d  %-22s %4d %4d %3d %5d  %-24s %12.3f %14.1f %7.1f%% %10.2f\n", ++k,
-                  std::string(sched::to_string(c.schedule)).c_str(), c.pp, c.dp, c.v,
-                  c.microbatches, dp.c_str(), static_cast<double>(c.step_ns) / 1e6,
-                  c.throughput_samples_per_s, 100 * c.bubble_fraction, gib(c.peak_memory_bytes));
+                  sim::schedule_name(c).c_str(), c.pp, c.dp, c.v, c.microbatches, dp.c_str(),
+                  static_cast<double>(c.step_ns) / 1e6, c.throughput_samples_per_s,
+                  100 * c.bubble_fraction, gib(c.peak_memory_bytes));
     os << line;
   }
   std::snprintf(line, sizeof line,
@@ -88,7 +89,7 @@ std::string to_json(const sim::SearchResult& r) {
   j["rejected_shape"] = r.rejected_shape;
   nlohmann::json ranked = nlohmann::json::array();
   for (const auto& c : r.ranked) {
-    ranked.push_back({{"schedule", std::string(sched::to_string(c.schedule))},
+    ranked.push_back({{"schedule", sim::schedule_name(c)},
                       {"pp", c.pp},
                       {"dp", c.dp},
                       {"stages_per_rank", c.v},
@@ -120,7 +121,18 @@ void run_search(const SearchArgs& a) {
   if (!a.memory_limit.empty())
     opt.memory_limit_bytes = parse_size(a.memory_limit, "--memory-limit");
   opt.global_batch = a.global_batch;
-  for (const auto& s : a.schedules) opt.schedules.push_back(sched::parse_schedule_kind(s));
+  // "Auto" among --schedules: Auto only with the names given; a list without it: no Auto.
+  opt.try_auto = a.schedules.empty();
+  for (const auto& s : a.schedules) {
+    std::string lower;
+    for (char ch : s) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (lower == "auto") {
+      opt.try_auto = true;
+      continue;
+    }
+    opt.schedules.push_back(sched::parse_schedule_kind(s));
+  }
+  opt.named_schedules = a.schedules.empty() || !opt.schedules.empty();
   opt.stages_per_rank = a.stages_per_rank;
   for (int v : opt.stages_per_rank)
     PW_CHECK(v >= 1, ConfigError, "--stages-per-rank values must be >= 1, got " << v);
@@ -185,7 +197,9 @@ void setup_search(CLI::App& app) {
                   "cluster's)");
   cmd->add_option("--global-batch", a->global_batch,
                   "samples per step (fixes m = G / (dp x micro_batch_size))");
-  cmd->add_option("--schedules", a->schedules, "schedules to try (default: all)")->delimiter(',');
+  cmd->add_option("--schedules", a->schedules,
+                  "schedules to try, Auto among them (default: all and Auto)")
+      ->delimiter(',');
   cmd->add_option("-v,--stages-per-rank", a->stages_per_rank,
                   "V values to try for the looped schedules")
       ->delimiter(',')

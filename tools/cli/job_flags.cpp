@@ -130,7 +130,7 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
          "--schedule",
          [&job](const std::string& s) { job.schedule = sched::parse_schedule_kind(s); },
          "GPipe | 1F1B | Interleaved1F1B | LoopedBFS | InterleavedZeroBubble | ZBVZeroBubble "
-         "| DualPipeV | Chimera")
+         "| DualPipeV | Chimera | ZBH2 (schedule Auto writes a plan file for --plan)")
       ->default_str(std::string(sched::to_string(job.schedule)))
       ->group(g);
   cmd->add_option("-p,--pp", job.pp, "pipeline ranks P")->capture_default_str()->group(g);

@@ -255,6 +255,7 @@ constexpr KindEntry kKinds[] = {
     {ScheduleKind::kZBVZeroBubble, "ZBVZeroBubble"},
     {ScheduleKind::kDualPipeV, "DualPipeV"},
     {ScheduleKind::kChimera, "Chimera"},
+    {ScheduleKind::kZBH2, "ZBH2"},
 };
 }  // namespace
 
@@ -268,6 +269,7 @@ int required_stages_per_rank(ScheduleKind kind) noexcept {
     case ScheduleKind::kGPipe:
     case ScheduleKind::k1F1B:
     case ScheduleKind::kChimera:
+    case ScheduleKind::kZBH2:
       return 1;
     case ScheduleKind::kZBVZeroBubble:
     case ScheduleKind::kDualPipeV:
@@ -377,7 +379,8 @@ ComputePlan generate(const ScheduleSpec& spec) {
   if (!is_chain(spec.stage_edges, p * v)) plan.shape.stage_edges = spec.stage_edges;
   plan.per_rank.resize(static_cast<std::size_t>(p));
 
-  const bool single_stage = spec.kind == ScheduleKind::kGPipe || spec.kind == ScheduleKind::k1F1B;
+  const bool single_stage = spec.kind == ScheduleKind::kGPipe || spec.kind == ScheduleKind::k1F1B ||
+                            spec.kind == ScheduleKind::kZBH2;
   if (single_stage) {
     PW_CHECK(v == 1, ConfigError,
              name << " is a single-stage schedule (torch's PipelineScheduleSingle): "
@@ -398,6 +401,10 @@ ComputePlan generate(const ScheduleSpec& spec) {
     }
   }
 
+  // ZB-H2's unit-time order (Note [ZB-H2 order]) follows the chain's dependencies only.
+  PW_CHECK(spec.kind != ScheduleKind::kZBH2 || is_chain(spec.stage_edges, p), ConfigError,
+           "ZBH2 runs a chain of stages (its order is drawn for 0 -> 1 -> ... -> P-1); a stage "
+           "DAG is not supported, use GPipe or 1F1B");
   if (spec.forward_only && single_stage) {
     // torch's _ScheduleForwardOnly / DeepSpeed's InferenceSchedule: every microbatch in order.
     plan.shape.forward_only = true;
@@ -430,6 +437,9 @@ ComputePlan generate(const ScheduleSpec& spec) {
       }
       break;
     }
+    case ScheduleKind::kZBH2:
+      plan.per_rank = detail::zb_h2(p, m);
+      break;
     case ScheduleKind::kLoopedBFS:
       for (std::int32_t r = 0; r < p; ++r) {
         plan.per_rank[static_cast<std::size_t>(r)] = looped_bfs_rank(r, p, v, m);

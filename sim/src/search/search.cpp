@@ -10,6 +10,7 @@
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/sched/job.hpp"
 #include "pipewright/sim/cost_inputs.hpp"
+#include "pipewright/sim/synthesis.hpp"
 
 namespace pipewright::sim {
 namespace {
@@ -38,6 +39,7 @@ std::int32_t steps_for(const DpVariant& d) {
 struct Config {
   std::int32_t pp, dp, v, m;
   ScheduleKind kind;
+  bool automatic = false;  // Auto (synthesize) with the memory limit as its cap; kind is 1F1B's
 };
 
 }  // namespace
@@ -83,11 +85,14 @@ std::string describe(const DpVariant& d) {
   return dp;
 }
 
+std::string schedule_name(const SearchCandidate& c) {
+  return c.auto_schedule ? "Auto" : std::string(sched::to_string(c.schedule));
+}
+
 std::string describe(const SearchCandidate& c) {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%s pp=%d dp=%d v=%d m=%d %s",
-                std::string(sched::to_string(c.schedule)).c_str(), c.pp, c.dp, c.v, c.microbatches,
-                c.dp == 1 ? "-" : describe(c.dp_variant).c_str());
+  std::snprintf(buf, sizeof buf, "%s pp=%d dp=%d v=%d m=%d %s", schedule_name(c).c_str(), c.pp,
+                c.dp, c.v, c.microbatches, c.dp == 1 ? "-" : describe(c.dp_variant).c_str());
   std::string out = std::string(buf) + (c.recompute ? " recompute=full" : "");
   if (c.precision != sched::Precision::kFp32)
     out += " precision=" + std::string(sched::to_string(c.precision));
@@ -103,7 +108,9 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   const std::int64_t limit =
       opt.memory_limit_bytes ? *opt.memory_limit_bytes : cluster.device_memory_bytes;
   PW_CHECK(limit >= 0, ConfigError, "--memory-limit must be >= 0, got " << limit);
-  const auto schedules = opt.schedules.empty() ? sched::all_schedule_kinds() : opt.schedules;
+  const auto schedules = !opt.named_schedules    ? std::vector<sched::ScheduleKind>{}
+                         : opt.schedules.empty() ? sched::all_schedule_kinds()
+                                                 : opt.schedules;
   const auto variants = opt.dp_variants.empty() ? default_dp_variants() : opt.dp_variants;
   const auto precisions = opt.precisions.empty()
                               ? std::vector<sched::Precision>{sched::Precision::kFp32}
@@ -134,6 +141,9 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
         if (pp * v > nodes) continue;  // a stage needs at least one node
         for (auto m : ms) configs.push_back(Config{pp, dp, v, m, kind});
       }
+    }
+    if (opt.try_auto && pp <= nodes) {
+      for (auto m : ms) configs.push_back(Config{pp, dp, 1, m, ScheduleKind::k1F1B, true});
     }
   }
 
@@ -180,7 +190,22 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
                  .first;
       }
       parted = it->second;
-      plan = sched::make_plan(job, &parted->partition);
+      if (c.automatic) {
+        // Note [Auto method] (sim/synthesis.hpp): the plan for this partition's costs with the
+        // memory limit as the cap (none when the limit is 0); its memory at fp32.
+        AutoOptions ao;
+        ao.ranks = c.pp;
+        ao.microbatches = c.m;
+        if (limit > 0) ao.memory_limit_bytes = limit;
+        ao.memory.optimizer = opt.optimizer;
+        ao.memory.momentum = opt.momentum;
+        ao.sim = sim_options(job);
+        ao.sim.micro_batch_size = mbs;
+        ao.cluster = cluster;
+        plan = sched::lower_for_run(synthesize(parted->costs, ao).plan);
+      } else {
+        plan = sched::make_plan(job, &parted->partition);
+      }
     } catch (const InputError&) {
       result.rejected_shape += n_variants;
       for (std::int64_t k = 0; k < n_variants; ++k) {  // one call per configuration
@@ -239,6 +264,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       cand.v = c.v;
       cand.microbatches = c.m;
       cand.schedule = c.kind;
+      cand.auto_schedule = c.automatic;
       cand.dp_variant = variant;
       cand.step_ns = r.makespan_ns / std::max(r.steps, 1);
       cand.throughput_samples_per_s = r.throughput_samples_per_s();

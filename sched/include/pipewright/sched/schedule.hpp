@@ -24,6 +24,7 @@ enum class ScheduleKind : std::uint8_t {
   kZBVZeroBubble,          // "ZBVZeroBubble": ZB-V, V placement (2 stages per rank), F I W
   kDualPipeV,              // "DualPipeV": DeepSeek's DualPipe, V variant, OVERLAP_F_B units
   kChimera,                // "Chimera": two pipelines in opposite directions (Li & Hoefler)
+  kZBH2,                   // "ZBH2": the Zero Bubble paper's ZB-H2, (2P-1) microbatches in flight
 };
 
 // Case-insensitive, torch's spellings ("gpipe", "1f1b", "Interleaved1F1B", ...). Throws
@@ -36,7 +37,7 @@ enum class ScheduleKind : std::uint8_t {
 // "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, ...".
 [[nodiscard]] std::string schedule_kind_names();
 
-// Placement per kind: GPipe, 1F1B: stage s on rank s; Interleaved1F1B, LoopedBFS,
+// Placement per kind: GPipe, 1F1B, ZBH2: stage s on rank s; Interleaved1F1B, LoopedBFS,
 // InterleavedZeroBubble: rank s mod P (looping); ZBVZeroBubble, DualPipeV: 2P stages, rank r holds
 // r and 2P-1-r (v_placement; stages_per_rank must be 2); Chimera: stages_per_rank must be 1 (the
 // model has P stages), the plan has 2P stages in V placement, plan stages 0..P-1 the down pipeline
@@ -68,8 +69,8 @@ struct ScheduleSpec {
 // Generates the plan (placement above). Throws ConfigError for shapes torch rejects (e.g. 1F1B
 // with microbatches < ranks, interleaved schedules when microbatches is not a multiple of the
 // number of rounds, DualPipeV with microbatches < 2 x ranks, V schedules without 2 stages per
-// rank), Chimera with an odd number of ranks or a stage DAG, non-positive sizes, and stage_edges
-// that are out of range or cyclic.
+// rank), Chimera with an odd number of ranks or a stage DAG, ZBH2 with V != 1 or a stage DAG,
+// non-positive sizes, and stage_edges that are out of range or cyclic.
 [[nodiscard]] ComputePlan generate(const ScheduleSpec& spec);
 
 // Checks a stage DAG over `stages` stages: endpoints in range, no self loops, no duplicates, no

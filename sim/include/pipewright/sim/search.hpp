@@ -35,7 +35,11 @@ struct SearchOptions {
   // divide are skipped). Unset: m in microbatch_factors x pp.
   std::optional<std::int64_t> global_batch;
   std::vector<std::int32_t> microbatch_factors = {1, 2, 4, 8, 16};
-  std::vector<sched::ScheduleKind> schedules;             // empty = all
+  std::vector<sched::ScheduleKind> schedules;  // empty = all
+  // Also try Auto (sim/synthesis.hpp) at V = 1 for each pp, dp and m, with the memory limit as
+  // its cap (`search --schedules` takes "Auto" like a schedule name).
+  bool try_auto = true;
+  bool named_schedules = true;                            // false: Auto only (`--schedules Auto`)
   std::vector<std::int32_t> stages_per_rank = {2, 4, 8};  // for the looped schedules
   std::vector<DpVariant> dp_variants;                     // empty = default_dp_variants()
   Optimizer optimizer = Optimizer::kSgd;  // memory: optimizer state (sched::JobSpec's default)
@@ -62,6 +66,7 @@ struct SearchCandidate {
   std::int32_t v = 1;
   std::int32_t microbatches = 1;
   sched::ScheduleKind schedule = sched::ScheduleKind::k1F1B;
+  bool auto_schedule = false;  // Auto's plan (schedule then says nothing)
   DpVariant dp_variant;
   std::int64_t step_ns = 0;  // amortised over the simulated steps
   double throughput_samples_per_s = 0;
@@ -90,6 +95,8 @@ struct SearchResult {
 
 // "ddp(25MB)", "localsgd(every 2)", "slowmo(avg 2, slow 4)".
 [[nodiscard]] std::string describe(const DpVariant& variant);
+// "Auto" for an Auto candidate, else the schedule's name.
+[[nodiscard]] std::string schedule_name(const SearchCandidate& candidate);
 // "1F1B pp=4 dp=2 v=1 m=8 ddp(25MB)" ("-" for the DP algorithm when dp == 1), with
 // " recompute=full" when the candidate fits only with recompute and " precision=bf16" when it is
 // not fp32.
