@@ -56,7 +56,7 @@ case "$what" in
     ;;
   bytes)
     # mlp.json at pp 2: world rank 0 holds stage 0; one bucket (25 MiB cap) of G elements.
-    args=("${common[@]}" --log-level info --pp 2 --dp 2 --schedule 1F1B --batch-size 8
+    args=("${common[@]/#warn/info}" --pp 2 --dp 2 --schedule 1F1B --batch-size 8
           --microbatches 4 --steps 3)
     wire() { grep -oE 'data-parallel \([^)]*\): [^(]*\(([0-9]+) B/step\)' | grep -oE '[0-9]+ B/step' | grep -oE '[0-9]+'; }
     ddp=$(run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 2>&1 | wire)
@@ -73,7 +73,9 @@ case "$what" in
     ;;
   resume)
     for z in 1 2; do
-      args=("${common[@]}" --pp 2 --dp 2 --batch-size 8 --microbatches 2 --schedule 1F1B --zero-stage "$z")
+      # --lr-decay-steps: the cosine's length must not follow --steps (3, then 6).
+      args=("${common[@]}" --pp 2 --dp 2 --batch-size 8 --microbatches 2 --schedule 1F1B
+            --zero-stage "$z" --lr-decay-steps 6)
       run_ranks 4 gloo "$pw" "${args[@]}" --steps 6 --save "$work/straight.$z.safetensors"
       run_ranks 4 gloo "$pw" "${args[@]}" --steps 3 --checkpoint-dir "$work/ckpt$z" --checkpoint-every 1
       run_ranks 4 gloo "$pw" "${args[@]}" --steps 6 --checkpoint-dir "$work/ckpt$z" --resume \
@@ -100,9 +102,17 @@ case "$what" in
       else echo "FAIL bad $name (exit $rc): $out"; failed=1; fi
     }
     expect2 "zero-stage 3 not run yet" "--zero-stage 3: .*stage 3" 2 "${common[@]}" --pp 1 --dp 2 \
-      --batch-size 4 --steps 1 --zero-stage 3
+      --batch-size 4 --steps 4 --zero-stage 3
     expect2 "zero with a local-step algorithm" "--zero-stage.*--dp-algorithm|--dp-algorithm.*--zero-stage" 2 \
-      "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 1 --zero-stage 1 --dp-algorithm localsgd
+      "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 --dp-algorithm localsgd
+    expect2 "zero with --reduce-dtype bf16" "--zero-stage 1 with --reduce-dtype bf16" 2 \
+      "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 --reduce-dtype bf16
+    # A checkpoint of ZeRO-1 resumed as ZeRO-2: refused (another configuration), exit 2.
+    run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 \
+      --checkpoint-dir "$work/ck"
+    expect2 "checkpoint of another zero stage" "written by a run with another configuration" 2 \
+      "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 --lr-decay-steps 4 --zero-stage 2 \
+      --checkpoint-dir "$work/ck" --resume
     ;;
   *) echo "unknown case $what"; exit 2;;
 esac
