@@ -19,9 +19,8 @@ void check_sharded(const BufferView& in, const BufferView& out, int size, bool g
   const std::size_t whole = gather ? out.count : in.count;
   const std::size_t piece = gather ? in.count : out.count;
   PW_ASSERT(whole == piece * static_cast<std::size_t>(size),
-            prefix << ": " << (gather ? "output" : "input") << " has " << whole
-                   << " elements, not " << size << " x the " << piece << " of the "
-                   << (gather ? "input" : "output"));
+            prefix << ": " << (gather ? "output" : "input") << " has " << whole << " elements, not "
+                   << size << " x the " << piece << " of the " << (gather ? "input" : "output"));
 }
 
 bool gather_in_place(const BufferView& in, const BufferView& out, int rank) noexcept {

@@ -63,12 +63,12 @@ Zero::Zero(Communicator* dp, ZeroOptions options)
 
 Zero::~Zero() {
   for (auto& st : stages_) {
+    // Normally settle() left nothing in flight. On an error path, wait briefly (the all-gathers
+    // write into P) but never hang the exit: the error is already on its way to the user.
     for (auto& w : st->gathers) {
-      if (w) {
-        try {
-          w->wait(options_.timeout);
-        } catch (...) {  // NOLINT(bugprone-empty-catch): the error was reported on the main path
-        }
+      try {
+        if (w) w->wait(std::chrono::milliseconds(1000));
+      } catch (...) {  // NOLINT(bugprone-empty-catch)
       }
     }
     for (std::size_t i = 0; i < st->accumulators.size(); ++i) {
@@ -124,9 +124,9 @@ void Zero::on_start(std::vector<StageParams>& stages) {
     for (std::size_t i = 0; i < st->trainable.size(); ++i) {
       const std::size_t b = st->assignment.bucket_of_param[i];
       const auto& gb = st->assignment.buckets[b];
-      const std::int64_t at = st->buckets[b].offset +
-                              gb.offsets_bytes[st->assignment.slot_of_param[i]] /
-                                  static_cast<std::int64_t>(sizeof(float));
+      const std::int64_t at =
+          st->buckets[b].offset + gb.offsets_bytes[st->assignment.slot_of_param[i]] /
+                                      static_cast<std::int64_t>(sizeof(float));
       torch::Tensor& p = st->trainable[i];
       torch::Tensor slot = alias(st->flat_params, at, p.sizes());
       slot.copy_(p);

@@ -84,9 +84,9 @@ class Zero final : public DataParallelAlgorithm {
 
  private:
   struct Bucket {
-    std::int64_t offset = 0;  // in P and G
-    std::int64_t padded = 0;  // p_b
-    std::int64_t piece = 0;   // q_b
+    std::int64_t offset = 0;        // in P and G
+    std::int64_t padded = 0;        // p_b
+    std::int64_t piece = 0;         // q_b
     std::int64_t shard_offset = 0;  // in Gs
     std::int64_t pending = 0;
     bool launched = false;
@@ -99,10 +99,10 @@ class Zero final : public DataParallelAlgorithm {
     std::vector<int> accumulations;
     sched::BucketAssignment assignment;
     std::vector<Bucket> buckets;
-    torch::Tensor flat_params;  // P
-    torch::Tensor flat_grads;   // G
-    torch::Tensor shard_grads;  // Gs
-    torch::Tensor scratch;      // stage 2: one reduce-scatter's output
+    torch::Tensor flat_params;                // P
+    torch::Tensor flat_grads;                 // G
+    torch::Tensor shard_grads;                // Gs
+    torch::Tensor scratch;                    // stage 2: one reduce-scatter's output
     std::vector<torch::Tensor> shard_params;  // the optimizer's tensors, one per bucket piece
     std::size_t next_launch = 0;
     std::vector<WorkPtr> gathers;  // in flight since OPTIM
