@@ -10,6 +10,7 @@
 # memory and says so by printing the same number for every stage).
 #
 #   bench/zero_vs_ddp.sh [PIPEWRIGHT_BIN] [STEPS] [ROUNDS]      (defaults: build/bin/pipewright 12 3)
+#   SIZES=256,4096,4096,4096,256 DPS=4 bench/zero_vs_ddp.sh ...  (another MLP; only dp 4)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${1:-$root/build/bin/pipewright}"
@@ -19,7 +20,7 @@ work="$(mktemp -d /tmp/pw_zero_bench.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
 
-"$bin" model mlp --sizes 256,1024,1024,256 --activation relu -o "$work/mlp.json" >/dev/null
+"$bin" model mlp --sizes "${SIZES:-256,1024,1024,256}" --activation relu -o "$work/mlp.json" >/dev/null
 /usr/bin/python3 - "$work" <<'PY'
 import sys, numpy as np
 rng = np.random.default_rng(0)
@@ -51,7 +52,7 @@ sim_peak() {  # simulate's peak memory of rank 0 (bytes) for dp, zero
 }
 
 printf '%-4s %-10s %12s %12s %8s %14s %14s\n' dp stage med_ms ddp_med_ms ratio meas_vmhwm sim_peak
-for dp in 2 4; do
+for dp in ${DPS:-2 4}; do
   ddp_ms=(); z1_ms=(); z2_ms=(); ddp_rss=0; z1_rss=0; z2_rss=0
   for ((i = 0; i < rounds; i++)); do
     read -r a ar < <(one "$dp" 0); ddp_ms+=("$a"); ddp_rss="$ar"

@@ -10,9 +10,11 @@
 #           line): ZeRO-1 == DDP's all-reduce (+ the padding); ZeRO-2 == (m+1)/2 x ZeRO-1
 #           (m reduce-scatters of G and one all-gather of P)
 #   resume  pp 2 x dp 2 ZeRO-1 and ZeRO-2, 6 steps vs 3 + --resume to 6: bit-identical (each
-#           rank's checkpoint holds its optimizer shard)
+#           rank's checkpoint holds its optimizer shard); the last checkpoint half-written by
+#           one rank (no COMPLETE, truncated shard): the resume uses the one before
 #   bf16    --precision bf16 ZeRO-1 vs ZeRO-0 within 1e-3 (documented in docs/data-parallel.md)
-#   bad     --zero-stage 3 exits 2 naming the stage; tied weights across stages exit 2
+#   bad     --zero-stage 3, a local-step algorithm, --reduce-dtype bf16 and a checkpoint of
+#           another zero stage exit 2 naming why
 #   zero_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR equiv|bytes|resume|bf16|bad
 set -euo pipefail
 pw="$1"; cmp="$2"; data="$3"; work="$4"; what="$5"
@@ -78,6 +80,11 @@ case "$what" in
             --zero-stage "$z" --lr-decay-steps 6)
       run_ranks 4 gloo "$pw" "${args[@]}" --steps 6 --save "$work/straight.$z.safetensors"
       run_ranks 4 gloo "$pw" "${args[@]}" --steps 3 --checkpoint-dir "$work/ckpt$z" --checkpoint-every 1
+      # A rank killed while writing its shard: no COMPLETE, a truncated file; the resume takes
+      # the previous checkpoint (step 2).
+      rm "$work/ckpt$z/step-00000003/COMPLETE"
+      head -c 100 "$work/ckpt$z/step-00000003/rank-1.pt" > "$work/t"
+      mv "$work/t" "$work/ckpt$z/step-00000003/rank-1.pt"
       run_ranks 4 gloo "$pw" "${args[@]}" --steps 6 --checkpoint-dir "$work/ckpt$z" --resume \
         --save "$work/resumed.$z.safetensors"
       check "zero-stage $z resume bit-identical" "$work/straight.$z.safetensors" \

@@ -79,7 +79,21 @@ Zero::~Zero() {
 
 void Zero::on_start(std::vector<StageParams>& stages) {
   PW_ASSERT(stages_.empty(), "ZeRO on_start called twice");
-  detail::broadcast_from_replica0(*dp_, stages, options_.timeout, stats_);
+  // Replica 0's trainable parameters reach the others through P itself (one broadcast per
+  // stage, no flat copy), after every parameter has moved into P (its old storage freed as it
+  // moves), and G is allocated last: start-up holds at most 2x the parameters at once, below
+  // the steady state, so the peak RSS is the training's. Buffers and frozen parameters as DDP.
+  std::vector<StageParams> rest;
+  for (const auto& sp : stages) {
+    StageParams o;
+    o.stage = sp.stage;
+    o.buffers = sp.buffers;
+    for (const auto& p : sp.params) {
+      if (!p.requires_grad()) o.params.push_back(p);
+    }
+    rest.push_back(std::move(o));
+  }
+  detail::broadcast_from_replica0(*dp_, rest, options_.timeout, stats_);
   torch::NoGradGuard no_grad;
   const std::int64_t d = dp_->size();
   const std::int64_t r = dp_->rank();
@@ -117,10 +131,7 @@ void Zero::on_start(std::vector<StageParams>& stages) {
     }
     const auto device = st->trainable.front().device();
     st->flat_params = zeros_for(*dp_, offset, device);
-    st->flat_grads = zeros_for(*dp_, offset, device);
-    st->shard_grads = torch::zeros({shard}, st->flat_params.options());
-    if (options_.stage == 2) st->scratch = torch::zeros({shard}, st->flat_params.options());
-    st->grad_alias.resize(st->trainable.size());
+    std::vector<std::int64_t> at_of(st->trainable.size());
     for (std::size_t i = 0; i < st->trainable.size(); ++i) {
       const std::size_t b = st->assignment.bucket_of_param[i];
       const auto& gb = st->assignment.buckets[b];
@@ -131,7 +142,26 @@ void Zero::on_start(std::vector<StageParams>& stages) {
       torch::Tensor slot = alias(st->flat_params, at, p.sizes());
       slot.copy_(p);
       p.set_(slot);  // the parameter is its slice of P from now on
-      st->grad_alias[i] = alias(st->flat_grads, at, p.sizes());
+      at_of[i] = at;
+    }
+    {
+      const std::uint64_t payload0 = stats_.payload_bytes;
+      const double wire0 = stats_.wire_bytes;
+      OpContext ctx{-1, sp.stage, -1, "ZeRO broadcast of the initial parameters from replica 0"};
+      detail::timed_wait(
+          detail::counted_broadcast(*dp_, detail::view_of(st->flat_params), 0, ctx, stats_),
+          options_.timeout, stats_);
+      stats_.setup_payload_bytes += stats_.payload_bytes - payload0;
+      stats_.setup_wire_bytes += stats_.wire_bytes - wire0;
+      stats_.payload_bytes = payload0;
+      stats_.wire_bytes = wire0;
+    }
+    st->flat_grads = zeros_for(*dp_, offset, device);
+    st->shard_grads = torch::zeros({shard}, st->flat_params.options());
+    if (options_.stage == 2) st->scratch = torch::zeros({shard}, st->flat_params.options());
+    st->grad_alias.resize(st->trainable.size());
+    for (std::size_t i = 0; i < st->trainable.size(); ++i) {
+      st->grad_alias[i] = alias(st->flat_grads, at_of[i], st->trainable[i].sizes());
     }
     for (const Bucket& bk : st->buckets) {
       torch::Tensor w = alias(st->flat_params, bk.offset + r * bk.piece, {bk.piece});
