@@ -5,7 +5,8 @@
 #           weight decay, clipping by the global norm and warm-up + cosine, 6 steps:
 #           --zero-stage 1 and 2 end with the weights of --zero-stage 0 (max |diff| <= 1e-6),
 #           with --check-replicas 1 (the replicas' gathered parameters are bit-identical every
-#           step); dp 4 (pp 1) likewise, with buckets small enough to pad
+#           step); with --recompute full likewise; dp 4 (pp 1) likewise, with buckets small
+#           enough to pad
 #   bytes   DP bytes per step on the wire of world rank 0's stage (the run's "data-parallel"
 #           line): ZeRO-1 == DDP's all-reduce (+ the padding); ZeRO-2 == (m+1)/2 x ZeRO-1
 #           (m reduce-scatters of G and one all-gather of P)
@@ -13,8 +14,8 @@
 #           rank's checkpoint holds its optimizer shard); the last checkpoint half-written by
 #           one rank (no COMPLETE, truncated shard): the resume uses the one before
 #   bf16    --precision bf16 ZeRO-1 vs ZeRO-0 within 1e-3 (documented in docs/data-parallel.md)
-#   bad     --zero-stage 3, a local-step algorithm, --reduce-dtype bf16 and a checkpoint of
-#           another zero stage exit 2 naming why
+#   bad     --zero-stage 3, a local-step algorithm, --reduce-dtype bf16, Chimera (tied groups)
+#           and a checkpoint of another zero stage exit 2 naming why
 #   zero_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR equiv|bytes|resume|bf16|bad
 set -euo pipefail
 pw="$1"; cmp="$2"; data="$3"; work="$4"; what="$5"
@@ -47,6 +48,12 @@ case "$what" in
           "$work/$sched.$z.safetensors" 1e-6
       done
     done
+    # Activation recompute (--recompute full): the same weights as keeping activations.
+    args=("${common[@]}" --pp 2 --dp 2 --schedule 1F1B --batch-size 8 --microbatches 4 --steps 4)
+    run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 --save "$work/rc.0.safetensors"
+    run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 2 --recompute full --save "$work/rc.2.safetensors"
+    check "zero-stage 2 with --recompute full == zero-stage 0" "$work/rc.0.safetensors" \
+      "$work/rc.2.safetensors" 1e-6
     args=("${common[@]}" --pp 1 --dp 4 --batch-size 4 --microbatches 2 --steps 5
           --bucket-cap-mb 0.0001 --check-replicas 1)
     run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 --save "$work/dp4.0.safetensors"
@@ -114,6 +121,9 @@ case "$what" in
       "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 --dp-algorithm localsgd
     expect2 "zero with --reduce-dtype bf16" "--zero-stage 1 with --reduce-dtype bf16" 2 \
       "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 --reduce-dtype bf16
+    expect2 "Chimera (replicated stages are tied groups)" "--zero-stage 1: parameters shared between stages" 4 \
+      "${common[@]}" --pp 2 --dp 2 --schedule Chimera --batch-size 8 --microbatches 4 --steps 4 \
+      --zero-stage 1
     # A checkpoint of ZeRO-1 resumed as ZeRO-2: refused (another configuration), exit 2.
     run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 \
       --checkpoint-dir "$work/ck"
