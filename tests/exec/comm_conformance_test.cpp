@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -328,6 +329,84 @@ TYPED_TEST(Conformance, AllReduceSumsMaxAndMin) {
     std::vector<std::int32_t> s{me, 1};
     comm.all_reduce(view(s, DType::kInt32), ReduceOp::kSum, {})->wait(kLong);
     EXPECT_EQ(s, (std::vector<std::int32_t>{n * (n - 1) / 2, n}));
+  });
+}
+
+// Sharded collectives (ZeRO, issue 43): pieces of k elements, k odd so that nothing aligns.
+TYPED_TEST(Conformance, ReduceScatterAndAllGatherOnEqualPieces) {
+  if (std::string(TypeParam::kName) == "Nccl") {
+    GTEST_SKIP() << "NCCL's reduce_scatter/all_gather take device buffers (zero_nccl tests)";
+  }
+  const int n = this->n();
+  this->run([&](Communicator& comm) {
+    const int me = comm.rank();
+    const std::size_t k = 1001;
+    const std::size_t nk = k * static_cast<std::size_t>(n);
+    std::vector<float> in(nk);
+    for (std::size_t i = 0; i < nk; ++i) in[i] = float(me + 1) * float(i % 13);
+    std::vector<float> out(k, -1.0f);
+    comm.reduce_scatter(view(in, DType::kFloat32), view(out, DType::kFloat32), ReduceOp::kSum, {})
+        ->wait(kLong);
+    const float tri = float(n * (n + 1) / 2);
+    for (std::size_t j = 0; j < k; ++j) {
+      ASSERT_EQ(out[j], tri * float((static_cast<std::size_t>(me) * k + j) % 13)) << j;
+    }
+    std::vector<std::int64_t> li(static_cast<std::size_t>(n) * 2);
+    for (std::size_t i = 0; i < li.size(); ++i) li[i] = me * 10 + static_cast<std::int64_t>(i);
+    std::vector<std::int64_t> lo(2);
+    comm.reduce_scatter(view(li, DType::kInt64), view(lo, DType::kInt64), ReduceOp::kMax, {})
+        ->wait(kLong);
+    EXPECT_EQ(lo, (std::vector<std::int64_t>{(n - 1) * 10 + 2 * me, (n - 1) * 10 + 2 * me + 1}));
+    // bfloat16: 1 + 2^-8 is not a bfloat16; the sum of n of 2^-8 and one 1 is (in float32, rounded
+    // once), while rounding after each addition would lose every 2^-8.
+    const auto bf16 = [](float f) {
+      std::uint32_t u = 0;
+      std::memcpy(&u, &f, 4);
+      return static_cast<std::uint16_t>(u >> 16);
+    };
+    std::vector<std::uint16_t> hi(nk, bf16(me == 0 ? 1.0f : 0.00390625f));
+    std::vector<std::uint16_t> ho(k, 0);
+    comm.reduce_scatter(view(hi, DType::kBFloat16), view(ho, DType::kBFloat16), ReduceOp::kSum, {})
+        ->wait(kLong);
+    const float expect = n >= 3 ? 1.0078125f : 1.0f;  // 1 + (n-1) 2^-8, rounded to bfloat16
+    for (std::size_t j = 0; j < k; j += 97) ASSERT_EQ(ho[j], bf16(expect)) << j;
+    // all_gather, out of place and in place.
+    std::vector<float> piece(k);
+    for (std::size_t j = 0; j < k; ++j) piece[j] = float(me * 10000 + static_cast<int>(j));
+    std::vector<float> whole(nk, -1.0f);
+    comm.all_gather(view(piece, DType::kFloat32), view(whole, DType::kFloat32), {})->wait(kLong);
+    for (std::size_t i = 0; i < nk; i += 7) {
+      ASSERT_EQ(whole[i], float(static_cast<int>(i / k) * 10000 + static_cast<int>(i % k))) << i;
+    }
+    std::vector<float> inplace(nk, -1.0f);
+    for (std::size_t j = 0; j < k; ++j) inplace[static_cast<std::size_t>(me) * k + j] = piece[j];
+    BufferView mine{inplace.data() + static_cast<std::size_t>(me) * k, k, DType::kFloat32};
+    comm.all_gather(mine, view(inplace, DType::kFloat32), {})->wait(kLong);
+    EXPECT_EQ(inplace, whole);
+    // On collective buffers (Gloo: shared memory among the ranks of one host, Note
+    // [Shared-memory sharded collectives]), twice, so that a buffer is reused.
+    auto in_mem = comm.allocate_collective_buffer(nk * sizeof(float));
+    auto out_mem = comm.allocate_collective_buffer(nk * sizeof(float));
+    auto* cin = static_cast<float*>(in_mem.get());
+    auto* cout = static_cast<float*>(out_mem.get());
+    for (int round = 0; round < 2; ++round) {
+      for (std::size_t i = 0; i < nk; ++i) cin[i] = float(me + 1 + round) * float(i % 13);
+      comm.reduce_scatter(BufferView{cin, nk, DType::kFloat32}, view(out, DType::kFloat32),
+                          ReduceOp::kSum, {})
+          ->wait(kLong);
+      const float sum = tri + float(n * round);
+      for (std::size_t j = 0; j < k; ++j) {
+        ASSERT_EQ(out[j], sum * float((static_cast<std::size_t>(me) * k + j) % 13)) << j;
+      }
+      for (std::size_t j = 0; j < k; ++j) cout[static_cast<std::size_t>(me) * k + j] = piece[j];
+      comm.all_gather(BufferView{cout + static_cast<std::size_t>(me) * k, k, DType::kFloat32},
+                      BufferView{cout, nk, DType::kFloat32}, {})
+          ->wait(kLong);
+      EXPECT_EQ(std::vector<float>(cout, cout + nk), whole);
+      comm.all_gather(view(piece, DType::kFloat32), BufferView{cout, nk, DType::kFloat32}, {})
+          ->wait(kLong);
+      EXPECT_EQ(std::vector<float>(cout, cout + nk), whole);
+    }
   });
 }
 

@@ -294,7 +294,9 @@ void setup_run(CLI::App& app) {
       spdlog::info(
           "data-parallel ({}): {}/step on the wire ({:.0f} B/step), {}/step payload, {} "
           "collectives, buckets started in backward {} / at reduce {}, comm wait {:.3f} ms/step",
-          std::string(sched::to_string(cfg.data_parallel.algorithm)),
+          cfg.effective_zero_stage() > 0
+              ? fmt::format("zero-stage {}", cfg.effective_zero_stage())
+              : std::string(sched::to_string(cfg.data_parallel.algorithm)),
           graph::human_bytes(static_cast<std::int64_t>(d.wire_bytes / steps)), d.wire_bytes / steps,
           graph::human_bytes(
               static_cast<std::int64_t>(static_cast<double>(d.payload_bytes) / steps)),

@@ -6,6 +6,8 @@
 #include <new>
 #include <sstream>
 
+#include "pipewright/graph/error.hpp"
+
 namespace pipewright::exec {
 
 std::size_t dtype_size(DType dtype) noexcept {
@@ -74,6 +76,18 @@ std::shared_ptr<void> Communicator::allocate_collective_buffer(std::size_t bytes
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, rounded);
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+WorkPtr Communicator::reduce_scatter(const BufferView& /*in*/, const BufferView& /*out*/,
+                                     ReduceOp /*op*/, const OpContext& ctx) {
+  throw BackendError("reduce_scatter (" + ctx.describe() + "): the " + backend_name() +
+                     " backend has no reduce_scatter");
+}
+
+WorkPtr Communicator::all_gather(const BufferView& /*in*/, const BufferView& /*out*/,
+                                 const OpContext& ctx) {
+  throw BackendError("all_gather (" + ctx.describe() + "): the " + backend_name() +
+                     " backend has no all_gather");
 }
 
 }  // namespace pipewright::exec

@@ -1,6 +1,12 @@
 // Note [Communicator base] and Note [Work completion] (communicator_base.hpp).
 #include "comm/communicator_base.hpp"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <thread>
 #include <utility>
@@ -111,6 +117,41 @@ std::string CommunicatorBase::others() const {
   if (ranks.empty()) return "nobody";
   if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
   return "one of ranks " + rank_list(ranks);
+}
+
+std::string first_line(const std::string& s) {
+  auto line = s.substr(0, s.find('\n'));
+  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
+}
+
+bool contains(const std::string& s, const char* needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+// The local address of the route to `host` (the master): what this rank's peers reach it by,
+// as PyTorch picks Gloo's interface. A UDP connect() sends nothing; it only chooses the route.
+// Empty if `host` does not resolve or has no route.
+std::string address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return {};
+  std::string out;
+  for (addrinfo* p = res; p != nullptr && out.empty(); p = p->ai_next) {
+    const int fd = ::socket(p->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    if (::connect(fd, p->ai_addr, p->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char text[INET_ADDRSTRLEN] = {};
+      if (::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) != nullptr) out = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return out;
 }
 
 }  // namespace pipewright::exec::detail

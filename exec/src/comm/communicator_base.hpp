@@ -101,6 +101,10 @@ template <typename E>
   return failed_work(std::make_exception_ptr(E(message)));
 }
 
+// The first line of a transport's message, at most 300 characters; whether `s` contains `needle`.
+[[nodiscard]] std::string first_line(const std::string& s);
+[[nodiscard]] bool contains(const std::string& s, const char* needle);
+
 // Note [Communicator base]
 class CommunicatorBase : public Communicator {
  public:

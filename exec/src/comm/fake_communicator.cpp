@@ -14,6 +14,7 @@
 
 #include "comm/communicator_base.hpp"
 #include "comm/reduce_kernels.hpp"
+#include "comm/sharded_collectives.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec {
@@ -38,7 +39,14 @@ struct Channel {
   std::map<std::int64_t, std::vector<unsigned char>> messages;  // by send sequence number
 };
 
-enum class CollKind : std::uint8_t { kAllReduce, kReduce, kBroadcast, kBarrier };
+enum class CollKind : std::uint8_t {
+  kAllReduce,
+  kReduce,
+  kBroadcast,
+  kBarrier,
+  kReduceScatter,
+  kAllGather
+};
 
 const char* to_string(CollKind kind) {
   switch (kind) {
@@ -50,6 +58,10 @@ const char* to_string(CollKind kind) {
       return "broadcast";
     case CollKind::kBarrier:
       return "barrier";
+    case CollKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollKind::kAllGather:
+      return "all_gather";
   }
   return "?";
 }
@@ -67,7 +79,8 @@ struct CollArgs {
     std::string s = to_string(kind);
     if (kind != CollKind::kBarrier) {
       s += "(count=" + std::to_string(count) + ", dtype=" + exec::to_string(dtype);
-      if (kind != CollKind::kBroadcast) s += ", op=" + std::to_string(static_cast<int>(op));
+      if (kind != CollKind::kBroadcast && kind != CollKind::kAllGather)
+        s += ", op=" + std::to_string(static_cast<int>(op));
       if (root >= 0) s += ", root=" + std::to_string(root);
       s += ")";
     }
@@ -244,7 +257,20 @@ class FakeCollectiveWork final : public FakeWork {
       return false;
     }
     const CollKind kind = slot.args.kind;
-    if (kind == CollKind::kAllReduce || kind == CollKind::kReduce) {
+    if (kind == CollKind::kReduceScatter) {
+      // Piece local_rank_ of the reduction, 16-bit types summed in float32 and rounded once.
+      const std::size_t n = buf_.count;
+      const std::size_t offset = static_cast<std::size_t>(local_rank_) * buf_.bytes();
+      std::vector<const void*> pieces;
+      for (const auto& d : slot.data) pieces.push_back(d.data() + offset);
+      if (n > 0) detail::reduce_pieces(buf_.data, pieces, n, slot.args.dtype, slot.args.op);
+    } else if (kind == CollKind::kAllGather) {
+      auto* out = static_cast<unsigned char*>(buf_.data);
+      for (const auto& d : slot.data) {
+        if (!d.empty()) std::memcpy(out, d.data(), d.size());
+        out += d.size();
+      }
+    } else if (kind == CollKind::kAllReduce || kind == CollKind::kReduce) {
       if (!slot.reduced) {
         slot.result = slot.data[0];
         for (std::size_t r = 1; r < slot.data.size(); ++r) {
@@ -334,6 +360,18 @@ class FakeCommunicator final : public detail::CommunicatorBase {
   WorkPtr barrier(const OpContext& ctx) override {
     return collective(CollArgs{}, BufferView{}, ctx);
   }
+  // The output view is what the Work fills; the input is deposited now (it may alias the output).
+  WorkPtr reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp op,
+                         const OpContext& ctx) override {
+    detail::check_sharded(in, out, size(), false, op_prefix("reduce_scatter", ctx));
+    return collective(CollArgs{CollKind::kReduceScatter, in.count, in.dtype, op, -1}, in, ctx,
+                      &out);
+  }
+  WorkPtr all_gather(const BufferView& in, const BufferView& out, const OpContext& ctx) override {
+    detail::check_sharded(in, out, size(), true, op_prefix("all_gather", ctx));
+    return collective(CollArgs{CollKind::kAllGather, in.count, in.dtype, ReduceOp::kSum, -1}, in,
+                      ctx, &out);
+  }
 
   std::unique_ptr<Communicator> make_split(const SplitRequest& request) override {
     std::lock_guard<std::mutex> lock(state_->mu);
@@ -358,7 +396,8 @@ class FakeCommunicator final : public detail::CommunicatorBase {
     return state_->status[static_cast<std::size_t>(self())] == RankStatus::kKilled;
   }
 
-  WorkPtr collective(const CollArgs& args, const BufferView& buf, const OpContext& ctx) {
+  WorkPtr collective(const CollArgs& args, const BufferView& buf, const OpContext& ctx,
+                     const BufferView* out = nullptr) {
     const std::string prefix = op_prefix(detail::to_string(args.kind), ctx);
     std::lock_guard<std::mutex> lock(state_->mu);
     if (killed_locked()) return failed_work<BackendError>(prefix + ": this rank was killed");
@@ -377,6 +416,8 @@ class FakeCommunicator final : public detail::CommunicatorBase {
                       args.describe();
     }
     const bool contributes = args.kind == CollKind::kAllReduce || args.kind == CollKind::kReduce ||
+                             args.kind == CollKind::kReduceScatter ||
+                             args.kind == CollKind::kAllGather ||
                              (args.kind == CollKind::kBroadcast && args.root == rank());
     if (contributes) {
       const auto* bytes = static_cast<const unsigned char*>(buf.data);
@@ -387,7 +428,7 @@ class FakeCommunicator final : public detail::CommunicatorBase {
     state_->cv.notify_all();
     if (!slot.mismatch.empty()) return failed_work<BackendError>(prefix + ": " + slot.mismatch);
     // Ranks that need nothing from others are done as soon as their data is deposited.
-    const bool needs_others = args.kind == CollKind::kAllReduce ||
+    const bool needs_others = args.kind == CollKind::kAllReduce || out != nullptr ||
                               args.kind == CollKind::kBarrier ||
                               (args.kind == CollKind::kReduce && args.root == rank()) ||
                               (args.kind == CollKind::kBroadcast && args.root != rank());
@@ -396,7 +437,7 @@ class FakeCommunicator final : public detail::CommunicatorBase {
       return completed_work();
     }
     return std::make_shared<FakeCollectiveWork>(state_, self(), prefix, key, rank(), members(),
-                                                buf);
+                                                out != nullptr ? *out : buf);
   }
 
   std::shared_ptr<FakeState> state_;

@@ -17,12 +17,6 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -35,6 +29,7 @@
 
 #include "comm/backends.hpp"
 #include "comm/communicator_base.hpp"
+#include "comm/sharded_collectives.hpp"
 #include "comm/shm_collectives.hpp"
 #include "comm/shm_p2p.hpp"
 #include "compat/torch_compat.hpp"
@@ -101,41 +96,6 @@ c10d::ReduceOp reduce_op(ReduceOp op) {
       return c10d::ReduceOp::MIN;
   }
   return c10d::ReduceOp::SUM;
-}
-
-std::string first_line(const std::string& s) {
-  auto line = s.substr(0, s.find('\n'));
-  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
-}
-
-// The local address of the route to `host` (the master): what this rank's peers reach it by,
-// as PyTorch picks Gloo's interface. A UDP connect() sends nothing; it only chooses the route.
-// Empty if `host` does not resolve or has no route.
-std::string address_towards(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return {};
-  std::string out;
-  for (addrinfo* p = res; p != nullptr && out.empty(); p = p->ai_next) {
-    const int fd = ::socket(p->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_in local{};
-    socklen_t len = sizeof local;
-    if (::connect(fd, p->ai_addr, p->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char text[INET_ADDRSTRLEN] = {};
-      if (::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) != nullptr) out = text;
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  return out;
-}
-
-bool contains(const std::string& s, const char* needle) {
-  return s.find(needle) != std::string::npos;
 }
 
 // What an operation waits for, and who to blame: "rank 3" or "one of ranks [0, 2, 3]".
@@ -437,6 +397,39 @@ class GlooCommunicator final : public CommunicatorBase {
     return collective("barrier", ctx, {}, [&](std::vector<at::Tensor>&) { return pg_->barrier(); });
   }
 
+  // Note [Gloo sharded collectives] (sharded_collectives.hpp).
+  WorkPtr reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp op,
+                         const OpContext& ctx) override {
+    check_sharded(in, out, size(), false, op_prefix("reduce_scatter", ctx));
+    if (ShmBuffer* b = shm_buffer(in)) {
+      return shm_->reduce_scatter(b, in, out, op, op_prefix("reduce_scatter", ctx));
+    }
+    at::Tensor received = torch::empty({static_cast<std::int64_t>(in.bytes())}, at::kByte);
+    std::vector<std::int64_t> equal;
+    auto work = collective(
+        "reduce_scatter", ctx, {received, bytes_of(in, "reduce_scatter")},
+        [&](std::vector<at::Tensor>& t) { return pg_->alltoall_base(t[0], t[1], equal, equal); });
+    return std::make_shared<FinishingWork>(std::move(work), [received, out, op, n = size()] {
+      std::vector<const void*> pieces;
+      const std::uint8_t* p = received.data_ptr<std::uint8_t>();
+      for (int r = 0; r < n; ++r) pieces.push_back(p + r * out.bytes());
+      reduce_pieces(out.data, pieces, out.count, out.dtype, op);
+    });
+  }
+
+  WorkPtr all_gather(const BufferView& in, const BufferView& out, const OpContext& ctx) override {
+    check_sharded(in, out, size(), true, op_prefix("all_gather", ctx));
+    if (ShmBuffer* b = shm_buffer(out))
+      return shm_->all_gather(b, in, out, op_prefix("all_gather", ctx));
+    at::Tensor whole = bytes_of(out, "all_gather");
+    at::Tensor mine = bytes_of(in, "all_gather");
+    if (gather_in_place(in, out, rank())) mine = mine.clone();  // gloo copies it into `whole`
+    std::vector<std::vector<at::Tensor>> outputs{whole.chunk(size())};
+    std::vector<at::Tensor> inputs{mine};
+    return collective("all_gather", ctx, {whole, mine},
+                      [&](std::vector<at::Tensor>&) { return pg_->allgather(outputs, inputs); });
+  }
+
   // Note [Shared-memory all-reduce]. Every member publishes its host identity; when all match,
   // rank 0 creates the shared object and names it, the others map it and report back, and only
   // if every member succeeded is it used (else every member falls back to heap memory, so the
@@ -496,6 +489,13 @@ class GlooCommunicator final : public CommunicatorBase {
     PW_ASSERT(tag >= 0 && tag <= std::numeric_limits<std::int32_t>::max(),
               "Gloo point-to-point tags must be in [0, 2^31), got " << tag);
     return static_cast<int>(tag);
+  }
+
+  ShmBuffer* shm_buffer(const BufferView& v) const {
+    return shm_ && !v.device.is_cuda() ? shm_->find(v.data, v.bytes()) : nullptr;
+  }
+  at::Tensor bytes_of(const BufferView& buf, const char* op) const {
+    return wrap(BufferView{buf.data, buf.bytes(), DType::kUInt8, buf.device}, op).front();
   }
 
   std::vector<at::Tensor> wrap(const BufferView& buf, const char* op) const {

@@ -17,15 +17,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/backends.hpp"
 #include "comm/communicator_base.hpp"
 #include "comm/reduce_kernels.hpp"
+#include "comm/sharded_collectives.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec::detail {
@@ -305,6 +309,49 @@ class MpiCommunicator final : public CommunicatorBase {
   WorkPtr barrier(const OpContext& ctx) override {
     const std::string prefix = op_prefix("barrier", ctx);
     return post(prefix, [&](MPI_Request* req) { return MPI_Ibarrier(comm_, req); });
+  }
+
+  // Sharded collectives (ZeRO): MPI_Ireduce_scatter_block (16-bit types through the same
+  // user-defined operations as all_reduce) and MPI_Iallgather (MPI_IN_PLACE when `in` is this
+  // rank's piece of `out`).
+  WorkPtr reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp op,
+                         const OpContext& ctx) override {
+    const std::string prefix = op_prefix("reduce_scatter", ctx);
+    check_sharded(in, out, size(), false, prefix);
+    if (in.dtype == DType::kFloat16 || in.dtype == DType::kBFloat16) {
+      // Summed in float32 and rounded once (a user-defined operation would round at every
+      // pairwise step): the pieces go over the wire widened, and are narrowed at completion.
+      const bool bf16 = in.dtype == DType::kBFloat16;
+      auto wide_in = std::make_shared<std::vector<float>>(in.count);
+      auto wide_out = std::make_shared<std::vector<float>>(out.count);
+      const auto* h = static_cast<const std::uint16_t*>(in.data);
+      for (std::size_t i = 0; i < in.count; ++i) {
+        (*wide_in)[i] = bf16 ? bfloat16_to_float(h[i]) : half_to_float(h[i]);
+      }
+      auto work = reduce_scatter(BufferView{wide_in->data(), in.count, DType::kFloat32},
+                                 BufferView{wide_out->data(), out.count, DType::kFloat32}, op, ctx);
+      return std::make_shared<FinishingWork>(std::move(work), [wide_in, wide_out, out, bf16] {
+        auto* o = static_cast<std::uint16_t*>(out.data);
+        for (std::size_t i = 0; i < out.count; ++i) {
+          o[i] = bf16 ? float_to_bfloat16((*wide_out)[i]) : float_to_half((*wide_out)[i]);
+        }
+      });
+    }
+    return post(prefix, [&](MPI_Request* req) {
+      return MPI_Ireduce_scatter_block(in.data, out.data, checked_count(out), mpi_type(out.dtype),
+                                       mpi_op(op, out.dtype), comm_, req);
+    });
+  }
+
+  WorkPtr all_gather(const BufferView& in, const BufferView& out, const OpContext& ctx) override {
+    const std::string prefix = op_prefix("all_gather", ctx);
+    check_sharded(in, out, size(), true, prefix);
+    const bool in_place = gather_in_place(in, out, rank());
+    return post(prefix, [&](MPI_Request* req) {
+      return MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, checked_count(in),
+                            mpi_type(in.dtype), out.data, checked_count(in), mpi_type(in.dtype),
+                            comm_, req);
+    });
   }
 
   // The reserved tag of Note [MPI split handshake]; user tags must be below it.

@@ -23,6 +23,7 @@
 
 #include "comm/communicator_base.hpp"
 #include "comm/reduce_kernels.hpp"
+#include "comm/sharded_collectives.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec::detail {
@@ -185,6 +186,12 @@ struct ShmCollectives::Job {
   DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   std::string prefix;
+  // Note [Shared-memory sharded collectives]: 1 reduce-scatter, 2 all-gather (0: all-reduce);
+  // `count` is then the whole buffer's and `piece` one rank's part.
+  int sharded = 0;
+  std::size_t piece = 0;
+  const void* in = nullptr;
+  void* out = nullptr;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -372,6 +379,7 @@ void ShmCollectives::barrier(ShmBuffer& buffer, std::uint64_t epoch, const std::
 }
 
 void ShmCollectives::execute(Job& job) {
+  if (job.sharded != 0) return execute_sharded(job);
   ShmBuffer& b = *job.buffer;
   auto& h = b.header();
   const int size = b.size();
@@ -419,6 +427,92 @@ void ShmCollectives::execute(Job& job) {
     if (re > rb) std::memcpy(at(rank_, rb), at(r, rb), (re - rb) * elem);
   }
   barrier(b, ++epoch, job.prefix, deadline);  // 4: every peer has copied from our slot
+}
+
+WorkPtr ShmCollectives::submit(std::shared_ptr<Job> job, ShmBuffer* buffer, const void* data) {
+  job->buffer = buffer;
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    if (buffers_[i].get() == buffer) job->epoch = &epochs_[i];
+  }
+  PW_ASSERT(job->epoch != nullptr, "a collective on a shared buffer this communicator did not add");
+  job->offset_bytes =
+      static_cast<std::size_t>(static_cast<const std::byte*>(data) - buffer->slot(rank_));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!worker_.joinable()) worker_ = std::thread([this] { run_worker(); });
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  return std::make_shared<ShmWork>(job, global_ranks_, rank_);
+}
+
+WorkPtr ShmCollectives::reduce_scatter(ShmBuffer* buffer, const BufferView& in,
+                                       const BufferView& out, ReduceOp op, std::string prefix) {
+  auto job = std::make_shared<Job>();
+  job->count = in.count;
+  job->piece = out.count;
+  job->dtype = in.dtype;
+  job->op = op;
+  job->prefix = std::move(prefix);
+  job->sharded = 1;
+  job->out = out.data;
+  return submit(std::move(job), buffer, in.data);
+}
+
+WorkPtr ShmCollectives::all_gather(ShmBuffer* buffer, const BufferView& in, const BufferView& out,
+                                   std::string prefix) {
+  auto job = std::make_shared<Job>();
+  job->count = out.count;
+  job->piece = in.count;
+  job->dtype = in.dtype;
+  job->prefix = std::move(prefix);
+  job->sharded = 2;
+  job->in = in.data;
+  return submit(std::move(job), buffer, out.data);
+}
+
+void ShmCollectives::execute_sharded(Job& job) {
+  ShmBuffer& b = *job.buffer;
+  auto& h = b.header();
+  const int size = b.size();
+  const std::size_t piece_bytes = job.piece * dtype_size(job.dtype);
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  std::uint64_t& epoch = *job.epoch;
+  auto& me = rank_state(h, rank_);
+  me.offset.store(job.offset_bytes, std::memory_order_relaxed);
+  me.count.store(job.count, std::memory_order_relaxed);
+  auto at = [&](int r, int piece) {
+    return b.slot(r) + job.offset_bytes + static_cast<std::size_t>(piece) * piece_bytes;
+  };
+  if (job.sharded == 2 && job.in != at(rank_, rank_) && piece_bytes > 0) {
+    std::memcpy(at(rank_, rank_), job.in, piece_bytes);
+  }
+  barrier(b, ++epoch, job.prefix, deadline);  // 1: every input is final
+  for (int r = 0; r < size; ++r) {
+    auto& other = rank_state(h, r);
+    if (other.offset.load(std::memory_order_relaxed) != job.offset_bytes ||
+        other.count.load(std::memory_order_relaxed) != job.count) {
+      throw BackendError(job.prefix + ": rank " +
+                         std::to_string(global_ranks_[static_cast<std::size_t>(r)]) +
+                         " works on another part of the shared buffer");
+    }
+  }
+  if (job.sharded == 1 && job.piece > 0) {
+    if (job.dtype == DType::kFloat32 && job.op == ReduceOp::kSum && size >= 2) {
+      std::vector<const float*> in;
+      for (int r = 0; r < size; ++r) in.push_back(reinterpret_cast<const float*>(at(r, rank_)));
+      sum_float(static_cast<float*>(job.out), in.data(), size, job.piece);
+    } else {
+      std::vector<const void*> in;
+      for (int r = 0; r < size; ++r) in.push_back(at(r, rank_));
+      reduce_pieces(job.out, in, job.piece, job.dtype, job.op);
+    }
+  } else if (job.sharded == 2 && piece_bytes > 0) {
+    for (int r = 0; r < size; ++r) {
+      if (r != rank_) std::memcpy(at(rank_, r), at(r, r), piece_bytes);
+    }
+  }
+  barrier(b, ++epoch, job.prefix, deadline);  // 2: every peer has read what it needs of our slot
 }
 
 std::string host_identity() {

@@ -130,11 +130,26 @@ class ShmCollectives {
   [[nodiscard]] WorkPtr all_reduce(ShmBuffer* buffer, const BufferView& buf, ReduceOp op,
                                    std::string prefix);
 
+  // Note [Shared-memory sharded collectives] (ZeRO, issue 43): a reduce-scatter whose input
+  // and an all-gather whose output lie in `buffer` (this rank's slot), in FIFO order with the
+  // all-reduces. Reduce-scatter: barrier (every input final); rank r reduces piece r over every
+  // slot, in rank order (float32 sums as the all-reduce's; 16-bit types in float32, rounded
+  // once), into `out`; barrier (nobody rewrites its input before every peer has read it).
+  // All-gather: rank r copies `in` into piece r of its slot (nothing when `in` is already
+  // there); barrier; it copies every other piece from its owner's slot; barrier. Each rank
+  // reads (size-1)/size of the buffer from its peers, once.
+  [[nodiscard]] WorkPtr reduce_scatter(ShmBuffer* buffer, const BufferView& in,
+                                       const BufferView& out, ReduceOp op, std::string prefix);
+  [[nodiscard]] WorkPtr all_gather(ShmBuffer* buffer, const BufferView& in, const BufferView& out,
+                                   std::string prefix);
+
   struct Job;  // one queued all-reduce and its completion (the Work's shared state)
 
  private:
   void run_worker();
   void execute(Job& job);
+  void execute_sharded(Job& job);
+  [[nodiscard]] WorkPtr submit(std::shared_ptr<Job> job, ShmBuffer* buffer, const void* data);
   // Waits until every rank has arrived at barrier number `epoch` of `buffer`.
   void barrier(ShmBuffer& buffer, std::uint64_t epoch, const std::string& prefix,
                std::chrono::steady_clock::time_point deadline);

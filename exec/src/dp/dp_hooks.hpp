@@ -5,6 +5,7 @@
 // across data-parallel replicas. With dp == 1 the interpreter uses NoDataParallel (all no-ops).
 //
 // Call order within one training step, per local stage s (all calls on the rank's main thread):
+//   before_forward(s, mb)         before each F action of (s, mb)
 //   before_backward(s, mb, last)  before each B or I action of (s, mb)
 //   after_backward(s, mb, last)   after the B or W action that completes (s, mb)'s gradients
 //   reduce_grad(s)                the plan's REDUCE_GRAD action of s: returns when s's gradients
@@ -32,6 +33,7 @@ class DataParallelHooks {
  public:
   virtual ~DataParallelHooks() = default;
   virtual void on_start(std::vector<StageParams>& stages) = 0;
+  virtual void before_forward(int /*stage*/, int /*microbatch*/) {}
   virtual void before_backward(int stage, int microbatch, bool last) = 0;
   virtual void after_backward(int stage, int microbatch, bool last) = 0;
   virtual void reduce_grad(int stage) = 0;
@@ -43,6 +45,13 @@ class DataParallelHooks {
   // The loss of each microbatch is divided by (microbatches x this) before backward: DDP folds
   // its average over replicas in here (Note [DDP gradient buckets]), the others leave it at 1.
   [[nodiscard]] virtual int gradient_divisor() const { return 1; }
+  // ZeRO (zero/zero.hpp): the tensors stage s's optimizer steps instead of its parameters (views
+  // of this replica's shard whose .grad is the reduced shard gradient); empty: the parameters.
+  // Valid after on_start.
+  [[nodiscard]] virtual std::vector<torch::Tensor> optimizer_params(int /*stage*/) { return {}; }
+  // Waits for communication that updates parameters in the background (ZeRO's all-gathers after
+  // OPTIM), before anything outside a step reads them: evaluation, checkpoints, the weights.
+  virtual void settle() {}
 };
 
 class NoDataParallel final : public DataParallelHooks {

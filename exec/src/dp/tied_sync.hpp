@@ -89,6 +89,7 @@ class TiedGradientSync final : public DataParallelHooks {
                    torch::Device device, std::chrono::milliseconds timeout);
 
   void on_start(std::vector<StageParams>& stages) override { inner_->on_start(stages); }
+  void before_forward(int stage, int mb) override { inner_->before_forward(stage, mb); }
   void before_backward(int stage, int mb, bool last) override {
     inner_->before_backward(stage, mb, last);
   }
@@ -100,6 +101,10 @@ class TiedGradientSync final : public DataParallelHooks {
   void after_optimizer_step(std::int64_t step) override { inner_->after_optimizer_step(step); }
   [[nodiscard]] bool clear_gradients(int stage) override { return inner_->clear_gradients(stage); }
   [[nodiscard]] int gradient_divisor() const override { return inner_->gradient_divisor(); }
+  [[nodiscard]] std::vector<torch::Tensor> optimizer_params(int stage) override {
+    return inner_->optimizer_params(stage);
+  }
+  void settle() override { inner_->settle(); }
 
  private:
   DataParallelHooks* inner_;

@@ -139,6 +139,13 @@ StageSetup& Interpreter::local(int stage) {
   return stages_[it->second];
 }
 
+torch::optim::Optimizer* Interpreter::replace_optimizer(
+    int stage, std::unique_ptr<torch::optim::Optimizer> optimizer) {
+  auto& st = local(stage);
+  st.optimizer = std::move(optimizer);
+  return st.optimizer.get();
+}
+
 Interpreter::MbState& Interpreter::state(int stage, int mb) {
   auto& slot = states_[{stage, mb}];
   if (!slot) {

@@ -160,6 +160,9 @@ class Interpreter {
   // The local stages (the evaluation shares their bodies and edges).
   [[nodiscard]] const std::vector<StageSetup>& setups() const noexcept { return stages_; }
   void clear_timings() { timings_.clear(); }
+  // Replaces a local stage's optimizer (ZeRO: one over the replica's shard); returns it.
+  torch::optim::Optimizer* replace_optimizer(int stage,
+                                             std::unique_ptr<torch::optim::Optimizer> optimizer);
   [[nodiscard]] const std::vector<sched::Action>& actions() const noexcept { return actions_; }
   // Forward-only plans (PlanShape::forward_only): the prediction of each microbatch of the last
   // run_step, for the microbatches whose loss stage is local (undefined for the others).

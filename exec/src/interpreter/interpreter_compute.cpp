@@ -30,6 +30,7 @@ at::Tensor cpu_rng_state() {
 void Interpreter::do_forward(const Action& a, std::int64_t step,
                              const std::vector<torch::Tensor>& x_mbs,
                              const std::vector<torch::Tensor>& y_mbs) {
+  hooks_->before_forward(a.stage, a.microbatch);
   auto& st = local(a.stage);
   auto& ms = state(a.stage, a.microbatch);
   PW_CHECK(

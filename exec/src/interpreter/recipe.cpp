@@ -71,14 +71,15 @@ OptimizerPhase TrainingRecipe::before_optimizer(
   }
   // One slot per replica (its ranks' squares summed), then the overflow flag.
   std::vector<double> buf(static_cast<std::size_t>(o_.dp) + 1, 0.0);
-  buf[static_cast<std::size_t>(o_.dp_index)] = sum_sq;
+  const auto slot = static_cast<std::size_t>(o_.sharded ? 0 : o_.dp_index);
+  buf[slot] = sum_sq;
   buf.back() = std::isfinite(sum_sq) ? 0.0 : 1.0;
   world_
       ->all_reduce(BufferView{buf.data(), buf.size(), DType::kFloat64, {}}, ReduceOp::kSum,
                    OpContext{step, -1, -1, "gradient norm all_reduce"})
       ->wait(o_.timeout);
   phase.has_norm = true;
-  phase.grad_norm = std::sqrt(buf[static_cast<std::size_t>(o_.dp_index)]);
+  phase.grad_norm = std::sqrt(buf[slot]);
   const bool overflow = buf.back() > 0;
   if (fp16) {
     if (overflow) {

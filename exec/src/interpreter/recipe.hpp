@@ -74,6 +74,9 @@ class TrainingRecipe {
     bool always_norm = false;  // compute the norm every step (--metrics) even without clipping
     int dp = 1;
     int dp_index = 0;
+    // ZeRO: the optimizers hold this replica's shard of every gradient, so the norm sums the
+    // squares over every rank of the world (each element counted once).
+    bool sharded = false;
     // Parameters (TensorImpl addresses) whose gradient another copy counts (Note [Global
     // gradient norm]).
     std::set<const void*> not_counted;

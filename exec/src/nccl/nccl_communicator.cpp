@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "comm/communicator_base.hpp"
+#include "comm/sharded_collectives.hpp"
 #include "nccl/cuda_streams.hpp"
 #include "nccl/nccl_check.hpp"
 #include "nccl/nccl_ordering.hpp"
@@ -255,6 +256,31 @@ class NcclCommunicator final : public detail::CommunicatorBase {
                  });
   }
 
+  // Sharded collectives (ZeRO) on device buffers: ncclReduceScatter / ncclAllGather on the
+  // communication stream (in place when `in` is this rank's piece of `out`, as NCCL allows).
+  WorkPtr reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp op,
+                         const OpContext& ctx) override {
+    OpInfo info{"reduce_scatter over ranks " + rank_list(members()), -1, ctx};
+    check_sharded_on_device(in, out, false, info);
+    return issue(
+        out, Staging::kBoth, std::move(info), [&](const BufferView& b, cudaStream_t stream) {
+          return PW_GPU_CHECK(ncclReduceScatter(in.data, b.data, b.count, nccl_type(b.dtype),
+                                                nccl_op(op), control_->get(), stream),
+                              tracker_.site(-1, &ctx));
+        });
+  }
+
+  WorkPtr all_gather(const BufferView& in, const BufferView& out, const OpContext& ctx) override {
+    OpInfo info{"all_gather over ranks " + rank_list(members()), -1, ctx};
+    check_sharded_on_device(in, out, true, info);
+    return issue(
+        out, Staging::kBoth, std::move(info), [&](const BufferView& b, cudaStream_t stream) {
+          return PW_GPU_CHECK(
+              ncclAllGather(in.data, b.data, in.count, nccl_type(b.dtype), control_->get(), stream),
+              tracker_.site(-1, &ctx));
+        });
+  }
+
   // A one-element all-reduce: completes on every rank only when all ranks reached it.
   WorkPtr barrier(const OpContext& ctx) override {
     const BufferView token{barrier_token_, 1, DType::kFloat32,
@@ -420,6 +446,16 @@ class NcclCommunicator final : public detail::CommunicatorBase {
       tracker_.fail(std::current_exception());
       throw;
     }
+  }
+
+  void check_sharded_on_device(const BufferView& in, const BufferView& out, bool gather,
+                               const OpInfo& info) const {
+    const std::string prefix =
+        "rank " + std::to_string(self()) + ": " + info.op + " (" + info.ctx.describe() + ")";
+    detail::check_sharded(in, out, size(), gather, prefix);
+    PW_CHECK(in.device.is_cuda() && out.device.is_cuda(), BackendError,
+             prefix << ": the NCCL backend's reduce_scatter and all_gather work on device "
+                       "buffers (the ZeRO buffers live on the rank's GPU)");
   }
 
   // Issues one operation on `buf`. A CPU buffer is staged through a temporary device buffer

@@ -47,6 +47,7 @@
 #include "runtime/run_outputs.hpp"
 #include "runtime/run_setup.hpp"
 #include "store/agreement.hpp"
+#include "zero/zero.hpp"
 
 namespace pipewright::exec {
 
@@ -169,7 +170,18 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     ctx.timeout = timeout;
     ctx.check_replicas = c.check_replicas;
     ctx.bf16_reduce = c.reduce_dtype_or_default() == sched::Precision::kBf16;
-    dp_algo = make_data_parallel(c.data_parallel, ctx);
+    if (c.effective_zero_stage() > 0) {
+      // ZeRO (zero/zero.hpp): DDP's buckets, reduce-scattered; the optimizer steps a shard.
+      ZeroOptions zo;
+      zo.stage = c.effective_zero_stage();
+      zo.bucket_cap_bytes = sched::bucket_cap_bytes_from_mb(c.data_parallel.bucket_cap_mb);
+      zo.num_microbatches = c.microbatches;
+      zo.check_replicas = c.check_replicas;
+      zo.timeout = timeout;
+      dp_algo = std::make_unique<Zero>(ctx.dp_comm, zo);
+    } else {
+      dp_algo = make_data_parallel(c.data_parallel, ctx);
+    }
     hooks = dp_algo.get();
   }
   // Tied parameters across stages: gradients summed before the optimizer (tied_sync.hpp).
@@ -182,6 +194,13 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   for (auto& g : replica_groups(p.model, p.partition, p.plan.shape, names)) {
     groups.push_back(std::move(g));
   }
+  PW_CHECK(groups.empty() || c.effective_zero_stage() == 0, ConfigError,
+           "--zero-stage " << c.zero_stage << ": parameters shared between stages ('"
+                           << groups.front().name
+                           << "': tied weights, or Chimera's replicated stages) are not sharded "
+                              "yet: their gradients are summed across stages after REDUCE_GRAD, "
+                              "which a reduce-scattered shard no longer allows; run with "
+                              "--zero-stage 0");
   if (!groups.empty()) {
     std::vector<const StageModule*> modules;
     for (const auto& b : bodies) modules.push_back(&b->module());
@@ -203,6 +222,7 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   ro.always_norm = !c.metrics_path.empty();
   ro.dp = c.dp;
   ro.dp_index = p.dp_index;
+  ro.sharded = c.effective_zero_stage() > 0;
   ro.not_counted = not_counted;
   ro.world_rank = p.world.rank;
   ro.timeout = timeout;
@@ -269,6 +289,12 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   }
   auto stage_params = interp.stage_params();
   hooks->on_start(stage_params);
+  for (const auto& sp : stage_params) {  // ZeRO: each stage's optimizer steps the shard
+    auto shard = hooks->optimizer_params(sp.stage);
+    if (!shard.empty()) {
+      optimizer_of_stage[sp.stage] = interp.replace_optimizer(sp.stage, make_optimizer(c, shard));
+    }
+  }
   // Note [Runtime memory] in run_report.hpp: the peak RSS before the first step.
   const std::int64_t baseline_rss = peak_rss_bytes();
 
@@ -326,6 +352,7 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     log.loss_scale = r.optimizer.loss_scale;
     log.skipped = r.optimizer.skipped;
     if (evaluator && ((step + 1) % c.eval_every == 0 || step + 1 == c.steps)) {
+      hooks->settle();  // ZeRO: parameters gathered before anything outside a step reads them
       log.has_eval_loss = true;
       log.eval_loss = evaluator->evaluate(step);
     }
@@ -340,9 +367,11 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
         ((c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) || step + 1 == c.steps)) {
       train_state.completed_steps = step + 1;
       train_state.data = loader.position();  // the next batch training takes
+      hooks->settle();
       save_checkpoint(c.checkpoint_dir, train_state, ckpt_id, *world, timeout);
     }
   }
+  hooks->settle();
   if (dp_algo) result.data_parallel = dp_algo->stats();
   if (!c.outputs_path.empty()) {
     predictions.write(*world, p.world.rank, p.world.world_size, c.steps - first_step,

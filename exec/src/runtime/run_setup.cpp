@@ -22,8 +22,6 @@
 
 namespace pipewright::exec {
 
-namespace {
-
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const RunConfig& c,
                                                         std::vector<torch::Tensor> params) {
   if (params.empty()) return nullptr;
@@ -38,6 +36,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const RunConfig& c,
   return std::make_unique<torch::optim::AdamW>(
       params, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
 }
+
+namespace {
 
 LossKind resolve_loss(const RunConfig& c, const graph::Model& model) {
   if (!c.loss.empty()) {
@@ -258,12 +258,18 @@ namespace {
 
 // The executor's own flags of the training recipe (issue 33): loss scaling, evaluation.
 void validate_recipe_flags(const RunConfig& c) {
-  // Sharded data parallelism is planned and simulated (issue 43); the executor does not run it
-  // yet: refuse rather than run DDP under a flag that says otherwise.
-  PW_CHECK(c.effective_zero_stage() == 0, ConfigError,
+  // ZeRO stages 1 and 2 run (zero/zero.hpp); stage 3 needs the plan's UNSHARD/RESHARD actions:
+  // refuse rather than run something else under a flag that says otherwise.
+  PW_CHECK(c.effective_zero_stage() <= 2, ConfigError,
            "--zero-stage " << c.zero_stage
-                           << ": this executor does not run sharded data parallelism yet "
-                              "(simulate, search and partition model it; run with --zero-stage 0)");
+                           << ": this executor runs ZeRO stages 1 and 2; stage 3 (sharded "
+                              "parameters, UNSHARD/RESHARD plan actions) is not implemented yet "
+                              "(simulate, search and partition model it)");
+  PW_CHECK(c.effective_zero_stage() == 0 || c.reduce_dtype_or_default() == sched::Precision::kFp32,
+           ConfigError,
+           "--zero-stage " << c.zero_stage
+                           << " with --reduce-dtype bf16: ZeRO reduce-scatters float32 gradients "
+                              "(a bfloat16 wire is not implemented yet); drop --reduce-dtype");
   PW_CHECK(c.precision != sched::Precision::kFp16 || c.backend == Backend::kNccl ||
                compat::kCpuAutocastFp16,
            ConfigError,

@@ -65,6 +65,11 @@ struct Prepared {
 
 // Step 1 without the world: flags, model, partition, plan, loss, data (what --dry-run checks).
 void prepare_job(const RunConfig& c, Prepared& p);
+
+// The optimizer of --optimizer over `params` (null when there are none): a stage's, or ZeRO's
+// over a replica's shard (zero/zero.hpp).
+[[nodiscard]] std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    const RunConfig& c, std::vector<torch::Tensor> params);
 // Steps 1 and the world: prepare_job, then this rank's place in the pp x dp mesh, its device,
 // the outputs it will write, its parameter memory, and the job's fingerprint.
 [[nodiscard]] Prepared prepare(const RunConfig& c);

@@ -91,6 +91,17 @@ class Communicator {
   virtual WorkPtr broadcast(const BufferView& buf, int root, const OpContext& ctx) = 0;
   virtual WorkPtr barrier(const OpContext& ctx) = 0;
 
+  // Sharded collectives (ZeRO, issue 43) on flat buffers cut into size() equal pieces; `in` and
+  // `out` have the same dtype and device. reduce_scatter: in.count == size() * out.count; `out`
+  // receives piece rank() of the element-wise reduction of every rank's `in` (16-bit buffers are
+  // summed in float32 and rounded once). all_gather: out.count == size() * in.count; piece r of
+  // `out` receives rank r's `in`. `in` may be piece rank() of `out` itself (in place, as
+  // MPI_IN_PLACE and NCCL allow); otherwise they must not overlap. The defaults throw
+  // BackendError naming the backend.
+  virtual WorkPtr reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp op,
+                                 const OpContext& ctx);
+  virtual WorkPtr all_gather(const BufferView& in, const BufferView& out, const OpContext& ctx);
+
   // Memory for a buffer that this communicator's all_reduce() will work on, zero-filled, at
   // least 64-byte aligned. A backend that can reach its peers' copies directly (Gloo among ranks
   // of one host: shared memory, Note [Shared-memory all-reduce]) reduces such buffers in place

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Multi-process tests of ZeRO stages 1 and 2 (issue 43, label mp; zero/zero.hpp, Note [ZeRO flat
+# buffers]), on local processes bound to 127.0.0.1, every run bounded by --timeout and `timeout`:
+#   equiv   pp 2 x dp 2 under 1F1B, Interleaved1F1B (v 2) and ZBVZeroBubble (v 2), AdamW with
+#           weight decay, clipping by the global norm and warm-up + cosine, 6 steps:
+#           --zero-stage 1 and 2 end with the weights of --zero-stage 0 (max |diff| <= 1e-6),
+#           with --check-replicas 1 (the replicas' gathered parameters are bit-identical every
+#           step); with --recompute full likewise; dp 4 (pp 1) likewise, with buckets small
+#           enough to pad
+#   bytes   DP bytes per step on the wire of world rank 0's stage (the run's "data-parallel"
+#           line): ZeRO-1 == DDP's all-reduce (+ the padding); ZeRO-2 == (m+1)/2 x ZeRO-1
+#           (m reduce-scatters of G and one all-gather of P)
+#   resume  pp 2 x dp 2 ZeRO-1 and ZeRO-2, 6 steps vs 3 + --resume to 6: bit-identical (each
+#           rank's checkpoint holds its optimizer shard); the last checkpoint half-written by
+#           one rank (no COMPLETE, truncated shard): the resume uses the one before
+#   bf16    --precision bf16 ZeRO-1 vs ZeRO-0 within 1e-3 (documented in docs/data-parallel.md)
+#   bad     --zero-stage 3, a local-step algorithm, --reduce-dtype bf16, Chimera (tied groups)
+#           and a checkpoint of another zero stage exit 2 naming why
+#   zero_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR equiv|bytes|resume|bf16|bad
+set -euo pipefail
+pw="$1"; cmp="$2"; data="$3"; work="$4"; what="$5"
+mkdir -p "$work"
+work="$(mktemp -d "$work/zero.$what.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1
+common=(--log-level warn run --model "$data/mlp.json" --data-x "$data/mlp_x.npy" --data-y "$data/mlp_y.npy"
+        --loss mse --optimizer adamw --lr 0.01 --weight-decay 0.01 --clip-grad-norm 0.05
+        --lr-warmup-steps 2 --lr-decay-style cosine --lr-min 0.001 --seed 3 --timeout 60
+        --no-shuffle --backend gloo)
+
+# shellcheck source=ranks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ranks.sh"
+failed=0
+check() {  # check NAME A B TOL
+  if "$cmp" "$2" "$3" "$4"; then echo "OK   $1"; else echo "FAIL $1"; failed=1; fi
+}
+
+case "$what" in
+  equiv)
+    for spec in 1F1B:1 Interleaved1F1B:2 ZBVZeroBubble:2; do
+      sched="${spec%:*}"; v="${spec#*:}"
+      args=("${common[@]}" --pp 2 --dp 2 --stages-per-rank "$v" --schedule "$sched" --batch-size 8
+            --microbatches 4 --steps 6 --check-replicas 1)
+      run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 --save "$work/$sched.0.safetensors"
+      for z in 1 2; do
+        run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage "$z" --save "$work/$sched.$z.safetensors"
+        check "zero-stage $z == 0, pp 2 dp 2 $sched" "$work/$sched.0.safetensors" \
+          "$work/$sched.$z.safetensors" 1e-6
+      done
+    done
+    # Activation recompute (--recompute full): the same weights as keeping activations.
+    args=("${common[@]}" --pp 2 --dp 2 --schedule 1F1B --batch-size 8 --microbatches 4 --steps 4)
+    run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 --save "$work/rc.0.safetensors"
+    run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 2 --recompute full --save "$work/rc.2.safetensors"
+    check "zero-stage 2 with --recompute full == zero-stage 0" "$work/rc.0.safetensors" \
+      "$work/rc.2.safetensors" 1e-6
+    args=("${common[@]}" --pp 1 --dp 4 --batch-size 4 --microbatches 2 --steps 5
+          --bucket-cap-mb 0.0001 --check-replicas 1)
+    run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 --save "$work/dp4.0.safetensors"
+    for z in 1 2; do
+      run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage "$z" --save "$work/dp4.$z.safetensors"
+      check "zero-stage $z == 0, dp 4, small buckets" "$work/dp4.0.safetensors" \
+        "$work/dp4.$z.safetensors" 1e-6
+    done
+    ;;
+  bytes)
+    # mlp.json at pp 2: world rank 0 holds stage 0; one bucket (25 MiB cap) of G elements.
+    args=("${common[@]/#warn/info}" --pp 2 --dp 2 --schedule 1F1B --batch-size 8
+          --microbatches 4 --steps 3)
+    wire() { grep -oE 'data-parallel \([^)]*\): [^(]*\(([0-9]+) B/step\)' | grep -oE '[0-9]+ B/step' | grep -oE '[0-9]+'; }
+    ddp=$(run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 2>&1 | wire)
+    z1=$(run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 1 2>&1 | wire)
+    z2=$(run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 2 2>&1 | wire)
+    echo "DP wire bytes per step, stage 0 of pp 2 x dp 2, 4 microbatches: ddp $ddp zero-1 $z1 zero-2 $z2"
+    # ZeRO-1: RS + AG of the padded buffer: DDP's bytes plus at most d-1 padding floats each way.
+    if [ -n "$ddp" ] && [ -n "$z1" ] && (( z1 >= ddp && z1 - ddp <= 8 )); then
+      echo "OK   zero-1 moves what DDP moves ($z1 vs $ddp B/step: the difference is the padding)"
+    else echo "FAIL zero-1 $z1 B/step vs ddp $ddp"; failed=1; fi
+    # ZeRO-2: 4 reduce-scatters + 1 all-gather, each (d-1)/d of the padded buffer: 5/2 x ZeRO-1.
+    if [ -n "$z2" ] && [ $((z2 * 2)) = $((z1 * 5)) ]; then echo "OK   zero-2 moves (m+1)/2 x zero-1 ($z2 B/step)"
+    else echo "FAIL zero-2 $z2 B/step != 5/2 x zero-1 $z1"; failed=1; fi
+    ;;
+  resume)
+    for z in 1 2; do
+      # --lr-decay-steps: the cosine's length must not follow --steps (3, then 6).
+      args=("${common[@]}" --pp 2 --dp 2 --batch-size 8 --microbatches 2 --schedule 1F1B
+            --zero-stage "$z" --lr-decay-steps 6)
+      run_ranks 4 gloo "$pw" "${args[@]}" --steps 6 --save "$work/straight.$z.safetensors"
+      run_ranks 4 gloo "$pw" "${args[@]}" --steps 3 --checkpoint-dir "$work/ckpt$z" --checkpoint-every 1
+      # A rank killed while writing its shard: no COMPLETE, a truncated file; the resume takes
+      # the previous checkpoint (step 2).
+      rm "$work/ckpt$z/step-00000003/COMPLETE"
+      head -c 100 "$work/ckpt$z/step-00000003/rank-1.pt" > "$work/t"
+      mv "$work/t" "$work/ckpt$z/step-00000003/rank-1.pt"
+      run_ranks 4 gloo "$pw" "${args[@]}" --steps 6 --checkpoint-dir "$work/ckpt$z" --resume \
+        --save "$work/resumed.$z.safetensors"
+      check "zero-stage $z resume bit-identical" "$work/straight.$z.safetensors" \
+        "$work/resumed.$z.safetensors" 0
+    done
+    ;;
+  bf16)
+    args=("${common[@]}" --pp 2 --dp 2 --batch-size 8 --microbatches 4 --schedule 1F1B --steps 6
+          --precision bf16)
+    run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 --save "$work/bf16.0.safetensors"
+    for z in 1 2; do
+      run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage "$z" --save "$work/bf16.$z.safetensors"
+      check "bf16 zero-stage $z within 1e-3 of 0" "$work/bf16.0.safetensors" "$work/bf16.$z.safetensors" 1e-3
+    done
+    ;;
+  bad)
+    expect2() {  # expect2 NAME REGEX NPROC ARGS...
+      local name="$1" regex="$2" n="$3"; shift 3
+      local out rc=0
+      out="$(run_ranks "$n" gloo "$pw" "$@" 2>&1)" || rc=$?
+      if [ "$rc" = 2 ] && grep -qE -- "$regex" <<<"$out"; then echo "OK   bad $name"
+      else echo "FAIL bad $name (exit $rc): $out"; failed=1; fi
+    }
+    expect2 "zero-stage 3 not run yet" "--zero-stage 3: .*stage 3" 2 "${common[@]}" --pp 1 --dp 2 \
+      --batch-size 4 --steps 4 --zero-stage 3
+    expect2 "zero with a local-step algorithm" "--zero-stage.*--dp-algorithm|--dp-algorithm.*--zero-stage" 2 \
+      "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 --dp-algorithm localsgd
+    expect2 "zero with --reduce-dtype bf16" "--zero-stage 1 with --reduce-dtype bf16" 2 \
+      "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 --reduce-dtype bf16
+    expect2 "Chimera (replicated stages are tied groups)" "--zero-stage 1: parameters shared between stages" 4 \
+      "${common[@]}" --pp 2 --dp 2 --schedule Chimera --batch-size 8 --microbatches 4 --steps 4 \
+      --zero-stage 1
+    # A checkpoint of ZeRO-1 resumed as ZeRO-2: refused (another configuration), exit 2.
+    run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 \
+      --checkpoint-dir "$work/ck"
+    expect2 "checkpoint of another zero stage" "written by a run with another configuration" 2 \
+      "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 --lr-decay-steps 4 --zero-stage 2 \
+      --checkpoint-dir "$work/ck" --resume
+    ;;
+  *) echo "unknown case $what"; exit 2;;
+esac
+exit $failed
