@@ -336,6 +336,9 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
                          compute_ns(op, ComputeSlot::kOptim, step));
     case ActionKind::kOverlapFB:
       return true;  // a marker: no time; its sub-actions are the next two ops
+    case ActionKind::kUnshard:
+    case ActionKind::kReshard:
+      return true;  // Note [UNSHARD and RESHARD]: no time below zero stage 3
   }
   return true;
 }
