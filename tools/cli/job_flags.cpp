@@ -257,6 +257,7 @@ void resolve_job_flags(sched::JobSpec& job) {
     std::fprintf(stderr, "note: --zero-stage %d with --dp 1: nothing to shard, runs as 0\n",
                  job.zero_stage);
     job.zero_stage = 0;
+    job.shard_placement = sched::ShardPlacement::kFit;  // nothing to place either
   }
   if (job.stages_per_rank == 0 && !job.layout.empty()) {
     // Megatron's V: the layout's stages over pp (layout_partition checks that pp divides them).
