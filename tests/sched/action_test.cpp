@@ -17,12 +17,29 @@ TEST(Action, TextFormMatchesTorchGrammar) {
   EXPECT_EQ(to_string(Action::comm(1, ActionKind::kSendF, 3, 4)), "1SEND_F3@4");
   EXPECT_EQ(to_string(Action::stage_only(2, ActionKind::kReduceGrad)), "2REDUCE_GRAD");
   EXPECT_EQ(to_string(Action::stage_only(2, ActionKind::kOptimizerStep)), "2OPTIM");
+  EXPECT_EQ(to_string(Action::stage_only(2, ActionKind::kUnshard)), "2UNSHARD");
+  EXPECT_EQ(to_string(Action::stage_only(3, ActionKind::kReshard)), "3RESHARD");
+}
+
+// Note [UNSHARD and RESHARD]: stage-level actions, no microbatch, torch's names.
+TEST(Action, UnshardAndReshardAreStageLevel) {
+  EXPECT_EQ(parse_action("2UNSHARD"), Action::stage_only(2, ActionKind::kUnshard));
+  EXPECT_EQ(parse_action(" 0RESHARD"), Action::stage_only(0, ActionKind::kReshard));
+  EXPECT_FALSE(has_microbatch(ActionKind::kUnshard));
+  EXPECT_FALSE(has_microbatch(ActionKind::kReshard));
+  EXPECT_TRUE(is_shard(ActionKind::kUnshard) && is_shard(ActionKind::kReshard));
+  EXPECT_FALSE(is_compute(ActionKind::kUnshard) || is_comm(ActionKind::kReshard));
+  std::string err;
+  EXPECT_FALSE(try_parse_action("2UNSHARD0", &err).has_value());
+  EXPECT_NE(err.find("column 9: unexpected trailing characters"), std::string::npos) << err;
+  EXPECT_FALSE(try_parse_action("2UNSHARE", &err).has_value());
+  EXPECT_NE(err.find("UNSHARD or RESHARD"), std::string::npos) << err;
 }
 
 TEST(Action, EveryKindRoundTrips) {
   const char* texts[] = {"0F0",      "1B2",          "2I3",      "2W3",        "1SEND_F3",
                          "2RECV_F3", "2SEND_B4",     "1RECV_B4", "1SEND_F3@4", "4RECV_F3@1",
-                         "12F1024",  "2REDUCE_GRAD", "0OPTIM"};
+                         "12F1024",  "2REDUCE_GRAD", "0OPTIM",   "3UNSHARD",   "3RESHARD"};
   for (const char* t : texts) {
     EXPECT_EQ(to_string(parse_action(t)), t) << t;
   }

@@ -211,3 +211,21 @@ TEST(PlanDag, MissingProducerIsAnInvalidPosition) {
 
 }  // namespace
 }  // namespace pipewright::sched
+
+namespace pipewright::sched {
+namespace {
+
+TEST(ShardWindows, PairsEachUnshardWithTheNextReshardOfItsStage) {
+  const auto a = [](const char* t) { return parse_action(t); };
+  const std::vector<Action> ops = {a("0UNSHARD"), a("2UNSHARD"), a("0F0"),      a("0RESHARD"),
+                                   a("2F0"),      a("2RESHARD"), a("0RESHARD"), a("0UNSHARD"),
+                                   a("0UNSHARD"), a("0B0")};
+  const std::vector<ShardWindow> want = {{0, 0, 3}, {2, 1, 5}, {0, 7, -1}};
+  EXPECT_EQ(shard_windows(ops), want);
+  EXPECT_TRUE(needs_parameters(ActionKind::kBackwardWeight));
+  EXPECT_FALSE(needs_parameters(ActionKind::kRecvF));
+  EXPECT_FALSE(needs_parameters(ActionKind::kOptimizerStep));
+}
+
+}  // namespace
+}  // namespace pipewright::sched

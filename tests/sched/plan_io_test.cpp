@@ -106,6 +106,28 @@ TEST(RoundTrip, JsonIsExact) {
   }
 }
 
+// UNSHARD / RESHARD (issue 43) in every format: JSON, CSV and torch's compute_comms CSV.
+TEST(RoundTrip, UnshardAndReshardInEveryFormat) {
+  const std::string csv =
+      "0UNSHARD,0F0,0SEND_F0,0RESHARD,0RECV_B0,0UNSHARD,0B0,0RESHARD,0REDUCE_GRAD\n"
+      "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1RESHARD,1REDUCE_GRAD\n";
+  const AnyPlan plan = parse_csv(csv, "z3.csv");
+  ASSERT_TRUE(is_lowered(plan));
+  const LoweredPlan& lowered = std::get<LoweredPlan>(plan);
+  ASSERT_EQ(lowered.per_rank[0].size(), 9U);
+  EXPECT_EQ(lowered.per_rank[0][3], Action::stage_only(0, ActionKind::kReshard));
+  EXPECT_EQ(to_csv(lowered), csv);
+  EXPECT_EQ(std::get<LoweredPlan>(parse_json(to_json(lowered), "z3.json")), lowered);
+  const std::string torch = to_torch_comms_csv(lowered);
+  EXPECT_NE(torch.find("0UNSHARD,0F0,0SEND_F0,0RESHARD"), std::string::npos) << torch;
+  EXPECT_EQ(std::get<LoweredPlan>(parse_csv(torch, "z3_torch.csv")), lowered);
+  // A compute-only plan keeps them too.
+  const AnyPlan compute = parse_csv("0UNSHARD,0F0,0B0,0RESHARD\n", "c.csv");
+  ASSERT_FALSE(is_lowered(compute));
+  EXPECT_EQ(std::get<ComputePlan>(compute).per_rank[0].front(),
+            Action::stage_only(0, ActionKind::kUnshard));
+}
+
 TEST(Csv, TorchFormatDetails) {
   // Empty cells (torch's bubbles), CRLF, blanks, quotes and trailing empty lines are accepted.
   const AnyPlan plan = parse_csv("0F0,,0F1,0B0,0B1\r\n 1F0 ,\"1B0\",1F1,1B1\r\n\r\n", "t.csv");

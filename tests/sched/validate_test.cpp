@@ -48,6 +48,47 @@ TEST(Validate, ComputePlanReportsEveryProblem) {
   EXPECT_EQ(d.size(), 3U) << all(d);
 }
 
+// Note [UNSHARD and RESHARD]: compute inside its stage's window, OPTIM outside, windows close.
+TEST(Validate, ShardWindows) {
+  // Well formed: one window per stage around its compute, OPTIM after RESHARD; a stage without
+  // UNSHARD / RESHARD (stage 1) keeps its parameters whole.
+  EXPECT_TRUE(validate(compute_csv("0UNSHARD,0F0,0F1,0B0,0B1,0RESHARD,0OPTIM\n"
+                                   "1F0,1B0,1F1,1B1\n"))
+                  .empty());
+  // Two windows of stage 0 (a reshard after the forwards, torch's reshard_after_forward).
+  EXPECT_TRUE(validate(compute_csv("0UNSHARD,0F0,0F1,0RESHARD,0UNSHARD,0B0,0B1,0RESHARD\n"
+                                   "1UNSHARD,1F0,1B0,1F1,1B1,1RESHARD\n"))
+                  .empty());
+  // RESHARD before a compute of its stage: the compute is named, and the RESHARD.
+  auto d = validate(compute_csv("0UNSHARD,0F0,0RESHARD,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"));
+  EXPECT_TRUE(mentions(d,
+                       "0F1 runs outside stage 0's UNSHARD..RESHARD window: 0RESHARD at step 2 "
+                       "freed its parameters before it",
+                       0, 3))
+      << all(d);
+  EXPECT_TRUE(mentions(d, "0B1 runs outside", 0, 5)) << all(d);
+  EXPECT_EQ(d.size(), 3U) << all(d);
+  // Compute before the first UNSHARD; a window that never closes; an UNSHARD inside a window;
+  // a RESHARD with nothing open; OPTIM inside a window.
+  d =
+      validate(compute_csv("0F0,0UNSHARD,0UNSHARD,0F1,0B0,0B1\n"
+                           "1RESHARD,1UNSHARD,1F0,1B0,1F1,1B1,1OPTIM,1RESHARD\n"));
+  EXPECT_TRUE(mentions(d, "0F0 runs before 0UNSHARD", 0, 0)) << all(d);
+  EXPECT_TRUE(mentions(d, "0UNSHARD: stage 0 is already unsharded by 0UNSHARD at step 1", 0, 2))
+      << all(d);
+  EXPECT_TRUE(mentions(d, "0UNSHARD has no 0RESHARD after it", 0, 1)) << all(d);
+  EXPECT_TRUE(mentions(d, "1RESHARD: no open 1UNSHARD before it to close", 1, 0)) << all(d);
+  EXPECT_TRUE(mentions(d, "1OPTIM runs inside stage 1's window (1UNSHARD at step 1)", 1, 6))
+      << all(d);
+  // Lowered plans too (RECVs need no parameters).
+  EXPECT_TRUE(validate(lowered_csv("0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0RESHARD\n"
+                                   "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1RESHARD\n"))
+                  .empty());
+  EXPECT_TRUE(mentions(validate(lowered_csv("0UNSHARD,0F0,0SEND_F0,0RESHARD,0RECV_B0,0B0\n"
+                                            "1RECV_F0,1F0,1B0,1SEND_B0\n")),
+                       "0B0 runs outside stage 0's UNSHARD..RESHARD window", 0, 5));
+}
+
 TEST(Validate, ComputePlanMissingActionsAndPlacement) {
   ComputePlan plan = generate({ScheduleKind::k1F1B, 2, 2, 1, {}});
   plan.per_rank[1].pop_back();                                              // drop 1B1

@@ -69,6 +69,40 @@ TEST(Search, MemoryLimitDropsConfigurations) {
   for (const auto& c : limited.ranked) EXPECT_LE(c.peak_memory_bytes, *opt.memory_limit_bytes);
 }
 
+// Issue 43: a DDP configuration over the limit at zero stage 0 that fits at 1 is found and
+// ranked, marked with its zero stage.
+TEST(Search, ShardsTheStateWhenOverTheLimit) {
+  const auto model = small_gpt();
+  SearchOptions opt;
+  opt.devices = 2;
+  opt.optimizer = Optimizer::kAdamW;
+  opt.schedules = {sched::ScheduleKind::k1F1B};
+  opt.microbatch_factors = {2};
+  opt.dp_variants = {DpVariant{}};  // DDP
+  opt.top_k = 100;
+  opt.try_zero = false;
+  std::int64_t ddp_peak = 0;
+  for (const auto& c : search(model, Cluster{}, opt).ranked) {
+    if (c.dp == 2) ddp_peak = c.peak_memory_bytes;
+  }
+  ASSERT_GT(ddp_peak, 0);
+  opt.memory_limit_bytes = ddp_peak - 1;
+  const auto unsharded = search(model, Cluster{}, opt);
+  for (const auto& c : unsharded.ranked) EXPECT_NE(c.dp, 2);
+  opt.try_zero = true;
+  const auto sharded = search(model, Cluster{}, opt);
+  EXPECT_EQ(sharded.sharded, 1);
+  bool found = false;
+  for (const auto& c : sharded.ranked) {
+    if (c.dp != 2) continue;
+    found = true;
+    EXPECT_EQ(c.zero_stage, 1);
+    EXPECT_LE(c.peak_memory_bytes, *opt.memory_limit_bytes);
+    EXPECT_NE(describe(c).find("zero=1"), std::string::npos) << describe(c);
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST(Search, GlobalBatchFixesMicrobatches) {
   SearchOptions opt;
   opt.devices = 4;

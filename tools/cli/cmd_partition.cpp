@@ -34,6 +34,8 @@ struct PartitionArgs {
   std::string output = "-";
   std::string layout;  // Megatron-Core layout string (graph/layout.hpp)
   int pp = 1;
+  int zero_stage = 0;  // issue 43: the static state a stage keeps (Note [Sharded state])
+  int dp = 1;
 };
 
 void run_partition(const PartitionArgs& args) {
@@ -57,6 +59,32 @@ void run_partition(const PartitionArgs& args) {
   PW_CHECK(args.recompute == "none" || args.recompute == "full", ConfigError,
            "--recompute: partition takes none or full, got '" << args.recompute << "'");
   options.recompute = args.recompute == "full";
+  // Note [Sharded state] (sched/memory.hpp) as the partitioner's per-parameter-byte factors
+  // (memory = params x (1 + gradients + optimizer) + activations): ZeRO-1 shards the optimizer
+  // state; ZeRO-2 also the gradients, holding one backward's full gradients on top; ZeRO-3 also
+  // the parameters, a stage's gathered ones (the leading 1) and one backward's full gradients
+  // held while it computes.
+  PW_CHECK(args.zero_stage >= 0 && args.zero_stage <= 3, ConfigError,
+           "--zero-stage must be 0, 1, 2 or 3, got " << args.zero_stage);
+  PW_CHECK(args.dp >= 1, ConfigError, "--dp must be >= 1, got " << args.dp);
+  if (args.zero_stage > 0 && args.dp > 1) {
+    const double d = args.dp;
+    const double g = options.gradient_bytes_per_param_byte;
+    const double o = options.optimizer_bytes_per_param_byte;
+    switch (args.zero_stage) {
+      case 1:
+        options.optimizer_bytes_per_param_byte = o / d;
+        break;
+      case 2:
+        options.gradient_bytes_per_param_byte = g + g / d;
+        options.optimizer_bytes_per_param_byte = o / d;
+        break;
+      default:
+        options.gradient_bytes_per_param_byte = g + (1 + g + o) / d;
+        options.optimizer_bytes_per_param_byte = 0;
+        break;
+    }
+  }
   // Note [Stage memory]: bf16/fp16 keep 16-bit activations (and autocast's parameter copies).
   options.activation_element_bytes = sched::element_bytes(sched::parse_precision(args.precision));
   const graph::Model model = graph::load_model(args.model);
@@ -125,6 +153,13 @@ void setup_partition(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--gradient-bytes-per-param-byte", args->options.gradient_bytes_per_param_byte,
                   "gradient bytes per parameter byte")
+      ->capture_default_str();
+  cmd->add_option("--zero-stage", args->zero_stage,
+                  "with --dp: the state a stage keeps over its replicas (docs/data-parallel.md, "
+                  "\"Sharded data parallelism\"): 0 whole | 1 optimizer state sharded | 2 also "
+                  "gradients | 3 also parameters")
+      ->capture_default_str();
+  cmd->add_option("--dp", args->dp, "data-parallel replicas of each stage (for --zero-stage)")
       ->capture_default_str();
   cmd->add_option("-o,--output", args->output, "output file (default: stdout)");
   cmd->callback([args] { run_partition(*args); });

@@ -60,7 +60,8 @@ std::string table(const sim::SearchResult& r) {
   int k = 0;
   for (const auto& c : r.ranked) {
     std::string dp = (c.dp > 1 ? sim::describe(c.dp_variant) : std::string("-")) +
-                     (c.recompute ? " +recompute" : "");
+                     (c.recompute ? " +recompute" : "") +
+                     (c.zero_stage > 0 ? " zero" + std::to_string(c.zero_stage) : "");
     if (c.precision != sched::Precision::kFp32)
       dp += " " + std::string(sched::to_string(c.precision));
     std::snprintf(line, sizeof line,
@@ -106,6 +107,7 @@ std::string to_json(const sim::SearchResult& r) {
                       {"peak_memory_bytes", c.peak_memory_bytes},
                       {"recompute", c.recompute ? "full" : "none"},
                       {"precision", std::string(sched::to_string(c.precision))},
+                      {"zero_stage", c.zero_stage},
                       {"description", sim::describe(c)}});
   }
   j["ranked"] = std::move(ranked);

@@ -199,6 +199,14 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
                   "(FSDP); ddp only")
       ->capture_default_str()
       ->group(g);
+  cmd->add_option_function<std::string>(
+         "--shard-placement",
+         [&job](const std::string& s) { job.shard_placement = sched::parse_shard_placement(s); },
+         "--zero-stage 3: where UNSHARD / RESHARD go: fit (default: the fewest all-gathers "
+         "whose peak fits; without a memory limit as step) | step (one all-gather per stage "
+         "and step) | compute (one per compute action) | torch (torch's look-ahead of 3)")
+      ->default_str("fit")
+      ->group(g);
   cmd->add_option("--bucket-cap-mb", d.bucket_cap_mb, "DDP bucket cap, MiB (fractions allowed)")
       ->capture_default_str()
       ->group(g);
@@ -249,6 +257,7 @@ void resolve_job_flags(sched::JobSpec& job) {
     std::fprintf(stderr, "note: --zero-stage %d with --dp 1: nothing to shard, runs as 0\n",
                  job.zero_stage);
     job.zero_stage = 0;
+    job.shard_placement = sched::ShardPlacement::kFit;  // nothing to place either
   }
   if (job.stages_per_rank == 0 && !job.layout.empty()) {
     // Megatron's V: the layout's stages over pp (layout_partition checks that pp divides them).

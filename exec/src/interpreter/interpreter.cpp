@@ -290,6 +290,11 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
       case ActionKind::kOptimizerStep:
         do_optimizer_step(a, step);
         break;
+      case ActionKind::kUnshard:
+      case ActionKind::kReshard:
+        // Note [UNSHARD and RESHARD] (sched/action.hpp): below zero stage 3 the parameters are
+        // whole and these are no-ops (the ZeRO-3 executor is issue 43's exec side).
+        break;
     }
   });
 }

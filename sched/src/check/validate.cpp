@@ -30,6 +30,7 @@ class Validator {
     if (check_shape()) {
       index_actions();
       check_counts_and_order();
+      check_shard_windows();
       if (lowered_) {
         check_messages();
         check_data_order();
@@ -102,6 +103,7 @@ class Validator {
     for (auto* v : {&f_, &b_, &i_, &w_}) v->assign(cells, Pos{});
     reduce_.assign(idx(sh_.stages), Pos{});
     optim_.assign(idx(sh_.stages), Pos{});
+    sharded_.assign(idx(sh_.stages), false);
     usable_.resize(per_rank_.size());
     for (std::size_t r = 0; r < per_rank_.size(); ++r) {
       const auto rank = static_cast<std::int32_t>(r);
@@ -129,12 +131,20 @@ class Validator {
                ") only (it is a replica; plan.hpp Note [Stage replicas])");
           continue;
         }
-        if (sh_.forward_only && a.kind != ActionKind::kForward && !is_comm(a.kind)) {
-          diag(rank, step, a, ": a forward-only plan has only F (and SEND_F / RECV_F) actions");
+        if (sh_.forward_only && a.kind != ActionKind::kForward && !is_comm(a.kind) &&
+            !is_shard(a.kind)) {
+          diag(rank, step, a,
+               ": a forward-only plan has only F (and SEND_F / RECV_F, UNSHARD / RESHARD) "
+               "actions");
           continue;
         }
         if (is_overlap(a.kind)) {
           check_unit(rank, step);
+          continue;
+        }
+        if (is_shard(a.kind)) {  // checked per stage by check_shard_windows()
+          sharded_[idx(a.stage)] = true;
+          usable_[r][i] = true;
           continue;
         }
         if (is_comm(a.kind)) {
@@ -274,6 +284,58 @@ class Validator {
     }
   }
 
+  // Note [UNSHARD and RESHARD] (action.hpp): a stage with any UNSHARD / RESHARD runs its compute
+  // inside a window and its OPTIM outside one; windows alternate and close.
+  void check_shard_windows() {
+    for (std::size_t r = 0; r < per_rank_.size(); ++r) {
+      const auto rank = static_cast<std::int32_t>(r);
+      const auto& ops = per_rank_[r];
+      // Per stage: the step of the open UNSHARD (-1: closed) and of the last RESHARD (-1: none).
+      std::vector<std::int32_t> open(idx(sh_.stages), -1), closed(idx(sh_.stages), -1);
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const Action& a = ops[i];
+        const auto step = static_cast<std::int32_t>(i);
+        if (!usable_[r][i] || a.stage < 0 || a.stage >= sh_.stages || !sharded_[idx(a.stage)]) {
+          continue;
+        }
+        std::int32_t& o = open[idx(a.stage)];
+        std::int32_t& c = closed[idx(a.stage)];
+        if (a.kind == ActionKind::kUnshard) {
+          if (o >= 0) {
+            diag(rank, step, a, ": stage ", a.stage, " is already unsharded by ", a, " at step ", o,
+                 " (no ", a.stage, "RESHARD between them)");
+          } else {
+            o = step;
+          }
+        } else if (a.kind == ActionKind::kReshard) {
+          if (o < 0) {
+            diag(rank, step, a, ": no open ", a.stage, "UNSHARD before it to close");
+          } else {
+            o = -1;
+            c = step;
+          }
+        } else if (needs_parameters(a.kind) && o < 0) {
+          if (c >= 0) {
+            diag(rank, step, a, " runs outside stage ", a.stage,
+                 "'s UNSHARD..RESHARD window: ", a.stage, "RESHARD at step ", c,
+                 " freed its parameters before it");
+          } else {
+            diag(rank, step, a, " runs before ", a.stage, "UNSHARD: stage ", a.stage,
+                 "'s parameters are sharded (no UNSHARD..RESHARD window holds it)");
+          }
+        } else if (a.kind == ActionKind::kOptimizerStep && o >= 0) {
+          diag(rank, step, a, " runs inside stage ", a.stage, "'s window (", a.stage,
+               "UNSHARD at step ", o, "): ", a.stage, "RESHARD first");
+        }
+      }
+      for (std::int32_t s = 0; s < sh_.stages; ++s) {
+        if (open[idx(s)] >= 0) {
+          diag(rank, open[idx(s)], s, "UNSHARD has no ", s, "RESHARD after it");
+        }
+      }
+    }
+  }
+
   // --- lowered plans ---------------------------------------------------------------------------
 
   struct Message {
@@ -401,6 +463,7 @@ class Validator {
   std::size_t suppressed_ = 0;
   std::optional<PlanRules> rules_;  // the dependency rules (plan_dag.hpp), once the shape is valid
   std::vector<Pos> f_, b_, i_, w_, reduce_, optim_;
+  std::vector<bool> sharded_;  // per stage: the plan holds an UNSHARD or RESHARD of it
   std::vector<std::vector<bool>> usable_;
   std::vector<Message> messages_;  // by PlanRules::message_id
 };

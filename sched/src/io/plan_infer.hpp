@@ -30,19 +30,15 @@ using Declared = DeclaredShape;
 // SEND/RECV in a plan declared compute-only, a stage found on two rows, and peers on no row.
 // Note [torch's runtime actions]: the actions of torch's compute_comms CSV that pipewright's plan
 // does not keep (plan_io.hpp, to_torch_comms_csv): read, checked against the row, dropped.
-enum class TorchRuntimeKind : std::uint8_t {
-  kUnshard,
-  kReshard,
-  kWaitSendF,
-  kWaitSendB,
-  kWaitReduceGrad
-};
+// (UNSHARD / RESHARD are plan actions since issue 43: kept, Note [UNSHARD and RESHARD].)
+enum class TorchRuntimeKind : std::uint8_t { kWaitSendF, kWaitSendB, kWaitReduceGrad };
 struct TorchRuntimeAction {
-  TorchRuntimeKind kind = TorchRuntimeKind::kUnshard;
+  TorchRuntimeKind kind = TorchRuntimeKind::kWaitSendF;
   std::int32_t stage = 0;
   std::int32_t microbatch = -1;  // the waits for sends only
 };
-// The runtime action `cell` spells ("0UNSHARD", "1WAIT_SEND_F3"), or nullopt for anything else.
+// The runtime action `cell` spells ("1WAIT_SEND_F3", "0WAIT_REDUCE_GRAD"), or nullopt for anything
+// else.
 [[nodiscard]] std::optional<TorchRuntimeAction> parse_torch_runtime(std::string_view cell);
 
 // Checks the waits of one row of a compute_comms CSV as torch's loader does: every WAIT_SEND_x

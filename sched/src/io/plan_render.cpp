@@ -90,6 +90,9 @@ const char* fill_of(ActionKind k) {
     case ActionKind::kReduceGrad:
     case ActionKind::kOptimizerStep:
       return "#e2e3e5";
+    case ActionKind::kUnshard:
+    case ActionKind::kReshard:
+      return "#d1e7dd";
     default:
       return "#ffffff";
   }

@@ -25,8 +25,6 @@ constexpr RuntimeName kRuntimeNames[] = {
     {"WAIT_REDUCE_GRAD", TorchRuntimeKind::kWaitReduceGrad, false},
     {"WAIT_SEND_F", TorchRuntimeKind::kWaitSendF, true},
     {"WAIT_SEND_B", TorchRuntimeKind::kWaitSendB, true},
-    {"UNSHARD", TorchRuntimeKind::kUnshard, false},
-    {"RESHARD", TorchRuntimeKind::kReshard, false},
 };
 
 bool parse_int(std::string_view text, std::int32_t& out) {
@@ -73,7 +71,6 @@ void TorchWaits::action(const Action& a) {
 }
 
 std::string TorchWaits::wait(const TorchRuntimeAction& w) {
-  if (w.kind == TorchRuntimeKind::kUnshard || w.kind == TorchRuntimeKind::kReshard) return {};
   const auto it = std::find_if(pending_.begin(), pending_.end(),
                                [&](const Action& a) { return retires(w, a); });
   if (it != pending_.end()) {

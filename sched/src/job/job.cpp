@@ -303,6 +303,9 @@ void validate_job(const JobSpec& c) {
                            << "--dp-algorithm " << to_string(c.data_parallel.algorithm)
                            << " keeps a whole replica between its syncs (use --dp-algorithm ddp "
                               "or --zero-stage 0)");
+  PW_CHECK(c.shard_placement == ShardPlacement::kFit || c.zero_stage == 3, ConfigError,
+           "--shard-placement " << to_string(c.shard_placement)
+                                << " places ZeRO-3's UNSHARD / RESHARD; it needs --zero-stage 3");
   validate_recompute(c.recompute, c.stages());
   PW_CHECK(c.reduce_dtype_or_default() != Precision::kFp16, ConfigError,
            "--reduce-dtype must be fp32 or bf16, got fp16");
@@ -418,6 +421,9 @@ LoweredPlan make_plan(const JobSpec& job, const graph::Partition* partition,
     plan = lower_for_run(generate(spec));
   } else {
     plan = lower_for_run(loaded != nullptr ? *loaded : load_plan(job.plan_path));
+  }
+  if (job.effective_zero_stage() == 3 && !has_shard_actions(plan.per_rank)) {
+    plan = place_shards(std::move(plan), job.shard_placement);  // Note [Where UNSHARD and ...]
   }
   const auto& shape = plan.shape;
   PW_CHECK(shape.ranks == job.pp, InvalidPlanError,

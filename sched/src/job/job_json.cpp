@@ -20,7 +20,7 @@ constexpr int kJobVersion = 1;
 // defaults, so every job file has every key.
 Json resolved(const JobSpec& j) {
   const DataParallelSpec& d = j.data_parallel;
-  return Json::array({
+  Json out = Json::array({
       Json::array({"format", kJobFormat}),
       Json::array({"version", kJobVersion}),
       Json::array({"model", j.model_path}),
@@ -69,6 +69,11 @@ Json resolved(const JobSpec& j) {
       Json::array({"lr_min", j.lr_schedule.min_lr}),
       Json::array({"zero_stage", j.zero_stage}),
   });
+  // Only ZeRO-3 jobs carry a placement (other jobs' bytes, and fingerprints, stay as they were).
+  if (j.zero_stage == 3) {
+    out.push_back(Json::array({"shard_placement", std::string(to_string(j.shard_placement))}));
+  }
+  return out;
 }
 
 }  // namespace
@@ -136,7 +141,8 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
                   "lr_decay_style",
                   "lr_decay_steps",
                   "lr_min",
-                  "zero_stage"});
+                  "zero_stage",
+                  "shard_placement"});
   if (root["format"].as_string() != kJobFormat) {
     root["format"].fail("expected \"" + std::string(kJobFormat) + "\"");
   }
@@ -252,6 +258,10 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
   }
   if (root.has("zero_stage"))  // absent in files written before issue 43
     j.zero_stage = static_cast<int>(root["zero_stage"].as_int(0, 3));
+  if (root.has("shard_placement")) {
+    j.shard_placement =
+        named("shard_placement", [](const std::string& s) { return parse_shard_placement(s); });
+  }
   try {
     validate_job(j);
   } catch (const ConfigError& e) {

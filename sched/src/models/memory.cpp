@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/sched/plan_dag.hpp"
 
 namespace pipewright::sched {
 
@@ -26,6 +27,8 @@ MemoryOptions memory_options(const JobSpec& job) {
   o.momentum = job.momentum;
   o.recompute = job.recompute;
   o.precision = job.precision;
+  o.zero_stage = job.effective_zero_stage();
+  o.dp = job.dp;
   return o;
 }
 
@@ -34,7 +37,22 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
     : shape_(shape),
       state_factor_(optimizer_state_factor(options.optimizer, options.momentum)),
       runtime_bytes_(costs.runtime_memory_bytes),
-      precision_(options.precision) {
+      precision_(options.precision),
+      zero_stage_(options.dp > 1 ? options.zero_stage : 0),
+      dp_(std::max(options.dp, 1)) {
+  PW_CHECK(zero_stage_ >= 0 && zero_stage_ <= 3, ConfigError,
+           "--zero-stage must be 0, 1, 2 or 3, got " << zero_stage_);
+  switch (options.layout) {
+    case StateLayout::kAutocast:
+      param_x_ = 1.0, grad_x_ = 1.0, optim_x_ = state_factor_;
+      break;
+    case StateLayout::kMegatron:
+      param_x_ = 0.5, grad_x_ = 1.0, optim_x_ = 1.0 + state_factor_;
+      break;
+    case StateLayout::kZero:
+      param_x_ = 0.5, grad_x_ = 0.5, optim_x_ = 1.0 + state_factor_;
+      break;
+  }
   const auto n = costs.stages.size();
   const bool per_model_stage =
       shape.has_replicas() && n == static_cast<std::size_t>(shape.model_stages());
@@ -65,17 +83,40 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
   }
 }
 
+std::int64_t MemoryModel::share(double bytes) const noexcept {
+  return static_cast<std::int64_t>(std::ceil(bytes / dp_ - 1e-9));
+}
+
 std::int64_t MemoryModel::static_bytes(std::int32_t rank) const {
-  std::int64_t params = 0;
-  for (std::int32_t s : shape_.stages_of_rank(rank))
-    params += param_bytes_[static_cast<std::size_t>(s)];
-  if (shape_.forward_only) return params;
-  return 2 * params +
-         static_cast<std::int64_t>(std::llround(state_factor_ * static_cast<double>(params)));
+  std::int64_t total = 0;
+  for (std::int32_t s : shape_.stages_of_rank(rank)) {
+    const auto p = static_cast<double>(param_bytes_[static_cast<std::size_t>(s)]);
+    const double a = param_x_ * p, g = grad_x_ * p, o = optim_x_ * p;
+    if (shape_.forward_only) {  // Note [Forward-only memory]: parameters only
+      total += zero_stage_ == 3 ? share(a) : std::llround(a);
+      continue;
+    }
+    switch (zero_stage_) {  // Note [Sharded state]
+      case 0:
+        total += std::llround(a + g + o);
+        break;
+      case 1:
+        total += std::llround(a + g) + share(o);
+        break;
+      case 2:
+        total += std::llround(a) + share(g) + share(o);
+        break;
+      default:
+        total += share(a) + share(g) + share(o);
+        break;
+    }
+  }
+  return total;
 }
 
 std::int64_t MemoryModel::autocast_cache_bytes(std::int32_t rank) const {
-  if (precision_ == Precision::kFp32) return 0;
+  // ZeRO-3 caches the gathered parameters only while a window holds them (change()).
+  if (precision_ == Precision::kFp32 || zero_stage_ == 3 || param_x_ != 1.0) return 0;
   std::int64_t params = 0;  // fp32 master weights
   for (std::int32_t s : shape_.stages_of_rank(rank))
     params += param_bytes_[static_cast<std::size_t>(s)];
@@ -100,6 +141,20 @@ MemoryChange MemoryModel::change(ActionKind kind, std::int32_t stage) const noex
       c.at_end = -recompute_bytes_[s] - kept_bytes_[s];
       c.microbatches_at_end = -1;
       break;
+    case ActionKind::kUnshard:
+    case ActionKind::kReshard:
+      if (zero_stage_ == 3) {
+        const auto p = static_cast<double>(param_bytes_[s]);
+        std::int64_t gathered = std::llround(param_x_ * p);
+        if (precision_ != Precision::kFp32 && param_x_ == 1.0)
+          gathered += bytes_at_precision(param_bytes_[s], Precision::kFp32, precision_);
+        if (kind == ActionKind::kUnshard) {
+          c.sharded_at_start = gathered;
+        } else {
+          c.sharded_at_end = -gathered;
+        }
+      }
+      break;
     case ActionKind::kBackwardInput:
       c.at_start = recompute_bytes_[s];  // held until the W
       break;
@@ -110,6 +165,14 @@ MemoryChange MemoryModel::change(ActionKind kind, std::int32_t stage) const noex
     default:
       break;
   }
+  // ZeRO-2 / 3: the full gradients of one backward, until it reduce-scatters them.
+  if (zero_stage_ >= 2 && !shape_.forward_only && completes_weight_grad(kind)) {
+    const std::int64_t g = std::llround(grad_x_ * static_cast<double>(param_bytes_[s]));
+    c.sharded_at_start += g;
+    c.sharded_at_end -= g;
+  }
+  c.at_start += c.sharded_at_start;
+  c.at_end += c.sharded_at_end;
   return c;
 }
 
@@ -123,21 +186,28 @@ std::vector<RankMemory> peak_memory(const LoweredPlan& plan, const CostTable& co
     m.static_bytes = model.static_bytes(r);
     m.runtime_bytes = model.runtime_bytes();
     m.autocast_cache_bytes = model.autocast_cache_bytes(r);
-    std::int64_t bytes = 0;
+    std::int64_t bytes = 0;    // activations and sharded bytes
+    std::int64_t sharded = 0;  // Note [Sharded state]'s part
+    std::int64_t peak = 0;
     std::int32_t microbatches = 0;
     if (static_cast<std::size_t>(r) < plan.per_rank.size()) {
       for (const Action& a : plan.per_rank[static_cast<std::size_t>(r)]) {
         const MemoryChange c = model.change(a.kind, a.stage);
         bytes += c.at_start;
+        sharded += c.sharded_at_start;
         microbatches += c.microbatches_at_start;
-        m.peak_activation_bytes = std::max(m.peak_activation_bytes, bytes);
+        if (bytes > peak) {
+          peak = bytes;
+          m.peak_activation_bytes = bytes - sharded;
+          m.peak_sharded_bytes = sharded;
+        }
         m.peak_activation_microbatches = std::max(m.peak_activation_microbatches, microbatches);
         bytes += c.at_end;
+        sharded += c.sharded_at_end;
         microbatches += c.microbatches_at_end;
       }
     }
-    m.peak_bytes =
-        m.runtime_bytes + m.static_bytes + m.autocast_cache_bytes + m.peak_activation_bytes;
+    m.peak_bytes = m.runtime_bytes + m.static_bytes + m.autocast_cache_bytes + peak;
     out.push_back(m);
   }
   return out;

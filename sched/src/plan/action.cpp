@@ -17,9 +17,11 @@ struct KindName {
   std::string_view name;
 };
 // Longest names first so that prefix matching picks "REDUCE_GRAD" before "R..." and "F".
-constexpr std::array<KindName, 11> kKindNames = {{
+constexpr std::array<KindName, 13> kKindNames = {{
     {ActionKind::kOverlapFB, "OVERLAP_F_B"},
     {ActionKind::kReduceGrad, "REDUCE_GRAD"},
+    {ActionKind::kUnshard, "UNSHARD"},
+    {ActionKind::kReshard, "RESHARD"},
     {ActionKind::kSendF, "SEND_F"},
     {ActionKind::kRecvF, "RECV_F"},
     {ActionKind::kSendB, "SEND_B"},
@@ -140,7 +142,7 @@ std::optional<Action> try_parse_action(std::string_view text, std::string* error
                 found != nullptr
                     ? "OVERLAP_F_B is a container: write it as (<forward>;<backward>)OVERLAP_F_B"
                     : "unknown action kind (expected F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, "
-                      "REDUCE_GRAD or OPTIM)");
+                      "REDUCE_GRAD, OPTIM, UNSHARD or RESHARD)");
   }
   a.kind = found->kind;
   pos += found->name.size();

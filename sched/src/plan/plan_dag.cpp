@@ -1,6 +1,7 @@
 #include "pipewright/sched/plan_dag.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace pipewright::sched {
 namespace {
@@ -216,6 +217,26 @@ Position PlanDag::match(Position p) const noexcept {
   if (!is_comm(a.kind)) return {};
   const auto f = produces(matching(a));
   return f ? producer(*f, a.microbatch) : Position{};
+}
+
+std::vector<ShardWindow> shard_windows(const std::vector<Action>& ops) {
+  std::vector<ShardWindow> out;
+  std::vector<std::pair<std::int32_t, std::size_t>> open;  // (stage, index into out)
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Action& a = ops[i];
+    if (!is_shard(a.kind)) continue;
+    const auto it =
+        std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == a.stage; });
+    if (a.kind == ActionKind::kUnshard) {
+      if (it != open.end()) continue;
+      open.emplace_back(a.stage, out.size());
+      out.push_back({a.stage, static_cast<std::int32_t>(i), -1});
+    } else if (it != open.end()) {
+      out[it->second].reshard = static_cast<std::int32_t>(i);
+      open.erase(it);
+    }
+  }
+  return out;
 }
 
 }  // namespace pipewright::sched

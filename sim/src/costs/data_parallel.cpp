@@ -23,6 +23,7 @@ SimOptions sim_options(const sched::JobSpec& job) {
   o.dp.outer_bf16 = d.outer_dtype_or_default() == sched::OuterDtype::kBf16;
   o.dp.slowmo_base = d.slowmo_base_or_default();
   o.dp.reduce_dtype = job.reduce_dtype_or_default();
+  o.dp.zero_stage = job.effective_zero_stage();
   o.precision = job.precision;
   o.optimizer = job.optimizer;
   o.momentum = job.momentum;
@@ -124,6 +125,46 @@ double dp_wire_bytes_per_step(const sched::CostTable& costs, const DataParallelO
       return params;  // its parameters (and a 4-byte weight) to one peer per step
   }
   return 0;
+}
+
+std::vector<double> dp_wire_bytes_per_stage(const sched::LoweredPlan& plan,
+                                            const sched::CostTable& costs,
+                                            const DataParallelOptions& o) {
+  const std::int32_t n = o.replicas;
+  const auto& sh = plan.shape;
+  if (n <= 1 || o.algorithm != DpAlgorithm::kDdp) return {};
+  const double ring = static_cast<double>(n - 1) / n;
+  std::vector<double> out(static_cast<std::size_t>(sh.stages), 0.0);
+  std::vector<int> gathers(out.size(), 0), backwards(out.size(), 0);
+  for (const auto& ops : plan.per_rank) {
+    for (const sched::Action& a : ops) {
+      if (a.stage < 0 || a.stage >= sh.stages) continue;
+      if (a.kind == sched::ActionKind::kUnshard) ++gathers[static_cast<std::size_t>(a.stage)];
+      if (sched::completes_weight_grad(a.kind)) ++backwards[static_cast<std::size_t>(a.stage)];
+    }
+  }
+  const bool per_model_stage = costs.stages.size() != out.size();
+  for (std::int32_t s = 0; s < sh.stages; ++s) {
+    const auto& c = costs.stages[static_cast<std::size_t>(per_model_stage ? sh.model_stage(s) : s)];
+    const auto params = static_cast<double>(c.param_bytes);
+    const auto grads = static_cast<double>(gradient_wire_bytes(c.param_bytes, o));
+    const auto k = static_cast<std::size_t>(s);
+    switch (o.zero_stage) {
+      case 0:  // all-reduce: reduce-scatter + all-gather of the gradients
+        out[k] = 2 * ring * grads;
+        break;
+      case 1:  // one reduce-scatter of the gradients, one all-gather of the parameters
+        out[k] = ring * grads + ring * params;
+        break;
+      case 2:  // a reduce-scatter per backward, one all-gather after OPTIM
+        out[k] = backwards[k] * ring * grads + ring * params;
+        break;
+      default:  // a reduce-scatter per backward, an all-gather per UNSHARD
+        out[k] = backwards[k] * ring * grads + gathers[k] * ring * params;
+        break;
+    }
+  }
+  return out;
 }
 
 }  // namespace pipewright::sim

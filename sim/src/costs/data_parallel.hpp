@@ -7,6 +7,7 @@
 
 #include "pipewright/sched/costs.hpp"
 #include "pipewright/sched/plan.hpp"
+#include "pipewright/sched/plan_dag.hpp"
 #include "pipewright/sim/cluster.hpp"
 #include "pipewright/sim/simulator.hpp"
 
@@ -50,5 +51,12 @@ struct DdpBucketPlan {
 // the reduce dtype.
 [[nodiscard]] double dp_wire_bytes_per_step(const sched::CostTable& costs,
                                             const DataParallelOptions& options);
+// DDP and ZeRO per plan stage (Note [ZeRO in the simulator] in engine_dp.cpp), ring collectives,
+// (d - 1) / d of the bytes each: stage 0 2 G (all-reduce); 1 G + P; 2 b G + P; 3 b G + u P, with
+// G the gradient bytes in the reduce dtype, P the fp32 parameter bytes, b the stage's backwards
+// that complete weight gradients (B or W) per step and u its UNSHARDs per step.
+[[nodiscard]] std::vector<double> dp_wire_bytes_per_stage(const sched::LoweredPlan& plan,
+                                                          const sched::CostTable& costs,
+                                                          const DataParallelOptions& options);
 
 }  // namespace pipewright::sim

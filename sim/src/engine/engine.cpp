@@ -200,12 +200,13 @@ void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::in
   st.time = end;
   st.last_compute = idx;
   memory_change(r, st, op, start, end);
+  if (zero_ > 0) zero_after_compute(r, st, op, step, end, idx);
   const bool produces = op.kind == ActionKind::kForward || op.kind == ActionKind::kFullBackward ||
                         op.kind == ActionKind::kBackwardInput;
   if (produces) set_slot(base + at(static_cast<std::size_t>(op.out_row), op.mb), end, idx);
   // DDP's buckets start with the stage's last gradients: after its last B, or its last W.
   const bool grads = op.kind == ActionKind::kFullBackward || op.kind == ActionKind::kBackwardWeight;
-  if (grads && op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp)
+  if (grads && op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp && zero_ < 2)
     launch_ddp(r, st, op, step, start, end, idx);
 }
 
@@ -254,6 +255,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       for (std::int32_t k = op.deps_begin; k < op.deps_end; ++k) {
         if (!ready(row_slot(k, op.mb), start, pred)) return false;
       }
+      if (zero_ > 0) wait_for_parameters(r, op, start, pred);
       static constexpr ComputeSlot kSlot[] = {ComputeSlot::kForward, ComputeSlot::kBackward,
                                               ComputeSlot::kInputGrad, ComputeSlot::kWeightGrad};
       return run_compute(r, st, op, step, start, pred,
@@ -336,6 +338,11 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
                          compute_ns(op, ComputeSlot::kOptim, step));
     case ActionKind::kOverlapFB:
       return true;  // a marker: no time; its sub-actions are the next two ops
+    case ActionKind::kUnshard:
+    case ActionKind::kReshard:
+      // Note [ZeRO in the simulator]; no-ops below zero stage 3 (Note [UNSHARD and RESHARD]).
+      if (zero_ == 3) shard_action(r, st, op, step);
+      return true;
   }
   return true;
 }
@@ -400,6 +407,7 @@ void Engine::throw_deadlock() const {
 SimResult Engine::run() {
   check_inputs(plan_, costs_, cluster_, opt_);
   dp_ = opt_.dp.replicas;
+  zero_ = dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp ? opt_.dp.zero_stage : 0;
   K_ = opt_.steps;
   record_ = opt_.record_actions;
   R_ = plan_.shape.ranks;
@@ -414,8 +422,8 @@ SimResult Engine::run() {
   if (!network_) network_ = make_analytical_network(plan_, costs_, cluster_, opt_);
   comm_overhead_ns_ = network_->batch_overhead_ns();
   plan_streams();
-  memory_options_ =
-      sched::MemoryOptions{opt_.optimizer, opt_.momentum, opt_.recompute, opt_.precision};
+  memory_options_ = sched::MemoryOptions{opt_.optimizer, opt_.momentum, opt_.recompute,
+                                         opt_.precision, zero_,         std::max(dp_, 1)};
   memory_.emplace(plan_.shape, costs_, memory_options_);
   const auto& shape = plan_.shape;
   for (std::int32_t s = 0; s < static_cast<std::int32_t>(costs_.stages.size()); ++s) {
@@ -457,6 +465,12 @@ SimResult Engine::run() {
   result_.dp = dp_;
   result_.steps = K_;
   result_.dp_wire_bytes_per_step = dp_wire_bytes_per_step(costs_, opt_.dp);
+  result_.dp_wire_bytes_per_stage = dp_wire_bytes_per_stage(plan_, costs_, opt_.dp);
+  if (zero_ > 0) {  // Note [ZeRO in the simulator]: the plan's collectives, summed
+    result_.dp_wire_bytes_per_step = 0;
+    for (double b : result_.dp_wire_bytes_per_stage) result_.dp_wire_bytes_per_step += b;
+  }
+  init_zero();
   result_.micro_batch_size = opt_.micro_batch_size;
   result_.device_memory_bytes = cluster_.device_memory_bytes;
   result_.step_end_ns.assign(static_cast<std::size_t>(K_), 0);

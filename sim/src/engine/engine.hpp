@@ -230,6 +230,15 @@ class Engine {
     if (c.at_end != 0 || c.microbatches_at_end != 0) memory_point(r, st, end, c.at_end);
   }
   void memory_point(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta);
+  // Note [ZeRO in the simulator] (engine_dp.cpp).
+  void init_zero();
+  void wait_for_parameters(std::int32_t r, const Op& op, std::int64_t& start, std::int64_t& pred);
+  void zero_after_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                          std::int64_t end, std::int64_t src);
+  void shard_action(std::int32_t r, RankState& st, const Op& op, std::int32_t step);
+  std::int64_t zero_collective(std::int32_t r, RankState& st, std::int32_t stage, std::int32_t step,
+                               Collective kind, std::int64_t ready, std::int64_t ns,
+                               std::int64_t src);
   [[noreturn]] void throw_deadlock() const;
 
   const sched::LoweredPlan& plan_;
@@ -257,9 +266,14 @@ class Engine {
 
   std::size_t rows_per_step_ = 0;
   SlotArray slots_;
-  std::vector<std::int64_t> slot_src_;          // record index that filled the slot
-  std::vector<std::int64_t> recv_prev_;         // with record_: pending receive's predecessor
-  std::vector<std::int64_t> recv_record_;       // with record_: pending receive's record index
+  std::vector<std::int64_t> slot_src_;     // record index that filled the slot
+  std::vector<std::int64_t> recv_prev_;    // with record_: pending receive's predecessor
+  std::vector<std::int64_t> recv_record_;  // with record_: pending receive's record index
+  // ZeRO (Note [ZeRO in the simulator]): the effective zero stage (0 unless ddp with dp > 1), per
+  // plan stage the all-gather and the whole-gradient reduce-scatter times, when its gathered
+  // parameters are ready and the record index that made them so.
+  std::int32_t zero_ = 0;
+  std::vector<std::int64_t> zero_gather_ns_, zero_scatter_ns_, params_ready_, params_src_;
   std::vector<std::int64_t> ddp_done_;          // per (step, stage): all buckets reduced, or:
   static constexpr std::int64_t kUnknown = -1;  // not launched yet
   static constexpr std::int64_t kPending = -2;  // buckets queued on shared links

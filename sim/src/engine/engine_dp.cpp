@@ -1,7 +1,27 @@
 // The engine's data-parallel communication (Note [Engine]): a stage's DDP buckets, launched by
 // its last backward (event-driven on shared node links: engine_streams.cpp), and what ends a
 // step on a rank: waiting for buckets without a REDUCE_GRAD, the blocking collectives of
-// LocalSGD, SlowMo and SGP, and DiLoCo's overlapped fragment all-reduces.
+// LocalSGD, SlowMo and SGP, and DiLoCo's overlapped fragment all-reduces; ZeRO's reduce-scatters
+// and all-gathers (Note [ZeRO in the simulator]).
+//
+// Note [ZeRO in the simulator] (issue 43; docs/zero-contract semantics, docs/data-parallel.md):
+// per plan stage over its d replicas, ring collectives on the data-parallel group's link
+// (dp_group), each (d - 1) / d of its bytes plus (d - 1) latencies (reduce_ns), serialized on the
+// rank's dp stream with DDP's buckets, exactly where the executor overlaps them:
+//   1  REDUCE_GRAD: DDP's buckets, each reduce-scattered instead of all-reduced, launched by the
+//      stage's last backward as DDP's (network_model.cpp); after the stage's OPTIM an all-gather
+//      of its fp32 parameters P starts, and the stage's first compute of the next step waits for
+//      it (overlapping whatever the rank computes before);
+//   2  as 1, but every backward completing weight gradients (B or W) reduce-scatters the whole
+//      gradient G (in the reduce dtype) when it ends: m reduce-scatters a step; REDUCE_GRAD
+//      waits for the last;
+//   3  gradients as 2; UNSHARD starts an all-gather of P (when the rank reaches it in its list),
+//      the stage's compute waits for the latest; RESHARD frees (memory only); no all-gather
+//      after OPTIM.
+// Waiting for parameters counts as exposed data-parallel time (RankResult::dp_exposed_ns). The
+// bytes (SimResult::dp_wire_bytes_per_stage) come from the plan: data_parallel.hpp. On shared node
+// links (Note [Shared links]) ZeRO-1's buckets are queued as DDP's; the other ZeRO collectives
+// are timed as on a link of their own.
 #include <algorithm>
 
 #include "costs/data_parallel.hpp"
@@ -39,6 +59,74 @@ void Engine::launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_
     }
   }
   ddp_done_[static_cast<std::size_t>(step) * S_ + s] = done;
+}
+
+void Engine::init_zero() {
+  const auto S = static_cast<std::size_t>(S_);
+  zero_gather_ns_.assign(S, 0);
+  zero_scatter_ns_.assign(S, 0);
+  params_ready_.assign(S, 0);
+  params_src_.assign(S, -1);
+  if (zero_ == 0) return;
+  const bool per_model_stage = costs_.stages.size() != S;
+  for (std::int32_t s = 0; s < S_; ++s) {
+    const auto& c =
+        costs_.stages[static_cast<std::size_t>(per_model_stage ? plan_.shape.model_stage(s) : s)];
+    const DpGroup group =
+        dp_group(cluster_, plan_.shape.stage_to_rank[static_cast<std::size_t>(s)], R_, dp_);
+    zero_gather_ns_[static_cast<std::size_t>(s)] = reduce_ns(group.link, dp_, c.param_bytes);
+    zero_scatter_ns_[static_cast<std::size_t>(s)] =
+        reduce_ns(group.link, dp_, gradient_wire_bytes(c.param_bytes, opt_.dp));
+  }
+}
+
+std::int64_t Engine::zero_collective(std::int32_t r, RankState& st, std::int32_t stage,
+                                     std::int32_t step, Collective kind, std::int64_t ready,
+                                     std::int64_t ns, std::int64_t src) {
+  const std::int64_t start = std::max(ready, st.dp_free);
+  const std::int64_t end = start + ns;
+  const std::int64_t pred = ready >= st.dp_free ? src : st.last_dp;
+  st.dp_free = end;
+  result_.per_rank[static_cast<std::size_t>(r)].dp_comm_ns += ns;
+  if (record_) {
+    Op cop{ActionKind::kReduceGrad, stage, -1, -1, false, false};
+    const auto idx = record(cop, r, step, Stream::kDpAllReduce, start, end, pred);
+    result_.actions[static_cast<std::size_t>(idx)].collective = kind;
+    st.last_dp = idx;
+  }
+  return end;
+}
+
+void Engine::wait_for_parameters(std::int32_t r, const Op& op, std::int64_t& start,
+                                 std::int64_t& pred) {
+  const auto s = static_cast<std::size_t>(op.stage);
+  if (params_ready_[s] <= start) return;
+  result_.per_rank[static_cast<std::size_t>(r)].dp_exposed_ns += params_ready_[s] - start;
+  start = params_ready_[s];
+  pred = params_src_[s];
+}
+
+void Engine::zero_after_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
+                                std::int64_t end, std::int64_t src) {
+  const auto s = static_cast<std::size_t>(op.stage);
+  if (zero_ >= 2 && sched::completes_weight_grad(op.kind)) {
+    ddp_done_[static_cast<std::size_t>(step) * S_ + s] = zero_collective(
+        r, st, op.stage, step, Collective::kReduceScatter, end, zero_scatter_ns_[s], src);
+  }
+  if (zero_ <= 2 && op.kind == ActionKind::kOptimizerStep) {
+    params_ready_[s] = zero_collective(r, st, op.stage, step, Collective::kAllGather, end,
+                                       zero_gather_ns_[s], src);
+    params_src_[s] = st.last_dp;
+  }
+}
+
+void Engine::shard_action(std::int32_t r, RankState& st, const Op& op, std::int32_t step) {
+  const auto s = static_cast<std::size_t>(op.stage);
+  memory_change(r, st, op, st.time, st.time);
+  if (op.kind != ActionKind::kUnshard) return;
+  params_ready_[s] = zero_collective(r, st, op.stage, step, Collective::kAllGather, st.time,
+                                     zero_gather_ns_[s], st.last_compute);
+  params_src_[s] = st.last_dp;
 }
 
 void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {

@@ -58,7 +58,8 @@ std::optional<Action> node_action(const std::string& name, std::string* error) {
 ChakraProtoMsg::NodeType node_type(ActionKind kind) {
   if (sched::is_send(kind)) return ChakraProtoMsg::COMM_SEND_NODE;
   if (sched::is_recv(kind)) return ChakraProtoMsg::COMM_RECV_NODE;
-  if (kind == ActionKind::kReduceGrad) return ChakraProtoMsg::COMM_COLL_NODE;
+  if (kind == ActionKind::kReduceGrad || kind == ActionKind::kUnshard)
+    return ChakraProtoMsg::COMM_COLL_NODE;
   return ChakraProtoMsg::COMP_NODE;
 }
 

@@ -125,9 +125,14 @@ std::vector<std::string> to_chakra(const sched::LoweredPlan& plan, const sched::
           add_attr(attrs, "comm_tag")
               ->set_int32_val(static_cast<std::int32_t>(rules.message_id(a)));
           add_attr(attrs, "comm_size")->set_int64_val(stage_cost(producer).output_bytes);
-        } else if (a.kind == ActionKind::kReduceGrad) {
+        } else if (a.kind == ActionKind::kReduceGrad || a.kind == ActionKind::kUnshard) {
+          // DDP all-reduces the stage's gradients; ZeRO reduce-scatters them (Note [ZeRO in the
+          // simulator]); UNSHARD all-gathers the stage's parameters.
           node.set_type(ChakraProtoMsg::COMM_COLL_NODE);
-          add_attr(attrs, "comm_type")->set_int64_val(ChakraProtoMsg::ALL_REDUCE);
+          add_attr(attrs, "comm_type")
+              ->set_int64_val(a.kind == ActionKind::kUnshard ? ChakraProtoMsg::ALL_GATHER
+                              : options.dp.zero_stage > 0    ? ChakraProtoMsg::REDUCE_SCATTER
+                                                             : ChakraProtoMsg::ALL_REDUCE);
           add_attr(attrs, "comm_size")->set_int64_val(stage_cost(a.stage).param_bytes);
           // The stage's replicas: communicator group r + 1 (chakra_comm_groups).
           add_attr(attrs, "pg_name")->set_string_val(std::to_string(r + 1));

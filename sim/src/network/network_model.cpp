@@ -85,8 +85,11 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
     if (options.dp.algorithm == DpAlgorithm::kDdp) {
       const auto buckets = ddp_buckets(costs.stages[static_cast<std::size_t>(s)], options.dp);
       for (std::size_t b = 0; b < buckets.bytes.size(); ++b) {
-        bucket_ns_[static_cast<std::size_t>(s)].push_back(allreduce_ns(
-            cluster.collective, group.link, dp, gradient_wire_bytes(buckets.bytes[b], options.dp)));
+        // ZeRO: a bucket is reduce-scattered (one ring pass), not all-reduced.
+        const std::int64_t wire = gradient_wire_bytes(buckets.bytes[b], options.dp);
+        bucket_ns_[static_cast<std::size_t>(s)].push_back(
+            options.dp.zero_stage > 0 ? reduce_ns(group.link, dp, wire)
+                                      : allreduce_ns(cluster.collective, group.link, dp, wire));
       }
       bucket_cum_[static_cast<std::size_t>(s)] = buckets.cumulative_bytes;
     }

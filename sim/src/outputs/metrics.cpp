@@ -26,6 +26,10 @@ std::string action_name(const TimedAction& a) {
       return "DILOCO";
     case Collective::kSgp:
       return "SGP";
+    case Collective::kReduceScatter:
+      return std::to_string(a.action.stage) + "REDUCE_SCATTER";
+    case Collective::kAllGather:
+      return std::to_string(a.action.stage) + "ALL_GATHER";
     case Collective::kNone:
       break;
   }
@@ -44,6 +48,10 @@ std::string action_category(const TimedAction& a) {
       return "DILOCO";
     case Collective::kSgp:
       return "SGP";
+    case Collective::kReduceScatter:
+      return "REDUCE_SCATTER";
+    case Collective::kAllGather:
+      return "ALL_GATHER";
     case Collective::kNone:
       break;
   }
@@ -117,7 +125,8 @@ std::string metrics_json(const SimResult& r) {
                         {"dp_comm_ms", ms(dp)},
                         {"dp_exposed_ms", ms(dp_exposed)},
                         {"dp_exposed_max_rank_ms", ms(dp_exposed_max)},
-                        {"dp_wire_bytes_per_step", r.dp_wire_bytes_per_step}};
+                        {"dp_wire_bytes_per_step", r.dp_wire_bytes_per_step},
+                        {"dp_wire_bytes_per_stage", r.dp_wire_bytes_per_stage}};
   j["device_memory_bytes"] = r.device_memory_bytes;
   j["fits_memory"] = fits;
   json path = json::array();

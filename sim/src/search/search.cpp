@@ -9,6 +9,8 @@
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/sched/job.hpp"
+#include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/memory.hpp"
 #include "pipewright/sim/cost_inputs.hpp"
 #include "pipewright/sim/synthesis.hpp"
 
@@ -96,6 +98,7 @@ std::string describe(const SearchCandidate& c) {
   std::string out = std::string(buf) + (c.recompute ? " recompute=full" : "");
   if (c.precision != sched::Precision::kFp32)
     out += " precision=" + std::string(sched::to_string(c.precision));
+  if (c.zero_stage > 0) out += " zero=" + std::to_string(c.zero_stage);
   return out;
 }
 
@@ -245,6 +248,32 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
         return std::any_of(x.per_rank.begin(), x.per_rank.end(),
                            [](const RankResult& rr) { return rr.exceeds_memory; });
       };
+      // Issue 43: shard the state, the least sharding that fits (ZeRO-3 placed to fit).
+      std::int32_t zero_stage = 0;
+      if (opt.try_zero && over(r) && c.dp > 1 && variant.algorithm == DpAlgorithm::kDdp) {
+        for (std::int32_t z = 1; z <= 3; ++z) {
+          sched::JobSpec zjob = vjob;
+          zjob.zero_stage = z;
+          SimOptions zo = sim_options(zjob);
+          zo.micro_batch_size = mbs;
+          zo.record_actions = false;
+          sched::LoweredPlan zplan;
+          if (z == 3) {
+            const sched::ShardFit fit{&parted->costs, sched::memory_options(zjob), limit};
+            zplan = sched::place_shards(plan, sched::ShardPlacement::kFit, &fit);
+          }
+          SimResult again = simulate(z == 3 ? zplan : plan, parted->costs, cl, zo);
+          ++result.simulated;
+          result.simulated_actions += again.simulated_actions;
+          if (!over(again)) {
+            r = std::move(again);
+            so = zo;
+            zero_stage = z;
+            ++result.sharded;
+            break;
+          }
+        }
+      }
       if (opt.try_recompute && over(r)) {
         so.recompute = sched::parse_recompute("full");
         SimResult again = simulate(plan, parted->costs, cl, so);
@@ -258,6 +287,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       }
       SearchCandidate cand;
       cand.recompute = recompute;
+      cand.zero_stage = zero_stage;
       cand.precision = vjob.precision;
       cand.pp = c.pp;
       cand.dp = c.dp;

@@ -1,6 +1,19 @@
 // The plan IR's atom: an action = (stage, kind, microbatch), with torch.distributed.pipelining's
 // text form: "2F0" (stage 2, forward, microbatch 0), "1SEND_F3", "0RECV_B1", "3I2", "3W2",
-// "2REDUCE_GRAD". pipewright adds "2OPTIM" (the optimizer step of stage 2's parameters).
+// "2REDUCE_GRAD", "2UNSHARD", "2RESHARD". pipewright adds "2OPTIM" (the optimizer step of stage
+// 2's parameters).
+//
+// Note [UNSHARD and RESHARD] (issue 43, ZeRO-3 / FSDP; docs/data-parallel.md): stage-level
+// actions (no microbatch) with torch.distributed.pipelining's names. "2UNSHARD" starts the
+// all-gather of stage 2's parameter shards over the stage's data-parallel group; the first compute
+// of stage 2 after it waits for the gather. "2RESHARD" frees the gathered parameters. Between an
+// UNSHARD and the next RESHARD of its stage (on the stage's rank) the stage is *unsharded*: its
+// window. A stage that has any UNSHARD / RESHARD in a plan runs every compute action (F, B, I, W)
+// inside a window, and its OPTIM outside one (validate()); windows do not nest and every UNSHARD
+// is closed by a RESHARD. A plan with no UNSHARD / RESHARD of a stage keeps that stage's
+// parameters whole (ZeRO stages 0-2). Under a job whose effective zero stage is below 3 the
+// executor and the simulator treat them as no-ops (the parameters are whole anyway), as torch
+// does for a stage that is not FSDP-wrapped.
 //
 // Communication actions name the stage at the other end. For the neighbours of a chain
 // (SEND_F / RECV_B to or from stage+1, RECV_F / SEND_B from or to stage-1) the text form omits
@@ -43,6 +56,8 @@ enum class ActionKind : std::uint8_t {
   kReduceGrad,      // "REDUCE_GRAD"  data-parallel gradient reduction of one stage (no microbatch)
   kOptimizerStep,   // "OPTIM"  optimizer step of one stage's parameters (no microbatch)
   kOverlapFB,       // "OVERLAP_F_B" unit marker (no microbatch): Note [OVERLAP_F_B units]
+  kUnshard,         // "UNSHARD"  all-gather one stage's parameters (no microbatch)
+  kReshard,         // "RESHARD"  free one stage's gathered parameters (no microbatch)
 };
 
 // Sub-actions that follow an OVERLAP_F_B marker: the forward, then the backward (B or I).
@@ -63,10 +78,14 @@ inline constexpr int kOverlapSubActions = 2;
 [[nodiscard]] constexpr bool is_comm(ActionKind kind) noexcept {  // SEND_*, RECV_*
   return is_send(kind) || is_recv(kind);
 }
-// False for REDUCE_GRAD, OPTIM and the OVERLAP_F_B marker.
+// UNSHARD, RESHARD: Note [UNSHARD and RESHARD].
+[[nodiscard]] constexpr bool is_shard(ActionKind kind) noexcept {
+  return kind == ActionKind::kUnshard || kind == ActionKind::kReshard;
+}
+// False for REDUCE_GRAD, OPTIM, UNSHARD, RESHARD and the OVERLAP_F_B marker.
 [[nodiscard]] constexpr bool has_microbatch(ActionKind kind) noexcept {
   return kind != ActionKind::kReduceGrad && kind != ActionKind::kOptimizerStep &&
-         kind != ActionKind::kOverlapFB;
+         kind != ActionKind::kOverlapFB && !is_shard(kind);
 }
 [[nodiscard]] constexpr bool is_overlap(ActionKind kind) noexcept {
   return kind == ActionKind::kOverlapFB;

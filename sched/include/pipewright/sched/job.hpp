@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "pipewright/graph/partition.hpp"
+#include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/plan.hpp"
 #include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sched/schedule.hpp"
@@ -191,6 +192,9 @@ struct JobSpec {
   // parameters (FSDP; UNSHARD / RESHARD in the plan). Flag --zero-stage, TOML
   // [parallelism] zero_stage. Synchronous algorithms only (validate_job).
   int zero_stage = 0;
+  // Where make_plan puts ZeRO-3's UNSHARD / RESHARD (lower.hpp, Note [Where UNSHARD and RESHARD
+  // go]) in a plan that has none; flag --shard-placement. Only with zero stage 3 (validate_job).
+  ShardPlacement shard_placement = ShardPlacement::kFit;
   // Inference / evaluation: the schedule's forward-only plan (ScheduleSpec::forward_only), no
   // gradients, no optimizer (flag --forward-only, TOML key `forward_only`).
   bool forward_only = false;
@@ -234,9 +238,11 @@ void validate_job(const JobSpec& job);
 // The lowered plan every rank of the job runs: the plan file (lower_for_run) or the generated
 // schedule (over the partition's stage DAG when it is not a chain), checked against the job's
 // shape and, when given, the partition (every stage dependency must be a plan edge), then
-// validated (check_valid) and dry-run for deadlocks (buffered sends: the executor pre-posts its
-// receives). `loaded` is the plan file's contents when the caller has read it already (else the
-// file is read here). Throws InvalidPlanError naming the plan and the mismatch.
+// validated (check_valid) and dry-run for deadlocks. Under effective zero stage 3 a plan without
+// UNSHARD / RESHARD gets them from place_shards(job.shard_placement) (kFit without a memory
+// limit: kStep); a plan with them runs as written; validated (buffered sends: the executor
+// pre-posts its receives). `loaded` is the plan file's contents when the caller has read it already
+// (else the file is read here). Throws InvalidPlanError naming the plan and the mismatch.
 [[nodiscard]] LoweredPlan make_plan(const JobSpec& job, const graph::Partition* partition,
                                     const AnyPlan* loaded = nullptr);
 

@@ -27,13 +27,61 @@
 //     posts RECVs as non-blocking irecv, so early placement costs it nothing).
 // Both placements give plans that are deadlock-free with buffered sends and with rendezvous sends
 // (blocking receives in both cases); tests/sched checks it over the whole shape grid.
+//
+// Note [Where UNSHARD and RESHARD go] (issue 43, ZeRO-3; Note [UNSHARD and RESHARD] in action.hpp):
+// place_shards() is a pure pass over a plan's rank lists that wraps every compute action of a
+// stage in an UNSHARD..RESHARD window. Every policy puts a window's RESHARD right after the last
+// compute (the whole OVERLAP_F_B unit) it covers. kStep puts a window's UNSHARD one compute
+// earlier than its first compute (a prefetch: the all-gather overlaps that compute; not when the
+// stage is gathered there already, nor before a rank's first compute); kCompute right before its
+// first compute; kTorch right before the compute whose look-ahead takes the stage in; kFit as
+// kStep, or (below) prefetching where the limit allows. Per step and stage of a rank with
+// m microbatches (F and B each, or F, I, W):
+//   kStep     one window from the stage's first to its last compute of the step: 1 all-gather
+//             (the fewest), the stage's parameters gathered most of the step;
+//   kCompute  one window per compute action (FSDP's reshard_after_forward, and after each
+//             backward), no prefetch: 2m all-gathers (3m with split backward), each exposed, the
+//             stage gathered only while it computes: the least memory;
+//   kTorch    torch's _add_unshard_reshard: before each compute, the first `lookahead` (torch: 3)
+//             distinct stages of the rank's compute from here on are gathered, others resharded;
+//             at the end of the list every gathered stage is resharded;
+//   kFit      (default) pipewright's: kStep when it fits the memory limit (ShardFit, memory.hpp;
+//             no limit or no costs: kStep); otherwise, per rank, starting from kCompute's
+//             windows, the two consecutive windows of a stage with the shortest gap between them
+//             are merged, one merge at a time, as long as the rank's peak (peak_memory) stays
+//             within the limit, then each window prefetches where the peak still fits: the fewest
+//             all-gathers this greedy search finds whose peak fits.
+//             When even kCompute's windows do not fit they are the plan (the least memory), and
+//             the peak says by how much it is over.
+// A stage's gradients are reduce-scattered after every backward (ZeRO-2's rule) whatever the
+// placement; the all-gathers are the part the placement chooses. The pass drops the plan's
+// UNSHARD / RESHARD before placing its own; make_plan only calls it for a plan that has none
+// (a plan file with them runs as written).
 #pragma once
 
 #include <cstdint>
+#include <string_view>
+#include <vector>
 
 #include "pipewright/sched/plan.hpp"
 
 namespace pipewright::sched {
+
+enum class ShardPlacement : std::uint8_t { kFit, kStep, kCompute, kTorch };
+// "fit", "step", "compute", "torch"; anything else is a ConfigError naming --shard-placement.
+[[nodiscard]] ShardPlacement parse_shard_placement(std::string_view name);
+[[nodiscard]] std::string_view to_string(ShardPlacement placement) noexcept;
+
+struct ShardFit;  // memory.hpp: the cost table, memory options and limit kFit places against
+
+// Note [Where UNSHARD and RESHARD go]. `lookahead` is kTorch's max_active_stages (>= 1, else
+// ConfigError). `fit` may be null (kFit then places as kStep).
+[[nodiscard]] LoweredPlan place_shards(LoweredPlan plan, ShardPlacement placement,
+                                       const ShardFit* fit = nullptr, int lookahead = 3);
+[[nodiscard]] ComputePlan place_shards(ComputePlan plan, ShardPlacement placement,
+                                       const ShardFit* fit = nullptr, int lookahead = 3);
+// Whether any rank list holds an UNSHARD or RESHARD.
+[[nodiscard]] bool has_shard_actions(const std::vector<std::vector<Action>>& per_rank) noexcept;
 
 enum class RecvPlacement : std::uint8_t { kJustInTime, kTorchRounds };
 

@@ -39,6 +39,25 @@
 // data-parallel reduction's dtype (JobSpec::reduce_dtype) and the fp16 loss-scale all-reduce (one
 // scalar) change no memory.
 //
+// Note [Sharded state] (issue 43, ZeRO; docs/data-parallel.md, "Sharded data parallelism"): with
+// p = a stage's fp32 parameter bytes (CostTable param_bytes, 4 per parameter), d = its
+// data-parallel replicas and k = optimizer_state_factor, a state layout holds per stage
+//   layout (MemoryOptions::layout)  parameters a   gradients g   optimizer o (x p)
+//   kAutocast (pipewright)          1 (fp32)       1 (fp32)      k  (+ the 16-bit autocast cache
+//                                                                   p/2 under bf16 / fp16)
+//   kMegatron (Megatron-Core)       1/2 (bf16)     1 (fp32)      1 + k (fp32 master + state)
+//   kZero     (the ZeRO paper)      1/2 (fp16)     1/2 (fp16)    1 + k (fp32 master + state)
+// and by zero stage (MemoryOptions::zero_stage, the job's effective one) static bytes
+//   0: (a + g + o) p     1: (a + g) p + o p / d     2: a p + (g + o) p / d     3: (a + g + o) p / d
+// (shards of a stage's padded flat buffer: ceil(p / d) per share) plus, changing with the plan:
+//   ZeRO-2 and 3: a backward that completes weight gradients (B or W) holds the stage's full
+//     gradients g p from its start to its end (then they are reduce-scattered into the shard);
+//   ZeRO-3: the gathered parameters a p (and under kAutocast with bf16 / fp16 their autocast
+//     cache, which then is no static bytes) from the stage's UNSHARD to its RESHARD.
+// Per parameter with AdamW (k = 2): kMegatron 18 at stage 0 and 6 + 12/d at stage 1 (Megatron's
+// distributed optimizer table); kZero 16, 4 + 12/d, 2 + 14/d, 16/d (the ZeRO paper's formulas);
+// kAutocast 16, 8 + 8/d, 4 + 12/d, 16/d (+ 2 per parameter of autocast cache under bf16).
+//
 // Note [Forward-only memory]: an inference plan frees a forward's activations when the forward
 // ends and holds no gradients or optimizer state (static = parameters).
 #pragma once
@@ -58,20 +77,38 @@ namespace pipewright::sched {
 // momentum 1 (the momentum buffer), Adam and AdamW 2 (two moments).
 [[nodiscard]] double optimizer_state_factor(Optimizer optimizer, double momentum) noexcept;
 
+// Note [Sharded state]: what a replica keeps of its parameters, gradients and optimizer state.
+enum class StateLayout : std::uint8_t { kAutocast, kMegatron, kZero };
+
 // What of a job the memory model reads.
 struct MemoryOptions {
   Optimizer optimizer = Optimizer::kSgd;
   double momentum = 0.0;
   RecomputeSpec recompute;
   Precision precision = Precision::kFp32;  // Note [Precision bytes]
+  int zero_stage = 0;                      // Note [Sharded state]: the effective zero stage
+  int dp = 1;                              // replicas of each stage
+  StateLayout layout = StateLayout::kAutocast;
 };
+// The job's options (zero_stage = job.effective_zero_stage(), layout kAutocast: what
+// pipewright's executor keeps).
 [[nodiscard]] MemoryOptions memory_options(const JobSpec& job);
+
+// What place_shards' kFit policy (lower.hpp, Note [Where UNSHARD and RESHARD go]) places against:
+// a rank's peak_memory must stay within limit_bytes (0: no limit).
+struct ShardFit {
+  const CostTable* costs = nullptr;
+  MemoryOptions memory;
+  std::int64_t limit_bytes = 0;
+};
 
 // How one compute action changes its rank's activation bytes, at its start and at its end, and
 // the number of microbatches whose activations the rank holds.
 struct MemoryChange {
-  std::int64_t at_start = 0;
+  std::int64_t at_start = 0;  // activations, and Note [Sharded state]'s changing bytes
   std::int64_t at_end = 0;
+  std::int64_t sharded_at_start = 0;  // the part of at_start / at_end that is Note [Sharded
+  std::int64_t sharded_at_end = 0;    // state]'s (gathered parameters, transient gradients)
   std::int32_t microbatches_at_start = 0;
   std::int32_t microbatches_at_end = 0;
 };
@@ -88,15 +125,20 @@ class MemoryModel {
   // Autocast's 16-bit parameter copies of the stages on pipeline rank `rank` (0 in fp32; Note
   // [Precision bytes]).
   [[nodiscard]] std::int64_t autocast_cache_bytes(std::int32_t rank) const;
-  // The change a compute action of plan stage `stage` makes (all zero for other kinds).
+  // The change an action of plan stage `stage` makes: compute actions, and UNSHARD / RESHARD at
+  // zero stage 3 (all zero for other kinds).
   [[nodiscard]] MemoryChange change(ActionKind kind, std::int32_t stage) const noexcept;
 
  private:
   const PlanShape& shape_;
+  [[nodiscard]] std::int64_t share(double bytes) const noexcept;          // ceil(bytes / dp)
   std::vector<std::int64_t> param_bytes_, kept_bytes_, recompute_bytes_;  // per plan stage
   double state_factor_ = 0.0;
   std::int64_t runtime_bytes_ = 0;
   Precision precision_ = Precision::kFp32;
+  int zero_stage_ = 0;
+  int dp_ = 1;
+  double param_x_ = 1.0, grad_x_ = 1.0, optim_x_ = 0.0;  // Note [Sharded state]: a, g, o
 };
 
 struct RankMemory {
@@ -106,13 +148,16 @@ struct RankMemory {
   std::int64_t autocast_cache_bytes = 0;  // Note [Precision bytes]; 0 in fp32
   std::int64_t peak_activation_bytes = 0;
   std::int32_t peak_activation_microbatches = 0;
-  std::int64_t peak_bytes = 0;  // runtime + static + autocast cache + peak activation
+  // Note [Sharded state]: gathered parameters and transient full gradients at the peak (0 below
+  // zero stage 2).
+  std::int64_t peak_sharded_bytes = 0;
+  std::int64_t peak_bytes = 0;  // runtime + static + autocast cache + activation + sharded
   friend bool operator==(const RankMemory& a, const RankMemory& b) noexcept {
     return a.rank == b.rank && a.static_bytes == b.static_bytes &&
            a.runtime_bytes == b.runtime_bytes && a.autocast_cache_bytes == b.autocast_cache_bytes &&
            a.peak_activation_bytes == b.peak_activation_bytes &&
            a.peak_activation_microbatches == b.peak_activation_microbatches &&
-           a.peak_bytes == b.peak_bytes;
+           a.peak_sharded_bytes == b.peak_sharded_bytes && a.peak_bytes == b.peak_bytes;
   }
 };
 

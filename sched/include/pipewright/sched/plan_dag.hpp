@@ -15,7 +15,7 @@
 //   SEND_B(s->q)  kInputGrad(s)                                 kGradientSent(q->s)
 //   RECV_F(s<-q)  kActivationSent(q->s)                         kActivationReceived(q->s)
 //   RECV_B(s<-c)  kGradientSent(s->c)                           kGradientReceived(s->c)
-//   REDUCE_GRAD, OPTIM: no fact of a microbatch (see "Stage-level order" below)
+//   REDUCE_GRAD, OPTIM, UNSHARD, RESHARD: no fact of a microbatch (see "Stage-level order")
 //
 // Message facts name the stage edge (from -> to, the direction activations flow); a SEND and the
 // RECV that matches it (matching()) produce and need the same message. Producers and consumers
@@ -66,11 +66,33 @@ enum class Level : std::uint8_t { kCompute, kLowered };
 // after the last action that completes a weight gradient of s (DDP launches the stage's gradient
 // buckets from it), and OPTIM(s) after REDUCE_GRAD(s). B and W complete weight gradients; I does
 // not.
+//
+// Parameter residency (Note [UNSHARD and RESHARD] in action.hpp): a stage with UNSHARD / RESHARD
+// actions in its rank's list runs each action that needs its parameters (needs_parameters: F, B,
+// I, W) between an UNSHARD(s) and the next RESHARD(s); its OPTIM after the window closes.
+// These are orders within one rank's list (no fact, no other rank): the all-gather is a
+// collective of the stage's data-parallel group, whose replicas all run the same list.
+[[nodiscard]] constexpr bool needs_parameters(ActionKind kind) noexcept { return is_compute(kind); }
+
+// One unsharded window of a rank's list: the positions of an UNSHARD of `stage` and of the
+// RESHARD that closes it (-1 when the list ends with the window open).
+struct ShardWindow {
+  std::int32_t stage = 0;
+  std::int32_t unshard = -1;
+  std::int32_t reshard = -1;
+  friend bool operator==(const ShardWindow& a, const ShardWindow& b) noexcept {
+    return a.stage == b.stage && a.unshard == b.unshard && a.reshard == b.reshard;
+  }
+};
+// The windows of one rank's list, in UNSHARD order. A RESHARD with no open window of its stage
+// and an UNSHARD of a stage already open start or close nothing (validate() reports both).
+[[nodiscard]] std::vector<ShardWindow> shard_windows(const std::vector<Action>& ops);
+
 [[nodiscard]] constexpr bool completes_weight_grad(ActionKind kind) noexcept {
   return kind == ActionKind::kFullBackward || kind == ActionKind::kBackwardWeight;
 }
 
-// The fact an action produces, or nothing (W, REDUCE_GRAD, OPTIM).
+// The fact an action produces, or nothing (W and the stage-level actions).
 [[nodiscard]] std::optional<Fact> produces(const Action& a) noexcept;
 // The action on the peer's rank that completes a SEND or RECV (a SEND's RECV, a RECV's SEND).
 // Precondition: is_comm(a.kind).

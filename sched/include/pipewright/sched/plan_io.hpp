@@ -80,16 +80,19 @@ struct CsvOptions {
 
 // torch's compute_comms CSV (`_PipelineScheduleRuntime._dump_csv(f, format="compute_comms")` and
 // `_load_csv(f, format="compute_comms")`, docs/interop.md): the lowered CSV above plus torch's
-// runtime actions, which pipewright's plan has no use for and does not keep:
-//   sWAIT_SEND_Fm / sWAIT_SEND_Bm  retire a send (pipewright's sends complete on their own);
+// runtime actions, of which pipewright's plan keeps some:
+//   sWAIT_SEND_Fm / sWAIT_SEND_Bm  retire a send (pipewright's sends complete on their own):
+//                    checked, dropped;
 //   sREDUCE_GRAD, sWAIT_REDUCE_GRAD  the reduction and its wait (REDUCE_GRAD is kept);
-//   sUNSHARD / sRESHARD  FSDP parameter residency (pipewright shards no parameters).
+//   sUNSHARD / sRESHARD  FSDP parameter residency: kept as plan actions where they stand (Note
+//                    [UNSHARD and RESHARD] in action.hpp; ZeRO-3 runs them as written).
 // parse_csv reads them (any CSV reader then takes torch's file): each wait must follow the send
 // or REDUCE_GRAD it retires on its row (else ParseError at its line and column), and a file with
 // any of them is a lowered plan. to_torch_comms_csv writes what torch's loader requires: each
 // REDUCE_GRAD followed by its WAIT_REDUCE_GRAD, and one WAIT_SEND per send where torch's own
 // lowering (_add_wait_send) puts it: a SEND_F's wait after the local backward of the same stage
-// and microbatch, the other waits at the end of the row in send order. No UNSHARD / RESHARD.
+// and microbatch, the other waits at the end of the row in send order; UNSHARD / RESHARD where
+// the plan has them.
 // "" or why torch's compute_comms CSV cannot carry `plan` (csv_cannot_carry's reasons, OPTIM,
 // which torch has no action for, and "@peer" stage edges, which torch's actions cannot name).
 [[nodiscard]] std::string torch_comms_cannot_carry(const LoweredPlan& plan);

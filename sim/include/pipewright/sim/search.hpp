@@ -49,6 +49,10 @@ struct SearchOptions {
   // stage (--recompute full); when that fits it is ranked, marked recompute (issue 22; `search
   // --recompute`). The re-simulations count in `simulated`.
   bool try_recompute = false;
+  // Issue 43: a DDP configuration (dp > 1) over the memory limit is simulated again at zero
+  // stages 1, 2 and 3 in turn (ZeRO-3's UNSHARD / RESHARD placed by place_shards' kFit against
+  // the limit); the first that fits is ranked, with its zero stage. Before --recompute.
+  bool try_zero = true;
   // Precisions to try (`search --precision fp32,bf16`): each configuration is simulated at each
   // (memory and message bytes by dtype, Note [Precision bytes] in sched/memory.hpp; compute
   // times are the model's in every precision). Empty = fp32 only.
@@ -75,6 +79,7 @@ struct SearchCandidate {
   bool fits_memory = true;
   bool recompute = false;  // fits only with --recompute full
   sched::Precision precision = sched::Precision::kFp32;
+  std::int32_t zero_stage = 0;  // fits only with this zero stage (SearchOptions::try_zero)
 };
 
 struct SearchResult {
@@ -84,6 +89,7 @@ struct SearchResult {
   std::int64_t rejected_shape = 0;      // schedule/partition cannot take the shape
   std::int64_t dropped_memory = 0;      // simulated but over the memory limit
   std::int64_t recomputed = 0;          // over the limit without recompute, fit with it
+  std::int64_t sharded = 0;             // over the limit at zero stage 0, fit at a higher one
   std::int64_t simulated_actions = 0;
 };
 

@@ -59,6 +59,9 @@ struct DataParallelOptions {
   // all-reduce of pseudo-gradients send element_bytes(reduce_dtype) / 4 of the fp32 gradient
   // bytes. Parameter averaging (LocalSGD, SlowMo, SGP) moves the fp32 master weights.
   sched::Precision reduce_dtype = sched::Precision::kFp32;
+  // Sharded data parallelism (issue 43; ddp only; sched::JobSpec::effective_zero_stage()), Note
+  // [ZeRO in the simulator] in sim/src/engine/engine_dp.cpp.
+  std::int32_t zero_stage = 0;
 };
 
 struct SimOptions {
@@ -120,7 +123,17 @@ inline constexpr int kReplaySlots = 5;
 using Stream = sched::TraceStream;
 
 // What a slice on the dp-allreduce stream (or a blocking collective) is.
-enum class Collective : std::uint8_t { kNone, kDdpBucket, kLocalSgd, kSlowMo, kDiLoCo, kSgp };
+// kReduceScatter / kAllGather: ZeRO's (Note [ZeRO in the simulator] in engine_dp.cpp).
+enum class Collective : std::uint8_t {
+  kNone,
+  kDdpBucket,
+  kLocalSgd,
+  kSlowMo,
+  kDiLoCo,
+  kSgp,
+  kReduceScatter,
+  kAllGather
+};
 
 // One timed action of the plan, or one collective (then action.kind == kReduceGrad,
 // action.stage is the stage (DDP) or -1 (LocalSGD / SlowMo over all the rank's stages)).
@@ -181,6 +194,9 @@ struct SimResult {
   // Data-parallel bytes one replica (all its pipeline ranks) sends per step, averaged over a
   // period of the algorithm (dp_wire_bytes_per_step in data_parallel.hpp); 0 when dp == 1.
   double dp_wire_bytes_per_step = 0;
+  // The same per plan stage under DDP and ZeRO (Note [ZeRO in the simulator]); empty for other
+  // algorithms and dp == 1.
+  std::vector<double> dp_wire_bytes_per_stage;
 
   [[nodiscard]] double bubble_fraction() const noexcept;
   // Samples per second over all steps (needs micro_batch_size); 0 when unknown.

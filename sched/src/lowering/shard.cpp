@@ -1,0 +1,305 @@
+// Where UNSHARD and RESHARD go (lower.hpp, Note [Where UNSHARD and RESHARD go]): a pure pass over
+// a plan's rank lists.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/lower.hpp"
+#include "pipewright/sched/memory.hpp"
+#include "pipewright/sched/plan_dag.hpp"
+
+namespace pipewright::sched {
+namespace {
+
+using Ops = std::vector<Action>;
+std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
+
+// A unit of a rank's list that needs parameters: one compute action, or an OVERLAP_F_B marker with
+// its sub-actions (Note [OVERLAP_F_B units]): [begin, end) in the list and the stages it computes.
+struct Slot {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::vector<std::int32_t> stages;
+};
+
+std::vector<Slot> slots_of(const Ops& ops) {
+  std::vector<Slot> out;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Action& a = ops[i];
+    if (is_overlap(a.kind)) {
+      Slot s{i, std::min(ops.size(), i + 1 + kOverlapSubActions), {}};
+      for (std::size_t k = i + 1; k < s.end; ++k) {
+        if (std::find(s.stages.begin(), s.stages.end(), ops[k].stage) == s.stages.end())
+          s.stages.push_back(ops[k].stage);
+      }
+      i = s.end - 1;
+      out.push_back(std::move(s));
+    } else if (needs_parameters(a.kind)) {
+      out.push_back({i, i + 1, {a.stage}});
+    }
+  }
+  return out;
+}
+
+// A window over slots [first, last] of one stage; `fetch` is the slot before which its UNSHARD
+// goes (first, or the slot before it: the all-gather overlaps that slot's compute).
+struct Window {
+  std::int32_t stage = 0;
+  std::size_t first = 0;
+  std::size_t last = 0;
+  std::size_t fetch = 0;
+};
+
+// Whether window w's UNSHARD may go one slot early: not before the rank's first slot, nor where
+// its stage is gathered already.
+bool can_prefetch(const std::vector<Window>& windows, const Window& w) {
+  if (w.first == 0) return false;
+  return !std::any_of(windows.begin(), windows.end(), [&](const Window& o) {
+    return &o != &w && o.stage == w.stage && o.first <= w.first - 1 && o.last >= w.first - 1;
+  });
+}
+
+// Prefetch (kStep): each window's UNSHARD one slot early where it can be.
+void set_fetch(std::vector<Window>& windows) {
+  for (Window& w : windows) w.fetch = can_prefetch(windows, w) ? w.first - 1 : w.first;
+}
+
+// kStep: per stage one window from its first to its last slot.
+std::vector<Window> step_windows(const std::vector<Slot>& slots) {
+  std::vector<Window> out;
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    for (std::int32_t s : slots[k].stages) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const Window& w) { return w.stage == s; });
+      if (it == out.end()) {
+        out.push_back({s, k, k, k});
+      } else {
+        it->last = k;
+      }
+    }
+  }
+  set_fetch(out);
+  return out;
+}
+
+// kCompute: one window per slot and stage, no prefetch (the least memory).
+std::vector<Window> compute_windows(const std::vector<Slot>& slots) {
+  std::vector<Window> out;
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    for (std::int32_t s : slots[k].stages) out.push_back({s, k, k, k});
+  }
+  return out;
+}
+
+// The rank's list with the windows' UNSHARD / RESHARD inserted: UNSHARDs right before their fetch
+// slot's first action, RESHARDs right after their last slot's last action.
+Ops emit(const Ops& ops, const std::vector<Slot>& slots, std::vector<Window> windows) {
+  std::vector<std::vector<std::int32_t>> before(ops.size() + 1), after(ops.size() + 1);
+  std::stable_sort(windows.begin(), windows.end(), [](const Window& x, const Window& y) {
+    return std::make_pair(x.fetch, x.first) < std::make_pair(y.fetch, y.first);
+  });
+  for (const Window& w : windows) before[slots[w.fetch].begin].push_back(w.stage);
+  std::stable_sort(windows.begin(), windows.end(),
+                   [](const Window& x, const Window& y) { return x.last < y.last; });
+  for (const Window& w : windows) after[slots[w.last].end - 1].push_back(w.stage);
+  Ops out;
+  out.reserve(ops.size() + 2 * windows.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    for (std::int32_t s : before[i]) out.push_back(Action::stage_only(s, ActionKind::kUnshard));
+    out.push_back(ops[i]);
+    for (std::int32_t s : after[i]) out.push_back(Action::stage_only(s, ActionKind::kReshard));
+  }
+  return out;
+}
+
+// torch's _add_unshard_reshard (torch/distributed/pipelining/schedules.py) on one rank: before
+// each slot, the first `lookahead` distinct stages of the slots from here on are the active set;
+// stages leaving it are resharded (ascending), stages entering it unsharded (in order of use); at
+// the end every active stage is resharded (ascending).
+Ops torch_lookahead(const Ops& ops, const std::vector<Slot>& slots, int lookahead) {
+  std::vector<std::vector<Action>> before(ops.size());
+  std::vector<std::int32_t> active;
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    std::vector<std::int32_t> next;
+    for (std::size_t j = k; j < slots.size() && static_cast<int>(next.size()) < lookahead; ++j) {
+      for (std::int32_t s : slots[j].stages) {
+        if (std::find(next.begin(), next.end(), s) == next.end() &&
+            static_cast<int>(next.size()) < lookahead) {
+          next.push_back(s);
+        }
+      }
+    }
+    std::vector<std::int32_t> evict;
+    for (std::int32_t s : active) {
+      if (std::find(next.begin(), next.end(), s) == next.end()) evict.push_back(s);
+    }
+    std::sort(evict.begin(), evict.end());
+    auto& here = before[slots[k].begin];
+    for (std::int32_t s : evict) {
+      here.push_back(Action::stage_only(s, ActionKind::kReshard));
+      active.erase(std::find(active.begin(), active.end(), s));
+    }
+    for (std::int32_t s : next) {
+      if (std::find(active.begin(), active.end(), s) != active.end()) continue;
+      here.push_back(Action::stage_only(s, ActionKind::kUnshard));
+      active.push_back(s);
+    }
+  }
+  std::sort(active.begin(), active.end());
+  // The final RESHARDs go right after the last slot (before the REDUCE_GRAD / OPTIM that follow).
+  const std::size_t tail = slots.empty() ? ops.size() : slots.back().end;
+  Ops out;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (i == tail) {
+      for (std::int32_t s : active) out.push_back(Action::stage_only(s, ActionKind::kReshard));
+    }
+    out.insert(out.end(), before[i].begin(), before[i].end());
+    out.push_back(ops[i]);
+  }
+  if (tail == ops.size()) {
+    for (std::int32_t s : active) out.push_back(Action::stage_only(s, ActionKind::kReshard));
+  }
+  return out;
+}
+
+template <typename Plan>
+std::int64_t rank_peak(const Plan& plan, const ShardFit& fit, std::int32_t rank) {
+  LoweredPlan view;
+  view.shape = plan.shape;
+  view.per_rank.assign(plan.per_rank.size(), {});
+  view.per_rank[idx(rank)] = plan.per_rank[idx(rank)];
+  return peak_memory(view, *fit.costs, fit.memory)[idx(rank)].peak_bytes;
+}
+
+// kFit on one rank: the step windows if they fit; else from one window per slot, merge the
+// consecutive windows of a stage with the shortest gaps first while the rank's peak fits.
+template <typename Plan>
+Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Slot>& slots,
+             const ShardFit& fit) {
+  auto& list = plan.per_rank[idx(rank)];
+  list = emit(ops, slots, step_windows(slots));
+  if (rank_peak(plan, fit, rank) <= fit.limit_bytes) return list;
+  std::vector<Window> windows = compute_windows(slots);
+  // Merge candidates: (gap in slots, stage, first slot of the earlier window).
+  bool merged = true;
+  while (merged) {
+    merged = false;
+    std::vector<std::pair<std::size_t, std::size_t>> pairs;  // (gap, index of the earlier window)
+    for (std::size_t i = 0; i < windows.size(); ++i) {
+      std::size_t best = windows.size();
+      for (std::size_t j = 0; j < windows.size(); ++j) {
+        if (windows[j].stage != windows[i].stage || windows[j].first <= windows[i].last) continue;
+        if (best == windows.size() || windows[j].first < windows[best].first) best = j;
+      }
+      if (best != windows.size()) pairs.emplace_back(windows[best].first - windows[i].last, i);
+    }
+    std::stable_sort(pairs.begin(), pairs.end());
+    for (const auto& [gap, i] : pairs) {
+      std::vector<Window> trial = windows;
+      const std::int32_t s = trial[i].stage;
+      std::size_t next = trial.size();
+      for (std::size_t j = 0; j < trial.size(); ++j) {
+        if (trial[j].stage == s && trial[j].first > trial[i].last &&
+            (next == trial.size() || trial[j].first < trial[next].first)) {
+          next = j;
+        }
+      }
+      trial[i].last = trial[next].last;
+      trial.erase(trial.begin() + static_cast<std::ptrdiff_t>(next));
+      list = emit(ops, slots, trial);
+      if (rank_peak(plan, fit, rank) <= fit.limit_bytes) {
+        windows = std::move(trial);
+        merged = true;
+        break;
+      }
+    }
+  }
+  // Then prefetch (UNSHARD one slot early, overlapping the all-gather) where it still fits.
+  for (Window& w : windows) {
+    if (!can_prefetch(windows, w)) continue;
+    w.fetch = w.first - 1;
+    list = emit(ops, slots, windows);
+    if (rank_peak(plan, fit, rank) > fit.limit_bytes) w.fetch = w.first;
+  }
+  list = emit(ops, slots, windows);
+  return list;
+}
+
+template <typename Plan>
+Plan place(Plan plan, ShardPlacement placement, const ShardFit* fit, int lookahead) {
+  PW_CHECK(lookahead >= 1, ConfigError, "UNSHARD look-ahead must be >= 1, got " << lookahead);
+  for (std::size_t r = 0; r < plan.per_rank.size(); ++r) {
+    Ops ops;
+    for (const Action& a : plan.per_rank[r]) {
+      if (!is_shard(a.kind)) ops.push_back(a);
+    }
+    const std::vector<Slot> slots = slots_of(ops);
+    switch (placement) {
+      case ShardPlacement::kStep:
+        plan.per_rank[r] = emit(ops, slots, step_windows(slots));
+        break;
+      case ShardPlacement::kCompute:
+        plan.per_rank[r] = emit(ops, slots, compute_windows(slots));
+        break;
+      case ShardPlacement::kTorch:
+        plan.per_rank[r] = torch_lookahead(ops, slots, lookahead);
+        break;
+      case ShardPlacement::kFit:
+        if (fit == nullptr || fit->costs == nullptr || fit->limit_bytes <= 0) {
+          plan.per_rank[r] = emit(ops, slots, step_windows(slots));
+        } else {
+          plan.per_rank[r] = fit_rank(plan, static_cast<std::int32_t>(r), ops, slots, *fit);
+        }
+        break;
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+ShardPlacement parse_shard_placement(std::string_view name) {
+  if (name == "fit") return ShardPlacement::kFit;
+  if (name == "step") return ShardPlacement::kStep;
+  if (name == "compute") return ShardPlacement::kCompute;
+  if (name == "torch") return ShardPlacement::kTorch;
+  throw ConfigError("--shard-placement: '" + std::string(name) +
+                    "' is not fit, step, compute or torch");
+}
+
+std::string_view to_string(ShardPlacement placement) noexcept {
+  switch (placement) {
+    case ShardPlacement::kFit:
+      return "fit";
+    case ShardPlacement::kStep:
+      return "step";
+    case ShardPlacement::kCompute:
+      return "compute";
+    case ShardPlacement::kTorch:
+      return "torch";
+  }
+  return "?";
+}
+
+bool has_shard_actions(const std::vector<std::vector<Action>>& per_rank) noexcept {
+  for (const auto& ops : per_rank) {
+    for (const Action& a : ops) {
+      if (is_shard(a.kind)) return true;
+    }
+  }
+  return false;
+}
+
+LoweredPlan place_shards(LoweredPlan plan, ShardPlacement placement, const ShardFit* fit,
+                         int lookahead) {
+  return place(std::move(plan), placement, fit, lookahead);
+}
+
+ComputePlan place_shards(ComputePlan plan, ShardPlacement placement, const ShardFit* fit,
+                         int lookahead) {
+  return place(std::move(plan), placement, fit, lookahead);
+}
+
+}  // namespace pipewright::sched
