@@ -67,6 +67,26 @@ TEST(Chakra, PlansRoundTrip) {
   }
 }
 
+// Issue 43: ZeRO-3 plans (UNSHARD written as an ALL_GATHER collective, RESHARD as a compute
+// node, REDUCE_GRAD as a REDUCE_SCATTER) read back as the same plan.
+TEST(Chakra, ZeroPlansRoundTrip) {
+  using K = sched::ScheduleKind;
+  for (const auto& base : {plan_of(K::k1F1B, 2, 4, 1), plan_of(K::kInterleaved1F1B, 2, 4, 2),
+                           plan_of(K::kDualPipeV, 2, 4, 2)}) {
+    for (const auto placement : {sched::ShardPlacement::kStep, sched::ShardPlacement::kCompute,
+                                 sched::ShardPlacement::kTorch}) {
+      const auto plan = sched::place_shards(base, placement);
+      SimOptions opt;
+      opt.dp.replicas = 2;
+      opt.dp.zero_stage = 3;
+      const auto costs = testing::uniform_costs(plan.shape.model_stages(), 1.0, 2.0, 0, 1000);
+      const auto traces = to_chakra(plan, costs, Cluster{}, opt);
+      EXPECT_EQ(from_chakra(files_of(traces)), plan)
+          << plan.shape.schedule << " " << sched::to_string(placement);
+    }
+  }
+}
+
 TEST(Chakra, Deterministic) {
   const auto plan = plan_of(sched::ScheduleKind::k1F1B, 2, 4, 1);
   EXPECT_EQ(traces_of(plan, 2), traces_of(plan, 2));
