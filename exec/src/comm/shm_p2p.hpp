@@ -13,21 +13,37 @@
 // through shared memory instead; so does pipewright, for the pairs the plan interpreter names
 // (Communicator::connect_p2p) when both ranks are on one host:
 //   - each pair maps one shared-memory object with a ring per direction (single producer, single
-//     consumer), sized for a step's messages in that direction (the interpreter's hint), so a
-//     send never waits for its receiver in a valid plan;
-//   - send() copies the message into the ring in records of [tag, total size, offset, chunk]
-//     and returns a completed Work (the caller's buffer is free at once, as with a buffered
-//     send); a message larger than the free space goes in chunks, and a sender that finds the
-//     ring full drains its own incoming rings while it waits, so two ranks sending to each
-//     other cannot deadlock;
+//     consumer), sized for a step's messages in that direction (the interpreter's hint, at least
+//     64 KiB, at most 256 MiB), so in a valid plan a step's messages fit;
+//   - a send never waits for its receiver (issue 44): send() copies what fits into the ring in
+//     records of [tag, total size, offset, chunk] and, when the whole message went in, returns a
+//     completed Work (the caller's buffer is free at once, as with a buffered send). A message
+//     that does not fit (a ring smaller than the step's traffic: above the 256 MiB cap, or a
+//     caller without hints) leaves its remaining bytes in a heap copy, the channel's backlog,
+//     which a pusher thread of that channel (started with the first backlog) moves into the ring
+//     as the receiver frees room; later sends to that peer queue behind it, so each pair stays
+//     FIFO. Its Work completes when its last byte is in the ring. Every wait on this transport
+//     (a receive, or a send whose bytes are still in the backlog) drains every incoming ring of
+//     the rank, not only its peer's, so a peer's pusher is never stuck behind a wait for another
+//     peer. Together: waits form a cycle only where the plan's own receive order does, as over
+//     TCP. (The first design blocked send() while its ring was full and drained only from
+//     there: a 3-rank cycle deadlocked, rank 0 blocked sending 1 MiB to rank 1, which waited for
+//     rank 2, which waited for rank 0's next message.) The pusher fails an entry
+//     whose receiver frees no room for the communicator's timeout (TimeoutError naming the peer
+//     and the ring), and with it every later send to that peer;
 //   - the receiving thread itself moves records out of the ring (no progress thread), whenever
 //     it posts, tests or waits for a receive: into the posted buffer of that (peer, tag), first
 //     come first matched as in MPI, or, for a message that arrived before its receive was
-//     posted, into heap memory that the receive later copies from;
+//     posted, into heap memory that the receive later copies from; a receive whose Work is
+//     dropped unfinished never writes into its buffer afterwards;
 //   - a waiting receiver sleeps on a futex in the ring (the sender wakes it only when it sleeps)
 //     and wakes every 100 ms to check its deadline and its peer: a peer whose communicator was
 //     destroyed marks the rings closed, one whose process is gone is found by its pid; either is
 //     a PeerError naming the rank, a deadline a TimeoutError, as for Gloo's TCP.
+// Memory: a pair maps capacity0 + capacity1 + 12 KiB (at most 2 x 256 MiB + 12 KiB); a backlog
+// adds a heap copy of the overflow while it drains (docs/executor.md, "Shared-memory messages").
+// Segments in /dev/shm (Note [Shared-memory names]): a name lives only from its creation until
+// the peer has mapped it.
 // Unlike Gloo's TCP, a receive checks the message's size: a message of another size than the
 // buffer is a BackendError on wait().
 #pragma once
@@ -107,8 +123,9 @@ class ShmP2P {
   // Peers with a channel, ascending (communicator-local).
   [[nodiscard]] std::vector<int> peers() const;
 
-  // Copies `buf` into the ring towards `dst` (connected(dst)); the Work is complete unless the
-  // ring stayed full until the timeout or the peer left (then it holds that error).
+  // Copies `buf` into the ring towards `dst` (connected(dst)), never waiting for the receiver:
+  // the Work is complete at once when the message fit, else when the pusher has moved its last
+  // byte in (it fails when the ring stays full for the timeout or the peer left).
   [[nodiscard]] WorkPtr send(const BufferView& buf, int dst, std::int64_t tag,
                              const std::string& prefix);
   [[nodiscard]] WorkPtr recv(const BufferView& buf, int src, std::int64_t tag,
