@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/reduce_kernels.hpp"
 #include "pipewright/exec/backend.hpp"
 #include "pipewright/exec/communicator.hpp"
 #include "pipewright/exec/fake_communicator.hpp"
@@ -76,6 +77,8 @@ struct FakeHarness {
   // A rank whose communicator is destroyed makes its peers' operations fail with PeerError while
   // the others go on. Under MPI and NCCL a lost rank ends the job.
   static constexpr bool kSurvivesPeerExit = true;
+  // A 16-bit sum in float32, rounded once (issue 44).
+  static constexpr bool kSumsHalfInFloat32 = true;
   static int world_size() { return 3; }
   static std::string unavailable() { return ""; }
   static void run(const Body& body, bool final_barrier) {
@@ -119,6 +122,8 @@ struct GlooHarness {
   static constexpr bool kMatchesTags = true;
   static constexpr bool kChecksSizes = false;
   static constexpr bool kSurvivesPeerExit = true;
+  // A 16-bit sum in float32, rounded once (issue 44).
+  static constexpr bool kSumsHalfInFloat32 = true;
   static int world_size() { return 3; }
   static std::string unavailable() { return ""; }
   static void run(const Body& body, bool final_barrier) {
@@ -131,6 +136,8 @@ struct GlooShmHarness {
   static constexpr bool kMatchesTags = true;
   static constexpr bool kChecksSizes = true;  // unlike Gloo's TCP
   static constexpr bool kSurvivesPeerExit = true;
+  // A 16-bit sum in float32, rounded once (issue 44).
+  static constexpr bool kSumsHalfInFloat32 = true;
   static int world_size() { return 3; }
   static std::string unavailable() { return ""; }
   static void run(const Body& body, bool final_barrier) {
@@ -143,6 +150,8 @@ struct MpiHarness {
   static constexpr bool kMatchesTags = true;
   static constexpr bool kChecksSizes = true;
   static constexpr bool kSurvivesPeerExit = false;
+  // A 16-bit sum in float32, rounded once (issue 44).
+  static constexpr bool kSumsHalfInFloat32 = false;  // its operation adds pairwise
   static int world_size() {
     const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
     return size != nullptr ? std::atoi(size) : 0;
@@ -171,6 +180,8 @@ struct NcclHarness {
   static constexpr bool kMatchesTags = false;
   static constexpr bool kChecksSizes = false;
   static constexpr bool kSurvivesPeerExit = false;
+  // A 16-bit sum in float32, rounded once (issue 44).
+  static constexpr bool kSumsHalfInFloat32 = false;
   static int world_size() {
 #if PIPEWRIGHT_WITH_NCCL
     return std::min(cuda_device_count(), 4);
@@ -307,6 +318,50 @@ TYPED_TEST(Conformance, LargeMessagesBothWaysBeforeAnyReceive) {
     for (std::size_t i = 0; i < kCount; ++i) {
       ASSERT_EQ(from_left[i], float(left * 1000003 + i)) << i;
       ASSERT_EQ(from_right[i], -float(right * 1000003 + i)) << i;
+    }
+  });
+}
+
+// Issue 44: one bfloat16 (and float16) sum on every CPU transport: the inputs are summed in
+// float32 and the sum rounded once, on buffers the communicator allocated (Gloo: shared memory
+// among one host's ranks) and on plain ones (Gloo: TCP, widened). 1 + 2^-8 + 2^-8 = 1 + 2^-7 is
+// exact in bfloat16, but rounding after each add gives 1 (1 + 2^-8 is a tie that rounds to even).
+// Ranks beyond the third add 0. MPI's half operation and NCCL add pairwise (documented).
+TYPED_TEST(Conformance, HalfPrecisionSumIsFloat32RoundedOnce) {
+  if (!TypeParam::kSumsHalfInFloat32) GTEST_SKIP() << TypeParam::kName << " sums in 16 bits";
+  this->run([&](Communicator& comm) {
+    const int me = comm.rank();
+    constexpr std::size_t kCount = 4099;  // several chunks of the shared-memory all-reduce
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+      const float tiny = dtype == DType::kBFloat16 ? 1.0f / 256 : 1.0f / 2048;
+      const float input = me == 0 ? 1.0f : me <= 2 ? tiny : 0.0f;
+      const std::uint16_t bits = dtype == DType::kBFloat16 ? detail::float_to_bfloat16(input)
+                                                           : detail::float_to_half(input);
+      const float want = 1.0f + 2 * tiny;
+      for (bool shared : {true, false}) {
+        std::shared_ptr<void> mem;
+        std::vector<std::uint16_t> heap;
+        std::uint16_t* data = nullptr;
+        if (shared) {
+          mem = comm.allocate_collective_buffer(kCount * 2);
+          data = static_cast<std::uint16_t*>(mem.get());
+        } else {
+          heap.resize(kCount);
+          data = heap.data();
+        }
+        std::fill(data, data + kCount, bits);
+        // What the data-parallel wire statistics count: Gloo's TCP sends them widened.
+        const bool widened = comm.backend_name() == "gloo" && !shared;
+        EXPECT_EQ(comm.all_reduce_element_bytes(BufferView{data, kCount, dtype}),
+                  widened ? 4u : 2u);
+        comm.all_reduce(BufferView{data, kCount, dtype}, ReduceOp::kSum, {})->wait(kLong);
+        for (std::size_t i = 0; i < kCount; ++i) {
+          const float got = dtype == DType::kBFloat16 ? detail::bfloat16_to_float(data[i])
+                                                      : detail::half_to_float(data[i]);
+          ASSERT_EQ(got, want) << to_string(dtype) << (shared ? " shared buffer" : " plain buffer")
+                               << " element " << i << " on rank " << me;
+        }
+      }
     }
   });
 }

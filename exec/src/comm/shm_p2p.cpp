@@ -632,20 +632,36 @@ WorkPtr ShmP2P::recv(const BufferView& buf, int src, std::int64_t tag, const std
   return std::make_shared<ShmRecvWork>(state_, &ch, std::move(in), buf, tag, prefix);
 }
 
-std::vector<std::pair<int, std::shared_ptr<ShmLink>>> connect_shm_links(
-    const std::vector<P2PLink>& links, int rank, const std::vector<int>& global_ranks, bool allowed,
-    const ShmHandshake& store, int* current) {
+namespace {
+
+std::string human(std::size_t bytes) {
+  if (bytes % (std::size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  return std::to_string(bytes >> 10) + " KiB";
+}
+
+std::string describe(const ShmLink& link, int side) {
+  return "shared memory (rings of " + human(link.capacity(side)) + " to it, " +
+         human(link.capacity(1 - side)) + " from it)";
+}
+
+}  // namespace
+
+std::vector<ShmLinkResult> connect_shm_links(const std::vector<P2PLink>& links, int rank,
+                                             const std::vector<int>& global_ranks, bool allowed,
+                                             const ShmHandshake& store,
+                                             const std::string& name_prefix, int* current) {
   auto pair_key = [&](int peer) {
     return "p2p/" + std::to_string(std::min(rank, peer)) + "-" +
            std::to_string(std::max(rank, peer)) + "/";
   };
+  auto world = [&](int r) { return std::to_string(global_ranks[static_cast<std::size_t>(r)]); };
   struct Created {
     int peer;
     std::string name;
     std::shared_ptr<ShmLink> link;
   };
   std::vector<Created> created;
-  std::vector<std::pair<int, std::shared_ptr<ShmLink>>> out;
+  std::vector<ShmLinkResult> out;
   try {
     const std::string me = allowed ? host_identity() : std::string("off");
     store.put("p2p/host/" + std::to_string(rank), me);
@@ -653,34 +669,61 @@ std::vector<std::pair<int, std::shared_ptr<ShmLink>>> connect_shm_links(
       if (l.peer < rank) continue;
       *current = l.peer;
       std::shared_ptr<ShmLink> link;
-      std::string name;
-      if (me != "off" && store.get("p2p/host/" + std::to_string(l.peer)) == me) {
+      std::string name, why;
+      const std::string theirs = me == "off" ? me : store.get("p2p/host/" + std::to_string(l.peer));
+      if (me == "off") {
+        why = "shared memory turned off";
+      } else if (theirs == "off") {
+        why = "shared memory turned off on rank " + world(l.peer);
+      } else if (theirs != me) {
+        why = "rank " + world(l.peer) + " is on another host";
+      } else {
         std::random_device rd;
-        name = "/pipewright-p2p-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
-               std::to_string(global_ranks[static_cast<std::size_t>(rank)]) + "-" +
-               std::to_string(global_ranks[static_cast<std::size_t>(l.peer)]);
-        std::string error;  // any failure: this pair keeps the transport's own path
+        name = name_prefix + "p2p-" + world(l.peer) + "-" + std::to_string(rd());
+        std::string error;
         link = ShmLink::create(name, l.send_bytes, l.recv_bytes, &error);
+        if (!link) why = "creating its shared memory failed: " + error;
       }
-      store.put(pair_key(l.peer) + "name", link ? name : std::string());
-      if (link) created.push_back(Created{l.peer, name, std::move(link)});
+      // A published reason starts with '!': the higher rank logs it too.
+      store.put(pair_key(l.peer) + "name", link ? name : "!" + why);
+      if (link) {
+        created.push_back(Created{l.peer, name, std::move(link)});
+      } else {
+        out.push_back(ShmLinkResult{l.peer, nullptr, "TCP (" + why + ")"});
+      }
     }
-    for (const auto& l : links) {  // (2) the higher rank opens and acknowledges
+    for (const auto& l : links) {  // (2) the higher rank opens, unlinks and acknowledges
       if (l.peer > rank) continue;
       *current = l.peer;
       const std::string name = store.get(pair_key(l.peer) + "name");
       std::shared_ptr<ShmLink> link;
-      std::string error;
-      if (!name.empty()) link = ShmLink::open(name, &error);
-      store.put(pair_key(l.peer) + "ack", link ? "1" : "0");
-      if (link) out.emplace_back(l.peer, std::move(link));
+      std::string why;
+      if (!name.empty() && name[0] == '!') {
+        why = name.substr(1);
+      } else {
+        std::string error;
+        link = ShmLink::open(name, &error);
+        ShmLink::unlink(name);  // mapped (or unusable): the name has served
+        if (!link)
+          why = "rank " + world(rank) + " could not map rank " + world(l.peer) + "'s: " + error;
+      }
+      store.put(pair_key(l.peer) + "ack", link ? "1" : "!" + why);
+      if (link) {
+        out.push_back(ShmLinkResult{l.peer, link, describe(*link, 1)});
+      } else {
+        out.push_back(ShmLinkResult{l.peer, nullptr, "TCP (" + why + ")"});
+      }
     }
     for (auto& c : created) {  // (3) the lower rank waits for it and unlinks
       *current = c.peer;
       const std::string ack = store.get(pair_key(c.peer) + "ack");
       ShmLink::unlink(c.name);
       c.name.clear();
-      if (ack == "1") out.emplace_back(c.peer, std::move(c.link));
+      if (ack == "1") {
+        out.push_back(ShmLinkResult{c.peer, c.link, describe(*c.link, 0)});
+      } else {
+        out.push_back(ShmLinkResult{c.peer, nullptr, "TCP (" + ack.substr(1) + ")"});
+      }
     }
   } catch (...) {
     for (const auto& c : created) {

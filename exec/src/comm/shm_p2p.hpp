@@ -97,15 +97,22 @@ class ShmLink {
 // `links` (peers are communicator-local ranks; `global_ranks[r]` is rank r's world rank). Three
 // phases that never wait for anything published later: (0) every rank publishes its host
 // identity ("off" when `allowed` is false); (1) the lower rank of each pair compares identities
-// and, when they match, creates the pair's object sized from the links' hints and publishes its
-// name (else an empty name); (2) the higher rank opens it and acknowledges; (3) the lower rank
-// waits for the acknowledgement and unlinks the name, so nothing is left in /dev/shm once both
-// have mapped it. Returns the pairs both ends mapped (the others keep the transport's own
-// path). Throws what store.get throws, with *current set to the peer it waited for, after
-// unlinking what it created.
-[[nodiscard]] std::vector<std::pair<int, std::shared_ptr<ShmLink>>> connect_shm_links(
+// and, when they match, creates the pair's object (named name_prefix + "p2p-...", Note
+// [Shared-memory names]) sized from the links' hints and publishes its name, or why there is
+// none; (2) the higher rank opens it, unlinks the name at once (nothing is left in /dev/shm from
+// here on) and acknowledges, or says why it could not; (3) the lower rank waits for the
+// acknowledgement and unlinks the name again (for a peer that never opened it). Returns one
+// entry per link: the link both ends mapped, or null and why (the pair keeps the transport's own
+// path, and the caller logs it). Throws what store.get throws, with *current set to the peer it
+// waited for, after unlinking what it created.
+struct ShmLinkResult {
+  int peer = -1;
+  std::shared_ptr<ShmLink> link;  // null: not shared memory
+  std::string how;                // "shared memory (...)" or "TCP (<why>)"
+};
+[[nodiscard]] std::vector<ShmLinkResult> connect_shm_links(
     const std::vector<P2PLink>& links, int rank, const std::vector<int>& global_ranks, bool allowed,
-    const ShmHandshake& store, int* current);
+    const ShmHandshake& store, const std::string& name_prefix, int* current);
 
 // The shared-memory channels of one communicator (Note [Shared-memory point-to-point]).
 class ShmP2P {
