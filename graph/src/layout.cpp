@@ -130,6 +130,10 @@ MegatronLayout parse_megatron_layout(std::string_view text, const std::string& s
   return out;
 }
 
+std::size_t layout_limit(const Model& model) noexcept {
+  return std::min(kMaxLayoutItems, 2 * model.nodes.size() + 2);
+}
+
 Partition layout_partition(const Model& model, const MegatronLayout& layout, int pp,
                            const PartitionOptions& options, const std::string& source) {
   const auto fail = [&](std::size_t at, const std::string& what) {

@@ -453,7 +453,6 @@ TEST(Interpreter, LateReceiveDoesNotDelayReadyCompute) {
         opts.world_rank = 1;
         opts.prepost_receives = prepost;
         opts.record_timings = true;
-        opts.precision = precision;
         Interpreter interp(plan, 1, last_stage(init), comms[1].get(), &hooks, mse, opts);
         interp.agree_shapes(x[0], 0);
         (void)interp.run_step(0, x, y);

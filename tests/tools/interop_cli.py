@@ -236,7 +236,8 @@ for sched_kind in ("ZBVZeroBubble", "DualPipeV"):
            rf"--layout with --schedule {sched_kind}: a Megatron layout places stage v x pp \+ r "
            r"on rank r.*give the partition with --partition")
 expect(["partition", GPT, "--layout", "E(t*65536|)*65536L"], 2,
-       r"--layout: character 1: the layout expands to more than \d+ layers and stage ends")
+       r"--layout: character 2: the layout expands to more than \d+ layers and stage ends "
+       r"\(the limit: the model's size")
 if WITH_CHAKRA:
     # export-chakra: a profile of another precision is refused, as simulate refuses it.
     expect(["export-chakra", "--schedule", "1F1B", "-p", "2", "-m", "2", "--profile",

@@ -335,11 +335,10 @@ graph::Partition resolve_partition(const JobSpec& job, const graph::Model& model
                                          << to_string(job.schedule)
                                          << "'s V placement puts stages r and 2 x pp - 1 - r on "
                                             "rank r; give the partition with --partition instead");
-    // A layout holds each of the model's layers once and every stage at least one layer, so it
-    // expands to at most 2 x the model's nodes letters and '|' (issue 44: bounded expansion).
-    const std::size_t max_items = std::min(graph::kMaxLayoutItems, 2 * model.nodes.size() + 2);
+    // Issue 44: the expansion is bounded by the model's size (graph::layout_limit).
     graph::Partition p = graph::layout_partition(
-        model, graph::parse_megatron_layout(job.layout, "--layout", max_items), job.pp);
+        model, graph::parse_megatron_layout(job.layout, "--layout", graph::layout_limit(model)),
+        job.pp);
     PW_CHECK(p.num_stages() == stages, ConfigError,
              "--layout has " << p.num_stages() << " stages but --pp " << job.pp
                              << " x --stages-per-rank " << job.stages_per_rank << " = " << stages);

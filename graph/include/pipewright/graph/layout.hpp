@@ -57,6 +57,9 @@ inline constexpr std::size_t kMaxLayoutItems = std::size_t{1} << 16;
 [[nodiscard]] MegatronLayout parse_megatron_layout(std::string_view text,
                                                    const std::string& source = "--layout",
                                                    std::size_t max_items = kMaxLayoutItems);
+// The expansion limit for layouts of `model`: a layout holds each layer once and every stage at
+// least one layer, so at most 2 x its nodes letters and '|' (capped at kMaxLayoutItems).
+[[nodiscard]] std::size_t layout_limit(const Model& model) noexcept;
 
 // The error message for character `position` of `layout`: "<source>: character <i>: <what>",
 // then the string and a caret line.
