@@ -48,6 +48,7 @@
 
 #include "commands.hpp"
 #include "launch_nodes.hpp"
+#include "launch_shm.hpp"
 #include "pipewright/graph/error.hpp"
 
 extern char** environ;
@@ -195,27 +196,6 @@ std::string new_job_id() {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
-}
-
-// Note [Shared-memory names] (exec/src/comm/shm_collectives.hpp): pipewright names its POSIX
-// shared memory "/pipewright-<job>-r<world rank>-..."; removes those of `ranks` in /dev/shm.
-// Returns how many it removed.
-int remove_job_shared_memory(const std::string& job_id, const std::vector<int>& ranks) {
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return 0;
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(dir)) names.emplace_back(e->d_name);
-  ::closedir(dir);
-  int removed = 0;
-  for (const auto& name : names) {
-    for (int r : ranks) {
-      const std::string prefix = "pipewright-" + job_id + "-r" + std::to_string(r) + "-";
-      if (name.compare(0, prefix.size(), prefix) == 0 && ::shm_unlink(("/" + name).c_str()) == 0) {
-        ++removed;
-      }
-    }
-  }
-  return removed;
 }
 
 std::vector<std::string> child_environment(const Child& c, const NodeLayout& layout, int port,

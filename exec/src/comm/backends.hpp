@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "pipewright/exec/backend.hpp"
 #include "pipewright/exec/communicator.hpp"
@@ -23,5 +24,10 @@ std::unique_ptr<Communicator> make_mpi_communicator(const WorldInfo& world,
 #endif
 
 // NCCL: make_nccl_communicator() in nccl_communicator.hpp (issue 8).
+
+// net_address.cpp. The local address of the route to `host` (the master): what this rank's peers
+// reach it by, as PyTorch picks Gloo's interface; empty if `host` does not resolve or has no
+// route.
+[[nodiscard]] std::string address_towards(const std::string& host, int port);
 
 }  // namespace pipewright::exec::detail

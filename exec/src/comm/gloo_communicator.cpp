@@ -28,7 +28,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -107,32 +106,6 @@ c10d::ReduceOp reduce_op(ReduceOp op) {
 std::string first_line(const std::string& s) {
   auto line = s.substr(0, s.find('\n'));
   return line.size() > 300 ? line.substr(0, 300) + "..." : line;
-}
-
-// The local address of the route to `host` (the master): what this rank's peers reach it by,
-// as PyTorch picks Gloo's interface. A UDP connect() sends nothing; it only chooses the route.
-// Empty if `host` does not resolve or has no route.
-std::string address_towards(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return {};
-  std::string out;
-  for (addrinfo* p = res; p != nullptr && out.empty(); p = p->ai_next) {
-    const int fd = ::socket(p->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_in local{};
-    socklen_t len = sizeof local;
-    if (::connect(fd, p->ai_addr, p->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char text[INET_ADDRSTRLEN] = {};
-      if (::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) != nullptr) out = text;
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  return out;
 }
 
 bool contains(const std::string& s, const char* needle) {
@@ -333,15 +306,14 @@ class GlooCommunicator final : public CommunicatorBase {
   // `members` are world ranks by local rank; `name` is the deterministic store prefix.
   GlooCommunicator(c10::intrusive_ptr<c10d::Store> root_store, std::string name,
                    std::vector<int> members, int rank, const CommOptions& options,
-                   std::shared_ptr<::gloo::transport::Device> device, std::string job_id)
+                   std::shared_ptr<::gloo::transport::Device> device, std::string shm_prefix)
       : CommunicatorBase("gloo", std::move(members), rank),
         root_store_(std::move(root_store)),
         name_(std::move(name)),
         options_(options),
         failed_(std::make_shared<std::atomic<bool>>(false)),
         device_(std::move(device)),
-        job_id_(std::move(job_id)) {
-    shm_prefix_ = shm_name_prefix(job_id_, global_rank(rank));
+        shm_prefix_(std::move(shm_prefix)) {
     auto pg_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
     pg_options->devices.push_back(device_);
     pg_options->threads = 2;
@@ -471,7 +443,7 @@ class GlooCommunicator final : public CommunicatorBase {
     try {
       for (auto& r : connect_shm_links(todo, rank(), members(), options_.shm_p2p, handshake(""),
                                        shm_prefix_, &current)) {
-        p2p_transport_[r.peer] = r.how;
+        p2p_transports_.push_back(r.how);
         if (r.link) p2p().add(r.peer, std::move(r.link));
       }
     } catch (const std::exception& e) {
@@ -487,19 +459,12 @@ class GlooCommunicator final : public CommunicatorBase {
     return p2p_ ? p2p_->peers() : std::vector<int>{};
   }
 
-  std::vector<std::string> p2p_transports() const override {
-    std::vector<std::string> out;
-    for (const auto& [peer, how] : p2p_transport_) {
-      out.push_back("rank " + std::to_string(global_rank(peer)) + ": " + how);
-    }
-    return out;
-  }
-
+  std::vector<std::string> p2p_transports() const override { return p2p_transports_; }
   std::size_t all_reduce_element_bytes(const BufferView& buf) const override {
     const bool half = buf.dtype == DType::kBFloat16 || buf.dtype == DType::kFloat16;
-    if (!half || buf.device.is_cuda()) return dtype_size(buf.dtype);
-    if (shm_ && shm_->find(buf.data, buf.bytes()) != nullptr) return dtype_size(buf.dtype);
-    return dtype_size(DType::kFloat32);  // Note [16-bit all-reduce over Gloo]: widened
+    const bool in_shm = shm_ && shm_->find(buf.data, buf.bytes()) != nullptr;
+    // Note [16-bit all-reduce over Gloo]: over TCP they go widened to float32.
+    return dtype_size(half && !buf.device.is_cuda() && !in_shm ? DType::kFloat32 : buf.dtype);
   }
 
   std::unique_ptr<Communicator> make_split(const SplitRequest& request) override {
@@ -507,7 +472,7 @@ class GlooCommunicator final : public CommunicatorBase {
     const std::string child = name_ + "/" + std::to_string(request.seq);
     if (request.rank < 0) return nullptr;
     return std::make_unique<GlooCommunicator>(root_store_, child, request.world, request.rank,
-                                              options_, device_, job_id_);
+                                              options_, device_, shm_prefix_);
   }
 
  private:
@@ -551,14 +516,13 @@ class GlooCommunicator final : public CommunicatorBase {
   CommOptions options_;
   Flag failed_;
   std::shared_ptr<::gloo::transport::Device> device_;  // shared by the world and its splits
-  std::string job_id_;                                 // WorldInfo::job_id, for shm names
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::int64_t alloc_seq_ = 0;
-  std::unique_ptr<ShmCollectives> shm_;       // created with the first shared buffer
-  std::set<int> p2p_decided_;                 // peers connect_p2p() has seen
-  std::unique_ptr<ShmP2P> p2p_;               // created with the first shared-memory peer
-  std::map<int, std::string> p2p_transport_;  // how each peer of connect_p2p is reached
-  std::string shm_prefix_;                    // Note [Shared-memory names]
+  std::unique_ptr<ShmCollectives> shm_;      // created with the first shared buffer
+  std::set<int> p2p_decided_;                // peers connect_p2p() has seen
+  std::unique_ptr<ShmP2P> p2p_;              // created with the first shared-memory peer
+  std::vector<std::string> p2p_transports_;  // how each peer of connect_p2p is reached
+  std::string shm_prefix_;                   // Note [Shared-memory names]; same in splits
 
   // This group's store under `prefix`, for the shared-memory handshakes.
   ShmHandshake handshake(const std::string& prefix) {
@@ -615,7 +579,8 @@ std::unique_ptr<Communicator> make_gloo_communicator(const WorldInfo& world, Sto
   std::vector<int> members(static_cast<std::size_t>(world.world_size));
   for (int r = 0; r < world.world_size; ++r) members[static_cast<std::size_t>(r)] = r;
   return std::make_unique<GlooCommunicator>(adapter, "pipewright/gloo", std::move(members),
-                                            world.rank, options, std::move(device), world.job_id);
+                                            world.rank, options, std::move(device),
+                                            shm_name_prefix(world.job_id, world.rank));
 }
 
 }  // namespace pipewright::exec::detail

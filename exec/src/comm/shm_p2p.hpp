@@ -48,6 +48,7 @@
 // buffer is a BackendError on wait().
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -93,6 +94,42 @@ class ShmLink {
   std::size_t bytes_;
 };
 
+// The layout of a pair's object (shm_link.cpp creates it, shm_p2p.cpp moves messages through it).
+namespace shm_p2p_layout {
+inline constexpr std::size_t kPage = 4096;
+inline constexpr std::size_t kLine = 64;
+inline constexpr std::uint32_t kMagic = 0x70775032;  // "pwP2"
+inline constexpr std::size_t kMinCapacity = 64 * 1024;
+// Rings are sized from the interpreter's per-step hint up to this; a step that sends more in one
+// direction overflows into the sender's heap (the backlog below), which costs one more copy of
+// the overflow but never blocks the sender.
+inline constexpr std::size_t kMaxCapacity = std::size_t{256} << 20;
+}  // namespace shm_p2p_layout
+
+// Control words of one direction, each written by one side, on lines of their own.
+struct ShmLink::Ring {
+  alignas(shm_p2p_layout::kLine) std::atomic<std::uint64_t> head{0};  // bytes published (producer)
+  std::atomic<std::uint32_t> data_seq{0};  // futex word: bumped after each publish
+  alignas(shm_p2p_layout::kLine) std::atomic<std::uint64_t> tail{0};  // bytes consumed (consumer)
+  std::atomic<std::uint32_t> space_seq{0};  // futex word: bumped when room was freed
+  alignas(shm_p2p_layout::kLine) std::atomic<std::uint32_t> consumers_sleeping{0};
+  std::atomic<std::uint32_t> producer_sleeping{0};
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
+                  std::atomic<std::uint32_t>::is_always_lock_free,
+              "atomics in shared memory must be lock-free (address-free)");
+
+struct ShmLink::Header {
+  std::uint32_t magic = shm_p2p_layout::kMagic;
+  std::uint64_t capacity[2] = {0, 0};
+  std::uint64_t ring_offset[2] = {0, 0};  // the Ring of side d, then its data after a page
+  std::uint64_t total_bytes = 0;
+  std::atomic<std::int64_t> pid[2];  // for peer-death detection, set by each side's add()
+  std::atomic<std::uint32_t> closed[2];
+};
+static_assert(sizeof(ShmLink::Header) <= shm_p2p_layout::kPage &&
+              sizeof(ShmLink::Ring) <= shm_p2p_layout::kPage);
+
 // The handshake of Communicator::connect_p2p through the group's store, for the new pairs of
 // `links` (peers are communicator-local ranks; `global_ranks[r]` is rank r's world rank). Three
 // phases that never wait for anything published later: (0) every rank publishes its host
@@ -108,7 +145,7 @@ class ShmLink {
 struct ShmLinkResult {
   int peer = -1;
   std::shared_ptr<ShmLink> link;  // null: not shared memory
-  std::string how;                // "shared memory (...)" or "TCP (<why>)"
+  std::string how;  // "rank <world peer>: shared memory (...)" or "rank <p>: TCP (<why>)"
 };
 [[nodiscard]] std::vector<ShmLinkResult> connect_shm_links(
     const std::vector<P2PLink>& links, int rank, const std::vector<int>& global_ranks, bool allowed,
