@@ -18,7 +18,8 @@ bool is_layer(char c) { return kLetters.find(c) != std::string_view::npos; }
 
 class LayoutParser {
  public:
-  LayoutParser(std::string_view text, const std::string& source) : text_(text), source_(source) {}
+  LayoutParser(std::string_view text, const std::string& source, std::size_t max_items)
+      : text_(text), source_(source), max_items_(max_items) {}
 
   // Letters and `|` (as LayoutLayer with letter '|'), repetitions unrolled.
   std::vector<LayoutLayer> parse() {
@@ -45,6 +46,17 @@ class LayoutParser {
     return n;
   }
 
+  // Accounts for `n` more copies of `len` items (at `at`), failing past max_items_ before the
+  // caller allocates them.
+  void grow(std::size_t len, std::size_t n, std::size_t at) {
+    if (len != 0 && n > (max_items_ - std::min(produced_, max_items_)) / len) {
+      fail(at, "the layout expands to more than " + std::to_string(max_items_) +
+                   " layers and stage ends (the limit: the model's size, or " +
+                   std::to_string(kMaxLayoutItems) + ")");
+    }
+    produced_ += len * n;
+  }
+
   std::vector<LayoutLayer> items(bool in_group) {
     std::vector<LayoutLayer> out;
     while (pos_ < text_.size()) {
@@ -64,11 +76,14 @@ class LayoutParser {
           fail(pos_ - 1, "a group (...) must be followed by *N");
         }
         const std::size_t n = count();
+        produced_ -= body.size();  // counted once while parsing the body; now n times
+        grow(body.size(), n, open);
         for (std::size_t k = 0; k < n; ++k) out.insert(out.end(), body.begin(), body.end());
       } else if (is_layer(c) || c == '|') {
         const LayoutLayer layer{c, pos_++};
         std::size_t n = 1;
         if (pos_ < text_.size() && text_[pos_] == '*') n = count();
+        grow(1, n, layer.position);
         out.insert(out.end(), n, layer);
       } else if (c == '*') {
         fail(pos_, "'*' repeats the letter or group before it, and there is none");
@@ -83,6 +98,8 @@ class LayoutParser {
 
   std::string_view text_;
   const std::string& source_;
+  std::size_t max_items_;
+  std::size_t produced_ = 0;  // items of the expansion so far
   std::size_t pos_ = 0;
 };
 
@@ -94,11 +111,12 @@ std::string layout_error(std::string_view layout, std::size_t position, const st
          std::string(layout) + "\n  " + std::string(position, ' ') + "^";
 }
 
-MegatronLayout parse_megatron_layout(std::string_view text, const std::string& source) {
+MegatronLayout parse_megatron_layout(std::string_view text, const std::string& source,
+                                     std::size_t max_items) {
   MegatronLayout out;
   out.text = std::string(text);
   PW_CHECK(!text.empty(), ParseError, source << ": empty layout");
-  const std::vector<LayoutLayer> flat = LayoutParser(text, source).parse();
+  const std::vector<LayoutLayer> flat = LayoutParser(text, source, max_items).parse();
   out.stages.emplace_back();
   for (const LayoutLayer& l : flat) {
     if (l.letter == '|') {
@@ -110,6 +128,10 @@ MegatronLayout parse_megatron_layout(std::string_view text, const std::string& s
   }
   out.stages.back().end = text.size();
   return out;
+}
+
+std::size_t layout_limit(const Model& model) noexcept {
+  return std::min(kMaxLayoutItems, 2 * model.nodes.size() + 2);
 }
 
 Partition layout_partition(const Model& model, const MegatronLayout& layout, int pp,

@@ -21,10 +21,12 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "comm/reduce_kernels.hpp"
 #include "pipewright/exec/backend.hpp"
 #include "pipewright/exec/communicator.hpp"
 #include "pipewright/exec/fake_communicator.hpp"
@@ -76,6 +78,8 @@ struct FakeHarness {
   // A rank whose communicator is destroyed makes its peers' operations fail with PeerError while
   // the others go on. Under MPI and NCCL a lost rank ends the job.
   static constexpr bool kSurvivesPeerExit = true;
+  // A 16-bit sum in float32, rounded once (issue 44).
+  static constexpr bool kSumsHalfInFloat32 = true;
   static int world_size() { return 3; }
   static std::string unavailable() { return ""; }
   static void run(const Body& body, bool final_barrier) {
@@ -119,6 +123,8 @@ struct GlooHarness {
   static constexpr bool kMatchesTags = true;
   static constexpr bool kChecksSizes = false;
   static constexpr bool kSurvivesPeerExit = true;
+  // A 16-bit sum in float32, rounded once (issue 44).
+  static constexpr bool kSumsHalfInFloat32 = true;
   static int world_size() { return 3; }
   static std::string unavailable() { return ""; }
   static void run(const Body& body, bool final_barrier) {
@@ -131,6 +137,8 @@ struct GlooShmHarness {
   static constexpr bool kMatchesTags = true;
   static constexpr bool kChecksSizes = true;  // unlike Gloo's TCP
   static constexpr bool kSurvivesPeerExit = true;
+  // A 16-bit sum in float32, rounded once (issue 44).
+  static constexpr bool kSumsHalfInFloat32 = true;
   static int world_size() { return 3; }
   static std::string unavailable() { return ""; }
   static void run(const Body& body, bool final_barrier) {
@@ -143,6 +151,8 @@ struct MpiHarness {
   static constexpr bool kMatchesTags = true;
   static constexpr bool kChecksSizes = true;
   static constexpr bool kSurvivesPeerExit = false;
+  // A 16-bit sum in float32, rounded once (issue 44).
+  static constexpr bool kSumsHalfInFloat32 = false;  // its operation adds pairwise
   static int world_size() {
     const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
     return size != nullptr ? std::atoi(size) : 0;
@@ -171,6 +181,8 @@ struct NcclHarness {
   static constexpr bool kMatchesTags = false;
   static constexpr bool kChecksSizes = false;
   static constexpr bool kSurvivesPeerExit = false;
+  // A 16-bit sum in float32, rounded once (issue 44).
+  static constexpr bool kSumsHalfInFloat32 = false;
   static int world_size() {
 #if PIPEWRIGHT_WITH_NCCL
     return std::min(cuda_device_count(), 4);
@@ -307,6 +319,50 @@ TYPED_TEST(Conformance, LargeMessagesBothWaysBeforeAnyReceive) {
     for (std::size_t i = 0; i < kCount; ++i) {
       ASSERT_EQ(from_left[i], float(left * 1000003 + i)) << i;
       ASSERT_EQ(from_right[i], -float(right * 1000003 + i)) << i;
+    }
+  });
+}
+
+// Issue 44: one bfloat16 (and float16) sum on every CPU transport: the inputs are summed in
+// float32 and the sum rounded once, on buffers the communicator allocated (Gloo: shared memory
+// among one host's ranks) and on plain ones (Gloo: TCP, widened). 1 + 2^-8 + 2^-8 = 1 + 2^-7 is
+// exact in bfloat16, but rounding after each add gives 1 (1 + 2^-8 is a tie that rounds to even).
+// Ranks beyond the third add 0. MPI's half operation and NCCL add pairwise (documented).
+TYPED_TEST(Conformance, HalfPrecisionSumIsFloat32RoundedOnce) {
+  if (!TypeParam::kSumsHalfInFloat32) GTEST_SKIP() << TypeParam::kName << " sums in 16 bits";
+  this->run([&](Communicator& comm) {
+    const int me = comm.rank();
+    constexpr std::size_t kCount = 4099;  // several chunks of the shared-memory all-reduce
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+      const float tiny = dtype == DType::kBFloat16 ? 1.0f / 256 : 1.0f / 2048;
+      const float input = me == 0 ? 1.0f : me <= 2 ? tiny : 0.0f;
+      const std::uint16_t bits = dtype == DType::kBFloat16 ? detail::float_to_bfloat16(input)
+                                                           : detail::float_to_half(input);
+      const float want = 1.0f + 2 * tiny;
+      for (bool shared : {true, false}) {
+        std::shared_ptr<void> mem;
+        std::vector<std::uint16_t> heap;
+        std::uint16_t* data = nullptr;
+        if (shared) {
+          mem = comm.allocate_collective_buffer(kCount * 2);
+          data = static_cast<std::uint16_t*>(mem.get());
+        } else {
+          heap.resize(kCount);
+          data = heap.data();
+        }
+        std::fill(data, data + kCount, bits);
+        // What the data-parallel wire statistics count: Gloo's TCP sends them widened.
+        const bool widened = comm.backend_name() == "gloo" && !shared;
+        EXPECT_EQ(comm.all_reduce_element_bytes(BufferView{data, kCount, dtype}),
+                  widened ? 4u : 2u);
+        comm.all_reduce(BufferView{data, kCount, dtype}, ReduceOp::kSum, {})->wait(kLong);
+        for (std::size_t i = 0; i < kCount; ++i) {
+          const float got = dtype == DType::kBFloat16 ? detail::bfloat16_to_float(data[i])
+                                                      : detail::half_to_float(data[i]);
+          ASSERT_EQ(got, want) << to_string(dtype) << (shared ? " shared buffer" : " plain buffer")
+                               << " element " << i << " on rank " << me;
+        }
+      }
     }
   });
 }
@@ -680,6 +736,159 @@ TEST(GlooSharedMemory, FullRingTimesOutNamingThePeer) {
         }
       },
       false, milliseconds(300));
+}
+
+// Issue 44: a wait cycle through a full ring. Rank 0 sends 1 MiB to rank 1 (16 times its 64 KiB
+// ring) and then a small message to rank 2; rank 1 waits for rank 2 first; rank 2 waits for
+// rank 0's small message and then sends to rank 1. Over TCP this finishes at once; a send that
+// blocks until its ring has room deadlocks here, so sends never block (Note [Shared-memory
+// point-to-point]).
+TEST(GlooSharedMemory, ThreeRankWaitCycleThroughAFullRingCompletes) {
+  for (bool shm : {false, true}) {
+    run_gloo(
+        3, shm,
+        [&](Communicator& comm) {
+          if (shm) {
+            EXPECT_EQ(comm.shared_memory_peers().size(), 2u);
+          }
+          const auto start = std::chrono::steady_clock::now();
+          std::vector<float> big(1 << 18), small(4, 7.0f), got_big(1 << 18), got_small(4);
+          for (std::size_t i = 0; i < big.size(); ++i) big[i] = float(i % 1000);
+          if (comm.rank() == 0) {
+            auto a = comm.send(view(big, DType::kFloat32), 1, 1, {});
+            auto b = comm.send(view(small, DType::kFloat32), 2, 2, {});
+            a->wait(milliseconds(3000));
+            b->wait(milliseconds(3000));
+          } else if (comm.rank() == 1) {
+            comm.recv(view(got_small, DType::kFloat32), 2, 3, {})->wait(milliseconds(3000));
+            comm.recv(view(got_big, DType::kFloat32), 0, 1, {})->wait(milliseconds(3000));
+            EXPECT_EQ(got_small, small);
+            EXPECT_EQ(got_big, big);
+          } else {
+            comm.recv(view(got_small, DType::kFloat32), 0, 2, {})->wait(milliseconds(3000));
+            comm.send(view(got_small, DType::kFloat32), 1, 3, {})->wait(milliseconds(3000));
+          }
+          EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(2000))
+              << (shm ? "shared memory" : "TCP");
+        },
+        true, milliseconds(3000));
+  }
+}
+
+// Random programs that complete under TCP's semantics (buffered sends), generated by running
+// them: over 2-4 ranks, a random rank either sends a new message (random peer, 0 to 600 KB) or
+// receives any one of the messages already sent to it, in random order (so a rank waits for one
+// peer while another's earlier message is still unread: the wait cycles of issue 44). Each
+// receive is waited at once or, sometimes, posted and waited at the end; sends are waited at the
+// end. Random ring hints (the 64 KiB minimum up to 1 MiB): some messages fit, others go in many
+// chunks. Shared memory and TCP must deliver the same bytes within the 5 s timeout.
+TEST(GlooSharedMemory, RandomProgramsGiveTheSameBytesAsTcp) {
+  struct Message {
+    int src, dst;
+    std::int64_t tag;
+    std::size_t count;
+  };
+  struct Op {
+    bool send;
+    std::size_t msg;
+  };
+  for (unsigned seed = 1; seed <= 16; ++seed) {
+    std::mt19937 rng(seed);
+    const int n = 2 + static_cast<int>(rng() % 3);
+    std::vector<Message> messages;
+    std::vector<std::vector<Op>> program(static_cast<std::size_t>(n));
+    std::vector<std::vector<std::size_t>> unread(static_cast<std::size_t>(n));
+    const std::size_t m = 16 + rng() % 32;
+    auto receive_one = [&](int r) {
+      auto& pending = unread[static_cast<std::size_t>(r)];
+      const std::size_t k = rng() % pending.size();
+      program[static_cast<std::size_t>(r)].push_back(Op{false, pending[k]});
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
+    };
+    while (messages.size() < m) {
+      const int r = static_cast<int>(rng() % static_cast<unsigned>(n));
+      if (!unread[static_cast<std::size_t>(r)].empty() && rng() % 2 == 0) {
+        receive_one(r);
+        continue;
+      }
+      int dst = static_cast<int>(rng() % static_cast<unsigned>(n - 1));
+      if (dst >= r) ++dst;
+      const std::size_t count = rng() % 4 == 0 ? rng() % 100 : rng() % 300000;
+      const std::size_t id = messages.size();
+      // Unique tags: receives are waited in any order (repeated tags, matched in sending order,
+      // are covered by MessagesBeforeTheirReceiveAndOfOneTag).
+      messages.push_back(Message{r, dst, static_cast<std::int64_t>(id), count});
+      program[static_cast<std::size_t>(r)].push_back(Op{true, id});
+      unread[static_cast<std::size_t>(dst)].push_back(id);
+    }
+    for (int r = 0; r < n; ++r) {
+      while (!unread[static_cast<std::size_t>(r)].empty()) receive_one(r);
+    }
+    std::vector<std::size_t> hint(static_cast<std::size_t>(n * n));
+    for (auto& h : hint) h = rng() % 3 != 0 ? 0 : rng() % (1 << 20);
+    std::vector<bool> wait_late(messages.size());
+    for (std::size_t i = 0; i < messages.size(); ++i) wait_late[i] = rng() % 4 == 0;
+    auto fill = [](std::size_t msg, std::size_t i) { return float(msg * 131 + i % 977); };
+
+    for (bool shm : {false, true}) {
+      MemoryStore store;
+      run_threads(
+          n,
+          [&](int r) {
+            WorldInfo w;
+            w.rank = r;
+            w.world_size = n;
+            w.master_addr = "127.0.0.1";
+            CommOptions opts;
+            opts.timeout = milliseconds(5000);
+            rendezvous(store, w, kLong);
+            auto comm = make_communicator(Backend::kGloo, w, &store, opts);
+            if (shm) {
+              std::vector<P2PLink> links;
+              for (int p = 0; p < n; ++p) {
+                if (p == r) continue;
+                links.push_back(P2PLink{p, hint[static_cast<std::size_t>(r * n + p)],
+                                        hint[static_cast<std::size_t>(p * n + r)]});
+              }
+              comm->connect_p2p(links);
+              EXPECT_EQ(comm->shared_memory_peers().size(), static_cast<std::size_t>(n - 1));
+            }
+            return comm;
+          },
+          [&](Communicator& comm) {
+            const int me = comm.rank();
+            std::vector<std::vector<float>> out(messages.size()), in(messages.size());
+            std::vector<WorkPtr> later;
+            for (const Op& op : program[static_cast<std::size_t>(me)]) {
+              const auto& msg = messages[op.msg];
+              if (op.send) {
+                out[op.msg].resize(msg.count);
+                for (std::size_t k = 0; k < msg.count; ++k) out[op.msg][k] = fill(op.msg, k);
+                later.push_back(
+                    comm.send(view(out[op.msg], DType::kFloat32), msg.dst, msg.tag, {}));
+              } else {
+                in[op.msg].assign(msg.count, -1.0f);
+                auto work = comm.recv(view(in[op.msg], DType::kFloat32), msg.src, msg.tag, {});
+                if (wait_late[op.msg]) {
+                  later.push_back(std::move(work));
+                } else {
+                  work->wait(milliseconds(5000));
+                }
+              }
+            }
+            for (auto& w : later) w->wait(milliseconds(5000));
+            for (std::size_t i = 0; i < messages.size(); ++i) {
+              if (messages[i].dst != me) continue;
+              for (std::size_t k = 0; k < messages[i].count; ++k) {
+                ASSERT_EQ(in[i][k], fill(i, k))
+                    << "seed " << seed << (shm ? " shared memory" : " TCP") << " message " << i
+                    << " element " << k;
+              }
+            }
+          },
+          true);
+    }
+  }
 }
 
 }  // namespace

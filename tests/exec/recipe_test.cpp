@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <thread>
 
@@ -147,6 +148,42 @@ TEST(Metrics, OneJsonLinePerStep) {
   log.loss = std::nan("");
   log.has_eval_loss = false;
   EXPECT_NE(metrics_line(log, 0, {}).find("\"loss\": null"), std::string::npos);
+}
+
+// Issue 44, item 8: a run resumed from the checkpoint after step 2 keeps steps 1..2 of the file
+// and drops the later ones the earlier run wrote (it reached step 4 but its step-3 and step-4
+// checkpoints were never written), so the file reads 1, 2, 3, 4, 5 and not 1, 2, 3, 4, 3, 4, 5.
+TEST(Metrics, ResumeTruncatesToTheResumedStep) {
+  const std::string path = ::testing::TempDir() + "/pw_metrics_resume.jsonl";
+  StepLog log;
+  {
+    MetricsWriter first(path, 0);
+    for (std::int64_t s = 0; s < 4; ++s) {
+      log.step = s;
+      first.write(log, 0, {});
+    }
+  }
+  {
+    MetricsWriter resumed(path, 2);
+    for (std::int64_t s = 2; s < 5; ++s) {
+      log.step = s;
+      resumed.write(log, 0, {});
+    }
+  }
+  std::ifstream in(path);
+  std::vector<int> steps;
+  for (std::string line; std::getline(in, line);) steps.push_back(std::stoi(line.substr(9)));
+  EXPECT_EQ(steps, (std::vector<int>{1, 2, 3, 4, 5}));
+  // A fresh run (resumed step 0) replaces the file.
+  {
+    MetricsWriter fresh(path, 0);
+    log.step = 0;
+    fresh.write(log, 0, {});
+  }
+  std::ifstream again(path);
+  int lines = 0;
+  for (std::string line; std::getline(again, line);) ++lines;
+  EXPECT_EQ(lines, 1);
 }
 
 TEST(Evaluation, HeldOutSplitLeavesAGapOfOneSequence) {

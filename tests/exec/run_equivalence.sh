@@ -54,16 +54,31 @@ for spec in GPipe:1 1F1B:1 Interleaved1F1B:2 LoopedBFS:2 InterleavedZeroBubble:2
 done
 # Note [Shared-memory point-to-point]: Gloo's ranks of one host exchange activations and
 # gradients through shared memory; the same run with every message through Gloo's TCP
-# (--no-shm-p2p) must give the same weights, bit for bit.
+# (--no-shm-p2p) must give the same weights, bit for bit. Both runs log how each rank reaches
+# each peer (issue 44: no silent fallback), so the comparison is shared memory against TCP: every
+# one of the 2 (pp - 1) pair ends says "shared memory" in the first, "TCP" in the second.
+info=(--log-level info "${common[@]:2}")
 for pp in 4 2; do
-  shm="$work/1F1B.$pp.safetensors"
-  [ "$backend" = gloo ] && [ -f "$shm" ] || continue
+  [ "$backend" = gloo ] && [ -f "$work/1F1B.$pp.safetensors" ] || continue
+  shm="$work/1F1B.$pp.shm.safetensors"
   out="$work/1F1B.$pp.tcp.safetensors"
-  if run_ranks "$pp" "$backend" "$pw" "${common[@]}" --pp "$pp" --schedule 1F1B --save "$out" \
-      --no-shm-p2p && "$cmp" "$shm" "$out" 0; then
+  if run_ranks "$pp" "$backend" "$pw" "${info[@]}" --pp "$pp" --schedule 1F1B --save "$shm" \
+        > "$work/shm.log" 2>&1 &&
+      run_ranks "$pp" "$backend" "$pw" "${info[@]}" --pp "$pp" --schedule 1F1B --save "$out" \
+        --no-shm-p2p > "$work/tcp.log" 2>&1 && "$cmp" "$shm" "$out" 0; then
     echo "OK   $model 1F1B pp=$pp: --no-shm-p2p gives the same weights"
   else
     echo "FAIL $model 1F1B pp=$pp: --no-shm-p2p differs from shared-memory messages"; failed=1
+  fi
+  want=$((2 * (pp - 1)))
+  got_shm=$(grep -c "point-to-point with rank [0-9]*: shared memory" "$work/shm.log" || true)
+  got_tcp=$(grep -c "point-to-point with rank [0-9]*: TCP (shared memory turned off)" \
+    "$work/tcp.log" || true)
+  if [ "$got_shm" = "$want" ] && [ "$got_tcp" = "$want" ]; then
+    echo "OK   $model 1F1B pp=$pp: $want pair ends over shared memory, then over TCP"
+  else
+    echo "FAIL $model 1F1B pp=$pp: pair ends over shared memory $got_shm, over TCP $got_tcp" \
+      "(want $want each)"; cat "$work/shm.log" "$work/tcp.log"; failed=1
   fi
   break
 done

@@ -68,6 +68,28 @@ void expect_error(const std::string& text, std::size_t column, const std::string
   }
 }
 
+// Issue 44, item 7: nested repeats multiply; the expansion is bounded before anything is
+// allocated, by the caller's limit (the model's size: resolve_partition) or 2^16 items.
+TEST(MegatronLayout, ExpansionIsBoundedBeforeAllocating) {
+  try {
+    (void)parse_megatron_layout("E(t*65536|)*65536L");
+    FAIL() << "no error";
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("expands to more than 65536 layers and stage ends"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    (void)parse_megatron_layout("E(tt|)*8L", "--layout", 10);
+    FAIL() << "no error";
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("expands to more than 10 layers and stage ends"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(parse_megatron_layout("E(tt|)*3L", "--layout", 11).stages.size(), 4u);
+}
+
 TEST(MegatronLayout, BadStringsPointAtTheCharacter) {
   expect_error("Et*3|x|L", 5, "'x' is not a layer");
   expect_error("Et*|L", 2, "'*' must be followed by a count");

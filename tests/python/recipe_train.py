@@ -13,7 +13,8 @@ that byo_train.py's setup writes (DIR/model, DIR/x.npy, DIR/y.npy: 32 rows of 16
   recipe_train.py fp16 --work DIR --pipewright P
       an fp16 run with an overflow injected on rank 1 at step 3 (PIPEWRIGHT_TEST_FP16_OVERFLOW)
       skips that step on every rank (the weights after 3 steps equal those after 2 without the
-      overflow) and halves the loss scale. A libtorch 1.13 build cannot compute fp16 on the CPU
+      overflow) and halves the loss scale: a 4-step run's metrics show the scale each step used,
+      1024 for steps 1-3 and 512 for step 4. A libtorch 1.13 build cannot compute fp16 on the CPU
       and must say so with exit 2.
   recipe_train.py resume --work DIR --pipewright P
       6 steps straight vs 2 steps, then --resume to 6, in the middle of a 4-step warm-up: the
@@ -37,8 +38,10 @@ sys.path.insert(0, HERE)
 SKIP = 77
 GPT2 = "examples/byo/gpt2.py:tiny_gpt2"
 TOLERANCE = 2e-5
-# docs/executor.md, "Training recipe": bf16's loss within 2% of fp32's at every step of this job.
-BF16_TOLERANCE = 0.02
+# bf16's loss relative to fp32's at every step of this job: measured 0.02% at worst (issue 44);
+# bf16 keeps 8 significant bits (2^-8 = 0.4% per rounding), so 0.2% is ten times what was measured
+# and still fails a run whose bf16 path is off by one rounding per layer (the old 2% could not).
+BF16_TOLERANCE = 0.002
 STEPS = 6
 RECIPE = {"lr": 0.05, "clip": 0.4, "warmup": 2, "decay_steps": 6, "min_lr": 0.005,
           "weight_decay": 0.01}
@@ -273,13 +276,19 @@ def fp16(pipewright: str, work: str) -> int:
            env)
     if p.returncode != 0:
         return 1
+    log = p.stdout + p.stderr
+    # The halving: a metrics row holds the scale its step used, so the step after the overflow
+    # shows it (issue 44: the 3-step check saw only the scale before halving).
+    p = pw(pipewright, work, 2, common + ["--steps", "4", "--metrics", metrics], env)
+    if p.returncode != 0:
+        return 1
     rows = read_metrics(metrics)
     scales = [row["loss_scale"] for row in rows]
     skipped = [row["skipped"] for row in rows]
     diff = max_diff(two, three)
     print(f"loss scales {scales}, skipped {skipped}; max |3 steps with overflow - 2 steps| = {diff}")
-    ok = skipped == [False, False, True] and scales == [1024, 1024, 1024] and diff == 0.0
-    ok = ok and "fp16 overflow: step skipped on every rank" in p.stdout + p.stderr
+    ok = skipped == [False, False, True, False] and scales == [1024, 1024, 1024, 512]
+    ok = ok and diff == 0.0 and "fp16 overflow: step skipped on every rank" in log
     return 0 if ok else 1
 
 

@@ -87,6 +87,29 @@ TEST(Chakra, ZeroPlansRoundTrip) {
   }
 }
 
+// Issue 44: message and gradient sizes follow --precision and --reduce-dtype as the simulator's
+// (Note [Precision bytes]): a bf16 job over an fp32 table writes exactly the traces of an fp32
+// job over the table with half the activation and parameter bytes.
+TEST(Chakra, SizesFollowPrecisionAndReduceDtype) {
+  const auto plan = plan_of(sched::ScheduleKind::k1F1B, 2, 4, 1);
+  auto full = testing::uniform_costs(plan.shape.model_stages(), 1.0, 2.0);
+  for (auto& c : full.stages) {
+    c.output_bytes = 4096;
+    c.param_bytes = 1 << 20;
+  }
+  auto half = full;
+  for (auto& c : half.stages) {
+    c.output_bytes /= 2;
+    c.param_bytes /= 2;
+  }
+  SimOptions fp32, bf16;
+  fp32.dp.replicas = bf16.dp.replicas = 2;
+  bf16.precision = sched::Precision::kBf16;
+  bf16.dp.reduce_dtype = sched::Precision::kBf16;
+  EXPECT_EQ(to_chakra(plan, full, Cluster{}, bf16), to_chakra(plan, half, Cluster{}, fp32));
+  EXPECT_NE(to_chakra(plan, full, Cluster{}, bf16), to_chakra(plan, full, Cluster{}, fp32));
+}
+
 TEST(Chakra, Deterministic) {
   const auto plan = plan_of(sched::ScheduleKind::k1F1B, 2, 4, 1);
   EXPECT_EQ(traces_of(plan, 2), traces_of(plan, 2));

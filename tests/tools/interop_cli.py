@@ -227,5 +227,22 @@ expect(["partition", GPT, "--layout", "Et|(tt|)*5,t|L", "--pp", "3"], 2,
 expect(["simulate", "--schedule", "1F1B", "-p", "2", "-m", "4", "--model", GPT,
         "--layout", "Et*12|tL"], 2, r"character 6: one t too many")
 
+# Issue 44: a V-placement schedule contradicts a layout's rank rule; nested repeats are bounded
+# by the model's size before anything is allocated.
+for sched_kind in ("ZBVZeroBubble", "DualPipeV"):
+    expect(["simulate", "--schedule", sched_kind, "-p", "2", "-m", "4", "--model", GPT,
+            "--layout", "Et|(tt|)*2,t|L"], 2,
+           rf"--layout with --schedule {sched_kind}: a Megatron layout places stage v x pp \+ r "
+           r"on rank r.*give the partition with --partition")
+expect(["partition", GPT, "--layout", "E(t*65536|)*65536L"], 2,
+       r"--layout: character 2: the layout expands to more than \d+ layers and stage ends "
+       r"\(the limit: the model's size")
+if WITH_CHAKRA:
+    # export-chakra: a profile of another precision is refused, as simulate refuses it.
+    expect(["export-chakra", "--schedule", "1F1B", "-p", "2", "-m", "2", "--profile",
+            os.path.join(SRC, "tests", "data", "sim", "profile_p2.json"), "--precision", "bf16",
+            "-o", os.path.join(WORK, "chakra_precision")], 2,
+           r"profile .*profile_p2\.json was measured at precision fp32 but the job runs at bf16")
+
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

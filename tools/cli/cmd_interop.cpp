@@ -105,6 +105,7 @@ void run_export(const ExportArgs& a) {
   sim::CostSources sources = a.costs;
   sources.model = r.model ? &*r.model : nullptr;
   sources.partition = r.partition ? &*r.partition : nullptr;
+  sources.precision = r.job.precision;  // a profile of another precision is refused, as simulate
   const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
   sim::Cluster cluster;
   if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);

@@ -16,12 +16,18 @@
 //   (SIGKILL)", "rank 1 exited with code 2: <its last stderr line>") and exits with the first
 //   failing rank's exit code, or 3 (peer failure) if it died from a signal. SIGINT/SIGTERM to the
 //   launcher are forwarded the same way (exit 128 + signal).
+// - Once every rank has exited, shared memory its ranks left in /dev/shm (a rank killed between
+//   creating a segment and its peers mapping it) is removed: the names carry the job id and the
+//   creating rank (Note [Shared-memory names], exec/src/comm/shm_collectives.hpp), so only this
+//   job's and this node's segments are touched.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,6 +48,7 @@
 
 #include "commands.hpp"
 #include "launch_nodes.hpp"
+#include "launch_shm.hpp"
 #include "pipewright/graph/error.hpp"
 
 extern char** environ;
@@ -509,6 +516,9 @@ int run_launch(const LaunchArgs& args) {
     }
   }
 
+  std::vector<int> ranks;
+  for (const auto& c : children) ranks.push_back(c.rank);
+  const int leftovers = remove_job_shared_memory(job_id, ranks);
   if (failures.empty() && g_interrupt == 0) return 0;
 
   std::string report;
@@ -526,6 +536,10 @@ int run_launch(const LaunchArgs& args) {
   for (std::size_t i = 1; i < failures.size(); ++i) {
     report += "pipewright launch:   then " + failures[i].text +
               (failures[i].stopped_by_us ? " (stopped by the launcher)" : "") + "\n";
+  }
+  if (leftovers > 0) {
+    report += "pipewright launch: removed " + std::to_string(leftovers) +
+              " shared-memory segment(s) the stopped ranks left in /dev/shm\n";
   }
   std::fflush(stdout);
   write_all(STDERR_FILENO, report);

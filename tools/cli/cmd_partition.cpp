@@ -90,8 +90,9 @@ void run_partition(const PartitionArgs& args) {
   const graph::Model model = graph::load_model(args.model);
   graph::Partition partition;
   if (!args.layout.empty()) {
-    partition =
-        graph::layout_partition(model, graph::parse_megatron_layout(args.layout), args.pp, options);
+    partition = graph::layout_partition(
+        model, graph::parse_megatron_layout(args.layout, "--layout", graph::layout_limit(model)),
+        args.pp, options);
     PW_CHECK(
         args.stages == 0 || args.stages == partition.num_stages(), ConfigError,
         "--stages " << args.stages << " but --layout has " << partition.num_stages() << " stages");

@@ -286,6 +286,10 @@ void setup_run(CLI::App& app) {
         },
         banner);
     progress.clear();
+    // Issue 44: no silent fallback; every rank says how it reached each pipeline peer.
+    for (const auto& t : result.p2p_transports) {
+      spdlog::info("rank {}: point-to-point with {}", result.world_rank, t);
+    }
     for (const auto& f : result.written_files) spdlog::info("wrote {}", f);
     if (cfg.dp > 1 && result.world_rank == 0) {
       const auto& d = result.data_parallel;

@@ -23,11 +23,11 @@ std::unique_ptr<Communicator> make_mpi_communicator(const WorldInfo& world,
                                                     const CommOptions& options);
 #endif
 
-// The local address of the route to `host` (the master): what this rank's peers reach it by,
-// as PyTorch picks Gloo's interface (communicator_base.cpp). Empty if `host` does not resolve or
-// has no route.
-[[nodiscard]] std::string address_towards(const std::string& host, int port);
-
 // NCCL: make_nccl_communicator() in nccl_communicator.hpp (issue 8).
+
+// net_address.cpp. The local address of the route to `host` (the master): what this rank's peers
+// reach it by, as PyTorch picks Gloo's interface; empty if `host` does not resolve or has no
+// route.
+[[nodiscard]] std::string address_towards(const std::string& host, int port);
 
 }  // namespace pipewright::exec::detail

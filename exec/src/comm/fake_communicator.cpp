@@ -273,9 +273,19 @@ class FakeCollectiveWork final : public FakeWork {
     } else if (kind == CollKind::kAllReduce || kind == CollKind::kReduce) {
       if (!slot.reduced) {
         slot.result = slot.data[0];
-        for (std::size_t r = 1; r < slot.data.size(); ++r) {
-          detail::reduce_into(slot.result.data(), slot.data[r].data(), slot.args.count,
-                              slot.args.dtype, slot.args.op);
+        const DType dtype = slot.args.dtype;
+        if (slot.args.op == ReduceOp::kSum &&
+            (dtype == DType::kBFloat16 || dtype == DType::kFloat16)) {
+          // Note [16-bit sums]: in float32, rounded once.
+          std::vector<const void*> in;
+          for (const auto& d : slot.data) in.push_back(d.data());
+          detail::sum_half_rounded_once(slot.result.data(), in.data(), static_cast<int>(in.size()),
+                                        slot.args.count, dtype);
+        } else {
+          for (std::size_t r = 1; r < slot.data.size(); ++r) {
+            detail::reduce_into(slot.result.data(), slot.data[r].data(), slot.args.count,
+                                slot.args.dtype, slot.args.op);
+          }
         }
         slot.reduced = true;
       }

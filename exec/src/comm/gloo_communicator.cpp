@@ -292,13 +292,14 @@ class GlooCommunicator final : public CommunicatorBase {
   // `members` are world ranks by local rank; `name` is the deterministic store prefix.
   GlooCommunicator(c10::intrusive_ptr<c10d::Store> root_store, std::string name,
                    std::vector<int> members, int rank, const CommOptions& options,
-                   std::shared_ptr<::gloo::transport::Device> device)
+                   std::shared_ptr<::gloo::transport::Device> device, std::string shm_prefix)
       : CommunicatorBase("gloo", std::move(members), rank),
         root_store_(std::move(root_store)),
         name_(std::move(name)),
         options_(options),
         failed_(std::make_shared<std::atomic<bool>>(false)),
-        device_(std::move(device)) {
+        device_(std::move(device)),
+        shm_prefix_(std::move(shm_prefix)) {
     auto pg_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
     pg_options->devices.push_back(device_);
     pg_options->threads = 2;
@@ -440,7 +441,7 @@ class GlooCommunicator final : public CommunicatorBase {
       return Communicator::allocate_collective_buffer(bytes);
     }
     auto buffer = allocate_shm_buffer(handshake("shm/" + std::to_string(alloc_seq_) + "/"), rank(),
-                                      size(), alloc_seq_, bytes);
+                                      size(), alloc_seq_, bytes, shm_prefix_);
     ++alloc_seq_;
     if (!buffer) return Communicator::allocate_collective_buffer(bytes);
     if (!shm_) shm_ = std::make_unique<ShmCollectives>(rank(), members(), options_.timeout);
@@ -459,9 +460,10 @@ class GlooCommunicator final : public CommunicatorBase {
     if (todo.empty()) return;
     int current = -1;  // the peer being connected, for the error message
     try {
-      for (auto& [peer, link] :
-           connect_shm_links(todo, rank(), members(), options_.shm_p2p, handshake(""), &current)) {
-        p2p().add(peer, std::move(link));
+      for (auto& r : connect_shm_links(todo, rank(), members(), options_.shm_p2p, handshake(""),
+                                       shm_prefix_, &current)) {
+        p2p_transports_.push_back(r.how);
+        if (r.link) p2p().add(r.peer, std::move(r.link));
       }
     } catch (const std::exception& e) {
       Blame blame{"rank " + std::to_string(self()) +
@@ -476,12 +478,20 @@ class GlooCommunicator final : public CommunicatorBase {
     return p2p_ ? p2p_->peers() : std::vector<int>{};
   }
 
+  std::vector<std::string> p2p_transports() const override { return p2p_transports_; }
+  std::size_t all_reduce_element_bytes(const BufferView& buf) const override {
+    const bool half = buf.dtype == DType::kBFloat16 || buf.dtype == DType::kFloat16;
+    const bool in_shm = shm_ && shm_->find(buf.data, buf.bytes()) != nullptr;
+    // Note [16-bit all-reduce over Gloo]: over TCP they go widened to float32.
+    return dtype_size(half && !buf.device.is_cuda() && !in_shm ? DType::kFloat32 : buf.dtype);
+  }
+
   std::unique_ptr<Communicator> make_split(const SplitRequest& request) override {
     // Every rank numbers its splits identically, so the prefix is the same on all members.
     const std::string child = name_ + "/" + std::to_string(request.seq);
     if (request.rank < 0) return nullptr;
     return std::make_unique<GlooCommunicator>(root_store_, child, request.world, request.rank,
-                                              options_, device_);
+                                              options_, device_, shm_prefix_);
   }
 
  private:
@@ -534,9 +544,11 @@ class GlooCommunicator final : public CommunicatorBase {
   std::shared_ptr<::gloo::transport::Device> device_;  // shared by the world and its splits
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::int64_t alloc_seq_ = 0;
-  std::unique_ptr<ShmCollectives> shm_;  // created with the first shared buffer
-  std::set<int> p2p_decided_;            // peers connect_p2p() has seen
-  std::unique_ptr<ShmP2P> p2p_;          // created with the first shared-memory peer
+  std::unique_ptr<ShmCollectives> shm_;      // created with the first shared buffer
+  std::set<int> p2p_decided_;                // peers connect_p2p() has seen
+  std::unique_ptr<ShmP2P> p2p_;              // created with the first shared-memory peer
+  std::vector<std::string> p2p_transports_;  // how each peer of connect_p2p is reached
+  std::string shm_prefix_;                   // Note [Shared-memory names]; same in splits
 
   // This group's store under `prefix`, for the shared-memory handshakes.
   ShmHandshake handshake(const std::string& prefix) {
@@ -593,7 +605,8 @@ std::unique_ptr<Communicator> make_gloo_communicator(const WorldInfo& world, Sto
   std::vector<int> members(static_cast<std::size_t>(world.world_size));
   for (int r = 0; r < world.world_size; ++r) members[static_cast<std::size_t>(r)] = r;
   return std::make_unique<GlooCommunicator>(adapter, "pipewright/gloo", std::move(members),
-                                            world.rank, options, std::move(device));
+                                            world.rank, options, std::move(device),
+                                            shm_name_prefix(world.job_id, world.rank));
 }
 
 }  // namespace pipewright::exec::detail

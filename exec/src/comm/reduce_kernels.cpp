@@ -95,6 +95,27 @@ std::uint16_t float_to_half(float f) noexcept {
   return static_cast<std::uint16_t>(sign | out);
 }
 
+void sum_half_rounded_once(void* dst, const void* const* in, int n, std::size_t count,
+                           DType dtype) noexcept {
+  const bool bf16 = dtype == DType::kBFloat16;
+  constexpr std::size_t kBlock = 1024;  // partial sums stay in L1
+  float acc[kBlock];
+  auto* out = static_cast<std::uint16_t*>(dst);
+  for (std::size_t base = 0; base < count; base += kBlock) {
+    const std::size_t len = std::min(kBlock, count - base);
+    for (int k = 0; k < n; ++k) {
+      const auto* src = static_cast<const std::uint16_t*>(in[k]) + base;
+      for (std::size_t i = 0; i < len; ++i) {
+        const float v = bf16 ? bfloat16_to_float(src[i]) : half_to_float(src[i]);
+        acc[i] = k == 0 ? v : acc[i] + v;
+      }
+    }
+    for (std::size_t i = 0; i < len; ++i) {
+      out[base + i] = bf16 ? float_to_bfloat16(acc[i]) : float_to_half(acc[i]);
+    }
+  }
+}
+
 void reduce_into(void* inout, const void* in, std::size_t count, DType dtype,
                  ReduceOp op) noexcept {
   switch (dtype) {

@@ -14,6 +14,15 @@ namespace pipewright::exec::detail {
 // inout[i] = op(inout[i], in[i]) for i < count.
 void reduce_into(void* inout, const void* in, std::size_t count, DType dtype, ReduceOp op) noexcept;
 
+// Note [16-bit sums] (issue 44): every CPU transport sums float16/bfloat16 buffers the same way:
+// the n inputs widened to float32 and added in input order, the sum rounded once to nearest-even.
+// dst[i] = round(in[0][i] + in[1][i] + ... + in[n-1][i]) for i < count; dst may alias an input;
+// `dtype` is kFloat16 or kBFloat16. Gloo's TCP path widens the buffers and all-reduces float32
+// (the same semantics; its ring adds in another order, which float32 rounding can show in the
+// last float32 bit only).
+void sum_half_rounded_once(void* dst, const void* const* in, int n, std::size_t count,
+                           DType dtype) noexcept;
+
 float half_to_float(std::uint16_t h) noexcept;
 std::uint16_t float_to_half(float f) noexcept;
 float bfloat16_to_float(std::uint16_t b) noexcept;

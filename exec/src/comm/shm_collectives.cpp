@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -414,6 +415,12 @@ void ShmCollectives::execute(Job& job) {
       std::vector<const float*> in;
       for (int r = 0; r < size; ++r) in.push_back(reinterpret_cast<const float*>(at(r, begin)));
       sum_float(reinterpret_cast<float*>(at(rank_, begin)), in.data(), size, end - begin);
+    } else if ((job.dtype == DType::kBFloat16 || job.dtype == DType::kFloat16) &&
+               job.op == ReduceOp::kSum) {
+      // Note [16-bit sums] (reduce_kernels.hpp): in float32, rounded once, as over TCP.
+      std::vector<const void*> in;
+      for (int r = 0; r < size; ++r) in.push_back(at(r, begin));
+      sum_half_rounded_once(at(rank_, begin), in.data(), size, end - begin, job.dtype);
     } else {
       for (int r = 0; r < size; ++r) {
         if (r != rank_) reduce_into(at(rank_, begin), at(r, begin), end - begin, job.dtype, job.op);
@@ -531,8 +538,16 @@ std::string host_identity() {
          (m > 0 ? std::string(net_ns, static_cast<std::size_t>(m)) : "no-net-ns");
 }
 
+std::string shm_name_prefix(const std::string& job_id, int world_rank) {
+  bool plain = !job_id.empty() && job_id.size() <= 64;
+  for (char c : job_id) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) != 0);
+  return "/pipewright-" + (plain ? job_id : "p" + std::to_string(::getpid())) + "-r" +
+         std::to_string(world_rank) + "-";
+}
+
 std::shared_ptr<ShmBuffer> allocate_shm_buffer(const ShmHandshake& store, int rank, int size,
-                                               std::int64_t seq, std::size_t bytes) {
+                                               std::int64_t seq, std::size_t bytes,
+                                               const std::string& name_prefix) {
   const std::string host = host_identity();
   store.put("host/" + std::to_string(rank), host);
   bool same_host = true;
@@ -544,19 +559,25 @@ std::shared_ptr<ShmBuffer> allocate_shm_buffer(const ShmHandshake& store, int ra
   std::string error;
   if (rank == 0) {
     std::random_device rd;
-    name = "/pipewright-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
-           std::to_string(seq);
+    name = name_prefix + "dp-" + std::to_string(seq) + "-" + std::to_string(rd());
     buffer = ShmBuffer::create(name, size, bytes, &error);
-    store.put("name", buffer ? name : std::string());
-  } else {
-    name = store.get("name");
-    if (!name.empty()) buffer = ShmBuffer::open(name, rank, size, bytes, &error);
   }
-  store.put("ok/" + std::to_string(rank), buffer ? "1" : "0");
-  bool all_ok = true;
-  for (int r = 0; r < size; ++r) all_ok = all_ok && store.get("ok/" + std::to_string(r)) == "1";
-  if (rank == 0 && buffer) ShmBuffer::unlink(name);
-  return all_ok ? buffer : nullptr;
+  try {  // issue 44: a handshake that fails after the create leaves nothing in /dev/shm
+    if (rank == 0) {
+      store.put("name", buffer ? name : std::string());
+    } else {
+      name = store.get("name");
+      if (!name.empty()) buffer = ShmBuffer::open(name, rank, size, bytes, &error);
+    }
+    store.put("ok/" + std::to_string(rank), buffer ? "1" : "0");
+    bool all_ok = true;
+    for (int r = 0; r < size; ++r) all_ok = all_ok && store.get("ok/" + std::to_string(r)) == "1";
+    if (rank == 0 && buffer) ShmBuffer::unlink(name);
+    return all_ok ? buffer : nullptr;
+  } catch (...) {
+    if (rank == 0 && buffer) ShmBuffer::unlink(name);
+    throw;
+  }
 }
 
 void* create_shm_mapping(const std::string& name, std::size_t bytes, std::string* error) {

@@ -59,6 +59,18 @@ void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen,
                 std::chrono::nanoseconds for_at_most);
 void futex_wake_all(std::atomic<std::uint32_t>* word);
 
+// Note [Shared-memory names] (issue 44): every POSIX shared-memory object pipewright creates is
+// named "/pipewright-<job>-r<creator's world rank>-<kind>-<random>", <job> being the job id of
+// `pipewright launch` (PIPEWRIGHT_JOB_ID, WorldInfo::job_id; 16 hex digits) or "p<pid>" without
+// one. A name exists only from its creation until the peers have mapped it (point-to-point: the
+// peer unlinks it right after mapping; the all-reduce: rank 0, once every member reported). A rank
+// killed inside that window (SIGKILL, or launch's SIGTERM: the run installs no handler) leaves the
+// object behind, so `pipewright launch`, once its ranks have exited, removes
+// /dev/shm/pipewright-<job>-r<k>-* for each of its own ranks k (tools/cli/cmd_launch.cpp,
+// remove_job_shared_memory), and nothing of another job or node. Returns
+// "/pipewright-<job>-r<world_rank>-".
+[[nodiscard]] std::string shm_name_prefix(const std::string& job_id, int world_rank);
+
 // Creates the POSIX shared-memory object `name` (which must not exist) of `bytes` bytes, reserves
 // its pages (posix_fallocate: a /dev/shm too small fails here with ENOSPC, not later with SIGBUS
 // on first touch) and maps it. Null and *error set on failure, with nothing left behind.
@@ -71,10 +83,13 @@ class ShmBuffer;
 // the others map it and report back, and only if every member succeeded is it returned (else
 // null on every member, which then uses heap memory, so the group agrees on which path each
 // all-reduce takes). Rank 0 unlinks the name once all have mapped it, so nothing is left in
-// /dev/shm even if the job is killed. `seq` numbers the group's allocations.
+// /dev/shm once every member has mapped it; a failure of the handshake (a peer that never
+// answers) unlinks it too. `seq` numbers the group's allocations; `name_prefix` is
+// shm_name_prefix() of this rank (Note [Shared-memory names]).
 [[nodiscard]] std::shared_ptr<ShmBuffer> allocate_shm_buffer(const ShmHandshake& store, int rank,
                                                              int size, std::int64_t seq,
-                                                             std::size_t bytes);
+                                                             std::size_t bytes,
+                                                             const std::string& name_prefix);
 
 // One collective buffer: `size` slots of `slot_bytes` bytes after a small header, in one
 // shared-memory object mapped by every rank of the group.

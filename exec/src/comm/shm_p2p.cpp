@@ -1,17 +1,15 @@
 // Shared-memory point-to-point: see Note [Shared-memory point-to-point] in shm_p2p.hpp.
 #include "comm/shm_p2p.hpp"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
-#include <random>
+#include <thread>
 #include <utility>
 
 #include "comm/communicator_base.hpp"
@@ -21,21 +19,18 @@ namespace pipewright::exec::detail {
 
 namespace {
 
-constexpr std::size_t kPage = 4096;
-constexpr std::size_t kLine = 64;
-constexpr std::size_t kRecord = 64;           // a record's header; payloads start and end on a line
-constexpr std::uint32_t kMagic = 0x70775032;  // "pwP2"
+using namespace shm_p2p_layout;  // NOLINT: kPage, kLine, the capacities
+
+constexpr std::size_t kRecord = 64;  // a record's header; payloads start and end on a line
 constexpr std::uint64_t kSkip = ~std::uint64_t{0};  // chunk of a record that skips to the start
-constexpr std::size_t kMinCapacity = 64 * 1024;
-constexpr std::size_t kMaxCapacity = std::size_t{256} << 20;
-// A waiting receiver re-checks its deadline and its peer this often; a sender waiting for room
-// drains its own incoming rings this often.
+// A waiting receiver, and a sender's pusher thread waiting for room, re-check their deadline, the
+// peer and shutdown this often.
 constexpr auto kPollSlice = std::chrono::milliseconds(100);
-constexpr auto kSpaceSlice = std::chrono::milliseconds(1);
+// A rank waiting for a send to complete, or for a receive while a peer's pusher waits for room
+// towards it, drains its incoming rings this often.
+constexpr auto kDrainSlice = std::chrono::milliseconds(1);
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
-std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 struct Record {
   std::int64_t tag;
@@ -47,101 +42,6 @@ static_assert(sizeof(Record) <= kRecord);
 
 }  // namespace
 
-// Control words of one direction, each written by one side, on lines of their own.
-struct ShmLink::Ring {
-  alignas(kLine) std::atomic<std::uint64_t> head{0};  // bytes published (producer)
-  std::atomic<std::uint32_t> data_seq{0};             // futex word: bumped after each publish
-  alignas(kLine) std::atomic<std::uint64_t> tail{0};  // bytes consumed (consumer)
-  std::atomic<std::uint32_t> space_seq{0};            // futex word: bumped when room was freed
-  alignas(kLine) std::atomic<std::uint32_t> consumers_sleeping{0};
-  std::atomic<std::uint32_t> producer_sleeping{0};
-};
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
-                  std::atomic<std::uint32_t>::is_always_lock_free,
-              "atomics in shared memory must be lock-free (address-free)");
-
-struct ShmLink::Header {
-  std::uint32_t magic = kMagic;
-  std::uint64_t capacity[2] = {0, 0};
-  std::uint64_t ring_offset[2] = {0, 0};  // the Ring of side d, then its data after a page
-  std::uint64_t total_bytes = 0;
-  std::atomic<std::int64_t> pid[2];  // for peer-death detection, set by each side's add()
-  std::atomic<std::uint32_t> closed[2];
-};
-static_assert(sizeof(ShmLink::Header) <= kPage && sizeof(ShmLink::Ring) <= kPage);
-
-ShmLink::~ShmLink() { ::munmap(base_, bytes_); }
-
-ShmLink::Header& ShmLink::header() const noexcept { return *static_cast<Header*>(base_); }
-
-ShmLink::Ring& ShmLink::ring(int side) const noexcept {
-  return *reinterpret_cast<Ring*>(static_cast<std::byte*>(base_) +
-                                  header().ring_offset[static_cast<std::size_t>(side)]);
-}
-
-std::byte* ShmLink::data(int side) const noexcept {
-  return static_cast<std::byte*>(base_) + header().ring_offset[static_cast<std::size_t>(side)] +
-         kPage;
-}
-
-std::size_t ShmLink::capacity(int side) const noexcept {
-  return header().capacity[static_cast<std::size_t>(side)];
-}
-
-std::shared_ptr<ShmLink> ShmLink::create(const std::string& name, std::size_t capacity0,
-                                         std::size_t capacity1, std::string* error) {
-  std::size_t cap[2];
-  cap[0] = round_up(std::clamp(capacity0, kMinCapacity, kMaxCapacity), kPage);
-  cap[1] = round_up(std::clamp(capacity1, kMinCapacity, kMaxCapacity), kPage);
-  const std::size_t offset1 = kPage + kPage + cap[0];
-  const std::size_t total = offset1 + kPage + cap[1];
-  void* base = create_shm_mapping(name, total, error);
-  if (base == nullptr) return nullptr;
-  auto* h = new (base) Header();
-  h->capacity[0] = cap[0];
-  h->capacity[1] = cap[1];
-  h->ring_offset[0] = kPage;
-  h->ring_offset[1] = offset1;
-  h->total_bytes = total;
-  for (int d = 0; d < 2; ++d) {
-    h->pid[d].store(0);
-    h->closed[d].store(0);
-  }
-  new (static_cast<std::byte*>(base) + kPage) Ring();
-  new (static_cast<std::byte*>(base) + offset1) Ring();
-  return std::shared_ptr<ShmLink>(new ShmLink(base, total));
-}
-
-std::shared_ptr<ShmLink> ShmLink::open(const std::string& name, std::string* error) {
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) {
-    *error = errno_text("shm_open " + name);
-    return nullptr;
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < kPage) {
-    *error = "shared memory " + name + " is too small";
-    ::close(fd);
-    return nullptr;
-  }
-  const auto total = static_cast<std::size_t>(st.st_size);
-  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (base == MAP_FAILED) {
-    *error = errno_text("mmap " + name);
-    return nullptr;
-  }
-  const auto* h = static_cast<const Header*>(base);
-  if (h->magic != kMagic || h->total_bytes != total) {
-    *error = "shared memory " + name + " is not a pipewright link";
-    ::munmap(base, total);
-    return nullptr;
-  }
-  return std::shared_ptr<ShmLink>(new ShmLink(base, total));
-}
-
-void ShmLink::unlink(const std::string& name) noexcept { ::shm_unlink(name.c_str()); }
-
 namespace {
 
 // One message being received: into a posted buffer, or into heap memory when it arrived before
@@ -152,19 +52,36 @@ struct Incoming {
   std::vector<std::byte> heap;
   std::uint64_t total = 0;
   std::uint64_t received = 0;
-  bool started = false;  // its first record arrived (total is known)
-  bool posted = false;   // a receive owns it
+  bool started = false;    // its first record arrived (total is known)
+  bool posted = false;     // a receive owns it
+  bool abandoned = false;  // its receive's Work was destroyed first: consume, copy nothing
 
   [[nodiscard]] bool complete() const { return started && received == total; }
   void put(const std::byte* payload, std::uint64_t offset, std::uint64_t chunk) {
     // A message of another size than the posted buffer is consumed and dropped (an error on
     // wait()); an unexpected one is kept whole.
-    if (chunk > 0 && (!posted || total == capacity)) std::memcpy(dst + offset, payload, chunk);
+    if (chunk > 0 && !abandoned && (!posted || total == capacity)) {
+      std::memcpy(dst + offset, payload, chunk);
+    }
     received += chunk;
   }
 };
 
 using Key = std::pair<int, std::int64_t>;  // (peer, tag)
+
+// The part of a message that did not fit into the ring when it was sent: a copy of its remaining
+// bytes, which the channel's pusher thread moves into the ring as the receiver frees room.
+struct Outgoing {
+  std::int64_t tag = 0;
+  std::uint64_t total = 0;  // bytes of the whole message
+  std::uint64_t sent = 0;   // bytes of it in the ring so far (the copy starts at `base`)
+  std::uint64_t base = 0;
+  bool first = true;  // no record of it is in the ring yet
+  std::vector<std::byte> rest;
+  std::string prefix;  // of the send, for errors
+  bool done = false;   // every byte is in the ring (guarded by the channel's send_mu)
+  std::exception_ptr error;
+};
 
 }  // namespace
 
@@ -173,7 +90,14 @@ struct ShmP2P::State {
     int peer = -1;
     int side = 0;  // this rank's side of the link
     std::shared_ptr<ShmLink> link;
+    // Sending (Note [Shared-memory point-to-point]): whoever holds send_mu with an empty backlog
+    // writes into the ring; while the backlog is not empty only the pusher thread does.
     std::mutex send_mu;
+    std::condition_variable send_cv;  // backlog changed, or an entry finished
+    std::deque<std::shared_ptr<Outgoing>> backlog;
+    std::exception_ptr send_failed;  // the pusher failed: later sends fail at once
+    std::thread pusher;              // started with the first backlog
+    std::atomic<bool> stopping{false};
     std::shared_ptr<Incoming> current;  // a message whose later chunks are still to come (mu)
   };
 
@@ -260,9 +184,19 @@ struct ShmP2P::State {
     }
   }
 
+  // Progress on every incoming ring (Note [Shared-memory point-to-point]). Requires mu.
   void drain_all() {
-    std::lock_guard<std::mutex> lock(mu);
     for (auto& [peer, ch] : channels) drain(*ch);
+  }
+
+  // Whether some peer's pusher sleeps until this rank frees room in its ring.
+  bool someone_waits_for_room() const {
+    for (const auto& [peer, ch] : channels) {
+      if (ch->link->ring(1 - ch->side).producer_sleeping.load(std::memory_order_relaxed) != 0) {
+        return true;
+      }
+    }
+    return false;
   }
 
   // Publishes `head` to the consumer of `ring` and wakes it if it sleeps.
@@ -274,60 +208,109 @@ struct ShmP2P::State {
     }
   }
 
-  // Copies `buf` into the ring towards ch.peer; throws TimeoutError / PeerError.
-  void send(Channel& ch, const BufferView& buf, std::int64_t tag, const std::string& prefix) {
-    std::lock_guard<std::mutex> send_lock(ch.send_mu);
-    if (auto gone = peer_gone(ch); !gone.empty()) throw PeerError(prefix + ": " + gone);
+  // Writes as much of message `out` into the ring towards ch.peer as there is room for now,
+  // without waiting (the caller is the ring's only writer). True when every byte is in.
+  static bool write_some(Channel& ch, Outgoing& out, const std::byte* rest) {
     auto& ring = ch.link->ring(ch.side);
     std::byte* data = ch.link->data(ch.side);
     const std::uint64_t cap = ch.link->capacity(ch.side);
-    const auto* src = static_cast<const std::byte*>(buf.data);
-    const std::uint64_t total = buf.bytes();
     std::uint64_t head = ring.head.load(std::memory_order_relaxed);
-    std::uint64_t sent = 0;
-    const auto deadline = WorkClock::now() + timeout;
-    bool first = true;
-    while (first || sent < total) {
+    const std::uint64_t head0 = head;
+    while (out.first || out.sent < out.total) {
       const std::uint64_t tail = ring.tail.load(std::memory_order_acquire);
       const std::uint64_t room = cap - (head - tail);
       const std::uint64_t pos = head % cap;
       const std::uint64_t contiguous = cap - pos;
-      const std::uint64_t need = kRecord + std::min<std::uint64_t>(total - sent, kRecord);
+      const std::uint64_t need = kRecord + std::min<std::uint64_t>(out.total - out.sent, kRecord);
       if (contiguous < need && room >= contiguous) {
         const Record skip{0, 0, 0, kSkip};
         std::memcpy(data + pos, &skip, sizeof skip);
         head += contiguous;
-        publish(ring, head);
         continue;
       }
-      if (room < need) {
-        wait_for_room(ch, tail, deadline, prefix);
-        continue;
-      }
-      const std::uint64_t chunk = std::min(total - sent, std::min(room, contiguous) - kRecord);
-      const Record r{tag, total, sent, chunk};
+      if (room < need) break;
+      const std::uint64_t chunk =
+          std::min(out.total - out.sent, std::min(room, contiguous) - kRecord);
+      const Record r{out.tag, out.total, out.sent, chunk};
       std::memcpy(data + pos, &r, sizeof r);
-      if (chunk > 0) std::memcpy(data + pos + kRecord, src + sent, chunk);
+      if (chunk > 0) std::memcpy(data + pos + kRecord, rest + (out.sent - out.base), chunk);
       head += kRecord + round_up(chunk, kRecord);
-      sent += chunk;
-      first = false;
-      publish(ring, head);
+      out.sent += chunk;
+      out.first = false;
+    }
+    if (head != head0) publish(ring, head);
+    return !out.first && out.sent == out.total;
+  }
+
+  // Sends `buf` to ch.peer without ever waiting for the receiver: what fits into the ring now
+  // goes in at once; the rest is copied into the channel's backlog, which the pusher thread moves
+  // into the ring as the receiver frees room. Null when the whole message is in the ring, else
+  // the backlog entry (its Work completes when its last byte is in). Throws PeerError.
+  std::shared_ptr<Outgoing> send(Channel& ch, const BufferView& buf, std::int64_t tag,
+                                 const std::string& prefix) {
+    std::unique_lock<std::mutex> lock(ch.send_mu);
+    if (ch.send_failed) std::rethrow_exception(ch.send_failed);
+    if (auto gone = peer_gone(ch); !gone.empty()) throw PeerError(prefix + ": " + gone);
+    const auto* src = static_cast<const std::byte*>(buf.data);
+    auto out = std::make_shared<Outgoing>();
+    out->tag = tag;
+    out->total = buf.bytes();
+    out->prefix = prefix;
+    if (ch.backlog.empty() && write_some(ch, *out, src)) return nullptr;
+    out->base = out->sent;
+    out->rest.assign(src + out->sent, src + out->total);
+    ch.backlog.push_back(out);
+    if (!ch.pusher.joinable()) ch.pusher = std::thread([this, &ch] { push(ch); });
+    ch.send_cv.notify_all();
+    return out;
+  }
+
+  // The pusher thread of `ch`: moves its backlog into the ring, oldest first, sleeping on the
+  // ring's futex while it is full. An entry that sees no room freed for the timeout, or whose
+  // peer left, fails, and so does every later send to that peer.
+  void push(Channel& ch) {
+    std::unique_lock<std::mutex> lock(ch.send_mu);
+    for (;;) {
+      ch.send_cv.wait(lock, [&] { return ch.stopping.load() || !ch.backlog.empty(); });
+      if (ch.stopping.load()) return;
+      std::shared_ptr<Outgoing> out = ch.backlog.front();
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        auto deadline = WorkClock::now() + timeout;
+        while (!write_some(ch, *out, out->rest.data())) {
+          if (wait_for_room(ch, deadline, out->prefix)) deadline = WorkClock::now() + timeout;
+          if (ch.stopping.load()) return;
+        }
+      } catch (const Error&) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (error) {
+        ch.send_failed = error;
+        for (auto& o : ch.backlog) o->error = error;
+        ch.backlog.clear();
+      } else {
+        out->done = true;
+        out->rest = {};
+        ch.backlog.pop_front();
+      }
+      ch.send_cv.notify_all();
     }
   }
 
-  // The ring towards ch.peer has no room: drain this rank's own incoming rings (the peer may be
-  // waiting for room towards us) and sleep briefly until the peer frees some.
-  void wait_for_room(Channel& ch, std::uint64_t tail_seen,
-                     std::chrono::steady_clock::time_point deadline, const std::string& prefix) {
+  // Sleeps until the receiver of ch's ring frees room, at most a poll slice. True when it did;
+  // throws PeerError when the peer left, TimeoutError past `deadline`.
+  bool wait_for_room(Channel& ch, WorkClock::time_point deadline, const std::string& prefix) {
     auto& ring = ch.link->ring(ch.side);
+    const std::uint64_t tail = ring.tail.load(std::memory_order_seq_cst);
     const std::uint32_t seen = ring.space_seq.load(std::memory_order_seq_cst);
     ring.producer_sleeping.store(1, std::memory_order_seq_cst);
-    drain_all();
-    if (ring.tail.load(std::memory_order_seq_cst) == tail_seen) {
-      futex_wait(&ring.space_seq, seen, kSpaceSlice);
+    if (ring.tail.load(std::memory_order_seq_cst) == tail) {
+      futex_wait(&ring.space_seq, seen, kPollSlice);
     }
     ring.producer_sleeping.store(0, std::memory_order_seq_cst);
-    if (ring.tail.load(std::memory_order_acquire) != tail_seen) return;
+    if (ring.tail.load(std::memory_order_acquire) != tail) return true;
     if (auto gone = peer_gone(ch); !gone.empty()) throw PeerError(prefix + ": " + gone);
     if (WorkClock::now() >= deadline) {
       throw TimeoutError(prefix + ": " + timed_out_after(timeout) + " waiting for rank " +
@@ -335,6 +318,7 @@ struct ShmP2P::State {
                          " to make room in its shared-memory ring of " +
                          std::to_string(ch.link->capacity(ch.side)) + " bytes");
     }
+    return false;
   }
 };
 
@@ -345,18 +329,20 @@ namespace {
 class ShmRecvWork final : public BasicWork {
  public:
   ShmRecvWork(std::shared_ptr<ShmP2P::State> state, ShmP2P::State::Channel* ch,
-              std::shared_ptr<Incoming> in, const BufferView& buf, std::string prefix)
+              std::shared_ptr<Incoming> in, const BufferView& buf, std::int64_t tag,
+              std::string prefix)
       : BasicWork(std::move(prefix)),
         state_(std::move(state)),
         ch_(ch),
         in_(std::move(in)),
-        buf_(buf) {}
+        buf_(buf),
+        tag_(tag) {}
 
  private:
   std::unique_lock<std::mutex> lock() override { return std::unique_lock<std::mutex>(state_->mu); }
 
   bool test() override {
-    state_->drain(*ch_);
+    state_->drain_all();
     if (in_->complete()) {
       const int peer = state_->global_ranks[static_cast<std::size_t>(ch_->peer)];
       if (in_->total != buf_.bytes()) {
@@ -382,8 +368,10 @@ class ShmRecvWork final : public BasicWork {
     if (ring.head.load(std::memory_order_seq_cst) == ring.tail.load(std::memory_order_relaxed)) {
       lock.unlock();
       const auto left = wait.deadline - now();
+      // A peer whose pusher waits for room in another ring towards us is drained every slice.
+      const auto slice = state_->someone_waits_for_room() ? kDrainSlice : kPollSlice;
       futex_wait(&ring.data_seq, seen,
-                 std::min<std::chrono::nanoseconds>(left, std::chrono::nanoseconds(kPollSlice)));
+                 std::min<std::chrono::nanoseconds>(left, std::chrono::nanoseconds(slice)));
       lock.lock();
     }
     ring.consumers_sleeping.fetch_sub(1, std::memory_order_seq_cst);
@@ -393,6 +381,60 @@ class ShmRecvWork final : public BasicWork {
   ShmP2P::State::Channel* ch_;  // owned by state_
   std::shared_ptr<Incoming> in_;
   BufferView buf_;
+  std::int64_t tag_;
+  [[nodiscard]] std::int64_t tag_of() const noexcept { return tag_; }
+
+ public:
+  // A receive dropped before it completed must not write into its buffer later: a posted one
+  // that nothing has arrived for leaves the queue (the message goes to the next receive of its
+  // tag), one that is arriving is consumed and dropped.
+  ~ShmRecvWork() override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!in_->posted || in_->complete()) return;
+    in_->abandoned = true;
+    if (in_->started) return;
+    auto it = state_->posted.find({ch_->peer, tag_of()});
+    if (it == state_->posted.end()) return;
+    auto& queue = it->second;
+    queue.erase(std::remove(queue.begin(), queue.end(), in_), queue.end());
+    if (queue.empty()) state_->posted.erase(it);
+  }
+};
+
+// A send whose message did not fit into the ring at once: complete when the pusher has moved its
+// last byte in; fails with the pusher's error.
+class ShmSendWork final : public BasicWork {
+ public:
+  ShmSendWork(std::shared_ptr<ShmP2P::State> state, ShmP2P::State::Channel* ch,
+              std::shared_ptr<Outgoing> out, std::string prefix)
+      : BasicWork(std::move(prefix)), state_(std::move(state)), ch_(ch), out_(std::move(out)) {}
+
+ private:
+  std::unique_lock<std::mutex> lock() override {
+    return std::unique_lock<std::mutex>(ch_->send_mu);
+  }
+  bool test() override {
+    if (out_->error) std::rethrow_exception(out_->error);
+    return out_->done;
+  }
+  std::string waiting_for() const override {
+    return "rank " + std::to_string(state_->global_ranks[static_cast<std::size_t>(ch_->peer)]) +
+           " to make room in its shared-memory ring of " +
+           std::to_string(ch_->link->capacity(ch_->side)) + " bytes";
+  }
+  // While it waits, this rank drains every incoming ring: its peers may be waiting on their
+  // sends to it too (Conformance.LargeMessagesBothWaysBeforeAnyReceive).
+  void pause(WaitState& wait, std::unique_lock<std::mutex>& lock) override {
+    {
+      std::lock_guard<std::mutex> receive_lock(state_->mu);  // order: send_mu, then mu
+      state_->drain_all();
+    }
+    (void)ch_->send_cv.wait_until(lock, std::min(wait.deadline, now() + kDrainSlice));
+  }
+
+  std::shared_ptr<ShmP2P::State> state_;
+  ShmP2P::State::Channel* ch_;  // owned by state_
+  std::shared_ptr<Outgoing> out_;
 };
 
 }  // namespace
@@ -405,6 +447,19 @@ ShmP2P::ShmP2P(int rank, std::vector<int> global_ranks, std::chrono::millisecond
 }
 
 ShmP2P::~ShmP2P() {
+  for (auto& [peer, ch] : state_->channels) {
+    {
+      std::lock_guard<std::mutex> lock(ch->send_mu);
+      ch->stopping.store(true);
+      for (auto& o : ch->backlog) {
+        o->error = std::make_exception_ptr(
+            BackendError(o->prefix + ": the communicator was destroyed before it was sent"));
+      }
+      ch->backlog.clear();
+    }
+    ch->send_cv.notify_all();
+    if (ch->pusher.joinable()) ch->pusher.join();  // it sees `stopping` within kPollSlice
+  }
   for (auto& [peer, ch] : state_->channels) {
     auto& h = ch->link->header();
     h.closed[ch->side].store(1, std::memory_order_seq_cst);
@@ -437,12 +492,15 @@ std::vector<int> ShmP2P::peers() const {
 }
 
 WorkPtr ShmP2P::send(const BufferView& buf, int dst, std::int64_t tag, const std::string& prefix) {
+  auto& ch = state_->channel(dst);
+  std::shared_ptr<Outgoing> out;
   try {
-    state_->send(state_->channel(dst), buf, tag, prefix);
+    out = state_->send(ch, buf, tag, prefix);
   } catch (const Error&) {
     return failed_work(std::current_exception());
   }
-  return completed_work();
+  if (!out) return completed_work();
+  return std::make_shared<ShmSendWork>(state_, &ch, std::move(out), prefix);
 }
 
 WorkPtr ShmP2P::recv(const BufferView& buf, int src, std::int64_t tag, const std::string& prefix) {
@@ -450,7 +508,7 @@ WorkPtr ShmP2P::recv(const BufferView& buf, int src, std::int64_t tag, const std
   std::shared_ptr<Incoming> in;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    state_->drain(ch);
+    state_->drain_all();
     auto it = state_->unexpected.find({src, tag});
     if (it != state_->unexpected.end() && !it->second.empty()) {
       in = std::move(it->second.front());  // arrived first: copied out when complete
@@ -464,66 +522,7 @@ WorkPtr ShmP2P::recv(const BufferView& buf, int src, std::int64_t tag, const std
       state_->posted[{src, tag}].push_back(in);
     }
   }
-  return std::make_shared<ShmRecvWork>(state_, &ch, std::move(in), buf, prefix);
-}
-
-std::vector<std::pair<int, std::shared_ptr<ShmLink>>> connect_shm_links(
-    const std::vector<P2PLink>& links, int rank, const std::vector<int>& global_ranks, bool allowed,
-    const ShmHandshake& store, int* current) {
-  auto pair_key = [&](int peer) {
-    return "p2p/" + std::to_string(std::min(rank, peer)) + "-" +
-           std::to_string(std::max(rank, peer)) + "/";
-  };
-  struct Created {
-    int peer;
-    std::string name;
-    std::shared_ptr<ShmLink> link;
-  };
-  std::vector<Created> created;
-  std::vector<std::pair<int, std::shared_ptr<ShmLink>>> out;
-  try {
-    const std::string me = allowed ? host_identity() : std::string("off");
-    store.put("p2p/host/" + std::to_string(rank), me);
-    for (const auto& l : links) {  // (1) the lower rank creates
-      if (l.peer < rank) continue;
-      *current = l.peer;
-      std::shared_ptr<ShmLink> link;
-      std::string name;
-      if (me != "off" && store.get("p2p/host/" + std::to_string(l.peer)) == me) {
-        std::random_device rd;
-        name = "/pipewright-p2p-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
-               std::to_string(global_ranks[static_cast<std::size_t>(rank)]) + "-" +
-               std::to_string(global_ranks[static_cast<std::size_t>(l.peer)]);
-        std::string error;  // any failure: this pair keeps the transport's own path
-        link = ShmLink::create(name, l.send_bytes, l.recv_bytes, &error);
-      }
-      store.put(pair_key(l.peer) + "name", link ? name : std::string());
-      if (link) created.push_back(Created{l.peer, name, std::move(link)});
-    }
-    for (const auto& l : links) {  // (2) the higher rank opens and acknowledges
-      if (l.peer > rank) continue;
-      *current = l.peer;
-      const std::string name = store.get(pair_key(l.peer) + "name");
-      std::shared_ptr<ShmLink> link;
-      std::string error;
-      if (!name.empty()) link = ShmLink::open(name, &error);
-      store.put(pair_key(l.peer) + "ack", link ? "1" : "0");
-      if (link) out.emplace_back(l.peer, std::move(link));
-    }
-    for (auto& c : created) {  // (3) the lower rank waits for it and unlinks
-      *current = c.peer;
-      const std::string ack = store.get(pair_key(c.peer) + "ack");
-      ShmLink::unlink(c.name);
-      c.name.clear();
-      if (ack == "1") out.emplace_back(c.peer, std::move(c.link));
-    }
-  } catch (...) {
-    for (const auto& c : created) {
-      if (!c.name.empty()) ShmLink::unlink(c.name);
-    }
-    throw;
-  }
-  return out;
+  return std::make_shared<ShmRecvWork>(state_, &ch, std::move(in), buf, tag, prefix);
 }
 
 }  // namespace pipewright::exec::detail

@@ -183,8 +183,9 @@ void Ddp::launch(Stage& st, std::size_t b, bool in_backward) {
   ctx.step = step_;
   ctx.stage = st.params.stage;
   ctx.what = "DDP all-reduce of gradient bucket " + std::to_string(b);
-  // Note [DDP bf16 reduction]: the bucket is summed in bfloat16 on the wire (as NCCL sums a
-  // bf16 all-reduce) and copied back into the float32 gradients when it completes.
+  // Note [DDP bf16 reduction]: the bucket goes to the all-reduce as bfloat16 (summed in float32
+  // and rounded once on the CPU transports, Note [16-bit sums]) and is copied back into the
+  // float32 gradients when it completes.
   if (options_.bf16_reduce) {
     torch::NoGradGuard no_grad;
     if (!bucket.wire.defined()) {

@@ -65,17 +65,22 @@ namespace {
 double wire_factor_all_reduce(int n) { return n <= 1 ? 0.0 : 2.0 * (n - 1) / n; }
 double wire_factor_rooted(int n) { return n <= 1 ? 0.0 : static_cast<double>(n - 1) / n; }
 
-void count(DataParallelStats& stats, const BufferView& buf, double factor) {
+// `element_bytes`: what the transport moves per element (Gloo's TCP widens 16-bit buffers).
+void count(DataParallelStats& stats, const BufferView& buf, double factor,
+           std::size_t element_bytes) {
   ++stats.collectives;
   stats.payload_bytes += buf.bytes();
-  stats.wire_bytes += factor * static_cast<double>(buf.bytes());
+  stats.wire_bytes += factor * static_cast<double>(buf.count * element_bytes);
+}
+void count(DataParallelStats& stats, const BufferView& buf, double factor) {
+  count(stats, buf, factor, dtype_size(buf.dtype));
 }
 
 }  // namespace
 
 WorkPtr counted_all_reduce(Communicator& comm, const BufferView& buf, ReduceOp op,
                            const OpContext& ctx, DataParallelStats& stats) {
-  count(stats, buf, wire_factor_all_reduce(comm.size()));
+  count(stats, buf, wire_factor_all_reduce(comm.size()), comm.all_reduce_element_bytes(buf));
   return comm.all_reduce(buf, op, ctx);
 }
 

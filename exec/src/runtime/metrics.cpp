@@ -1,8 +1,10 @@
 // The --metrics file (metrics.hpp, Note [Metrics file]).
 #include "runtime/metrics.hpp"
 
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 #include "pipewright/graph/error.hpp"
@@ -50,8 +52,40 @@ std::string metrics_line(const StepLog& log, std::int64_t tokens_per_sample,
   return os.str();
 }
 
-MetricsWriter::MetricsWriter(const std::string& path, bool append)
-    : path_(path), out_(path, append ? std::ios::app : std::ios::trunc) {
+namespace {
+
+// The lines of `path` whose "step" is at most `last` (a line that does not start as metrics_line
+// writes it, e.g. a torn last line, ends the kept part).
+std::string lines_up_to(const std::string& path, std::int64_t last) {
+  std::ifstream in(path);
+  std::string kept, line;
+  const std::string head = "{\"step\": ";
+  while (std::getline(in, line)) {
+    if (line.compare(0, head.size(), head) != 0) break;
+    std::int64_t step = 0;
+    if (std::sscanf(line.c_str() + head.size(), "%" SCNd64, &step) != 1 || step > last) break;
+    kept += line + '\n';
+  }
+  return kept;
+}
+
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path, std::int64_t resumed_step) : path_(path) {
+  if (resumed_step > 0) {
+    // Note [Metrics file]: keep steps 1..resumed_step; replace the file atomically.
+    const std::string kept = lines_up_to(path, resumed_step);
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << kept;
+      out.flush();
+      PW_CHECK(out.good(), ConfigError, "--metrics: cannot write '" << tmp << "'");
+    }
+    PW_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, ConfigError,
+             "--metrics: cannot replace '" << path << "'");
+  }
+  out_.open(path, resumed_step > 0 ? std::ios::app : std::ios::trunc);
   PW_CHECK(out_.good(), ConfigError, "--metrics: cannot write '" << path << "'");
 }
 

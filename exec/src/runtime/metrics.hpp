@@ -12,7 +12,9 @@
 // "tokens_per_s" only for token-id models (int64 input: tokens = its elements per sample);
 // "grad_norm" is the global norm before clipping (Note [Global gradient norm]); peak memory is
 // each world rank's peak resident set (VmHWM), in rank order. The file is replaced at the start
-// of the run (or continued after a --resume's step).
+// of the run; a run resumed from the checkpoint after step k keeps the file's lines of steps
+// 1..k and drops the later ones (an earlier run may have gone past its last checkpoint), so every
+// step appears once (issue 44).
 #pragma once
 
 #include <cstdint>
@@ -26,9 +28,10 @@ namespace pipewright::exec {
 
 class MetricsWriter {
  public:
-  // Opens `path` for writing (truncating) or, with `append`, for appending; ConfigError naming
-  // --metrics when it cannot.
-  MetricsWriter(const std::string& path, bool append);
+  // Opens `path` for writing: empty when `resumed_step` is 0, else with the existing lines of
+  // steps <= resumed_step (rewritten atomically: temp file + rename) and appending after them.
+  // ConfigError naming --metrics when it cannot.
+  MetricsWriter(const std::string& path, std::int64_t resumed_step);
   // tokens_per_sample 0: not a token model.
   void write(const StepLog& log, std::int64_t tokens_per_sample,
              const std::vector<std::int64_t>& peak_memory_bytes);

@@ -329,7 +329,7 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   const double samples_per_step = static_cast<double>(c.batch_size) * c.dp;
   std::unique_ptr<MetricsWriter> metrics;  // Note [Metrics file]
   if (!c.metrics_path.empty() && p.world.rank == 0) {
-    metrics = std::make_unique<MetricsWriter>(c.metrics_path, first_step > 0);
+    metrics = std::make_unique<MetricsWriter>(c.metrics_path, first_step);
   }
   const std::int64_t tokens_per_sample = tokens_per_sample_of(p.model);
   PredictionGather predictions;  // --forward-only --outputs
@@ -373,6 +373,7 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   }
   hooks->settle();
   if (dp_algo) result.data_parallel = dp_algo->stats();
+  if (mesh.pipe) result.p2p_transports = mesh.pipe->p2p_transports();  // issue 44
   if (!c.outputs_path.empty()) {
     predictions.write(*world, p.world.rank, p.world.world_size, c.steps - first_step,
                       c.microbatches, c.outputs_path, timeout);

@@ -335,8 +335,20 @@ graph::Partition resolve_partition(const JobSpec& job, const graph::Model& model
   PW_CHECK(job.layout.empty() || job.partition_path.empty(), ConfigError,
            "give the partition once: --layout or --partition");
   if (!job.layout.empty()) {
-    graph::Partition p =
-        graph::layout_partition(model, graph::parse_megatron_layout(job.layout), job.pp);
+    // Issue 44: a Megatron layout's stages follow Megatron's rank rule (layout stage v * pp + r
+    // on rank r, docs/interop.md); the V placement puts stage 2pp-1-r on rank r instead, so the
+    // layout would not mean what it says. Refused rather than silently remapped.
+    PW_CHECK(!is_v_shaped(job.schedule) || job.schedule == ScheduleKind::kChimera, ConfigError,
+             "--layout with --schedule " << to_string(job.schedule)
+                                         << ": a Megatron layout places stage v x pp + r on rank "
+                                            "r, but "
+                                         << to_string(job.schedule)
+                                         << "'s V placement puts stages r and 2 x pp - 1 - r on "
+                                            "rank r; give the partition with --partition instead");
+    // Issue 44: the expansion is bounded by the model's size (graph::layout_limit).
+    graph::Partition p = graph::layout_partition(
+        model, graph::parse_megatron_layout(job.layout, "--layout", graph::layout_limit(model)),
+        job.pp);
     PW_CHECK(p.num_stages() == stages, ConfigError,
              "--layout has " << p.num_stages() << " stages but --pp " << job.pp
                              << " x --stages-per-rank " << job.stages_per_rank << " = " << stages);

@@ -6,10 +6,12 @@
 #include <map>
 #include <utility>
 
+#include "costs/data_parallel.hpp"
 #include "et_def.pb.h"
 #include "interop/chakra_attrs.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/plan_dag.hpp"
+#include "pipewright/sched/training.hpp"
 #include "pipewright/sim/chakra.hpp"
 
 namespace pipewright::sim {
@@ -124,7 +126,11 @@ std::vector<std::string> to_chakra(const sched::LoweredPlan& plan, const sched::
           add_attr(attrs, send ? "comm_dst" : "comm_src")->set_int32_val(peer_rank);
           add_attr(attrs, "comm_tag")
               ->set_int32_val(static_cast<std::int32_t>(rules.message_id(a)));
-          add_attr(attrs, "comm_size")->set_int64_val(stage_cost(producer).output_bytes);
+          // Note [Precision bytes]: messages cross in the job's precision, as the simulator sends
+          // them (issue 44: the table's own bytes were written whatever the precision).
+          add_attr(attrs, "comm_size")
+              ->set_int64_val(sched::bytes_at_precision(stage_cost(producer).output_bytes,
+                                                        costs.precision, options.precision));
         } else if (a.kind == ActionKind::kReduceGrad || a.kind == ActionKind::kUnshard) {
           // DDP all-reduces the stage's gradients; ZeRO reduce-scatters them (Note [ZeRO in the
           // simulator]); UNSHARD all-gathers the stage's parameters.
@@ -133,7 +139,13 @@ std::vector<std::string> to_chakra(const sched::LoweredPlan& plan, const sched::
               ->set_int64_val(a.kind == ActionKind::kUnshard ? ChakraProtoMsg::ALL_GATHER
                               : options.dp.zero_stage > 0    ? ChakraProtoMsg::REDUCE_SCATTER
                                                              : ChakraProtoMsg::ALL_REDUCE);
-          add_attr(attrs, "comm_size")->set_int64_val(stage_cost(a.stage).param_bytes);
+          // Gradients reduce in --reduce-dtype (fp32 parameter bytes scaled, as the simulator);
+          // parameters are gathered in fp32.
+          const std::int64_t param_bytes = stage_cost(a.stage).param_bytes;
+          add_attr(attrs, "comm_size")
+              ->set_int64_val(a.kind == ActionKind::kUnshard
+                                  ? param_bytes
+                                  : gradient_wire_bytes(param_bytes, options.dp));
           // The stage's replicas: communicator group r + 1 (chakra_comm_groups).
           add_attr(attrs, "pg_name")->set_string_val(std::to_string(r + 1));
         } else {

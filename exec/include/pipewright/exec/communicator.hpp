@@ -126,6 +126,16 @@ class Communicator {
   // The peers (communicator-local, ascending) that connect_p2p gave a faster channel (tests,
   // diagnostics).
   [[nodiscard]] virtual std::vector<int> shared_memory_peers() const { return {}; }
+  // How each peer that connect_p2p named is reached, one line each, for the run's log (issue
+  // 44: no silent fallback): "rank 3: shared memory (rings of 1 MiB to it, 64 KiB from it)",
+  // "rank 3: TCP (shared memory turned off)". Empty for backends with one transport.
+  [[nodiscard]] virtual std::vector<std::string> p2p_transports() const { return {}; }
+  // Bytes per element an all_reduce of `buf` moves on this backend's transport: the buffer's
+  // element size, except where the backend widens it (Gloo's TCP path sends float16/bfloat16
+  // buffers as float32, Note [16-bit sums]). The data-parallel wire statistics use it.
+  [[nodiscard]] virtual std::size_t all_reduce_element_bytes(const BufferView& buf) const {
+    return dtype_size(buf.dtype);
+  }
 
   // Creates the sub-communicator of `members` (communicator-local ranks, ascending). Collective:
   // every rank of this communicator calls it with the same list, in the same order of calls;

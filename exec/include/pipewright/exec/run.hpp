@@ -140,6 +140,9 @@ struct RunResult {
   std::vector<StepLog> steps;              // filled on world rank 0
   std::vector<std::string> written_files;  // files this rank wrote
   DataParallelStats data_parallel;         // this rank's data-parallel communication (dp > 1)
+  // How this rank reaches each pipeline peer (Communicator::p2p_transports): "rank 1: shared
+  // memory (rings of 1 MiB to it, 1 MiB from it)" or "rank 1: TCP (<why>)"; logged at info.
+  std::vector<std::string> p2p_transports;
 };
 
 // Checks the flags that need no file or communication (sched::validate_job, then the executor's

@@ -49,9 +49,17 @@ struct MegatronLayout {
 
 // Parses `text`. Throws ParseError "<source>: character <i>: <what>" followed by the string and a
 // caret under character i (0-based, as Python indexes strings) for a character that is not a
-// layer, `*` without a count or a letter, an unclosed or nested group.
+// layer, `*` without a count or a letter, an unclosed or nested group, and for a layout that
+// expands to more than `max_items` letters and `|` (nested repeats multiply: "E(t*65536|)*65536L"
+// would be 2^32), checked before anything is allocated. Callers that know the model pass its
+// size (a layout holds each layer once, and every stage at least one layer).
+inline constexpr std::size_t kMaxLayoutItems = std::size_t{1} << 16;
 [[nodiscard]] MegatronLayout parse_megatron_layout(std::string_view text,
-                                                   const std::string& source = "--layout");
+                                                   const std::string& source = "--layout",
+                                                   std::size_t max_items = kMaxLayoutItems);
+// The expansion limit for layouts of `model`: a layout holds each layer once and every stage at
+// least one layer, so at most 2 x its nodes letters and '|' (capped at kMaxLayoutItems).
+[[nodiscard]] std::size_t layout_limit(const Model& model) noexcept;
 
 // The error message for character `position` of `layout`: "<source>: character <i>: <what>",
 // then the string and a caret line.
