@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/shm_collectives.hpp"
-#include "comm/shm_p2p.hpp"
+#include "gloo/shm_collectives.hpp"
+#include "gloo/shm_p2p.hpp"
 #include "pipewright/exec/store.hpp"
 #include "pipewright/graph/error.hpp"
 

@@ -18,7 +18,7 @@
 //   launcher are forwarded the same way (exit 128 + signal).
 // - Once every rank has exited, shared memory its ranks left in /dev/shm (a rank killed between
 //   creating a segment and its peers mapping it) is removed: the names carry the job id and the
-//   creating rank (Note [Shared-memory names], exec/src/comm/shm_collectives.hpp), so only this
+//   creating rank (Note [Shared-memory names], exec/src/gloo/shm_collectives.hpp), so only this
 //   job's and this node's segments are touched.
 #include <arpa/inet.h>
 #include <dirent.h>

@@ -193,7 +193,7 @@ void Interpreter::agree_shapes(const torch::Tensor& x_example, std::int64_t step
 }
 
 // The pipeline peers of this rank and a step's bytes each way, so that the communicator can
-// open a faster channel to them (Note [Shared-memory point-to-point] in comm/shm_p2p.hpp): each
+// open a faster channel to them (Note [Shared-memory point-to-point] in gloo/shm_p2p.hpp): each
 // remote SEND / RECV moves one message per tensor of its edge, of the agreed shapes.
 void Interpreter::connect_peers() {
   std::map<int, P2PLink> links;

@@ -13,7 +13,7 @@
 #include <random>
 #include <utility>
 
-#include "comm/shm_p2p.hpp"
+#include "gloo/shm_p2p.hpp"
 
 namespace pipewright::exec::detail {
 

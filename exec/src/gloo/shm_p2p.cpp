@@ -1,5 +1,5 @@
 // Shared-memory point-to-point: see Note [Shared-memory point-to-point] in shm_p2p.hpp.
-#include "comm/shm_p2p.hpp"
+#include "gloo/shm_p2p.hpp"
 
 #include <signal.h>
 #include <unistd.h>

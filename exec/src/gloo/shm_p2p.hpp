@@ -60,7 +60,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/shm_collectives.hpp"
+#include "gloo/shm_collectives.hpp"
 #include "pipewright/exec/communicator.hpp"
 
 namespace pipewright::exec::detail {
