@@ -158,6 +158,55 @@ TEST(Checkpoint, RejectsCorruptForeignAndMismatchedFiles) {
   EXPECT_THROW(parse_checkpoint(bytes, "x.pt", {1, 4, 77}, other), ConfigError);  // shapes
 }
 
+std::string config_error_of(const std::string& bytes, const CheckpointIdentity& id,
+                            TrainingState& st) {
+  try {
+    parse_checkpoint(bytes, "x.pt", id, st);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no ConfigError)";
+}
+
+// Issue 43: another ZeRO stage or another model is named by stage and tensor, before the
+// fingerprint's "another configuration" (the fingerprint differs too: here it is the same, 77,
+// to show the named check alone refuses).
+TEST(Checkpoint, NamesTheStageAndTensorOfAnotherZeroStageOrModel) {
+  Mlp m = Mlp::init(4, 6, 2, 5);
+  torch::optim::SGD opt(m.params, torch::optim::SGDOptions(0.05).momentum(0.9));
+  TrainingState st;
+  st.stages = {m.stage_params(3)};
+  st.optimizers = {&opt};
+  st.zero_stage = 1;
+  const std::string bytes = serialize_checkpoint(st, {1, 4, 77});
+
+  Mlp m2 = Mlp::init(4, 6, 2, 6);
+  torch::optim::SGD opt2(m2.params, torch::optim::SGDOptions(0.05).momentum(0.9));
+  TrainingState back;
+  back.stages = {m2.stage_params(3)};
+  back.optimizers = {&opt2};
+  back.zero_stage = 2;
+  EXPECT_NE(config_error_of(bytes, {1, 4, 78}, back)
+                .find("x.pt: stage 3: optimizer state 'stage0.optimizer' is a ZeRO-1 shard "
+                      "(--zero-stage 1), this run has --zero-stage 2"),
+            std::string::npos);
+  back.zero_stage = 0;
+  EXPECT_NE(config_error_of(bytes, {1, 4, 77}, back).find("this run has --zero-stage 0"),
+            std::string::npos);
+  back.zero_stage = 1;
+  parse_checkpoint(bytes, "x.pt", {1, 4, 77}, back);  // the same stage loads
+
+  Mlp wide = Mlp::init(4, 7, 2, 5);
+  TrainingState other;
+  other.stages = {wide.stage_params(3)};
+  other.zero_stage = 1;
+  const std::string msg = config_error_of(bytes, {1, 4, 78}, other);
+  EXPECT_NE(msg.find("x.pt: stage 3: tensor 'stage0.param0' has shape [6, 4] Float, the model "
+                     "has [7, 4] Float"),
+            std::string::npos)
+      << msg;
+}
+
 // Issue 20 item 10: what a killed save left of its temporary files is removed on the next start;
 // each rank removes only its own (ranks clean concurrently).
 TEST(Checkpoint, StaleTemporariesAreRemovedByTheirOwnRank) {

@@ -15,7 +15,7 @@
 #           one rank (no COMPLETE, truncated shard): the resume uses the one before
 #   bf16    --precision bf16 ZeRO-1 vs ZeRO-0 within 1e-3 (documented in docs/data-parallel.md)
 #   bad     --zero-stage 3, a local-step algorithm, --reduce-dtype bf16, Chimera (tied groups)
-#           and a checkpoint of another zero stage exit 2 naming why
+#           and a checkpoint of another zero stage or model exit 2 naming the stage and tensor
 #   zero_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR equiv|bytes|resume|bf16|bad
 set -euo pipefail
 pw="$1"; cmp="$2"; data="$3"; work="$4"; what="$5"
@@ -124,12 +124,25 @@ case "$what" in
     expect2 "Chimera (replicated stages are tied groups)" "--zero-stage 1: parameters shared between stages" 4 \
       "${common[@]}" --pp 2 --dp 2 --schedule Chimera --batch-size 8 --microbatches 4 --steps 4 \
       --zero-stage 1
-    # A checkpoint of ZeRO-1 resumed as ZeRO-2: refused (another configuration), exit 2.
+    # A checkpoint of ZeRO-1 resumed as ZeRO-2 or as DDP, or with another model: exit 2 naming
+    # the stage and the tensor (before the generic "another configuration").
     run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 \
       --checkpoint-dir "$work/ck"
-    expect2 "checkpoint of another zero stage" "written by a run with another configuration" 2 \
+    expect2 "checkpoint of another zero stage" \
+      "stage 0: optimizer state 'stage0.optimizer' is a ZeRO-1 shard \(--zero-stage 1\), this run has --zero-stage 2" 2 \
       "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 --lr-decay-steps 4 --zero-stage 2 \
       --checkpoint-dir "$work/ck" --resume
+    expect2 "ZeRO checkpoint resumed as DDP" \
+      "stage 0: optimizer state 'stage0.optimizer' is a ZeRO-1 shard \(--zero-stage 1\), this run has --zero-stage 0" 2 \
+      "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 --lr-decay-steps 4 --zero-stage 0 \
+      --checkpoint-dir "$work/ck" --resume
+    sed 's/"out_features": 16/"out_features": 12/; s/"in_features": 16/"in_features": 12/' \
+      "$data/mlp.json" > "$work/mlp12.json"
+    other=(); for a in "${common[@]}"; do [ "$a" = "$data/mlp.json" ] && a="$work/mlp12.json"; other+=("$a"); done
+    expect2 "ZeRO checkpoint of another model" \
+      "stage 0: tensor 'stage0.param0' has shape \[16, 8\] Float, the model has \[12, 8\] Float" 2 \
+      "${other[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 \
+      --lr-decay-steps 4 --zero-stage 1 --checkpoint-dir "$work/ck" --resume
     ;;
   *) echo "unknown case $what"; exit 2;;
 esac

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "dp_test_util.hpp"
 #include "pipewright/exec/data_parallel.hpp"
+#include "pipewright/graph/error.hpp"
 #include "zero/zero.hpp"
 
 namespace pipewright::exec {
@@ -55,6 +57,8 @@ struct Result {
   DataParallelStats stats;
   std::int64_t shard = 0;
   std::vector<std::int64_t> before_last;  // stage 1: collectives issued before the last backward
+  std::map<std::string, torch::Tensor> state;  // Zero::state() at the end
+  std::string refused;                         // load_state of another layout: the error
 };
 
 std::vector<Result> run_zero(const ZeroCase& c, const Mlp& init) {
@@ -123,6 +127,15 @@ std::vector<Result> run_zero(const ZeroCase& c, const Mlp& init) {
       zero.after_optimizer_step(step);
     }
     zero.settle();
+    out.state = zero.state();
+    zero.load_state(out.state);  // its own layout loads
+    auto other = out.state;
+    for (auto& [key, t] : other) t = t.clone().index_put_({0}, t[0] + 1);  // another dp
+    try {
+      zero.load_state(other);
+    } catch (const ConfigError& e) {
+      out.refused = e.what();
+    }
     out.params = m.params;
     out.stats = zero.stats();
   });
@@ -164,7 +177,17 @@ TEST(Zero, SplitBackwardGradientsBecomeFinalAtW) {
 TEST(Zero, ShardsArePiecesOfBucketsPaddedToTheReplicaCount) {
   // 10*6 + 10 + 3*10 + 3 = 103 elements in one bucket: padded to 105 at dp 3, 35 a shard.
   const auto res = run_zero(ZeroCase{1, 3, 1, 1 << 20, false, 1}, Mlp::init(kIn, kHidden, kOut, 7));
-  for (const auto& r : res) EXPECT_EQ(r.shard, 35);
+  for (std::size_t r = 0; r < res.size(); ++r) {
+    EXPECT_EQ(res[r].shard, 35);
+    // Checkpoints record the layout: [dp, rank, buckets, n, padded, piece]; another is refused.
+    ASSERT_EQ(res[r].state.count("layout.stage0"), 1U);
+    const torch::Tensor want = torch::tensor(
+        std::vector<std::int64_t>{3, static_cast<std::int64_t>(r), 1, 103, 105, 35}, torch::kLong);
+    EXPECT_TRUE(torch::equal(res[r].state.at("layout.stage0"), want));
+    EXPECT_NE(res[r].refused.find("stage0: optimizer shard layout 'dp.layout.stage0'"),
+              std::string::npos)
+        << res[r].refused;
+  }
 }
 
 TEST(Zero, CommunicationPerStepIsWhatTheContractCounts) {

@@ -70,6 +70,54 @@ void copy_into(torch::Tensor& dst, const torch::Tensor& src, const std::string& 
   dst.detach().copy_(src);
 }
 
+std::string describe_zero(std::int64_t z) {
+  return z == 0 ? "whole (--zero-stage 0)"
+                : "a ZeRO-" + std::to_string(z) + " shard (--zero-stage " + std::to_string(z) + ")";
+}
+
+// Before the fingerprint (which only says "another configuration"): the checks that can name
+// the stage and the tensor -- the ZeRO stage of the optimizer state, then every parameter's and
+// buffer's shape. Reads only; nothing is copied until the whole file is known to fit.
+void check_layout(torch::serialize::InputArchive& ar, const std::string& name,
+                  const TrainingState& s) {
+  try {
+    torch::Tensor zero;
+    const std::int64_t saved =
+        ar.try_read("zero", zero) && zero.numel() == 1 ? zero.item<std::int64_t>() : 0;
+    if (saved != s.zero_stage && !s.stages.empty()) {
+      throw ConfigError(name + ": stage " + std::to_string(s.stages[0].stage) +
+                        ": optimizer state '" + stage_key(0, "optimizer") + "' is " +
+                        describe_zero(saved) + ", this run has --zero-stage " +
+                        std::to_string(s.zero_stage) + " (resume with --zero-stage " +
+                        std::to_string(saved) + ")");
+    }
+    for (std::size_t i = 0; i < s.stages.size(); ++i) {
+      const StageParams& sp = s.stages[i];
+      const auto check = [&](const std::string& key, const torch::Tensor& live, bool buffer) {
+        torch::Tensor t;
+        if (!ar.try_read(key, t, buffer)) {
+          throw ConfigError(name + ": stage " + std::to_string(sp.stage) + ": tensor '" + key +
+                            "' is missing (checkpoint of another model?)");
+        }
+        if (t.sizes() != live.sizes() || t.scalar_type() != live.scalar_type()) {
+          std::ostringstream msg;
+          msg << name << ": stage " << sp.stage << ": tensor '" << key << "' has shape "
+              << t.sizes() << " " << t.scalar_type() << ", the model has " << live.sizes() << " "
+              << live.scalar_type() << " (checkpoint of another model?)";
+          throw ConfigError(msg.str());
+        }
+      };
+      for (std::size_t j = 0; j < sp.params.size(); ++j)
+        check(stage_key(i, "param") + std::to_string(j), sp.params[j], false);
+      for (std::size_t j = 0; j < sp.buffers.size(); ++j)
+        check(stage_key(i, "buffer") + std::to_string(j), sp.buffers[j], true);
+    }
+  } catch (const c10::Error& e) {
+    throw ParseError(name + ": incomplete or corrupt checkpoint (" + e.what_without_backtrace() +
+                     ")");
+  }
+}
+
 }  // namespace
 
 std::string checkpoint_dir_of_step(const std::string& dir, std::int64_t step) {
@@ -104,6 +152,7 @@ std::string serialize_checkpoint(const TrainingState& s, const CheckpointIdentit
   if (s.dp_algorithm != nullptr) {
     for (const auto& [name, t] : s.dp_algorithm->state()) ar.write("dp." + name, t);
   }
+  ar.write("zero", torch::tensor({static_cast<std::int64_t>(s.zero_stage)}, torch::kLong));
   if (s.recipe != nullptr) {
     ar.write("recipe",
              torch::tensor({s.recipe->loss_scale, static_cast<double>(s.recipe->growth_tracker)},
@@ -134,6 +183,7 @@ void parse_checkpoint(const std::string& bytes, const std::string& name,
            name << ": written by rank " << m[4] << " of " << m[5] << ", this is rank "
                 << id.world_rank << " of " << id.world_size
                 << " (resuming needs the same world size)");
+  check_layout(ar, name, s);
   std::uint64_t fp;
   std::memcpy(&fp, &m[6], sizeof fp);
   PW_CHECK(fp == id.fingerprint, ConfigError,

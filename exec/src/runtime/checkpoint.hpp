@@ -36,6 +36,10 @@ struct TrainingState {
   // fp16's loss scale and its growth counter (Note [Loss scaling]); nullptr: none kept. The
   // learning-rate schedule is a function of completed_steps and part of the fingerprint.
   RecipeState* recipe = nullptr;
+  // The run's effective --zero-stage (0: every rank holds its stages' whole optimizer state;
+  // 1/2: the optimizer state is this replica's shard, zero/zero.hpp). Saved as "zero"; a resume
+  // with another stage is refused naming the stage and the optimizer state (absent: 0).
+  int zero_stage = 0;
 };
 
 struct CheckpointIdentity {

@@ -306,6 +306,7 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     train_state.optimizers.push_back(optimizer_of_stage[sp.stage]);
   train_state.dp_algorithm = dp_algo.get();
   train_state.recipe = recipe.mutable_state();
+  train_state.zero_stage = c.effective_zero_stage();
   const CheckpointIdentity ckpt_id{p.world.rank, p.world.world_size, checkpoint_fingerprint(c)};
   std::int64_t first_step = 0;
   bool resume_found_none = false;

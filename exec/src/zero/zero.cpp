@@ -371,6 +371,45 @@ void Zero::after_optimizer_step(std::int64_t step) {
   }
 }
 
+namespace {
+std::string join_longs(const torch::Tensor& t) {
+  std::string s = "[";
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    s += (i == 0 ? "" : ", ") + std::to_string(t[i].item<std::int64_t>());
+  }
+  return s + "]";
+}
+}  // namespace
+
+std::map<std::string, torch::Tensor> Zero::state() const {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& st : stages_) {
+    if (st->buckets.empty()) continue;
+    std::vector<std::int64_t> v{dp_->size(), dp_->rank(),
+                                static_cast<std::int64_t>(st->buckets.size())};
+    for (std::size_t b = 0; b < st->buckets.size(); ++b) {
+      v.push_back(st->assignment.buckets[b].bytes / static_cast<std::int64_t>(sizeof(float)));
+      v.push_back(st->buckets[b].padded);
+      v.push_back(st->buckets[b].piece);
+    }
+    out["layout.stage" + std::to_string(st->params.stage)] = torch::tensor(v, torch::kLong);
+  }
+  return out;
+}
+
+void Zero::load_state(const std::map<std::string, torch::Tensor>& state) {
+  for (const auto& [key, live] : this->state()) {
+    const auto it = state.find(key);
+    if (it == state.end()) continue;  // written before layouts were recorded
+    const torch::Tensor saved = it->second.to(torch::kLong).flatten();
+    PW_CHECK(saved.numel() == live.numel() && torch::equal(saved, live), ConfigError,
+             "checkpoint: " << key.substr(7) << ": optimizer shard layout 'dp." << key
+                            << "' (dp, rank, buckets, then n/padded/piece per bucket) is "
+                            << join_longs(saved) << ", this run's is " << join_longs(live)
+                            << " (resuming at another dp or bucket size is not supported)");
+  }
+}
+
 void Zero::rethrow_hook_error() {
   if (hook_error_) {
     auto e = hook_error_;

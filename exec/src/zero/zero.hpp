@@ -40,7 +40,9 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "compat/torch_compat.hpp"
@@ -78,6 +80,12 @@ class Zero final : public DataParallelAlgorithm {
   [[nodiscard]] std::vector<torch::Tensor> optimizer_params(int stage) override;
   void settle() override;
   [[nodiscard]] DataParallelStats stats() const override { return stats_; }
+  // Checkpoints: "layout.stage<S>" per local stage with parameters, int64 [d, r, B, then per
+  // bucket n_b (elements), p_b (padded), q_b (piece)]: what a loader needs to put this
+  // replica's optimizer shard back into the whole flat buffer (Note [ZeRO flat buffers]).
+  // load_state refuses (ConfigError naming the stage) a layout other than this run's.
+  [[nodiscard]] std::map<std::string, torch::Tensor> state() const override;
+  void load_state(const std::map<std::string, torch::Tensor>& state) override;
 
   // Elements of this replica's shard of a local stage (tests).
   [[nodiscard]] std::int64_t shard_elements(int stage) const;
