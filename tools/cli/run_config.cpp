@@ -112,6 +112,8 @@ const Key kKeys[] = {
      [](F f) { return num(f.config.microbatches); }},
     {"parallelism", "zero_stage", Type::kInt, "--zero-stage", "",
      [](F f) { return num(f.config.zero_stage); }},
+    {"parallelism", "shard_placement", Type::kString, "--shard-placement", "",
+     [](F f) { return str(sched::to_string(f.config.shard_placement)); }},
 
     {"training", "batch_size", Type::kInt, "--batch-size", "",
      [](F f) { return num(f.config.batch_size); }},
