@@ -231,36 +231,6 @@ class GlooP2PWork final : public BasicWork {
   std::chrono::milliseconds transport_timeout_;
 };
 
-// Note [16-bit all-reduce over Gloo]: the widened float32 all-reduce of a 16-bit buffer; when it
-// completes, the sum is rounded back into the caller's buffer (once).
-class NarrowingWork final : public Work {
- public:
-  NarrowingWork(WorkPtr inner, at::Tensor narrow, at::Tensor wide)
-      : inner_(std::move(inner)), narrow_(std::move(narrow)), wide_(std::move(wide)) {}
-  void wait(std::chrono::milliseconds timeout) override {
-    inner_->wait(timeout);
-    finish();
-  }
-  [[nodiscard]] bool is_completed() override {
-    if (!inner_->is_completed()) return false;
-    finish();
-    return true;
-  }
-
- private:
-  void finish() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
-    narrow_.copy_(wide_);
-    done_ = true;
-  }
-  WorkPtr inner_;
-  at::Tensor narrow_;
-  at::Tensor wide_;
-  std::mutex mu_;
-  bool done_ = false;
-};
-
 class GlooCommunicator final : public CommunicatorBase {
  public:
   // `members` are world ranks by local rank; `name` is the deterministic store prefix.
@@ -342,8 +312,10 @@ class GlooCommunicator final : public CommunicatorBase {
       at::Tensor widened = wide.front();
       auto work = collective("all_reduce", ctx, std::move(wide),
                              [&](std::vector<at::Tensor>& t) { return pg_->allreduce(t, opts); });
-      return std::make_shared<NarrowingWork>(std::move(work), std::move(narrow),
-                                             std::move(widened));
+      // Note [16-bit all-reduce over Gloo]: the widened float32 all-reduce of a 16-bit buffer;
+      // when it completes, the sum is rounded back into the caller's buffer (once).
+      return std::make_shared<FinishingWork>(
+          std::move(work), [narrow, widened]() mutable { narrow.copy_(widened); });
     }
     return collective("all_reduce", ctx, std::move(tensors),
                       [&](std::vector<at::Tensor>& t) { return pg_->allreduce(t, opts); });
