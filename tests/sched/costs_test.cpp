@@ -37,6 +37,7 @@ CostTable sample_table() {
   t.stages = {s0, s1};
   t.p2p = P2PCost{0.01, 12.5, std::nullopt, std::nullopt};
   t.peak_memory = {{0, 123456}, {1, 654321}};
+  t.data_parallel = {{0, 4, 1.0, 3840.0, 3840.5, 0.25}, {1, 4, 2.0, 3536.0, 3536.0, 0.5}};
   return t;
 }
 
@@ -103,6 +104,11 @@ TEST(Costs, BadValuesNameTheJsonPointer) {
                      "/p2p/latency_ms");
   expect_parse_error(replace(good, "\"peak_bytes\": 123456", "\"peak_bytes\": -1"),
                      "/peak_memory/0/peak_bytes");
+  expect_parse_error(replace(good, "\"exposed_ms_per_step\": 0.25", "\"exposed_ms_per_step\": -1"),
+                     "/data_parallel/0/exposed_ms_per_step");
+  expect_parse_error(
+      replace(good, "\"wire_bytes_per_step\": 3840.5", "\"wire_bytes_per_step\": \"x\""),
+      "/data_parallel/0/wire_bytes_per_step");
   expect_parse_error(replace(good, "\"samples\": 16", "\"samples\": 1.5"),
                      "/stages/0/stats/forward/samples");
   expect_parse_error(replace(good, "3072", "3071"), "/stages/0/param_sizes_bytes");
@@ -195,7 +201,7 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
       replace(corr_text, "\"rank_step_correlation\": 0.5", "\"rank_step_correlation\": 1.5"),
       "/rank_step_correlation");
   expect_error(replace(corr_text, "\"step_correlation\": 0.25", "\"step_correlation\": -0.25"),
-               "c.json:125:23: at /step_correlation: must be a finite number >= 0, got -0.25");
+               "c.json:143:23: at /step_correlation: must be a finite number >= 0, got -0.25");
 }
 
 TEST(Costs, FromPartitionSumsStagesAndKeepsParameterSizes) {

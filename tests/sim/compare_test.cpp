@@ -86,6 +86,77 @@ TEST(Compare, MismatchedRankCountIsAnInputError) {
   }
 }
 
+// Issue 47 item 1: a measured run with dp 2 has 2 x pp world ranks (replica-major); every replica
+// is compared with the predicted pipeline, and the data-parallel rows pair the predicted bytes and
+// times per step with the profile's measured ones (Note [Data-parallel comparison]).
+TEST(Compare, DataParallelRunsCompareEveryReplica) {
+  auto plan = testing::one_f_one_b(2, 4);
+  auto costs = testing::uniform_costs(2, 1.0, 2.0);
+  for (auto& st : costs.stages) st.param_bytes = 1000000;
+  Cluster cluster;
+  cluster.intra_node =
+      Link{0.01, 1.0};  // 1 GB/s: a 1 MB ring all-reduce over 2 is 1 ms + 2 latencies
+  SimOptions so;
+  so.dp.replicas = 2;
+  const SimResult r = simulate(plan, costs, cluster, so);
+  ASSERT_EQ(r.dp, 2);
+  sched::Trace m = measured_from(r, 1.0);
+  ASSERT_EQ(m.ranks, 4);  // the simulated trace draws both replicas, as the executor's has them
+  CompareReport rep = compare(r, m, nullptr, CompareOptions{});
+  EXPECT_EQ(rep.replicas, 2);
+  EXPECT_EQ(rep.matched_actions, 32);  // 2 replicas x 2 ranks x 4 microbatches x (F + B)
+  ASSERT_EQ(rep.per_rank.size(), 4U);
+  for (const auto& rc : rep.per_rank) {
+    EXPECT_EQ(rc.replica, rc.rank / 2);
+    EXPECT_NEAR(rc.predicted_busy_ms, rc.measured_busy_ms, 1e-6);
+  }
+  EXPECT_NEAR(rep.step_error(), 0.0, 1e-9);
+
+  costs.data_parallel = {{0, 4, 1, 1e6, 1e6, 0.5}, {3, 4, 1, 1e6, 1e6, 0.25}};
+  add_data_parallel(rep, plan, costs, cluster, so);
+  EXPECT_EQ(rep.dp_algorithm, "ddp");
+  EXPECT_EQ(rep.dp_period_steps, 1);
+  ASSERT_EQ(rep.data_parallel.size(), 4U);
+  for (const auto& d : rep.data_parallel) {
+    EXPECT_EQ(d.stages, std::vector<std::int32_t>{d.rank % 2});
+    EXPECT_DOUBLE_EQ(d.predicted_wire_bytes, 1e6);  // 2 (n - 1) / n of 1 MB
+    // One bucket of 1 MB (first_bucket_bytes 1 MiB): 2 (n-1)/n x 1 MB / 1 GB/s + 2 (n-1) x 0.01.
+    EXPECT_NEAR(d.predicted_comm_ms, 1.0 + 0.02, 1e-6);
+  }
+  ASSERT_TRUE(rep.data_parallel[0].measured_exposed_ms.has_value());
+  EXPECT_DOUBLE_EQ(*rep.data_parallel[0].measured_exposed_ms, 0.5);
+  EXPECT_FALSE(rep.data_parallel[1].measured_wire_bytes.has_value());  // no profile entry
+  EXPECT_DOUBLE_EQ(*rep.data_parallel[3].measured_wire_bytes, 1e6);
+  const std::string text = to_text(rep);
+  EXPECT_NE(text.find("data parallel (ddp, 2 replicas, period 1 step(s))"), std::string::npos)
+      << text;
+  EXPECT_NE(to_json(rep).find("\"predicted_wire_bytes_per_step\""), std::string::npos);
+
+  // LocalSGD every 2 steps: one all-reduce of all parameters per period of 2.
+  so.dp.algorithm = DpAlgorithm::kLocalSgd;
+  so.dp.localsgd_frequency = 2;
+  CompareReport local;
+  local.replicas = 2;
+  add_data_parallel(local, plan, costs, cluster, so);
+  EXPECT_EQ(local.dp_period_steps, 2);
+  ASSERT_EQ(local.data_parallel.size(), 4U);
+  EXPECT_DOUBLE_EQ(local.data_parallel[0].predicted_wire_bytes, 1e6 / 2);
+  EXPECT_GT(local.data_parallel[0].predicted_exposed_ms, 0.0);  // blocking: all of it exposed
+
+  // 4 world ranks are not 2 ranks x 3 replicas.
+  SimResult three = r;
+  three.dp = 3;
+  try {
+    (void)compare(three, m, nullptr, CompareOptions{});
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("2 ranks x 3 replicas = 6 ranks but the measured trace "
+                                         "has 4"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Compare, MissingOrExtraActionsNameTheAction) {
   SimResult r = simulate_1f1b(1.0, 2.0);
   sched::Trace m = measured_from(r, 1.0);

@@ -310,6 +310,30 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   }
   std::sort(table.peak_memory.begin(), table.peak_memory.end(),
             [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  // Data-parallel communication per rank: means over the measured steps (algorithms that
+  // communicate every k steps show their amortised cost), compared by `pipewright compare`.
+  for (const auto& r : records) {
+    sched::RankDataParallel d;
+    d.rank = r.world_rank;
+    double collectives = 0, payload = 0, wire = 0, exposed_ms = 0;
+    for (const auto& s : r.dp_steps) {
+      if (s.step < ctx.warmup_steps) continue;
+      ++d.steps;
+      collectives += static_cast<double>(s.collectives);
+      payload += static_cast<double>(s.payload_bytes);
+      wire += static_cast<double>(s.wire_bytes);
+      exposed_ms += static_cast<double>(s.exposed_wait_ns) / 1e6;
+    }
+    if (d.steps == 0) continue;
+    const auto n = static_cast<double>(d.steps);
+    d.collectives_per_step = collectives / n;
+    d.payload_bytes_per_step = payload / n;
+    d.wire_bytes_per_step = wire / n;
+    d.exposed_ms_per_step = exposed_ms / n;
+    table.data_parallel.push_back(d);
+  }
+  std::sort(table.data_parallel.begin(), table.data_parallel.end(),
+            [](const auto& a, const auto& b) { return a.rank < b.rank; });
   {  // Note [Correlated sampling]: how the measured compute times of a step move together.
     std::map<std::pair<std::size_t, ActionKind>, double> median;
     for (std::size_t s = 0; s < times.size(); ++s)

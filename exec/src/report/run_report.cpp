@@ -50,6 +50,11 @@ std::vector<std::int64_t> encode_record(const RankRecord& r) {
   }
   out.push_back(static_cast<std::int64_t>(r.data_waits.size()));
   for (const auto& w : r.data_waits) out.insert(out.end(), {w.step, w.start_ns, w.end_ns});
+  out.push_back(static_cast<std::int64_t>(r.dp_steps.size()));
+  for (const auto& d : r.dp_steps) {
+    out.insert(out.end(),
+               {d.step, d.collectives, d.payload_bytes, d.wire_bytes, d.exposed_wait_ns});
+  }
   return out;
 }
 
@@ -94,6 +99,16 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
     w.start_ns = next();
     w.end_ns = next();
     r.data_waits.push_back(w);
+  }
+  const auto dp_steps = next();
+  for (std::int64_t k = 0; k < dp_steps; ++k) {
+    DataParallelStep d;
+    d.step = next();
+    d.collectives = next();
+    d.payload_bytes = next();
+    d.wire_bytes = next();
+    d.exposed_wait_ns = next();
+    r.dp_steps.push_back(d);
   }
   return r;
 }

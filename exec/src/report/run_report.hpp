@@ -37,6 +37,16 @@ struct DataWait {
   std::int64_t end_ns = 0;
 };
 
+// One step's data-parallel communication on a rank: the change of the algorithm's
+// DataParallelStats across the step (run.cpp), for the profile's data_parallel entries.
+struct DataParallelStep {
+  std::int64_t step = 0;
+  std::int64_t collectives = 0;
+  std::int64_t payload_bytes = 0;
+  std::int64_t wire_bytes = 0;  // rounded
+  std::int64_t exposed_wait_ns = 0;
+};
+
 struct LocalStageSizes {
   int stage = 0;
   std::vector<std::int64_t> param_bytes;  // per parameter, registration order
@@ -56,6 +66,7 @@ struct RankRecord {
   std::vector<LocalStageSizes> stages;
   std::vector<TimedAction> actions;
   std::vector<DataWait> data_waits;
+  std::vector<DataParallelStep> dp_steps;  // dp > 1 only
 };
 
 // Note [Shared cores in profiles]: when more ranks of one host compute at once than it has

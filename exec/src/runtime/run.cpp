@@ -334,10 +334,21 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   }
   const std::int64_t tokens_per_sample = tokens_per_sample_of(p.model);
   PredictionGather predictions;  // --forward-only --outputs
+  // Per step, what the data-parallel algorithm communicated (the profile's data_parallel).
+  std::vector<DataParallelStep> dp_steps;
   for (std::int64_t step = first_step; step < c.steps; ++step) {
     if (step > first_step) mb = loader.next(step);
     const auto t0 = Clock::now();
+    const DataParallelStats dp0 = dp_algo ? dp_algo->stats() : DataParallelStats{};
     const auto r = interp.run_step(step, mb.xs, mb.ys);
+    if (dp_algo && iopts.record_timings) {
+      const DataParallelStats dp1 = dp_algo->stats();
+      dp_steps.push_back(
+          DataParallelStep{step, dp1.collectives - dp0.collectives,
+                           static_cast<std::int64_t>(dp1.payload_bytes - dp0.payload_bytes),
+                           std::llround(dp1.wire_bytes - dp0.wire_bytes),
+                           dp1.exposed_wait_ns - dp0.exposed_wait_ns});
+    }
     if (!c.outputs_path.empty()) predictions.add(step - first_step, interp.predictions());
     std::string nonfinite;  // Note [Non-finite steps]
     const double loss = all_reduce_loss_checked(*world, r.has_loss ? r.loss : 0.0, r.nonfinite,
@@ -390,8 +401,8 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     }
   }
   if (iopts.record_timings)
-    write_measurements(c, p, *world, interp, bodies, loader.waits(), timeout, baseline_rss,
-                       &result);
+    write_measurements(c, p, *world, interp, bodies, loader.waits(), dp_steps, timeout,
+                       baseline_rss, &result);
   world->barrier(OpContext{c.steps, -1, -1, "final barrier"})->wait(timeout);
   return result;
 }

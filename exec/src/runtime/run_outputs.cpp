@@ -238,8 +238,10 @@ void save_weights(const RunConfig& c, const Prepared& p, Communicator& world,
 void write_measurements(const RunConfig& c, const Prepared& p, Communicator& world,
                         const Interpreter& interp,
                         const std::vector<std::shared_ptr<ModuleBody>>& bodies,
-                        const std::vector<DataWait>& data_waits, std::chrono::milliseconds timeout,
-                        std::int64_t baseline_rss, RunResult* result) {
+                        const std::vector<DataWait>& data_waits,
+                        const std::vector<DataParallelStep>& dp_steps,
+                        std::chrono::milliseconds timeout, std::int64_t baseline_rss,
+                        RunResult* result) {
   RankRecord rec;
   rec.world_rank = p.world.rank;
   rec.peak_rss_bytes = peak_rss_bytes();
@@ -258,6 +260,7 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
     rec.actions.push_back(TimedAction{t.action, t.step, t.start_ns, t.end_ns, t.bytes});
   }
   rec.data_waits = data_waits;
+  rec.dp_steps = dp_steps;
   if (p.world.rank != 0) {
     send_i64s(world, 0, kTagRecordSize, kTagRecord, encode_record(rec), timeout,
               "gather measurements");

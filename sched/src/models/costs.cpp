@@ -169,6 +169,16 @@ void validate(const CostTable& t, std::string_view origin) {
              origin << ": " << p << "/rank must be >= 0, got " << t.peak_memory[i].rank);
     check_number(origin, p + "/peak_bytes", t.peak_memory[i].peak_bytes);
   }
+  for (std::size_t i = 0; i < t.data_parallel.size(); ++i) {
+    const std::string p = "/data_parallel/" + std::to_string(i);
+    const RankDataParallel& d = t.data_parallel[i];
+    PW_CHECK(d.rank >= 0, ParseError, origin << ": " << p << "/rank must be >= 0, got " << d.rank);
+    check_number(origin, p + "/steps", d.steps);
+    check_number(origin, p + "/collectives_per_step", d.collectives_per_step);
+    check_number(origin, p + "/payload_bytes_per_step", d.payload_bytes_per_step);
+    check_number(origin, p + "/wire_bytes_per_step", d.wire_bytes_per_step);
+    check_number(origin, p + "/exposed_ms_per_step", d.exposed_ms_per_step);
+  }
 }
 
 CostTable parse_costs(std::string_view json_text, std::string_view origin) {
@@ -277,6 +287,22 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
       t.peak_memory.push_back(m);
     }
   }
+  if (root.has("data_parallel")) {
+    const At dp = root.at("data_parallel");
+    dp.expect_array();
+    for (std::size_t i = 0; i < dp.value.size(); ++i) {
+      const Reader r(dp[i]);
+      RankDataParallel d;
+      d.rank = static_cast<std::int32_t>(
+          r.at("rank").as_int(0, std::numeric_limits<std::int32_t>::max()));
+      d.steps = r.integer("steps");
+      d.collectives_per_step = r.number("collectives_per_step");
+      d.payload_bytes_per_step = r.number("payload_bytes_per_step");
+      d.wire_bytes_per_step = r.number("wire_bytes_per_step");
+      d.exposed_ms_per_step = r.number("exposed_ms_per_step");
+      t.data_parallel.push_back(d);
+    }
+  }
   // Cross-field checks (correlations, input_grad_ms <= backward_ms) on the values read.
   validate(t, origin);
   return t;
@@ -333,6 +359,17 @@ std::string to_json(const CostTable& t) {
     for (const auto& m : t.peak_memory)
       pm.push_back({{"rank", m.rank}, {"peak_bytes", m.peak_bytes}});
     j["peak_memory"] = pm;
+  }
+  if (!t.data_parallel.empty()) {
+    Json dp = Json::array();
+    for (const auto& d : t.data_parallel)
+      dp.push_back({{"rank", d.rank},
+                    {"steps", d.steps},
+                    {"collectives_per_step", d.collectives_per_step},
+                    {"payload_bytes_per_step", d.payload_bytes_per_step},
+                    {"wire_bytes_per_step", d.wire_bytes_per_step},
+                    {"exposed_ms_per_step", d.exposed_ms_per_step}});
+    j["data_parallel"] = dp;
   }
   return j.dump(2) + "\n";
 }

@@ -39,17 +39,19 @@ CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
                       const sched::CostTable* costs, const CompareOptions& options) {
   PW_CHECK(options.skip_steps >= 0, ConfigError, "--skip-steps must be >= 0");
   PW_CHECK(options.top_k >= 0, ConfigError, "--top must be >= 0");
+  const std::int32_t pp = predicted.ranks;
+  const std::int32_t replicas = std::max(predicted.dp, 1);
   const std::int32_t mranks = trace_ranks(measured);
-  PW_CHECK(mranks == predicted.ranks, ConfigError,
-           "plan/trace mismatch: the plan has " << predicted.ranks
-                                                << " ranks but the measured trace has " << mranks);
+  PW_CHECK(mranks == pp * replicas, ConfigError,
+           "plan/trace mismatch: the plan has " << detail::plan_ranks_text(pp, replicas)
+                                                << " but the measured trace has " << mranks);
   std::vector<StepView> steps = steps_of(measured);
   PW_CHECK(!steps.empty(), ConfigError, "the measured trace has no slices");
   if (static_cast<std::int64_t>(steps.size()) > options.skip_steps) {
     steps.erase(steps.begin(), steps.begin() + options.skip_steps);
   }
 
-  // Predicted compute actions of the first simulated step.
+  // Predicted compute actions of the first simulated step, by pipeline rank.
   std::map<std::pair<std::int32_t, std::string>, const TimedAction*> pred;
   for (const auto& a : predicted.actions) {
     if (a.step != 0 || a.stream != Stream::kCompute || a.collective != Collective::kNone) continue;
@@ -59,26 +61,35 @@ CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
   PW_CHECK(!pred.empty(), ConfigError,
            "the simulation recorded no actions (it needs record_actions)");
 
+  // Every replica runs the predicted pipeline: world rank j x pp + r runs pipeline rank r's list.
+  auto where = [&](std::int32_t world) {
+    std::ostringstream os;
+    os << "rank " << world;
+    if (replicas > 1) os << " (replica " << world / pp << ", pipeline rank " << world % pp << ")";
+    return os.str();
+  };
   for (const auto& st : steps) {
-    for (const auto& kv : pred) {
-      PW_CHECK(st.compute.count(kv.first) == 1, ConfigError,
-               "plan/trace mismatch: the plan runs " << kv.first.second << " on rank "
-                                                     << kv.first.first
-                                                     << " but the measured trace has no such "
-                                                        "action in step "
-                                                     << st.step);
+    for (std::int32_t j = 0; j < replicas; ++j) {
+      for (const auto& kv : pred) {
+        const std::int32_t w = j * pp + kv.first.first;
+        PW_CHECK(st.compute.count({w, kv.first.second}) == 1, ConfigError,
+                 "plan/trace mismatch: the plan runs "
+                     << kv.first.second << " on " << where(w)
+                     << " but the measured trace has no such action in step " << st.step);
+      }
     }
     for (const auto& kv : st.compute) {
-      PW_CHECK(pred.count(kv.first) == 1, ConfigError,
+      PW_CHECK(pred.count({kv.first.first % pp, kv.first.second}) == 1, ConfigError,
                "plan/trace mismatch: the measured trace runs "
-                   << kv.first.second << " on rank " << kv.first.first << " in step " << st.step
+                   << kv.first.second << " on " << where(kv.first.first) << " in step " << st.step
                    << ", which the plan does not have on that rank");
     }
   }
 
   CompareReport rep;
   rep.schedule = predicted.schedule;
-  rep.ranks = predicted.ranks;
+  rep.ranks = pp;
+  rep.replicas = replicas;
   rep.steps_used = static_cast<std::int32_t>(steps.size());
   rep.predicted_step_ms = predicted.step_end_ns.empty()
                               ? static_cast<double>(predicted.makespan_ns) / 1e6
@@ -88,37 +99,41 @@ CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
   rep.measured_step_ms = median(step_ms);
 
   std::vector<ActionComparison> all;
-  for (const auto& kv : pred) {
-    std::vector<double> starts;
-    std::vector<double> durs;
-    for (const auto& st : steps) {
-      const TraceSlice* s = st.compute.at(kv.first);
-      starts.push_back((s->start_us - st.start_us) / 1e3);
-      durs.push_back(s->duration_us / 1e3);
+  for (std::int32_t j = 0; j < replicas; ++j) {
+    for (const auto& kv : pred) {
+      const std::pair<std::int32_t, std::string> key{j * pp + kv.first.first, kv.first.second};
+      std::vector<double> starts;
+      std::vector<double> durs;
+      for (const auto& st : steps) {
+        const TraceSlice* s = st.compute.at(key);
+        starts.push_back((s->start_us - st.start_us) / 1e3);
+        durs.push_back(s->duration_us / 1e3);
+      }
+      ActionComparison c;
+      c.rank = key.first;
+      c.name = key.second;
+      c.predicted_start_ms = static_cast<double>(kv.second->start_ns) / 1e6;
+      c.predicted_ms = static_cast<double>(kv.second->end_ns - kv.second->start_ns) / 1e6;
+      c.measured_start_ms = median(starts);
+      c.measured_ms = median(durs);
+      all.push_back(std::move(c));
     }
-    ActionComparison c;
-    c.rank = kv.first.first;
-    c.name = kv.first.second;
-    c.predicted_start_ms = static_cast<double>(kv.second->start_ns) / 1e6;
-    c.predicted_ms = static_cast<double>(kv.second->end_ns - kv.second->start_ns) / 1e6;
-    c.measured_start_ms = median(starts);
-    c.measured_ms = median(durs);
-    all.push_back(std::move(c));
   }
   rep.matched_actions = static_cast<std::int64_t>(all.size());
 
-  for (std::int32_t r = 0; r < rep.ranks; ++r) {
+  for (std::int32_t w = 0; w < pp * replicas; ++w) {
     RankComparison rc;
-    rc.rank = r;
-    const auto& pr = predicted.per_rank.at(static_cast<std::size_t>(r));
+    rc.rank = w;
+    rc.replica = w / pp;
+    const auto& pr = predicted.per_rank.at(static_cast<std::size_t>(w % pp));
     rc.predicted_busy_ms = static_cast<double>(pr.busy_ns) / 1e6;
     rc.predicted_idle_ms = rep.predicted_step_ms - rc.predicted_busy_ms;
     std::vector<double> busy;
     std::vector<double> idle;
     for (const auto& st : steps) {
       double b = 0;  // this rank's entries only (the map is ordered by rank first)
-      const auto end = st.compute.lower_bound({r + 1, std::string()});
-      for (auto it = st.compute.lower_bound({r, std::string()}); it != end; ++it) {
+      const auto end = st.compute.lower_bound({w + 1, std::string()});
+      for (auto it = st.compute.lower_bound({w, std::string()}); it != end; ++it) {
         b += it->second->duration_us / 1e3;
       }
       busy.push_back(b);
@@ -129,7 +144,7 @@ CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
     rc.predicted_peak_bytes = pr.peak_memory_bytes;
     if (costs != nullptr) {
       for (const auto& pm : costs->peak_memory) {
-        if (pm.rank == r) rc.measured_peak_bytes = pm.peak_bytes;
+        if (pm.rank == w) rc.measured_peak_bytes = pm.peak_bytes;
       }
     }
     rep.per_rank.push_back(rc);
@@ -164,6 +179,11 @@ std::string to_json(const CompareReport& r) {
   j["version"] = 1;
   j["schedule"] = r.schedule;
   j["ranks"] = r.ranks;
+  if (r.replicas > 1) {
+    j["replicas"] = r.replicas;
+    j["dp_algorithm"] = r.dp_algorithm;
+    j["dp_period_steps"] = r.dp_period_steps;
+  }
   j["steps_used"] = r.steps_used;
   j["predicted_step_ms"] = r.predicted_step_ms;
   j["measured_step_ms"] = r.measured_step_ms;
@@ -186,6 +206,7 @@ std::string to_json(const CompareReport& r) {
   for (const auto& rc : r.per_rank) {
     ordered_json e;
     e["rank"] = rc.rank;
+    if (r.replicas > 1) e["replica"] = rc.replica;
     e["predicted_busy_ms"] = rc.predicted_busy_ms;
     e["measured_busy_ms"] = rc.measured_busy_ms;
     e["predicted_idle_ms"] = rc.predicted_idle_ms;
@@ -195,6 +216,25 @@ std::string to_json(const CompareReport& r) {
     ranks.push_back(e);
   }
   j["per_rank"] = ranks;
+  if (!r.data_parallel.empty()) {
+    ordered_json dp = ordered_json::array();
+    for (const auto& d : r.data_parallel) {
+      ordered_json e;
+      e["rank"] = d.rank;
+      e["replica"] = d.replica;
+      e["stages"] = d.stages;
+      e["predicted_wire_bytes_per_step"] = d.predicted_wire_bytes;
+      e["measured_wire_bytes_per_step"] =
+          d.measured_wire_bytes ? ordered_json(*d.measured_wire_bytes) : ordered_json();
+      e["predicted_comm_ms_per_step"] = d.predicted_comm_ms;
+      e["predicted_exposed_ms_per_step"] = d.predicted_exposed_ms;
+      e["measured_exposed_ms_per_step"] =
+          d.measured_exposed_ms ? ordered_json(*d.measured_exposed_ms) : ordered_json();
+      if (d.measured_collectives) e["measured_collectives_per_step"] = *d.measured_collectives;
+      dp.push_back(e);
+    }
+    j["data_parallel"] = dp;
+  }
   ordered_json largest = ordered_json::array();
   for (const auto& a : r.largest) {
     ordered_json e;
@@ -215,10 +255,11 @@ std::string to_text(const CompareReport& r) {
   std::ostringstream os;
   char line[256];
   std::snprintf(line, sizeof line,
-                "%s, %d ranks, %d measured steps: predicted %.3f ms, measured %.3f ms, "
+                "%s, %d ranks%s, %d measured steps: predicted %.3f ms, measured %.3f ms, "
                 "error %+.2f%%\n",
-                r.schedule.c_str(), r.ranks, r.steps_used, r.predicted_step_ms, r.measured_step_ms,
-                100 * r.step_error());
+                r.schedule.c_str(), r.ranks,
+                r.replicas > 1 ? (" x " + std::to_string(r.replicas) + " replicas").c_str() : "",
+                r.steps_used, r.predicted_step_ms, r.measured_step_ms, 100 * r.step_error());
   os << line;
   if (!r.per_step_predicted_ms.empty()) {
     std::snprintf(line, sizeof line,
@@ -240,6 +281,30 @@ std::string to_text(const CompareReport& r) {
                   rc.predicted_busy_ms, rc.measured_busy_ms, rc.predicted_idle_ms,
                   rc.measured_idle_ms, mem.c_str());
     os << line;
+  }
+  if (!r.data_parallel.empty()) {
+    // Note [Data-parallel comparison]: means per step over a period / the measured steps.
+    std::snprintf(line, sizeof line,
+                  "data parallel (%s, %d replicas, period %d step(s)), per step:\n"
+                  "rank  replica  stages  wire MB pred/meas       comm ms pred  "
+                  "exposed ms pred/meas\n",
+                  r.dp_algorithm.c_str(), r.replicas, r.dp_period_steps);
+    os << line;
+    for (const auto& d : r.data_parallel) {
+      std::string stages;
+      for (std::size_t k = 0; k < d.stages.size(); ++k)
+        stages += (k > 0 ? "," : "") + std::to_string(d.stages[k]);
+      char wire[64] = "-";
+      char exposed[64] = "-";
+      if (d.measured_wire_bytes)
+        std::snprintf(wire, sizeof wire, "%.4f", *d.measured_wire_bytes / 1e6);
+      if (d.measured_exposed_ms)
+        std::snprintf(exposed, sizeof exposed, "%.3f", *d.measured_exposed_ms);
+      std::snprintf(line, sizeof line, "%4d  %7d  %6s  %9.4f / %-10s  %12.3f  %8.3f / %s\n", d.rank,
+                    d.replica, stages.c_str(), d.predicted_wire_bytes / 1e6, wire,
+                    d.predicted_comm_ms, d.predicted_exposed_ms, exposed);
+      os << line;
+    }
   }
   if (!r.largest.empty()) {
     os << "largest errors (end time, predicted - measured):\n";

@@ -73,7 +73,8 @@ sched::CostTable costs_from_trace(const sched::Trace& measured, std::int32_t sta
 TraceReplay replay_from_trace(const sched::Trace& measured, std::int32_t stages,
                               std::int32_t microbatches, std::int32_t cores,
                               const std::vector<std::int32_t>& node_of_rank,
-                              const CompareOptions& options) {
+                              const CompareOptions& options, std::int32_t replicas) {
+  PW_CHECK(replicas >= 1, ConfigError, "replicas must be >= 1, got " << replicas);
   std::vector<StepView> steps = steps_of(measured);
   PW_CHECK(!steps.empty(), ConfigError, "the measured trace has no slices");
   if (static_cast<std::int64_t>(steps.size()) > options.skip_steps) {
@@ -84,26 +85,31 @@ TraceReplay replay_from_trace(const sched::Trace& measured, std::int32_t stages,
                ? node_of_rank[static_cast<std::size_t>(rank)]
                : 0;
   };
-  PW_CHECK(node_of_rank.empty() ||
-               static_cast<std::int32_t>(node_of_rank.size()) == trace_ranks(measured),
-           ConfigError,
-           "plan/trace mismatch: the plan has " << node_of_rank.size()
-                                                << " ranks but the measured trace has "
-                                                << trace_ranks(measured));
+  const auto world = static_cast<std::int32_t>(node_of_rank.size());
+  PW_CHECK(node_of_rank.empty() || world == trace_ranks(measured), ConfigError,
+           "plan/trace mismatch: the plan has "
+               << detail::plan_ranks_text(world / replicas, replicas)
+               << " but the measured trace has " << trace_ranks(measured));
+  // World rank -> replica (the executor's replica-major order).
+  const std::int32_t pp = std::max(1, (world > 0 ? world : trace_ranks(measured)) / replicas);
+  auto replica_of = [&](std::int32_t rank) { return std::min(rank / pp, replicas - 1); };
   std::map<std::int32_t, std::int32_t> per_node;
   for (std::int32_t r = 0; r < trace_ranks(measured); ++r) ++per_node[node_of(r)];
   bool shared = false;
   for (const auto& [node, n] : per_node) shared = shared || (cores > 0 && n > cores);
 
   TraceReplay out;
+  out.replicas = replicas;
   std::map<std::int64_t, std::size_t> index;  // step -> position in out
   for (const auto& st : steps) {
     index[st.step] = out.steps.size();
     out.steps.push_back(st.step);
     out.measured_step_ms.push_back((st.end_us - st.start_us) / 1e3);
-    out.durations_ns.emplace_back(
-        static_cast<std::size_t>(stages) * kReplaySlots * static_cast<std::size_t>(microbatches),
-        -1);
+    for (std::int32_t j = 0; j < replicas; ++j) {
+      out.durations_ns.emplace_back(
+          static_cast<std::size_t>(stages) * kReplaySlots * static_cast<std::size_t>(microbatches),
+          -1);
+    }
   }
   // Per (step, node): the compute slices, for the number of computing ranks over time.
   std::map<std::pair<std::int64_t, std::int32_t>, std::vector<std::pair<double, int>>> edges;
@@ -150,7 +156,8 @@ TraceReplay replay_from_trace(const sched::Trace& measured, std::int32_t stages,
       us = work;
     }
     const int slot = kind_slot(s->category);
-    auto& table = out.durations_ns[index[s->step]];
+    auto& table = out.durations_ns[index[s->step] * static_cast<std::size_t>(replicas) +
+                                   static_cast<std::size_t>(replica_of(s->rank))];
     table[replay_index(s->stage, slot, slot == 4 ? 0 : s->microbatch, microbatches)] =
         std::llround(us * 1e3);
   }
@@ -163,20 +170,40 @@ TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
                                            const CompareOptions& compare_options) {
   const std::int32_t cores =
       cluster.cores_per_node > 0 ? cluster.cores_per_node : costs.cores_per_node;
+  // Every world rank's node: rank = replica x pp + pipeline rank (the executor's order), placed
+  // on the cluster as its placement says.
+  const std::int32_t pp = plan.shape.ranks;
+  const std::int32_t replicas = std::max(options.dp.replicas, 1);
   std::vector<std::int32_t> node_of_rank;
-  for (std::int32_t r = 0; r < plan.shape.ranks; ++r)
-    node_of_rank.push_back(cluster.node_of(cluster.global_rank(r, 0, plan.shape.ranks, 1)));
+  for (std::int32_t j = 0; j < replicas; ++j) {
+    for (std::int32_t r = 0; r < pp; ++r)
+      node_of_rank.push_back(cluster.node_of(cluster.global_rank(r, j, pp, replicas)));
+  }
   const TraceReplay replay = replay_from_trace(measured, plan.shape.stages, plan.shape.microbatches,
-                                               cores, node_of_rank, compare_options);
+                                               cores, node_of_rank, compare_options, replicas);
   SimOptions step_options = options;
   step_options.steps = 1;
   step_options.record_actions = false;
+  // Per kept step: the slowest replica's replay (the replicas meet in their collectives), and
+  // which replica that was.
   std::vector<double> per_step;
-  for (const auto& durations : replay.durations_ns) {
-    step_options.replay_durations_ns = durations;
-    const SimResult r = simulate(plan, costs, cluster, step_options);
-    per_step.push_back(
-        static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns[0]) / 1e6);
+  std::vector<std::size_t> slowest;
+  for (std::size_t k = 0; k < replay.steps.size(); ++k) {
+    double worst = -1;
+    std::size_t at = 0;
+    for (std::int32_t j = 0; j < replicas; ++j) {
+      const std::size_t i = k * static_cast<std::size_t>(replicas) + static_cast<std::size_t>(j);
+      step_options.replay_durations_ns = replay.durations_ns[i];
+      const SimResult r = simulate(plan, costs, cluster, step_options);
+      const double ms =
+          static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns[0]) / 1e6;
+      if (ms > worst) {
+        worst = ms;
+        at = i;
+      }
+    }
+    per_step.push_back(worst);
+    slowest.push_back(at);
   }
   // Note [One prediction]: the headline, the lines per rank and action and the SVG all show one
   // simulated step, the median predicted one (the lower middle one for an even count).
@@ -186,10 +213,11 @@ TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
                    [&](std::size_t a, std::size_t b) { return per_step[a] < per_step[b]; });
   const std::size_t chosen = order.at((order.size() - 1) / 2);
   step_options.record_actions = true;
-  step_options.replay_durations_ns = replay.durations_ns.at(chosen);
+  step_options.replay_durations_ns = replay.durations_ns.at(slowest.at(chosen));
   TraceReplayComparison out;
   out.predicted = simulate(plan, costs, cluster, step_options);
   out.report = compare(out.predicted, measured, &costs, compare_options);
+  add_data_parallel(out.report, plan, costs, cluster, options);
   auto& report = out.report;
   report.step_numbers = replay.steps;
   report.per_step_measured_ms = replay.measured_step_ms;
@@ -212,6 +240,7 @@ SampledComparison compare_sampled(const sched::LoweredPlan& plan, const sched::C
     out.predicted = simulate(plan, costs, cluster, so);
   }
   out.report = compare(out.predicted, measured, &costs, compare_options);
+  add_data_parallel(out.report, plan, costs, cluster, so);
   if (sampled_steps > 0) out.report.prediction = "sampled";
   return out;
 }

@@ -41,6 +41,17 @@ inline std::int32_t trace_ranks(const sched::Trace& t) {
   return ranks;
 }
 
+// "2 ranks" or "2 ranks x 2 replicas = 4 ranks": the world ranks a plan of `ranks` pipeline
+// ranks with `replicas` data-parallel replicas runs on (for plan/trace mismatch messages).
+inline std::string plan_ranks_text(std::int32_t ranks, std::int32_t replicas) {
+  std::string out = std::to_string(ranks) + " ranks";
+  if (replicas > 1) {
+    out += " x " + std::to_string(replicas) + " replicas = " + std::to_string(ranks * replicas) +
+           " ranks";
+  }
+  return out;
+}
+
 // Groups the measured slices by step; throws when a rank runs one compute action twice in a step.
 inline std::vector<StepView> steps_of(const sched::Trace& t) {
   std::map<std::int64_t, StepView> steps;

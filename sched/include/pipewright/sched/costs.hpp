@@ -18,7 +18,10 @@
 //                                      "p90_ms": 1.7, "samples": 32,
 //                                      "quantiles_ms": [21 values]}}}],    (optional)
 //    "p2p": {"latency_ms": 0.01, "bandwidth_gb_per_s": 10} or {"per_message_ms": 0.2},
-//    "peak_memory": [{"rank": 0, "peak_bytes": 123456}]}                (optional)
+//    "peak_memory": [{"rank": 0, "peak_bytes": 123456}],                (optional)
+//    "data_parallel": [{"rank": 0, "steps": 4, "collectives_per_step": 2,
+//                       "payload_bytes_per_step": 8192, "wire_bytes_per_step": 8192,
+//                       "exposed_ms_per_step": 0.4}]}                     (optional)
 // Times are milliseconds (double), sizes are bytes (integer), bandwidth is 1e9 bytes/s.
 #pragma once
 
@@ -124,6 +127,28 @@ struct RankPeakMemory {
   }
 };
 
+// Measured data-parallel communication of one world rank (executor profiles of runs with
+// dp > 1): means per step over the `steps` measured steps (after warm-up), so that algorithms
+// that communicate every k steps (LocalSGD, SlowMo, DiLoCo) show their amortised cost. Bytes as
+// exec's DataParallelStats counts them (payload: the buffers handed to collectives; wire: what
+// the rank puts on the network with ring / rooted algorithms); exposed: the time the rank's
+// training thread blocked waiting for data-parallel communication.
+struct RankDataParallel {
+  std::int32_t rank = 0;
+  std::int64_t steps = 0;
+  double collectives_per_step = 0;
+  double payload_bytes_per_step = 0;
+  double wire_bytes_per_step = 0;
+  double exposed_ms_per_step = 0;
+  friend bool operator==(const RankDataParallel& a, const RankDataParallel& b) noexcept {
+    return a.rank == b.rank && a.steps == b.steps &&
+           a.collectives_per_step == b.collectives_per_step &&
+           a.payload_bytes_per_step == b.payload_bytes_per_step &&
+           a.wire_bytes_per_step == b.wire_bytes_per_step &&
+           a.exposed_ms_per_step == b.exposed_ms_per_step;
+  }
+};
+
 struct CostTable {
   std::string source = "custom";  // "executor", "model", "cli", "custom"
   // The precision (`run --precision`) whose run the times and the activation and message bytes
@@ -163,7 +188,8 @@ struct CostTable {
   double rank_step_correlation = 0;
   std::vector<StageCost> stages;  // stages[i].stage == i
   std::optional<P2PCost> p2p;
-  std::vector<RankPeakMemory> peak_memory;  // measured, executor profiles only
+  std::vector<RankPeakMemory> peak_memory;      // measured, executor profiles only
+  std::vector<RankDataParallel> data_parallel;  // measured, executor profiles with dp > 1
 
   friend bool operator==(const CostTable& a, const CostTable& b) noexcept {
     return a.source == b.source && a.precision == b.precision &&
@@ -173,7 +199,7 @@ struct CostTable {
            a.cores_per_node == b.cores_per_node && a.p2p_uses_core == b.p2p_uses_core &&
            a.step_correlation == b.step_correlation &&
            a.rank_step_correlation == b.rank_step_correlation && a.stages == b.stages &&
-           a.p2p == b.p2p && a.peak_memory == b.peak_memory;
+           a.p2p == b.p2p && a.peak_memory == b.peak_memory && a.data_parallel == b.data_parallel;
   }
 };
 

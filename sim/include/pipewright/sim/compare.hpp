@@ -35,8 +35,12 @@ struct ActionComparison {
   }
 };
 
+// One world rank of the measured run: rank = replica x pp + pipeline rank (the executor's
+// replica-major order, Note [Replicas in the simulated trace]); its predicted side is its
+// pipeline rank's (the simulator times one replica).
 struct RankComparison {
-  std::int32_t rank = 0;
+  std::int32_t rank = 0;  // world rank
+  std::int32_t replica = 0;
   double predicted_busy_ms = 0;
   double measured_busy_ms = 0;
   double predicted_idle_ms = 0;
@@ -45,17 +49,42 @@ struct RankComparison {
   std::optional<std::int64_t> measured_peak_bytes;
 };
 
+// Note [Data-parallel comparison]: with dp > 1, each world rank's data-parallel communication per
+// step, predicted and measured. Predicted: a simulation of one period of the algorithm (the steps
+// after which its communication repeats: DDP and SGP 1, LocalSGD its frequency, SlowMo the lcm
+// of both frequencies, DiLoCo sync_every) with median costs, divided by the period: the bytes the
+// rank sends (DataParallelStats' wire-byte convention), the collectives' time (overlapped or not)
+// and the part of it the rank's compute waited for (exposed). Measured: the profile's
+// data_parallel entry of the rank (exec's DataParallelStats across each measured step, averaged):
+// wire bytes and the time the training thread blocked on data-parallel communication. Both are
+// means per step, so a run of warm-up + k periods of steps compares like with like.
+struct DpComparison {
+  std::int32_t rank = 0;  // world rank
+  std::int32_t replica = 0;
+  std::vector<std::int32_t> stages;  // the plan stages the rank holds
+  double predicted_wire_bytes = 0;
+  double predicted_comm_ms = 0;
+  double predicted_exposed_ms = 0;
+  std::optional<double> measured_wire_bytes;  // absent without a profile entry for the rank
+  std::optional<double> measured_exposed_ms;
+  std::optional<double> measured_collectives;
+};
+
 struct CompareReport {
   std::string schedule;
-  std::int32_t ranks = 0;
+  std::int32_t ranks = 0;     // pipeline ranks of the plan
+  std::int32_t replicas = 1;  // dp: the measured trace has ranks x replicas world ranks
+  std::string dp_algorithm;   // with replicas > 1: "ddp", "localsgd", ... (and "zero-1" ...)
+  std::int32_t dp_period_steps = 0;
   std::int32_t steps_used = 0;
   double predicted_step_ms = 0;
   double measured_step_ms = 0;                        // median over the steps used
   [[nodiscard]] double step_error() const noexcept {  // signed, relative to measured
     return measured_step_ms > 0 ? (predicted_step_ms - measured_step_ms) / measured_step_ms : 0;
   }
-  std::vector<RankComparison> per_rank;
-  std::vector<ActionComparison> largest;  // by |end error|, largest first (top_k)
+  std::vector<RankComparison> per_rank;     // every world rank
+  std::vector<DpComparison> data_parallel;  // every world rank, with replicas > 1
+  std::vector<ActionComparison> largest;    // by |end error|, largest first (top_k)
   std::int64_t matched_actions = 0;
   // How predicted_step_ms was made: "medians", "sampled" (median of steps with sampled
   // durations) or "trace" (Note [Trace-driven replay]; then per step, in step order, both times).
@@ -79,23 +108,30 @@ struct CompareReport {
 struct TraceReplay {
   std::vector<std::int64_t> steps;       // the kept measured steps
   std::vector<double> measured_step_ms;  // their durations
-  // Per kept step: SimOptions::replay_durations_ns for a plan of `stages` x `microbatches`.
+  std::int32_t replicas = 1;             // data-parallel replicas in the trace
+  // Per kept step and replica (index step x replicas + replica): SimOptions::replay_durations_ns
+  // for a plan of `stages` x `microbatches`. With replicas > 1 a step is predicted as its slowest
+  // replica's replay (the replicas meet in their collectives).
   std::vector<std::vector<std::int64_t>> durations_ns;
 };
 
 // The kept steps of `measured` as replay tables. `cores` > 0 with more of the trace's ranks on
-// one node (`node_of_rank`, by rank) than cores: durations are converted to dedicated-core work.
-// Throws ConfigError when node_of_rank is not empty and its size (the plan's ranks) is not the
-// trace's rank count, and naming the slice when the trace has a stage or microbatch the plan has
-// not.
+// one node (`node_of_rank`, by world rank) than cores: durations are converted to dedicated-core
+// work. `replicas` > 1: world rank w belongs to replica w / (node_of_rank.size() / replicas).
+// Throws ConfigError when node_of_rank is not empty and its size (the plan's ranks x replicas) is
+// not the trace's rank count, and naming the slice when the trace has a stage or microbatch the
+// plan has not.
 [[nodiscard]] TraceReplay replay_from_trace(const sched::Trace& measured, std::int32_t stages,
                                             std::int32_t microbatches, std::int32_t cores,
                                             const std::vector<std::int32_t>& node_of_rank,
-                                            const CompareOptions& options);
+                                            const CompareOptions& options,
+                                            std::int32_t replicas = 1);
 
-// Compares one simulated step with the measured trace. Throws ConfigError naming the mismatch
-// when the trace does not belong to the plan (rank count, a compute action of the plan missing
-// from the trace on some step, or a measured compute action the plan does not have). `costs`
+// Compares one simulated step with the measured trace. With predicted.dp = D > 1 the trace holds
+// D replicas of the plan's ranks (world rank = replica x ranks + pipeline rank), each compared
+// with the predicted pipeline. Throws ConfigError naming the mismatch when the trace does not
+// belong to the plan (rank count, a compute action of the plan missing from the trace on some
+// step and rank, or a measured compute action the plan does not have). `costs`
 // may carry measured peak memory (executor profiles); predicted peaks come from `predicted`.
 [[nodiscard]] CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
                                     const sched::CostTable* costs, const CompareOptions& options);
@@ -133,6 +169,12 @@ struct SampledComparison {
 // zero (the trace has none). Throws ConfigError when a stage of the plan never ran.
 [[nodiscard]] sched::CostTable costs_from_trace(const sched::Trace& measured, std::int32_t stages,
                                                 const CompareOptions& options);
+
+// Note [Data-parallel comparison]: fills report.data_parallel, dp_algorithm and dp_period_steps
+// (nothing when options.dp.replicas <= 1). compare_sampled and compare_trace_replay call it.
+void add_data_parallel(CompareReport& report, const sched::LoweredPlan& plan,
+                       const sched::CostTable& costs, const Cluster& cluster,
+                       const SimOptions& options);
 
 [[nodiscard]] std::string to_json(const CompareReport& report);
 [[nodiscard]] std::string to_text(const CompareReport& report);
