@@ -285,6 +285,31 @@ TEST(MakeProfile, RecordRoundTripKeepsHostAndCpus) {
   EXPECT_GE(this_host_id(), 0);
 }
 
+// Issue 47 item 1: each step's data-parallel counters travel with the record, and the profile
+// keeps their means per measured step (warm-up steps left out) per world rank.
+TEST(MakeProfile, DataParallelStepsBecomeMeansPerRank) {
+  RankRecord r0 =
+      rank(0, 1, {timed(f(0, 0), 1, 2, 0), timed(f(0, 0), 11, 12, 1), timed(f(0, 0), 21, 22, 2)});
+  r0.dp_steps = {DataParallelStep{0, 9, 900, 901, 9 * kMs}, DataParallelStep{1, 2, 100, 100, kMs},
+                 DataParallelStep{2, 0, 0, 0, 0}};
+  RankRecord r1 = rank(1, 1, {timed(f(1, 0), 3, 4, 0)});
+  const RankRecord d = decode_record(encode_record(r0));
+  ASSERT_EQ(d.dp_steps.size(), 3U);
+  EXPECT_EQ(d.dp_steps[0].wire_bytes, 901);
+  EXPECT_EQ(d.dp_steps[1].exposed_wait_ns, kMs);
+  ReportContext ctx = context();
+  ctx.warmup_steps = 1;
+  const auto t = make_profile({d, r1}, two_stages(), ctx);
+  ASSERT_EQ(t.data_parallel.size(), 1U);  // rank 1 recorded none
+  const auto& m = t.data_parallel[0];
+  EXPECT_EQ(m.rank, 0);
+  EXPECT_EQ(m.steps, 2);
+  EXPECT_DOUBLE_EQ(m.collectives_per_step, 1.0);
+  EXPECT_DOUBLE_EQ(m.payload_bytes_per_step, 50.0);
+  EXPECT_DOUBLE_EQ(m.wire_bytes_per_step, 50.0);
+  EXPECT_DOUBLE_EQ(m.exposed_ms_per_step, 0.5);
+}
+
 // The training thread's waits for data (issue 24, item 5) travel with the record and become one
 // "data" slice per step on the compute stream, before the step's actions.
 TEST(MakeProfile, DataWaitsRoundTripAndAreTraced) {
