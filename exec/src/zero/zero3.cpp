@@ -157,9 +157,8 @@ void Zero3::on_start(std::vector<StageParams>& stages) {
       const std::uint64_t payload0 = stats_.payload_bytes;
       const double wire0 = stats_.wire_bytes;
       OpContext ctx{-1, sp.stage, -1, "ZeRO-3 broadcast of the initial parameters from replica 0"};
-      detail::timed_wait(
-          detail::counted_broadcast(*dp_, detail::view_of(st->flat), 0, ctx, stats_),
-          options_.timeout, stats_);
+      detail::timed_wait(detail::counted_broadcast(*dp_, detail::view_of(st->flat), 0, ctx, stats_),
+                         options_.timeout, stats_);
       stats_.setup_payload_bytes += stats_.payload_bytes - payload0;
       stats_.setup_wire_bytes += stats_.wire_bytes - wire0;
       stats_.payload_bytes = payload0;
