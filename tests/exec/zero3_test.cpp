@@ -245,8 +245,7 @@ TEST(Zero3, ComputeOutsideAWindowIsAPlanErrorNamingRankStageAndAction) {
                             "UNSHARD..RESHARD window"),
               std::string::npos)
         << e;
-    EXPECT_NE(e.find(rank + "0RESHARD (step 0): stage 0 is not unsharded"), std::string::npos)
-        << e;
+    EXPECT_NE(e.find(rank + "0RESHARD (step 0): stage 0 is not unsharded"), std::string::npos) << e;
     EXPECT_NE(e.find(rank + "0UNSHARD (step 0): stage 0 is unsharded already"), std::string::npos)
         << e;
     EXPECT_NE(e.find(rank + "0W1 (stage 0 microbatch 1 step 0) runs outside"), std::string::npos)
