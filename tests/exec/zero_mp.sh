@@ -16,8 +16,10 @@
 #           torch placement (one stage a rank: gathered all step) == step; and ZeRO-3's peak RSS
 #           (VmHWM) below ZeRO-2's on an MLP whose parameters dominate
 #   resume  pp 2 x dp 2 ZeRO-1, 2 and 3, 6 steps vs 3 + --resume to 6: bit-identical (each
-#           rank's checkpoint holds its optimizer shard); the last checkpoint half-written by
-#           one rank (no COMPLETE, truncated shard): the resume uses the one before
+#           rank's checkpoint holds its optimizer shard, at stage 3 also its parameter shard
+#           instead of the whole parameters: smaller than ZeRO-2's); the last checkpoint
+#           half-written by one rank (no COMPLETE, truncated shard): the resume uses the one
+#           before
 #   bf16    --precision bf16 ZeRO-1, 2 and 3 vs ZeRO-0 within 1e-3 (docs/data-parallel.md)
 #   bad     a local-step algorithm, --reduce-dtype bf16, Chimera (tied groups) with ZeRO-1 and
 #           ZeRO-3, and a checkpoint of another zero stage or model exit 2 naming the stage and
@@ -168,6 +170,11 @@ PY
       check "zero-stage $z resume bit-identical" "$work/straight.$z.safetensors" \
         "$work/resumed.$z.safetensors" 0
     done
+    # A ZeRO-3 rank file holds its parameter shard, not the whole parameters: at dp 2 it is
+    # P/2 + the moments' P, against ZeRO-2's P + P.
+    s2=$(stat -c %s "$work/ckpt2/step-00000002/rank-0.pt"); s3=$(stat -c %s "$work/ckpt3/step-00000002/rank-0.pt")
+    if (( s3 < s2 )); then echo "OK   zero-3 rank file ($s3 B) smaller than zero-2's ($s2 B)"
+    else echo "FAIL zero-3 rank file $s3 B not smaller than zero-2's $s2 B"; failed=1; fi
     ;;
   bf16)
     args=("${common[@]}" --pp 2 --dp 2 --batch-size 8 --microbatches 4 --schedule 1F1B --steps 6
@@ -225,6 +232,10 @@ PY
       "stage 0: tensor 'stage0.param0' has shape \[16, 8\] Float, the model has \[12, 8\] Float" 2 \
       "${other[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 \
       --lr-decay-steps 4 --zero-stage 1 --checkpoint-dir "$work/ck" --resume
+    expect2 "ZeRO-3 checkpoint of another model" \
+      "stage 0: tensor 'dp.param_shard.stage0' has shape \[[0-9]+\] Float, this run's parameter shard has \[[0-9]+\] Float" 2 \
+      "${other[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 \
+      --lr-decay-steps 4 --zero-stage 3 --checkpoint-dir "$work/ck3" --resume
     ;;
   *) echo "unknown case $what"; exit 2;;
 esac

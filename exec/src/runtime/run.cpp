@@ -319,7 +319,6 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   if (c.resume) {
     const std::int64_t s = agree_resume_step(c.checkpoint_dir, p.world.rank, *world, timeout);
     if (s >= 0) {
-      hooks->settle();  // ZeRO-3: the parameters gathered, so that the checkpoint can fill them
       load_checkpoint(c.checkpoint_dir, s, ckpt_id, train_state);
       loader.seek(train_state.data);
       first_step = s;

@@ -440,20 +440,46 @@ std::map<std::string, torch::Tensor> Zero3::state() const {
       v.push_back(bk.padded);
       v.push_back(bk.piece);
     }
-    out["layout.stage" + std::to_string(st->params.stage)] = torch::tensor(v, torch::kLong);
+    const std::string s = "stage" + std::to_string(st->params.stage);
+    out["layout." + s] = torch::tensor(v, torch::kLong);
+    out["param_shard." + s] = st->shard.detach();
   }
   return out;
 }
 
 void Zero3::load_state(const std::map<std::string, torch::Tensor>& state) {
-  for (const auto& [key, live] : this->state()) {
+  // The layouts first: a shard is only meaningful in the layout it was cut from.
+  const auto live_state = this->state();
+  for (const auto& [key, live] : live_state) {
+    if (key.rfind("layout.", 0) != 0) continue;
     const auto it = state.find(key);
-    if (it == state.end()) continue;
+    PW_CHECK(it != state.end(), ConfigError,
+             "checkpoint: " << key.substr(7) << ": the ZeRO-3 shard layout 'dp." << key
+                            << "' is missing");
     const torch::Tensor saved = it->second.to(torch::kLong).flatten();
     PW_CHECK(saved.numel() == live.numel() && torch::equal(saved, live), ConfigError,
-             "checkpoint: " << key.substr(7) << ": optimizer shard layout 'dp." << key
-                            << "' differs from this run's (resuming at another dp or bucket size "
-                               "is not supported)");
+             "checkpoint: " << key.substr(7) << ": parameter shard layout 'dp." << key
+                            << "' differs from this run's (another model, dp or bucket size; "
+                               "resuming at another dp is not supported)");
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& st : stages_) {
+    if (st->buckets.empty()) continue;
+    const std::string key = "param_shard.stage" + std::to_string(st->params.stage);
+    const auto it = state.find(key);
+    PW_CHECK(it != state.end(), ConfigError,
+             "checkpoint: stage" << st->params.stage << ": the parameter shard 'dp." << key
+                                 << "' is missing");
+    PW_CHECK(it->second.sizes() == st->shard.sizes() &&
+                 it->second.scalar_type() == st->shard.scalar_type(),
+             ConfigError,
+             "checkpoint: stage" << st->params.stage << ": parameter shard 'dp." << key
+                                 << "' has shape " << it->second.sizes() << ", this run's has "
+                                 << st->shard.sizes());
+    st->shard.copy_(it->second);
+    // Whatever P holds now predates the checkpoint: the next UNSHARD (or settle) gathers.
+    wait_gathers(*st);
+    if (st->state != Params::kSharded) release(*st);
   }
 }
 

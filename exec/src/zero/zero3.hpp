@@ -31,9 +31,8 @@
 // - OPTIM steps the shard; no all-gather follows (the next UNSHARD gathers the new values).
 // - Outside a step (evaluation, checkpoints, --save, --check-replicas, the final weights),
 //   settle() gathers every stage into P (counted as set-up bytes) and keeps it until the
-//   stage's next UNSHARD, which then takes the shard back from P instead of gathering (so a
-//   checkpoint loaded into the gathered parameters reaches the shard), or until OPTIM makes it
-//   stale (freed).
+//   stage's next UNSHARD, which then takes the shard back from P instead of gathering, or until
+//   OPTIM makes it stale (freed). Checkpoints hold the shard (state()), not P.
 // Bytes on the wire per replica and step (ring): m reduce-scatters of G + one all-gather of P
 // per UNSHARD: (m G + u P)(d-1)/d, u = the stage's UNSHARDs per step (the plan's placement).
 #pragma once
@@ -78,7 +77,10 @@ class Zero3 final : public DataParallelAlgorithm {
   [[nodiscard]] std::vector<torch::Tensor> optimizer_params(int stage) override;
   void settle() override;
   [[nodiscard]] DataParallelStats stats() const override { return stats_; }
-  // Checkpoints: "layout.stage<S>" as ZeRO-1/2 (zero.hpp).
+  // Checkpoints: "layout.stage<S>" as ZeRO-1/2 (zero.hpp) and "param_shard.stage<S>", this
+  // replica's parameter shard (S floats: the rank file holds no whole trainable parameter).
+  // load_state refuses (ConfigError naming the stage) another layout, then takes the shard and
+  // drops a gathered P, so the next UNSHARD gathers the loaded values.
   [[nodiscard]] std::map<std::string, torch::Tensor> state() const override;
   void load_state(const std::map<std::string, torch::Tensor>& state) override;
 
