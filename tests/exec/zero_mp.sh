@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# Multi-process tests of ZeRO stages 1 and 2 (issue 43, label mp; zero/zero.hpp, Note [ZeRO flat
-# buffers]), on local processes bound to 127.0.0.1, every run bounded by --timeout and `timeout`:
+# Multi-process tests of ZeRO stages 1, 2 and 3 (issue 43, label mp; zero/zero.hpp, Note [ZeRO
+# flat buffers]; zero/zero3.hpp, Note [ZeRO-3 sharded parameters]), on local processes bound to
+# 127.0.0.1, every run bounded by --timeout and `timeout`:
 #   equiv   pp 2 x dp 2 under 1F1B, Interleaved1F1B (v 2) and ZBVZeroBubble (v 2), AdamW with
 #           weight decay, clipping by the global norm and warm-up + cosine, 6 steps:
-#           --zero-stage 1 and 2 end with the weights of --zero-stage 0 (max |diff| <= 1e-6),
+#           --zero-stage 1, 2 and 3 end with the weights of --zero-stage 0 (max |diff| <= 1e-6),
 #           with --check-replicas 1 (the replicas' gathered parameters are bit-identical every
 #           step); with --recompute full likewise; dp 4 (pp 1) likewise, with buckets small
-#           enough to pad
+#           enough to pad; ZeRO-3 with --shard-placement compute and torch (Interleaved1F1B) and
+#           with a torch compute_comms CSV plan file whose UNSHARD/RESHARD run as written
 #   bytes   DP bytes per step on the wire of world rank 0's stage (the run's "data-parallel"
 #           line): ZeRO-1 == DDP's all-reduce (+ the padding); ZeRO-2 == (m+1)/2 x ZeRO-1
-#           (m reduce-scatters of G and one all-gather of P)
-#   resume  pp 2 x dp 2 ZeRO-1 and ZeRO-2, 6 steps vs 3 + --resume to 6: bit-identical (each
-#           rank's checkpoint holds its optimizer shard); the last checkpoint half-written by
-#           one rank (no COMPLETE, truncated shard): the resume uses the one before
-#   bf16    --precision bf16 ZeRO-1 vs ZeRO-0 within 1e-3 (documented in docs/data-parallel.md)
-#   bad     --zero-stage 3, a local-step algorithm, --reduce-dtype bf16, Chimera (tied groups)
-#           and a checkpoint of another zero stage or model exit 2 naming the stage and tensor
+#           (m reduce-scatters of G and one all-gather of P); ZeRO-3: step placement
+#           (m G + P)(d-1)/d == ZeRO-2, compute placement (m G + 2m P)(d-1)/d == 3m/2 x ZeRO-1,
+#           torch placement (one stage a rank: gathered all step) == step; and ZeRO-3's peak RSS
+#           (VmHWM) below ZeRO-2's on an MLP whose parameters dominate
+#   resume  pp 2 x dp 2 ZeRO-1, 2 and 3, 6 steps vs 3 + --resume to 6: bit-identical (each
+#           rank's checkpoint holds its optimizer shard, at stage 3 also its parameter shard
+#           instead of the whole parameters: smaller than ZeRO-2's); the last checkpoint
+#           half-written by one rank (no COMPLETE, truncated shard): the resume uses the one
+#           before
+#   bf16    --precision bf16 ZeRO-1, 2 and 3 vs ZeRO-0 within 1e-3 (docs/data-parallel.md)
+#   bad     a local-step algorithm, --reduce-dtype bf16, Chimera (tied groups) with ZeRO-1 and
+#           ZeRO-3, and a checkpoint of another zero stage or model exit 2 naming the stage and
+#           tensor
 #   zero_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR equiv|bytes|resume|bf16|bad
 set -euo pipefail
 pw="$1"; cmp="$2"; data="$3"; work="$4"; what="$5"
@@ -42,7 +50,7 @@ case "$what" in
       args=("${common[@]}" --pp 2 --dp 2 --stages-per-rank "$v" --schedule "$sched" --batch-size 8
             --microbatches 4 --steps 6 --check-replicas 1)
       run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 --save "$work/$sched.0.safetensors"
-      for z in 1 2; do
+      for z in 1 2 3; do
         run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage "$z" --save "$work/$sched.$z.safetensors"
         check "zero-stage $z == 0, pp 2 dp 2 $sched" "$work/$sched.0.safetensors" \
           "$work/$sched.$z.safetensors" 1e-6
@@ -54,10 +62,37 @@ case "$what" in
     run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 2 --recompute full --save "$work/rc.2.safetensors"
     check "zero-stage 2 with --recompute full == zero-stage 0" "$work/rc.0.safetensors" \
       "$work/rc.2.safetensors" 1e-6
+    run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 3 --recompute full --save "$work/rc.3.safetensors"
+    check "zero-stage 3 with --recompute full == zero-stage 0" "$work/rc.0.safetensors" \
+      "$work/rc.3.safetensors" 1e-6
+    # ZeRO-3 under every placement (Interleaved1F1B: two stages a rank, so torch's look-ahead
+    # and compute's windows differ from step's), and a plan file that carries its UNSHARD /
+    # RESHARD: torch's compute_comms CSV (no OPTIM in it: the run adds them), run as written.
+    args=("${common[@]}" --pp 2 --dp 2 --stages-per-rank 2 --batch-size 8 --microbatches 4 --steps 6)
+    for pl in compute torch; do
+      run_ranks 4 gloo "$pw" "${args[@]}" --schedule Interleaved1F1B --zero-stage 3 \
+        --shard-placement "$pl" --save "$work/pl.$pl.safetensors"
+      check "zero-stage 3 --shard-placement $pl == zero-stage 0, Interleaved1F1B" \
+        "$work/Interleaved1F1B.0.safetensors" "$work/pl.$pl.safetensors" 1e-6
+    done
+    "$pw" "${args[@]}" --schedule Interleaved1F1B --zero-stage 3 --shard-placement compute \
+      --dry-run --plan-out "$work/plan.json" >/dev/null
+    /usr/bin/python3 - "$work/plan.json" "$work/plan_noopt.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))["plan"]
+plan["actions"] = [[a for a in r if not a.endswith("OPTIM")] for r in plan["actions"]]
+json.dump(plan, open(sys.argv[2], "w"))
+PY
+    "$pw" --log-level warn convert -f torch-comms "$work/plan_noopt.json" -o "$work/plan.csv"
+    grep -q UNSHARD "$work/plan.csv" || { echo "FAIL no UNSHARD in the compute_comms CSV"; failed=1; }
+    run_ranks 4 gloo "$pw" "${args[@]}" --plan "$work/plan.csv" --zero-stage 3 \
+      --save "$work/csv.3.safetensors"
+    check "zero-stage 3 with a compute_comms CSV's UNSHARD/RESHARD == zero-stage 0" \
+      "$work/Interleaved1F1B.0.safetensors" "$work/csv.3.safetensors" 1e-6
     args=("${common[@]}" --pp 1 --dp 4 --batch-size 4 --microbatches 2 --steps 5
           --bucket-cap-mb 0.0001 --check-replicas 1)
     run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 --save "$work/dp4.0.safetensors"
-    for z in 1 2; do
+    for z in 1 2 3; do
       run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage "$z" --save "$work/dp4.$z.safetensors"
       check "zero-stage $z == 0, dp 4, small buckets" "$work/dp4.0.safetensors" \
         "$work/dp4.$z.safetensors" 1e-6
@@ -79,9 +114,47 @@ case "$what" in
     # ZeRO-2: 4 reduce-scatters + 1 all-gather, each (d-1)/d of the padded buffer: 5/2 x ZeRO-1.
     if [ -n "$z2" ] && [ $((z2 * 2)) = $((z1 * 5)) ]; then echo "OK   zero-2 moves (m+1)/2 x zero-1 ($z2 B/step)"
     else echo "FAIL zero-2 $z2 B/step != 5/2 x zero-1 $z1"; failed=1; fi
+    # ZeRO-3 (G = P, padded alike, so ZeRO-1 = (G + P)(d-1)/d): step: (4 G + P)(d-1)/d = 5/2 x
+    # ZeRO-1; compute: F and B each in a window, (4 G + 8 P)(d-1)/d = 6 x ZeRO-1; torch: the one
+    # stage of a rank stays gathered all step, as step.
+    for pl in step compute torch; do
+      z3=$(run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 3 --shard-placement "$pl" 2>&1 | wire)
+      case $pl in compute) num=12;; *) num=5;; esac
+      echo "zero-3 --shard-placement $pl: $z3 B/step"
+      if [ -n "$z3" ] && [ $((z3 * 2)) = $((z1 * num)) ]; then echo "OK   zero-3 $pl moves $num/2 x zero-1"
+      else echo "FAIL zero-3 $pl $z3 B/step != $num/2 x zero-1 $z1"; failed=1; fi
+    done
+    # Peak RSS: an MLP whose parameters dominate (8 layers of 1024 x 1024 floats, 8 rows a step),
+    # pp 1 x dp 2, compute placement: ZeRO-3 holds one gathered P at a time (only within a
+    # window) and no full gradient buffer. glibc's dynamic mmap threshold would keep a freed P in
+    # the heap for the next allocation (the peak then grows with fragmentation, not with what is
+    # alive): a fixed threshold makes every large buffer an mmap, given back when freed, for both.
+    "$pw" --log-level warn model mlp --sizes 64,1024,1024,1024,1024,1024,1024,1024,1024,64 \
+      --activation relu -o "$work/big.json"
+    /usr/bin/python3 - "$work" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(0)
+np.save(sys.argv[1] + "/bx.npy", rng.standard_normal((64, 64), dtype=np.float32))
+np.save(sys.argv[1] + "/by.npy", rng.standard_normal((64, 64), dtype=np.float32))
+PY
+    peak() {  # peak ZERO -> max over ranks of peak_memory_bytes (VmHWM) after the last step
+      local pl=(); [ "$1" = 3 ] && pl=(--shard-placement compute)
+      MALLOC_MMAP_THRESHOLD_=262144 run_ranks 2 gloo "$pw" --log-level warn run \
+        --model "$work/big.json" --data-x "$work/bx.npy" \
+        --data-y "$work/by.npy" --loss mse --optimizer adamw --lr 0.001 --pp 1 --dp 2 \
+        --batch-size 8 --microbatches 2 --steps 3 --no-shuffle --backend gloo --timeout 60 \
+        --bucket-cap-mb 0.25 --zero-stage "$1" "${pl[@]}" \
+        --metrics "$work/m$1.jsonl" >/dev/null 2>&1
+      tail -n 1 "$work/m$1.jsonl" | sed -E 's/.*"peak_memory_bytes": \[([0-9, ]*)\].*/\1/' |
+        tr ',' '\n' | sort -g | tail -n 1
+    }
+    p2=$(peak 2); p3=$(peak 3)
+    echo "peak RSS (VmHWM, max over ranks): zero-2 $p2 B, zero-3 $p3 B"
+    if [ -n "$p2" ] && [ -n "$p3" ] && (( p3 < p2 )); then echo "OK   zero-3 peak below zero-2's"
+    else echo "FAIL zero-3 peak $p3 not below zero-2's $p2"; failed=1; fi
     ;;
   resume)
-    for z in 1 2; do
+    for z in 1 2 3; do
       # --lr-decay-steps: the cosine's length must not follow --steps (3, then 6).
       args=("${common[@]}" --pp 2 --dp 2 --batch-size 8 --microbatches 2 --schedule 1F1B
             --zero-stage "$z" --lr-decay-steps 6)
@@ -97,12 +170,17 @@ case "$what" in
       check "zero-stage $z resume bit-identical" "$work/straight.$z.safetensors" \
         "$work/resumed.$z.safetensors" 0
     done
+    # A ZeRO-3 rank file holds its parameter shard, not the whole parameters: at dp 2 it is
+    # P/2 + the moments' P, against ZeRO-2's P + P.
+    s2=$(stat -c %s "$work/ckpt2/step-00000002/rank-0.pt"); s3=$(stat -c %s "$work/ckpt3/step-00000002/rank-0.pt")
+    if (( s3 < s2 )); then echo "OK   zero-3 rank file ($s3 B) smaller than zero-2's ($s2 B)"
+    else echo "FAIL zero-3 rank file $s3 B not smaller than zero-2's $s2 B"; failed=1; fi
     ;;
   bf16)
     args=("${common[@]}" --pp 2 --dp 2 --batch-size 8 --microbatches 4 --schedule 1F1B --steps 6
           --precision bf16)
     run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 --save "$work/bf16.0.safetensors"
-    for z in 1 2; do
+    for z in 1 2 3; do
       run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage "$z" --save "$work/bf16.$z.safetensors"
       check "bf16 zero-stage $z within 1e-3 of 0" "$work/bf16.0.safetensors" "$work/bf16.$z.safetensors" 1e-3
     done
@@ -115,8 +193,6 @@ case "$what" in
       if [ "$rc" = 2 ] && grep -qE -- "$regex" <<<"$out"; then echo "OK   bad $name"
       else echo "FAIL bad $name (exit $rc): $out"; failed=1; fi
     }
-    expect2 "zero-stage 3 not run yet" "--zero-stage 3: .*stage 3" 2 "${common[@]}" --pp 1 --dp 2 \
-      --batch-size 4 --steps 4 --zero-stage 3
     expect2 "zero with a local-step algorithm" "--zero-stage.*--dp-algorithm|--dp-algorithm.*--zero-stage" 2 \
       "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 --dp-algorithm localsgd
     expect2 "zero with --reduce-dtype bf16" "--zero-stage 1 with --reduce-dtype bf16" 2 \
@@ -124,6 +200,9 @@ case "$what" in
     expect2 "Chimera (replicated stages are tied groups)" "--zero-stage 1: parameters shared between stages" 4 \
       "${common[@]}" --pp 2 --dp 2 --schedule Chimera --batch-size 8 --microbatches 4 --steps 4 \
       --zero-stage 1
+    expect2 "Chimera under ZeRO-3" "--zero-stage 3: parameters shared between stages" 4 \
+      "${common[@]}" --pp 2 --dp 2 --schedule Chimera --batch-size 8 --microbatches 4 --steps 4 \
+      --zero-stage 3
     # A checkpoint of ZeRO-1 resumed as ZeRO-2 or as DDP, or with another model: exit 2 naming
     # the stage and the tensor (before the generic "another configuration").
     run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 \
@@ -136,6 +215,16 @@ case "$what" in
       "stage 0: optimizer state 'stage0.optimizer' is a ZeRO-1 shard \(--zero-stage 1\), this run has --zero-stage 0" 2 \
       "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 --lr-decay-steps 4 --zero-stage 0 \
       --checkpoint-dir "$work/ck" --resume
+    expect2 "ZeRO-1 checkpoint resumed as ZeRO-3" \
+      "stage 0: optimizer state 'stage0.optimizer' is a ZeRO-1 shard \(--zero-stage 1\), this run has --zero-stage 3" 2 \
+      "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 --lr-decay-steps 4 --zero-stage 3 \
+      --checkpoint-dir "$work/ck" --resume
+    run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 3 \
+      --checkpoint-dir "$work/ck3"
+    expect2 "ZeRO-3 checkpoint resumed as ZeRO-2" \
+      "stage 0: optimizer state 'stage0.optimizer' is a ZeRO-3 shard \(--zero-stage 3\), this run has --zero-stage 2" 2 \
+      "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 --lr-decay-steps 4 --zero-stage 2 \
+      --checkpoint-dir "$work/ck3" --resume
     sed 's/"out_features": 16/"out_features": 12/; s/"in_features": 16/"in_features": 12/' \
       "$data/mlp.json" > "$work/mlp12.json"
     other=(); for a in "${common[@]}"; do [ "$a" = "$data/mlp.json" ] && a="$work/mlp12.json"; other+=("$a"); done
@@ -143,6 +232,10 @@ case "$what" in
       "stage 0: tensor 'stage0.param0' has shape \[16, 8\] Float, the model has \[12, 8\] Float" 2 \
       "${other[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 \
       --lr-decay-steps 4 --zero-stage 1 --checkpoint-dir "$work/ck" --resume
+    expect2 "ZeRO-3 checkpoint of another model" \
+      "stage 0: tensor 'dp.param_shard.stage0' has shape \[[0-9]+\] Float, this run's parameter shard has \[[0-9]+\] Float" 2 \
+      "${other[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 \
+      --lr-decay-steps 4 --zero-stage 3 --checkpoint-dir "$work/ck3" --resume
     ;;
   *) echo "unknown case $what"; exit 2;;
 esac

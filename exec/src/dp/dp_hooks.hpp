@@ -7,7 +7,10 @@
 // Call order within one training step, per local stage s (all calls on the rank's main thread):
 //   before_forward(s, mb)         before each F action of (s, mb)
 //   before_backward(s, mb, last)  before each B or I action of (s, mb)
+//   before_weight(s, mb)          before each W action of (s, mb)
 //   after_backward(s, mb, last)   after the B or W action that completes (s, mb)'s gradients
+//   unshard(s) / reshard(s)       the plan's UNSHARD / RESHARD actions of s (ZeRO-3 only;
+//                                 Note [UNSHARD and RESHARD] in sched/action.hpp)
 //   reduce_grad(s)                the plan's REDUCE_GRAD action of s: returns when s's gradients
 //                                 are averaged over replicas (DDP) or immediately (LocalSGD)
 //   before_optimizer_steps(step)  once per step, before the rank's first OPTIM action (the
@@ -35,6 +38,11 @@ class DataParallelHooks {
   virtual void on_start(std::vector<StageParams>& stages) = 0;
   virtual void before_forward(int /*stage*/, int /*microbatch*/) {}
   virtual void before_backward(int stage, int microbatch, bool last) = 0;
+  virtual void before_weight(int /*stage*/, int /*microbatch*/) {}
+  // ZeRO-3 (zero/zero3.hpp): UNSHARD starts gathering stage s's parameters, RESHARD frees them.
+  // Below stage 3 the parameters are whole and these are no-ops.
+  virtual void unshard(int /*stage*/) {}
+  virtual void reshard(int /*stage*/) {}
   virtual void after_backward(int stage, int microbatch, bool last) = 0;
   virtual void reduce_grad(int stage) = 0;
   virtual void before_optimizer_steps(std::int64_t /*step*/) {}

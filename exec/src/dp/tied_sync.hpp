@@ -93,6 +93,9 @@ class TiedGradientSync final : public DataParallelHooks {
   void before_backward(int stage, int mb, bool last) override {
     inner_->before_backward(stage, mb, last);
   }
+  void before_weight(int stage, int mb) override { inner_->before_weight(stage, mb); }
+  void unshard(int stage) override { inner_->unshard(stage); }
+  void reshard(int stage) override { inner_->reshard(stage); }
   void after_backward(int stage, int mb, bool last) override {
     inner_->after_backward(stage, mb, last);
   }

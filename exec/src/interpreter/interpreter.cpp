@@ -290,10 +290,13 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
       case ActionKind::kOptimizerStep:
         do_optimizer_step(a, step);
         break;
+      // Note [UNSHARD and RESHARD] (sched/action.hpp): ZeRO-3 gathers / frees the stage's
+      // parameters (zero/zero3.hpp); below zero stage 3 the parameters are whole: no-ops.
       case ActionKind::kUnshard:
+        hooks_->unshard(a.stage);
+        break;
       case ActionKind::kReshard:
-        // Note [UNSHARD and RESHARD] (sched/action.hpp): below zero stage 3 the parameters are
-        // whole and these are no-ops (the ZeRO-3 executor is issue 43's exec side).
+        hooks_->reshard(a.stage);
         break;
     }
   });

@@ -182,6 +182,7 @@ void Interpreter::do_backward(const Action& a, std::int64_t step, bool input, bo
     PW_CHECK(ms.input_grads_done && !ms.weight_grads_done, InvalidPlanError,
              "rank " << pipe_rank_ << " step " << step << ": " << text
                      << " without a preceding I (or twice)");
+    hooks_->before_weight(a.stage, a.microbatch);
   }
   if (!input) {
     // W: the weight gradients from what I kept (Note [Split backward]).

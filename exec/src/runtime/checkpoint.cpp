@@ -70,6 +70,12 @@ void copy_into(torch::Tensor& dst, const torch::Tensor& src, const std::string& 
   dst.detach().copy_(src);
 }
 
+// ZeRO-3 (zero/zero3.hpp): a trainable parameter is saved as part of this replica's parameter
+// shard (the data-parallel state's 'dp.param_shard.stage<S>'), not whole.
+bool in_param_shard(const TrainingState& s, const torch::Tensor& p) {
+  return s.zero_stage == 3 && p.requires_grad();
+}
+
 std::string describe_zero(std::int64_t z) {
   return z == 0 ? "whole (--zero-stage 0)"
                 : "a ZeRO-" + std::to_string(z) + " shard (--zero-stage " + std::to_string(z) + ")";
@@ -107,10 +113,30 @@ void check_layout(torch::serialize::InputArchive& ar, const std::string& name,
           throw ConfigError(msg.str());
         }
       };
-      for (std::size_t j = 0; j < sp.params.size(); ++j)
-        check(stage_key(i, "param") + std::to_string(j), sp.params[j], false);
+      for (std::size_t j = 0; j < sp.params.size(); ++j) {
+        if (!in_param_shard(s, sp.params[j]))
+          check(stage_key(i, "param") + std::to_string(j), sp.params[j], false);
+      }
       for (std::size_t j = 0; j < sp.buffers.size(); ++j)
         check(stage_key(i, "buffer") + std::to_string(j), sp.buffers[j], true);
+    }
+    if (s.zero_stage == 3 && s.dp_algorithm != nullptr) {  // the parameter shards, by shape
+      for (const auto& [key, live] : s.dp_algorithm->state()) {
+        if (key.rfind("param_shard.stage", 0) != 0) continue;
+        torch::Tensor t;
+        const bool found = ar.try_read("dp." + key, t);
+        if (found && t.sizes() == live.sizes() && t.scalar_type() == live.scalar_type()) continue;
+        std::ostringstream msg;
+        msg << name << ": stage " << key.substr(17) << ": tensor 'dp." << key << "' ";
+        if (found) {
+          msg << "has shape " << t.sizes() << " " << t.scalar_type() << ", ";
+        } else {
+          msg << "is missing, ";
+        }
+        msg << "this run's parameter shard has " << live.sizes() << " " << live.scalar_type()
+            << " (checkpoint of another model?)";
+        throw ConfigError(msg.str());
+      }
     }
   } catch (const c10::Error& e) {
     throw ParseError(name + ": incomplete or corrupt checkpoint (" + e.what_without_backtrace() +
@@ -138,6 +164,7 @@ std::string serialize_checkpoint(const TrainingState& s, const CheckpointIdentit
     const StageParams& sp = s.stages[i];
     ar.write(stage_key(i, "id"), torch::tensor({static_cast<std::int64_t>(sp.stage)}));
     for (std::size_t j = 0; j < sp.params.size(); ++j) {
+      if (in_param_shard(s, sp.params[j])) continue;
       ar.write(stage_key(i, "param") + std::to_string(j), sp.params[j].detach());
     }
     for (std::size_t j = 0; j < sp.buffers.size(); ++j) {
@@ -200,6 +227,7 @@ void parse_checkpoint(const std::string& bytes, const std::string& name,
                name << ": local stage " << i << " is stage " << sid.item<std::int64_t>()
                     << ", expected " << sp.stage);
       for (std::size_t j = 0; j < sp.params.size(); ++j) {
+        if (in_param_shard(s, sp.params[j])) continue;
         torch::Tensor t;
         const std::string key = stage_key(i, "param") + std::to_string(j);
         ar.read(key, t);

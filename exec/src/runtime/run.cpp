@@ -48,6 +48,7 @@
 #include "runtime/run_setup.hpp"
 #include "store/agreement.hpp"
 #include "zero/zero.hpp"
+#include "zero/zero3.hpp"
 
 namespace pipewright::exec {
 
@@ -178,7 +179,11 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
       zo.num_microbatches = c.microbatches;
       zo.check_replicas = c.check_replicas;
       zo.timeout = timeout;
-      dp_algo = std::make_unique<Zero>(ctx.dp_comm, zo);
+      if (zo.stage == 3) {  // sharded parameters too (zero/zero3.hpp)
+        dp_algo = std::make_unique<Zero3>(ctx.dp_comm, zo, p.world.rank);
+      } else {
+        dp_algo = std::make_unique<Zero>(ctx.dp_comm, zo);
+      }
     } else {
       dp_algo = make_data_parallel(c.data_parallel, ctx);
     }

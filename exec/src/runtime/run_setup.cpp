@@ -258,13 +258,6 @@ namespace {
 
 // The executor's own flags of the training recipe (issue 33): loss scaling, evaluation.
 void validate_recipe_flags(const RunConfig& c) {
-  // ZeRO stages 1 and 2 run (zero/zero.hpp); stage 3 needs the plan's UNSHARD/RESHARD actions:
-  // refuse rather than run something else under a flag that says otherwise.
-  PW_CHECK(c.effective_zero_stage() <= 2, ConfigError,
-           "--zero-stage " << c.zero_stage
-                           << ": this executor runs ZeRO stages 1 and 2; stage 3 (sharded "
-                              "parameters, UNSHARD/RESHARD plan actions) is not implemented yet "
-                              "(simulate, search and partition model it)");
   PW_CHECK(c.effective_zero_stage() == 0 || c.reduce_dtype_or_default() == sched::Precision::kFp32,
            ConfigError,
            "--zero-stage " << c.zero_stage
