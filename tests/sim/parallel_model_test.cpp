@@ -39,8 +39,7 @@ TEST(ParallelModel, KorthikantiClosedForms) {
                      sbh * (10 + 24 / t));
     EXPECT_DOUBLE_EQ(layer_activation_bytes(s, b, h, a, t, true, LayerRecompute::kSelective),
                      sbh * 34 / t);
-    EXPECT_DOUBLE_EQ(layer_activation_bytes(s, b, h, a, t, false, LayerRecompute::kFull),
-                     2 * sbh);
+    EXPECT_DOUBLE_EQ(layer_activation_bytes(s, b, h, a, t, false, LayerRecompute::kFull), 2 * sbh);
     EXPECT_DOUBLE_EQ(layer_activation_bytes(s, b, h, a, t, true, LayerRecompute::kFull),
                      2 * sbh / t);
   }
@@ -79,8 +78,8 @@ TEST(ParallelModel, TransformerBlockOverAGridOfShapes) {
                     static_cast<double>(tp_collective_ns(nvlink, t, S * B * H * 2)) / 1e6;
                 if (t > 1) {
                   // Ring all-reduce of sbh 16-bit elements: 2 (t-1)/t bytes / bw + 2 (t-1) lat.
-                  const double ring_ms = 2.0 * (t - 1) / t * S * B * H * 2 / 300e9 * 1e3 +
-                                         2.0 * (t - 1) * 0.003;
+                  const double ring_ms =
+                      2.0 * (t - 1) / t * S * B * H * 2 / 300e9 * 1e3 + 2.0 * (t - 1) * 0.003;
                   EXPECT_NEAR(coll_ms, ring_ms, 2e-6);
                 }
                 const double recompute_ms = rec == LayerRecompute::kSelective
@@ -186,6 +185,59 @@ TEST(ParallelModel, ModelFlops) {
   mlp.sizes = {10, 20, 5};
   EXPECT_DOUBLE_EQ(model_flops_per_iteration(graph::make_mlp(mlp), 2),
                    3 * 2 * (2.0 * 10 * 20 + 2.0 * 20 * 5));
+}
+
+Device a100() {
+  Device d;
+  d.name = "A100";
+  d.peak_tflops = 312;
+  d.hbm_gb_per_s = 2039;
+  return d;
+}
+
+// Note [Roofline layer]: GEMMs at peak x f when compute-bound, the element-wise ops at HBM
+// bandwidth; the memory-bound share of a layer shrinks as the hidden size grows.
+TEST(ParallelModel, RooflineLayer) {
+  Device d = a100();
+  double last_share = 1.0;
+  for (double h : {1024.0, 2048.0, 4096.0, 8192.0, 12288.0}) {
+    const LayerTimes lt = transformer_layer_times(2048, 1, h, h / 128, 4 * h, 1, false, d);
+    const double share = lt.memory_forward_ms / lt.forward_ms;
+    EXPECT_LT(share, last_share) << h;
+    last_share = share;
+    EXPECT_NEAR(lt.forward_ms, lt.gemm_forward_ms + lt.memory_forward_ms, 1e-12);
+    EXPECT_GT(lt.input_grad_ms, lt.forward_ms);
+    EXPECT_LT(lt.weight_grad_ms, lt.forward_ms);
+  }
+  // h = 12288 (GPT-3 175B) at tp 1: the weight GEMMs are compute-bound (24 s h^2 FLOPs at
+  // peak); the per-head score GEMMs (s x 128 x s) are bound by their s^2 bytes, within 1%.
+  const double s = 2048, h = 12288;
+  const LayerTimes big = transformer_layer_times(s, 1, h, 96, 4 * h, 1, false, d);
+  const double at_peak = (24 * s * h * h + 4 * s * s * h) / 312e12 * 1e3;
+  EXPECT_GE(big.gemm_forward_ms, at_peak);
+  EXPECT_NEAR(big.gemm_forward_ms, at_peak, 0.01 * at_peak);
+  d.achieved_gemm_fraction = 0.5;
+  const LayerTimes half = transformer_layer_times(s, 1, h, 96, 4 * h, 1, false, d);
+  EXPECT_NEAR(half.gemm_forward_ms, 2 * at_peak, 1e-9);  // now every GEMM is compute-bound
+  EXPECT_DOUBLE_EQ(half.memory_forward_ms, big.memory_forward_ms);
+  // Tensor parallelism splits both; sequence parallelism splits the norms and residual adds too.
+  const LayerTimes t8 = transformer_layer_times(s, 1, h, 96, 4 * h, 8, false, a100());
+  const LayerTimes t8sp = transformer_layer_times(s, 1, h, 96, 4 * h, 8, true, a100());
+  EXPECT_NEAR(t8.gemm_forward_ms, big.gemm_forward_ms / 8, 1e-3 * big.gemm_forward_ms);
+  EXPECT_LT(t8sp.memory_forward_ms, t8.memory_forward_ms);
+}
+
+TEST(ParallelModel, DeviceTimesTheBlocks) {
+  const graph::Model base = graph::make_gpt(spec_of(2048, 16, 2048, 2));
+  ParallelModelSpec ps;
+  ps.tp = 2;
+  ps.tp_link = Link{0.005, 300};
+  ps.device = a100();
+  const graph::Model m = parallelize_model(base, ps);
+  const LayerTimes lt = transformer_layer_times(2048, 2, 2048, 16, 8192, 2, false, a100());
+  const double coll = static_cast<double>(tp_collective_ns(ps.tp_link, 2, 2048.0 * 2 * 2048 * 2));
+  EXPECT_NEAR(node(m, "block0").cost.forward_ms, lt.forward_ms + 2 * coll / 1e6, 1e-9);
+  EXPECT_NEAR(*node(m, "block0").cost.weight_grad_ms, lt.weight_grad_ms, 1e-9);
 }
 
 }  // namespace

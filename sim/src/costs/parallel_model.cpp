@@ -58,6 +58,46 @@ std::int64_t tp_collective_ns(const Link& link, std::int32_t t, double bytes) {
   return allreduce_ns(CollectiveAlgorithm::kRing, link, t, static_cast<std::int64_t>(bytes));
 }
 
+// Note [Roofline layer]
+// A flat fraction of peak cannot say why larger models reach a higher fraction of it: a layer's
+// GEMMs grow as h^2 while its norms, softmax, dropout, GeLU and residual adds (memory-bound)
+// grow as h (and as a s^2 for the scores). Each op takes its roofline time on the device: GEMMs
+// max(FLOPs / (peak x f), bytes / HBM), element-wise ops bytes / HBM, with f the one achieved-
+// GEMM fraction (device.achieved_gemm_fraction, fitted on one run: simulate --gemm-fraction).
+// The backward: the input gradient repeats every GEMM once (and the attention core twice) plus
+// twice the element-wise traffic; the weight gradient repeats the four weight GEMMs.
+LayerTimes transformer_layer_times(double s, double b, double h, double a, double ffn, double t,
+                                   bool sp, const Device& device) {
+  const double e = 2.0;  // bf16
+  const double peak = device.peak_tflops * 1e12 * device.achieved_gemm_fraction;
+  const double bw = device.hbm_gb_per_s > 0 ? device.hbm_gb_per_s * 1e9 : 0;
+  const auto gemm = [&](double m, double k, double n) {  // (m x k) x (k x n)
+    const double flops = 2.0 * m * k * n;
+    const double bytes = (m * k + k * n + m * n) * e;
+    return std::max(peak > 0 ? flops / peak : 0.0, bw > 0 ? bytes / bw : 0.0);
+  };
+  const auto memory = [&](double bytes) { return bw > 0 ? bytes / bw : 0.0; };
+  const double tokens = s * b, heads = a / t, hd = h / a;
+  // Weight GEMMs (each appears in F, in I as the data gradient and in W as the weight gradient).
+  const double weights = gemm(tokens, h, 3 * h / t) + gemm(tokens, h / t, h) +
+                         gemm(tokens, h, ffn / t) + gemm(tokens, ffn / t, h);
+  // Attention core: scores and scores x V, per head.
+  const double core = b * heads * (gemm(s, hd, s) + gemm(s, s, hd));
+  // Element-wise: 2 layer norms (read, write), 2 bias-dropout-residual adds (read 2, write 1,
+  // 1-byte mask), with sp over s / t; softmax + dropout on the scores (read, write, read,
+  // write, mask); GeLU on the fc1 output (read, write).
+  const double rows = sp ? tokens / t : tokens;
+  const double elem = memory(2 * 2 * rows * h * e + 2 * (3 * e + 1) * rows * h +
+                             b * heads * s * s * (4 * e + 1) + 2 * tokens * ffn / t * e);
+  LayerTimes lt;
+  lt.gemm_forward_ms = (weights + core) * 1e3;
+  lt.memory_forward_ms = elem * 1e3;
+  lt.forward_ms = lt.gemm_forward_ms + lt.memory_forward_ms;
+  lt.input_grad_ms = (weights + 2 * core + 2 * elem) * 1e3;
+  lt.weight_grad_ms = weights * 1e3;
+  return lt;
+}
+
 double gpt_model_flops(double samples, double s, double layers, double h, double v) {
   return 72.0 * samples * s * layers * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * layers * h));
 }
@@ -145,23 +185,25 @@ graph::Model parallelize_model(const graph::Model& model, const ParallelModelSpe
   const std::int64_t vocab = vocab_of(model);
   graph::Model out = model;
   out.micro_batch_size = mbs;
-  if (r == 1.0 && spec.tp == 1 && spec.recompute == LayerRecompute::kNone) return out;
+  if (r == 1.0 && spec.tp == 1 && spec.recompute == LayerRecompute::kNone && !spec.device)
+    return out;
 
   for (auto& n : out.nodes) {
     graph::NodeCost& c = n.cost;
     const double h_node = static_cast<double>(param(n, "hidden"));
     // One collective over this microbatch's s x b x h activation on the TP link, in ms.
-    const double act_bytes = s * static_cast<double>(mbs) *
-                             static_cast<double>(n.kind == NodeKind::kEmbedding
-                                                     ? param(n, "embedding_dim")
-                                                     : param(n, "hidden")) *
-                             static_cast<double>(spec.element_bytes);
-    const double coll_ms = static_cast<double>(tp_collective_ns(spec.tp_link, spec.tp, act_bytes)) /
-                           1e6;
-    double split = 1.0;           // compute divisor
-    double param_ratio = 1.0;     // per-GPU parameters / the node's
-    double act_ratio = 1.0;       // per-GPU activations / the node's (after r)
+    const double act_bytes =
+        s * static_cast<double>(mbs) *
+        static_cast<double>(n.kind == NodeKind::kEmbedding ? param(n, "embedding_dim")
+                                                           : param(n, "hidden")) *
+        static_cast<double>(spec.element_bytes);
+    const double coll_ms =
+        static_cast<double>(tp_collective_ns(spec.tp_link, spec.tp, act_bytes)) / 1e6;
+    double split = 1.0;        // compute divisor
+    double param_ratio = 1.0;  // per-GPU parameters / the node's
+    double act_ratio = 1.0;    // per-GPU activations / the node's (after r)
     double fwd_extra = 0, bwd_extra = 0, recompute_ms = 0;
+    double time_scale = r;  // the file's times are for model.micro_batch_size samples
     switch (n.kind) {
       case NodeKind::kTransformerBlock: {
         const std::int64_t heads = param(n, "heads");
@@ -174,16 +216,29 @@ graph::Model parallelize_model(const graph::Model& model, const ParallelModelSpe
         }
         PW_CHECK(heads % spec.tp == 0 && hidden % spec.tp == 0, ConfigError,
                  "--tp " << spec.tp << " must divide the attention heads (" << heads
-                         << ") and the hidden size (" << hidden << ") of node '" << n.name
-                         << "'");
+                         << ") and the hidden size (" << hidden << ") of node '" << n.name << "'");
         split = t;
         param_ratio = layer_params_per_gpu(h_node, t) / layer_params_per_gpu(h_node, 1);
         const double a = static_cast<double>(heads);
         act_ratio = layer_activation_bytes(s, 1, h_node, a, t, sp, spec.recompute) /
                     layer_activation_bytes(s, 1, h_node, a, 1, false, LayerRecompute::kNone);
         fwd_extra = bwd_extra = 2 * coll_ms;
+        if (spec.device) {
+          // Note [Roofline layer]: the device's times replace the file's (split = 1 below).
+          const auto ffn_it = n.params.find("ffn_hidden");
+          const double ffn =
+              ffn_it == n.params.end() ? 4 * h_node : static_cast<double>(ffn_it->second);
+          const LayerTimes lt = transformer_layer_times(s, static_cast<double>(mbs), h_node, a, ffn,
+                                                        t, sp, *spec.device);
+          c.forward_ms = lt.forward_ms;
+          c.input_grad_ms = lt.input_grad_ms;
+          c.weight_grad_ms = lt.weight_grad_ms;
+          c.backward_ms = lt.input_grad_ms + lt.weight_grad_ms;
+          time_scale = 1.0;
+          split = 1.0;  // per GPU already
+        }
         if (spec.recompute == LayerRecompute::kSelective)
-          recompute_ms = c.forward_ms * r / t * s / (6.0 * h_node + s);
+          recompute_ms = c.forward_ms * time_scale / split * s / (6.0 * h_node + s);
         break;
       }
       case NodeKind::kCausalSelfAttention:
@@ -203,6 +258,24 @@ graph::Model parallelize_model(const graph::Model& model, const ParallelModelSpe
         if (vocab > 0 && param(n, "out_features") == vocab) {  // the output head
           split = t;
           param_ratio = 1.0 / t;
+          if (spec.device) {  // one GEMM (tokens x h) x (h x V / t) each in F, I and W
+            const Device& d = *spec.device;
+            const double peak = d.peak_tflops * 1e12 * d.achieved_gemm_fraction;
+            const double tokens = s * static_cast<double>(mbs);
+            const auto in = static_cast<double>(param(n, "in_features"));
+            const double flops = 2.0 * tokens * in * static_cast<double>(vocab) / t;
+            const double bytes = 2.0 * (tokens * in + in * static_cast<double>(vocab) / t +
+                                        tokens * static_cast<double>(vocab) / t);
+            const double ms = std::max(peak > 0 ? flops / peak : 0.0,
+                                       d.hbm_gb_per_s > 0 ? bytes / (d.hbm_gb_per_s * 1e9) : 0.0) *
+                              1e3;
+            c.forward_ms = ms;
+            c.input_grad_ms = ms;
+            c.weight_grad_ms = ms;
+            c.backward_ms = 2 * ms;
+            time_scale = 1.0;
+            split = 1.0;
+          }
           const double in_bytes = s * static_cast<double>(mbs) *
                                   static_cast<double>(param(n, "in_features")) *
                                   static_cast<double>(spec.element_bytes);
@@ -226,13 +299,13 @@ graph::Model parallelize_model(const graph::Model& model, const ParallelModelSpe
         break;  // replicated
     }
     const bool has_split = c.input_grad_ms.has_value() && c.weight_grad_ms.has_value();
-    c.forward_ms = c.forward_ms * r / split + fwd_extra;
+    c.forward_ms = c.forward_ms * time_scale / split + fwd_extra;
     if (has_split) {
-      c.input_grad_ms = *c.input_grad_ms * r / split + bwd_extra + recompute_ms;
-      c.weight_grad_ms = *c.weight_grad_ms * r / split;
+      c.input_grad_ms = *c.input_grad_ms * time_scale / split + bwd_extra + recompute_ms;
+      c.weight_grad_ms = *c.weight_grad_ms * time_scale / split;
       c.backward_ms = *c.input_grad_ms + *c.weight_grad_ms;
     } else {
-      c.backward_ms = c.backward_ms * r / split + bwd_extra + recompute_ms;
+      c.backward_ms = c.backward_ms * time_scale / split + bwd_extra + recompute_ms;
     }
     c.param_bytes = round_bytes(static_cast<double>(c.param_bytes) * param_ratio);
     c.activation_bytes = round_bytes(static_cast<double>(c.activation_bytes) * r * act_ratio);
@@ -262,8 +335,8 @@ Cluster tp_cluster(const Cluster& cluster, std::int32_t tp) {
   }
   if (cluster.ranks_per_node > 0) {
     PW_CHECK(cluster.ranks_per_node % tp == 0, ConfigError,
-             origin << ": --tp " << tp << " must divide ranks_per_node ("
-                    << cluster.ranks_per_node << "): a TP group must lie inside a node");
+             origin << ": --tp " << tp << " must divide ranks_per_node (" << cluster.ranks_per_node
+                    << "): a TP group must lie inside a node");
     out.ranks_per_node = cluster.ranks_per_node / tp;
   }
   if (cluster.links_per_node > 0) out.links_per_node = std::max(1, cluster.links_per_node / tp);

@@ -316,6 +316,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
         ps.sequence_parallel = opt.sequence_parallel && c.tp > 1;
         ps.element_bytes = 2;
         ps.tp_link = cluster.collective_link(false);
+        ps.device = cluster.device;  // Note [Roofline layer] when the cluster names its device
         mit = models
                   .emplace(std::make_tuple(c.mbs, c.tp),
                            std::make_shared<const graph::Model>(parallelize_model(model, ps)))

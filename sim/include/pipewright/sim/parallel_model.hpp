@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "pipewright/graph/model.hpp"
 #include "pipewright/sim/cluster.hpp"
@@ -32,7 +33,26 @@ struct ParallelModelSpec {
   // kSelective: the transformer blocks' activation bytes drop the attention-core term and their
   // backward re-runs that part of the forward (Note [Tensor parallelism as costs]).
   LayerRecompute recompute = LayerRecompute::kNone;
+  // The device (a cluster file's "device"): when set, transformer blocks and the output head are
+  // timed op by op by transformer_layer_times' roofline instead of scaled from the model file.
+  std::optional<Device> device;
 };
+
+// One transformer layer's F, I and W on one GPU of a TP group, op by op (Note [Roofline
+// layer]): every GEMM (QKV, scores, scores x V, projection, fc1, fc2 and their gradients) takes
+// max(FLOPs / (peak x achieved_gemm_fraction), bytes / HBM bandwidth); layer norms, softmax,
+// dropout, GeLU and the residual adds are memory-bound (bytes / HBM bandwidth). 16-bit
+// activations and weights. Milliseconds, without the TP collectives.
+struct LayerTimes {
+  double forward_ms = 0;
+  double input_grad_ms = 0;
+  double weight_grad_ms = 0;
+  double gemm_forward_ms = 0;    // the GEMMs' share of forward_ms
+  double memory_forward_ms = 0;  // the memory-bound ops' share
+};
+[[nodiscard]] LayerTimes transformer_layer_times(double s, double b, double h, double a, double ffn,
+                                                 double t, bool sequence_parallel,
+                                                 const Device& device);
 
 // Per transformer layer, one GPU of a TP group of t, 16-bit activations, in bytes
 // (Korthikanti et al. 2022, Table 2): s sequence, b micro-batch, h hidden, a heads.
