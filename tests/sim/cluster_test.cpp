@@ -97,4 +97,37 @@ TEST(Cluster, ExplicitRankNodes) {
 }
 
 }  // namespace
+// Issue 46: a cluster file names its device (MFU's peak, the roofline's bandwidth).
+TEST(Cluster, DeviceRoundTripsAndIsChecked) {
+  const std::string text = R"({"format": "pipewright-cluster", "version": 1, "nodes": 2,
+    "ranks_per_node": 8, "device": {"name": "A100", "peak_tflops": 312, "hbm_gb_per_s": 2039,
+    "achieved_gemm_fraction": 0.8, "source": "datasheet"}})";
+  const Cluster c = parse_cluster(text, "c.json");
+  ASSERT_TRUE(c.device);
+  EXPECT_EQ(c.device->name, "A100");
+  EXPECT_DOUBLE_EQ(c.device->peak_tflops, 312);
+  EXPECT_DOUBLE_EQ(c.device->achieved_gemm_fraction, 0.8);
+  const Cluster again = parse_cluster(to_json(c), "again");
+  ASSERT_TRUE(again.device);
+  EXPECT_DOUBLE_EQ(again.device->hbm_gb_per_s, 2039);
+  EXPECT_EQ(again.device->source, "datasheet");
+  std::string bad = text;
+  bad.replace(bad.find("0.8"), 3, "1.5");
+  EXPECT_THROW((void)parse_cluster(bad, "c.json"), InputError);
+  bad = text;
+  bad.replace(bad.find("\"source\""), 8, "\"color\" ");
+  EXPECT_THROW((void)parse_cluster(bad, "c.json"), InputError);
+}
+
+// The example device files parse.
+TEST(Cluster, ExampleDeviceFiles) {
+  for (const char* f :
+       {"cluster-dgx-a100-80gb.json", "cluster-dgx-h100.json", "cluster-h200.json"}) {
+    const Cluster c = load_cluster(std::string(PIPEWRIGHT_SOURCE_DIR) + "/examples/" + f);
+    ASSERT_TRUE(c.device) << f;
+    EXPECT_GT(c.device->peak_tflops, 300) << f;
+    EXPECT_EQ(c.ranks_per_node, 8) << f;
+  }
+}
+
 }  // namespace pipewright::sim

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 
 #include "pipewright/graph/error.hpp"
@@ -78,6 +80,7 @@ TEST(Search, ShardsTheStateWhenOverTheLimit) {
   opt.optimizer = Optimizer::kAdamW;
   opt.schedules = {sched::ScheduleKind::k1F1B};
   opt.microbatch_factors = {2};
+  opt.micro_batch_sizes = {1};
   opt.dp_variants = {DpVariant{}};  // DDP
   opt.top_k = 100;
   opt.try_zero = false;
@@ -111,7 +114,144 @@ TEST(Search, GlobalBatchFixesMicrobatches) {
   opt.top_k = 1000;
   const auto r = search(small_gpt(), Cluster{}, opt);
   ASSERT_FALSE(r.ranked.empty());
-  for (const auto& c : r.ranked) EXPECT_EQ(c.microbatches * c.dp, 32);
+  for (const auto& c : r.ranked) EXPECT_EQ(c.microbatches * c.dp * c.micro_batch_size, 32);
+}
+
+// Issue 46: a shape whose plan fails (Chimera with one microbatch per replica: REDUCE_GRAD before
+// the last backward) is a counted rejection with its reason; the search goes on.
+TEST(Search, AFailingCandidateIsARejection) {
+  SearchOptions opt;
+  opt.devices = 4;
+  opt.global_batch = 2;
+  opt.micro_batch_sizes = {1};
+  opt.schedules = {sched::ScheduleKind::kChimera, sched::ScheduleKind::kGPipe};
+  opt.try_auto = false;
+  opt.top_k = 100;
+  const auto r = search(small_gpt(), Cluster{}, opt);
+  EXPECT_GT(r.rejected_shape, 0);
+  ASSERT_FALSE(r.rejections.empty());
+  bool chimera = false;
+  for (const auto& x : r.rejections) {
+    EXPECT_FALSE(x.reason.empty()) << x.configuration;
+    chimera = chimera || x.configuration.rfind("Chimera", 0) == 0;
+  }
+  EXPECT_TRUE(chimera);
+  ASSERT_FALSE(r.ranked.empty());  // pp = 1 (and GPipe at pp = 2 with m = 1) still rank
+  EXPECT_EQ(r.simulated + r.rejected_shape, r.enumerated);
+}
+
+// Issue 46: the micro-batch size is swept, so a schedule that needs m >= pp finds shapes even
+// when the model file's micro-batch size leaves too few microbatches; costs scale with it.
+TEST(Search, SweepsTheMicroBatchSize) {
+  graph::GptSpec spec;
+  spec.layers = 6;
+  spec.hidden = 256;
+  spec.heads = 4;
+  spec.seq = 128;
+  spec.vocab = 1000;
+  spec.micro_batch_size = 8;
+  const auto model = graph::make_gpt(spec);
+  SearchOptions opt;
+  opt.devices = 4;
+  opt.global_batch = 16;
+  opt.schedules = {sched::ScheduleKind::k1F1B};
+  opt.try_auto = false;
+  opt.top_k = 1000;
+  opt.micro_batch_sizes = {8};
+  const auto fixed = search(model, Cluster{}, opt);
+  for (const auto& c : fixed.ranked) EXPECT_LT(c.pp, 4) << describe(c);  // m = 2 at pp 4
+  opt.micro_batch_sizes = {};
+  const auto swept = search(model, Cluster{}, opt);
+  std::set<std::int64_t> sizes;
+  bool pp4 = false;
+  std::int64_t step_mbs1 = 0, step_mbs2 = 0;
+  for (const auto& c : swept.ranked) {
+    sizes.insert(c.micro_batch_size);
+    pp4 = pp4 || c.pp == 4;
+    if (c.pp == 1 && c.dp == 4 && c.micro_batch_size == 1) step_mbs1 = c.step_ns;
+    if (c.pp == 1 && c.dp == 4 && c.micro_batch_size == 2) step_mbs2 = c.step_ns;
+  }
+  EXPECT_TRUE(pp4);
+  EXPECT_GE(sizes.size(), 3u);
+  // pp = 1, dp = 4: 4 samples per replica either way; the compute is the same work.
+  EXPECT_NEAR(static_cast<double>(step_mbs1), static_cast<double>(step_mbs2),
+              1e-6 * static_cast<double>(step_mbs1) + 16);
+}
+
+// Issue 46: at pp = 1 every schedule is the same run: one row, 1F1B; rows equal but for the
+// schedule collapse.
+TEST(Search, EquivalentConfigurationsAreOneRow) {
+  SearchOptions opt;
+  opt.devices = 4;
+  opt.global_batch = 32;
+  opt.top_k = 100000;
+  const auto r = search(small_gpt(), Cluster{}, opt);
+  std::set<std::string> seen;
+  for (const auto& c : r.ranked) {
+    if (c.pp == 1) {
+      EXPECT_EQ(c.schedule, sched::ScheduleKind::k1F1B);
+      EXPECT_FALSE(c.auto_schedule);
+      EXPECT_EQ(c.v, 1);
+    }
+    char key[128];
+    std::snprintf(key, sizeof key, "%d %d %d %d %lld %lld %lld", c.pp, c.dp, c.tp, c.microbatches,
+                  static_cast<long long>(c.micro_batch_size), static_cast<long long>(c.step_ns),
+                  static_cast<long long>(c.peak_memory_bytes));
+    EXPECT_TRUE(seen.insert(key).second) << describe(c);
+  }
+}
+
+// Issue 46: synchronous training unless local-step algorithms are named; then they are marked,
+// and the best synchronous configuration is kept apart.
+TEST(Search, SynchronousUnlessLocalStepAlgorithmsAreNamed) {
+  Cluster c;
+  c.nodes = 2;
+  c.ranks_per_node = 2;
+  c.intra_node = Link{0.005, 100};
+  c.inter_node = Link{0.02, 1};
+  SearchOptions opt;
+  opt.devices = 4;
+  opt.global_batch = 32;
+  opt.top_k = 100000;
+  const auto sync = search(small_gpt(), c, opt);
+  ASSERT_FALSE(sync.ranked.empty());
+  for (const auto& x : sync.ranked) EXPECT_TRUE(x.synchronous()) << describe(x);
+  ASSERT_TRUE(sync.best_synchronous);
+  EXPECT_EQ(describe(*sync.best_synchronous), describe(sync.ranked.front()));
+  opt.dp_variants = dp_variants_for({DpAlgorithm::kDdp, DpAlgorithm::kDiLoCo});
+  const auto both = search(small_gpt(), c, opt);
+  int local = 0;
+  for (const auto& x : both.ranked) local += x.synchronous() ? 0 : 1;
+  EXPECT_GT(local, 0);
+  ASSERT_TRUE(both.best_synchronous);
+  EXPECT_TRUE(both.best_synchronous->synchronous());
+  EXPECT_EQ(describe(*both.best_synchronous), describe(sync.ranked.front()));
+}
+
+// Tensor parallelism in the search: every rank is (pp, dp, tp) with pp x dp x tp devices; a tp
+// that does not divide ranks_per_node is a rejection naming the node.
+TEST(Search, SearchesTensorParallelSizes) {
+  Cluster c;
+  c.nodes = 2;
+  c.ranks_per_node = 4;
+  c.intra_node = Link{0.002, 300};
+  c.inter_node = Link{0.01, 25};
+  SearchOptions opt;
+  opt.devices = 8;
+  opt.global_batch = 16;
+  opt.top_k = 100000;
+  opt.tps = {1, 2, 4, 8};
+  const auto r = search(small_gpt(), c, opt);
+  std::set<std::int32_t> tps;
+  for (const auto& x : r.ranked) {
+    EXPECT_EQ(x.pp * x.dp * x.tp, 8) << describe(x);
+    tps.insert(x.tp);
+  }
+  EXPECT_EQ(tps, (std::set<std::int32_t>{1, 2, 4}));
+  bool node = false;
+  for (const auto& x : r.rejections)
+    node = node || x.reason.find("inside a node") != std::string::npos;
+  EXPECT_TRUE(node);
 }
 
 // Each configuration at each precision: bf16 candidates hold other memory (16-bit activations,

@@ -43,6 +43,9 @@ void run_compare(const CompareArgs& a) {
   const sched::AnyPlan loaded = sched::load_plan(a.job.plan_path);
   sched::JobSpec given = a.job;
   resolve_job_flags(given);
+  PW_CHECK(given.tp == 1 && !given.sequence_parallel, ConfigError,
+           "--tp / --sequence-parallel: compare times a measured run, and runs execute --tp 1 "
+           "(tensor parallelism is simulation only)");
   const sched::JobSpec job = sched::with_plan_shape(given, sched::shape_of(loaded));
   sched::validate_job(job);
   const sched::LoweredPlan plan = sched::make_plan(job, nullptr, &loaded);

@@ -29,6 +29,7 @@
 #include "pipewright/sim/chakra.hpp"
 #include "pipewright/sim/cluster.hpp"
 #include "pipewright/sim/cost_inputs.hpp"
+#include "pipewright/sim/parallel_model.hpp"
 #include "pipewright/sim/simulator.hpp"
 
 namespace pipewright::cli {
@@ -100,15 +101,18 @@ struct ExportArgs {
 };
 
 void run_export(const ExportArgs& a) {
-  const ResolvedJob r = resolve_job(a.job, a.plan_file);
+  sim::Cluster cluster;
+  if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);
+  // With --tp each trace is one GPU of a TP group (its collectives inside its compute nodes'
+  // durations: Note [Tensor parallelism as costs]).
+  const ResolvedJob r = resolve_job(a.job, a.plan_file, &cluster);
+  cluster = sim::tp_cluster(cluster, r.job.tp);
   const sched::LoweredPlan& plan = r.plan;
   sim::CostSources sources = a.costs;
   sources.model = r.model ? &*r.model : nullptr;
   sources.partition = r.partition ? &*r.partition : nullptr;
   sources.precision = r.job.precision;  // a profile of another precision is refused, as simulate
   const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
-  sim::Cluster cluster;
-  if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);
   const std::vector<std::string> traces =
       sim::to_chakra(plan, costs, cluster, sim::sim_options(r.job));
   std::error_code ec;

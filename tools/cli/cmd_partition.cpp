@@ -18,6 +18,7 @@
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/graph/render.hpp"
 #include "pipewright/sched/training.hpp"
+#include "pipewright/sim/parallel_model.hpp"
 
 namespace pipewright::cli {
 namespace {
@@ -36,6 +37,8 @@ struct PartitionArgs {
   int pp = 1;
   int zero_stage = 0;  // issue 43: the static state a stage keeps (Note [Sharded state])
   int dp = 1;
+  int tp = 1;  // issue 46: the per-GPU model of a tensor-parallel group (sim/parallel_model.hpp)
+  bool sequence_parallel = false;
 };
 
 void run_partition(const PartitionArgs& args) {
@@ -87,7 +90,16 @@ void run_partition(const PartitionArgs& args) {
   }
   // Note [Stage memory]: bf16/fp16 keep 16-bit activations (and autocast's parameter copies).
   options.activation_element_bytes = sched::element_bytes(sched::parse_precision(args.precision));
-  const graph::Model model = graph::load_model(args.model);
+  graph::Model model = graph::load_model(args.model);
+  if (args.tp > 1 || args.sequence_parallel) {
+    // One GPU of the TP group: its compute, parameters and activations (the TP collectives are
+    // timed by simulate with a cluster; here, without one, they are free).
+    sim::ParallelModelSpec ps;
+    ps.tp = args.tp;
+    ps.sequence_parallel = args.sequence_parallel;
+    model = sim::parallelize_model(model, ps);
+  }
+  PW_CHECK(args.tp >= 1, ConfigError, "--tp must be >= 1, got " << args.tp);
   graph::Partition partition;
   if (!args.layout.empty()) {
     partition = graph::layout_partition(
@@ -160,6 +172,12 @@ void setup_partition(CLI::App& app) {
                   "\"Sharded data parallelism\"): 0 whole | 1 optimizer state sharded | 2 also "
                   "gradients | 3 also parameters")
       ->capture_default_str();
+  cmd->add_option("--tp", args->tp,
+                  "tensor-parallel size: partition the model one GPU of a TP group runs "
+                  "(compute, parameters and activations split as Megatron-LM does)")
+      ->capture_default_str();
+  cmd->add_flag("--sequence-parallel", args->sequence_parallel,
+                "with --tp > 1: Megatron's sequence parallelism (activations / tp)");
   cmd->add_option("--dp", args->dp, "data-parallel replicas of each stage (for --zero-stage)")
       ->capture_default_str();
   cmd->add_option("-o,--output", args->output, "output file (default: stdout)");

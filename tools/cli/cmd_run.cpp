@@ -217,6 +217,12 @@ void setup_run(CLI::App& app) {
 
   sub->callback([flags] {
     resolve_job_flags(flags->config);  // before merged_config_toml prints it
+    // Issue 46: tensor parallelism is modelled by the simulator, not executed.
+    PW_CHECK(flags->config.tp == 1 && !flags->config.sequence_parallel, ConfigError,
+             "--tp " << flags->config.tp
+                     << (flags->config.sequence_parallel ? " --sequence-parallel" : "")
+                     << ": tensor parallelism is simulation only (pipewright simulate / search / "
+                        "report / export-chakra --tp); run executes --tp 1");
     auto cfg = flags->config;
     cfg.shuffle = !flags->no_shuffle;
     if (flags->rank >= 0) cfg.world.rank = flags->rank;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <cctype>
+#include <cmath>
 
 #include <algorithm>
 #include <chrono>
@@ -46,71 +47,130 @@ struct SearchArgs {
   std::string recompute = "none";
   std::vector<std::string> precisions = {"fp32"};
   std::string output = "-";
+  std::vector<std::string> dp_algorithms;
+  std::vector<std::int64_t> micro_batch_sizes;
+  std::vector<int> tps;
+  bool sequence_parallel = false;
+  bool explain = false;
 };
 
 double gib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024 * 1024); }
 
-std::string table(const sim::SearchResult& r) {
+std::string dp_text(const sim::SearchCandidate& c) {
+  std::string dp = (c.dp > 1 ? sim::describe(c.dp_variant) : std::string("-")) +
+                   (c.recompute ? " +recompute" : "") +
+                   (c.zero_stage > 0 ? " zero" + std::to_string(c.zero_stage) : "");
+  if (c.precision != sched::Precision::kFp32)
+    dp += " " + std::string(sched::to_string(c.precision));
+  if (!c.synchronous()) dp += " [local-step]";
+  return dp;
+}
+
+std::string row(int k, const sim::SearchCandidate& c) {
+  char line[320];
+  const std::string tp = std::to_string(c.tp) + (c.sequence_parallel ? "sp" : "");
+  const std::string mfu =
+      c.mfu > 0 ? std::to_string(static_cast<int>(std::lround(100 * c.mfu))) + "%" : "-";
+  std::snprintf(line, sizeof line,
+                "%4d  %-22s %4d %4s %4d %3d %5d %4lld  %-28s %11.3f %12.1f %7.1f%% %9.2f %8.1f "
+                "%5s\n",
+                k, sim::schedule_name(c).c_str(), c.pp, tp.c_str(), c.dp, c.v, c.microbatches,
+                static_cast<long long>(c.micro_batch_size), dp_text(c).c_str(),
+                static_cast<double>(c.step_ns) / 1e6, c.throughput_samples_per_s,
+                100 * c.bubble_fraction, gib(c.peak_memory_bytes), c.model_tflops_per_gpu,
+                mfu.c_str());
+  return line;
+}
+
+std::string table(const sim::SearchResult& r, bool communication_free, bool explain) {
   std::ostringstream os;
-  char line[256];
-  std::snprintf(line, sizeof line, "%4s  %-22s %4s %4s %3s %5s  %-24s %12s %14s %8s %10s\n", "#",
-                "schedule", "pp", "dp", "v", "m", "dp algorithm", "step ms", "samples/s", "bubble",
-                "peak GiB");
+  char line[320];
+  if (communication_free)
+    os << "note: no --cluster: communication is free (every link infinitely fast), so "
+          "data-parallel algorithms, tensor parallelism and placements are not timed; pass "
+          "--cluster FILE (e.g. examples/cluster-2x8-ib.json)\n";
+  std::snprintf(line, sizeof line,
+                "%4s  %-22s %4s %4s %4s %3s %5s %4s  %-28s %11s %12s %8s %9s %8s %5s\n", "#",
+                "schedule", "pp", "tp", "dp", "v", "m", "mbs", "dp algorithm", "step ms",
+                "samples/s", "bubble", "peak GiB", "TFLOP/s", "MFU");
   os << line;
   int k = 0;
+  bool local = false;
   for (const auto& c : r.ranked) {
-    std::string dp = (c.dp > 1 ? sim::describe(c.dp_variant) : std::string("-")) +
-                     (c.recompute ? " +recompute" : "") +
-                     (c.zero_stage > 0 ? " zero" + std::to_string(c.zero_stage) : "");
-    if (c.precision != sched::Precision::kFp32)
-      dp += " " + std::string(sched::to_string(c.precision));
-    std::snprintf(line, sizeof line,
-                  "%4d  %-22s %4d %4d %3d %5d  %-24s %12.3f %14.1f %7.1f%% %10.2f\n", ++k,
-                  sim::schedule_name(c).c_str(), c.pp, c.dp, c.v, c.microbatches, dp.c_str(),
-                  static_cast<double>(c.step_ns) / 1e6, c.throughput_samples_per_s,
-                  100 * c.bubble_fraction, gib(c.peak_memory_bytes));
-    os << line;
+    os << row(++k, c);
+    local = local || !c.synchronous();
+  }
+  if (local)
+    os << "[local-step]: LocalSGD / SlowMo / DiLoCo / SGP train with another algorithm than "
+          "synchronous SGD (replicas diverge between averages): faster steps, different "
+          "convergence\n";
+  if (r.best_synchronous) {
+    os << "best synchronous: " << sim::describe(*r.best_synchronous) << "\n";
+  } else {
+    os << "best synchronous: none fits\n";
   }
   std::snprintf(line, sizeof line,
-                "%lld configurations: %lld simulated, %lld over the memory limit, %lld shapes "
-                "rejected by the schedule or partitioner\n",
+                "%lld configurations: %lld simulated, %lld over the memory limit, %lld rejected "
+                "(schedule, partitioner, plan or tp), %lld equivalent rows collapsed%s\n",
                 static_cast<long long>(r.enumerated), static_cast<long long>(r.simulated),
-                static_cast<long long>(r.dropped_memory), static_cast<long long>(r.rejected_shape));
+                static_cast<long long>(r.dropped_memory), static_cast<long long>(r.rejected_shape),
+                static_cast<long long>(r.collapsed),
+                explain ? "" : " (--explain lists the rejections)");
   os << line;
+  if (explain) {
+    for (const auto& x : r.rejections)
+      os << "rejected: " << x.configuration << ": " << x.reason << "\n";
+  }
   return os.str();
 }
 
-std::string to_json(const sim::SearchResult& r) {
+nlohmann::json candidate_json(const sim::SearchCandidate& c) {
+  return {{"schedule", sim::schedule_name(c)},
+          {"pp", c.pp},
+          {"tp", c.tp},
+          {"sequence_parallel", c.sequence_parallel},
+          {"dp", c.dp},
+          {"stages_per_rank", c.v},
+          {"microbatches", c.microbatches},
+          {"micro_batch_size", c.micro_batch_size},
+          {"dp_algorithm", std::string(sched::to_string(c.dp_variant.algorithm))},
+          {"synchronous", c.synchronous()},
+          {"bucket_cap_mb", c.dp_variant.bucket_cap_mb},
+          {"localsgd_frequency", c.dp_variant.localsgd_frequency},
+          {"slowmo_frequency", c.dp_variant.slowmo_frequency},
+          {"sync_every", c.dp_variant.sync_every},
+          {"fragments", c.dp_variant.fragments},
+          {"step_ms", static_cast<double>(c.step_ns) / 1e6},
+          {"throughput_samples_per_s", c.throughput_samples_per_s},
+          {"bubble_fraction", c.bubble_fraction},
+          {"peak_memory_bytes", c.peak_memory_bytes},
+          {"recompute", c.recompute ? "full" : "none"},
+          {"precision", std::string(sched::to_string(c.precision))},
+          {"zero_stage", c.zero_stage},
+          {"model_tflops_per_gpu", c.model_tflops_per_gpu},
+          {"mfu", c.mfu > 0 ? nlohmann::json(c.mfu) : nlohmann::json()},
+          {"description", sim::describe(c)}};
+}
+
+std::string to_json(const sim::SearchResult& r, bool communication_free) {
   nlohmann::json j;
   j["format"] = "pipewright-search";
   j["version"] = 1;
+  j["communication_free"] = communication_free;
   j["enumerated"] = r.enumerated;
   j["simulated"] = r.simulated;
   j["dropped_memory"] = r.dropped_memory;
   j["rejected_shape"] = r.rejected_shape;
+  j["collapsed"] = r.collapsed;
   nlohmann::json ranked = nlohmann::json::array();
-  for (const auto& c : r.ranked) {
-    ranked.push_back({{"schedule", sim::schedule_name(c)},
-                      {"pp", c.pp},
-                      {"dp", c.dp},
-                      {"stages_per_rank", c.v},
-                      {"microbatches", c.microbatches},
-                      {"dp_algorithm", std::string(sched::to_string(c.dp_variant.algorithm))},
-                      {"bucket_cap_mb", c.dp_variant.bucket_cap_mb},
-                      {"localsgd_frequency", c.dp_variant.localsgd_frequency},
-                      {"slowmo_frequency", c.dp_variant.slowmo_frequency},
-                      {"sync_every", c.dp_variant.sync_every},
-                      {"fragments", c.dp_variant.fragments},
-                      {"step_ms", static_cast<double>(c.step_ns) / 1e6},
-                      {"throughput_samples_per_s", c.throughput_samples_per_s},
-                      {"bubble_fraction", c.bubble_fraction},
-                      {"peak_memory_bytes", c.peak_memory_bytes},
-                      {"recompute", c.recompute ? "full" : "none"},
-                      {"precision", std::string(sched::to_string(c.precision))},
-                      {"zero_stage", c.zero_stage},
-                      {"description", sim::describe(c)}});
-  }
+  for (const auto& c : r.ranked) ranked.push_back(candidate_json(c));
   j["ranked"] = std::move(ranked);
+  j["best_synchronous"] =
+      r.best_synchronous ? candidate_json(*r.best_synchronous) : nlohmann::json();
+  nlohmann::json rejections = nlohmann::json::array();
+  for (const auto& x : r.rejections)
+    rejections.push_back({{"configuration", x.configuration}, {"reason", x.reason}});
+  j["rejections"] = std::move(rejections);
   return j.dump(2) + "\n";
 }
 
@@ -152,6 +212,17 @@ void run_search(const SearchArgs& a) {
         ConfigError, "--precision: " << p << " is listed twice");
     opt.precisions.push_back(precision);
   }
+  std::vector<sched::DpAlgorithm> algorithms;
+  for (const auto& name : a.dp_algorithms) {
+    const auto alg = sched::parse_dp_algorithm(name);
+    PW_CHECK(std::find(algorithms.begin(), algorithms.end(), alg) == algorithms.end(), ConfigError,
+             "--dp-algorithms: " << name << " is listed twice");
+    algorithms.push_back(alg);
+  }
+  if (!algorithms.empty()) opt.dp_variants = sim::dp_variants_for(algorithms);
+  opt.micro_batch_sizes = a.micro_batch_sizes;
+  for (int t : a.tps) opt.tps.push_back(t);
+  opt.sequence_parallel = a.sequence_parallel;
   PW_CHECK(a.top_k >= 1, ConfigError, "--top must be >= 1, got " << a.top_k);
   opt.top_k = a.top_k;
 
@@ -178,22 +249,30 @@ void run_search(const SearchArgs& a) {
   spdlog::info("searched {} configurations ({} simulated, {} actions) in {:.2f} s",
                result.enumerated, result.simulated, result.simulated_actions, secs);
   const bool json = a.format == "json";
-  PW_CHECK(!result.ranked.empty() || json, ConfigError,
-           "no configuration fits: " << result.dropped_memory << " over the memory limit, "
-                                     << result.rejected_shape << " shapes rejected");
-  write_output(a.output, json ? to_json(result) : table(result));
+  const bool free = a.cluster_file.empty();
+  if (!json && result.ranked.empty()) {
+    // Say why, with the reasons, before failing.
+    std::string why = table(result, free, true);
+    PW_CHECK(false, ConfigError,
+             "no configuration fits: " << result.dropped_memory << " over the memory limit, "
+                                       << result.rejected_shape << " rejected\n"
+                                       << why);
+  }
+  write_output(a.output, json ? to_json(result, free) : table(result, free, a.explain));
 }
 
 void setup_search(CLI::App& app) {
   auto a = std::make_shared<SearchArgs>();
   auto* cmd = app.add_subcommand(
-      "search", "Search pp x dp x v x m x schedule x DP algorithm by simulation; rank by speed");
+      "search",
+      "Search pp x tp x dp x v x m x micro-batch size x schedule x DP algorithm by simulation; "
+      "rank by speed");
   cmd->add_option("--model", a->model_file, "model JSON (graph/)")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--cluster", a->cluster_file, "cluster JSON (pipewright-cluster)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--devices,-n", a->devices, "devices to use (pp x dp)")->required();
+  cmd->add_option("--devices,-n", a->devices, "devices to use (pp x tp x dp)")->required();
   cmd->add_option("--memory-limit", a->memory_limit,
                   "memory per device: bytes or a size such as 80GB, 74.5GiB (default: the "
                   "cluster's)");
@@ -217,6 +296,24 @@ void setup_search(CLI::App& app) {
                   "state)")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_option("--dp-algorithms", a->dp_algorithms,
+                  "data-parallel algorithms to try (default ddp: synchronous training, with ZeRO "
+                  "stages when over the memory limit); localsgd, slowmo, diloco, sgp are "
+                  "local-step algorithms, marked [local-step] in the table")
+      ->delimiter(',');
+  cmd->add_option("--micro-batch-sizes", a->micro_batch_sizes,
+                  "samples per microbatch to try (the model's costs rescaled; default 1, 2, 4, "
+                  "... up to max(16, the model's))")
+      ->delimiter(',');
+  cmd->add_option("--tp", a->tps,
+                  "tensor-parallel sizes to try, e.g. 1,2,4,8 (a TP group inside a node; "
+                  "default 1)")
+      ->delimiter(',');
+  cmd->add_flag("--sequence-parallel", a->sequence_parallel,
+                "with tp > 1: Megatron's sequence parallelism (activations split over the TP "
+                "group)");
+  cmd->add_flag("--explain", a->explain,
+                "list every rejected configuration and over-the-limit one with its reason");
   cmd->add_option("-k,--top", a->top_k, "rows to print")->capture_default_str();
   cmd->add_option("-f,--format", a->format, "text (a table) | json")
       ->check(CLI::IsMember({"text", "json"}))

@@ -29,6 +29,7 @@
 #include "pipewright/sim/cluster.hpp"
 #include "pipewright/sim/compare.hpp"
 #include "pipewright/sim/cost_inputs.hpp"
+#include "pipewright/sim/parallel_model.hpp"
 #include "pipewright/sim/report.hpp"
 #include "pipewright/sim/simulator.hpp"
 
@@ -45,7 +46,8 @@ struct SimulateArgs {
   std::optional<double> p2p_ms;
   // Cluster.
   std::string cluster_file;
-  std::string recv = "posted";                   // --recv posted | blocking
+  std::optional<double> gemm_fraction;  // overrides the cluster device's achieved_gemm_fraction
+  std::string recv = "posted";          // --recv posted | blocking
   std::optional<std::int64_t> micro_batch_size;  // the deprecated --micro-batch-size
   // Outputs.
   std::string metrics;
@@ -66,7 +68,9 @@ struct SimulateArgs {
 std::string describe_plan(const sched::JobSpec& job, const sched::PlanShape& shape) {
   if (!job.plan_path.empty()) return job.plan_path;
   return shape.schedule + " p=" + std::to_string(shape.ranks) +
-         " v=" + std::to_string(job.stages_per_rank) + " m=" + std::to_string(shape.microbatches);
+         " v=" + std::to_string(job.stages_per_rank) + " m=" + std::to_string(shape.microbatches) +
+         (job.tp > 1 ? " tp=" + std::to_string(job.tp) + (job.sequence_parallel ? " sp" : "")
+                     : std::string());
 }
 
 // `pipewright report`: the simulation (or, with --measured, the comparison that `compare` prints:
@@ -74,13 +78,17 @@ std::string describe_plan(const sched::JobSpec& job, const sched::PlanShape& sha
 void write_report(const SimulateArgs& a, const std::string& description,
                   const sched::LoweredPlan& plan, const sched::CostTable& costs,
                   const sim::Cluster& cluster, sim::SimOptions opt,
-                  const std::optional<sched::Trace>& measured) {
+                  const std::optional<sched::Trace>& measured, double model_flops_per_step,
+                  int tp) {
   opt.record_actions = true;
   opt.record_memory_timeline = true;
   sim::HtmlReportInputs in;
   in.title = description;
   if (!measured) {
-    const sim::SimResult result = sim::simulate(plan, costs, cluster, opt);
+    sim::SimResult result = sim::simulate(plan, costs, cluster, opt);
+    result.model_flops_per_step = model_flops_per_step;
+    result.gpus_per_rank = tp;
+    if (cluster.device) result.device_peak_tflops = cluster.device->peak_tflops;
     write_output(a.report_out, sim::html_report(result, in));
   } else {
     // As `compare`: --recv (default posted) says how the executor's receives waited (Note
@@ -110,7 +118,19 @@ std::string describe_precision(const sched::JobSpec& job) {
 }
 
 void run_simulate(const SimulateArgs& a) {
-  ResolvedJob resolved = resolve_job(a.job, a.plan_file);
+  sim::Cluster cluster;
+  if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);
+  if (a.gemm_fraction) {
+    PW_CHECK(cluster.device, ConfigError,
+             "--gemm-fraction sets the achieved-GEMM fraction of the cluster's device: it needs a "
+             "--cluster file with a \"device\" (e.g. examples/cluster-dgx-a100-80gb.json)");
+    PW_CHECK(*a.gemm_fraction > 0 && *a.gemm_fraction <= 1, ConfigError,
+             "--gemm-fraction must be in (0, 1], got " << *a.gemm_fraction);
+    cluster.device->achieved_gemm_fraction = *a.gemm_fraction;
+  }
+  ResolvedJob resolved = resolve_job(a.job, a.plan_file, &cluster);
+  // With --tp each simulated rank is a TP group inside one node (sim/parallel_model.hpp).
+  cluster = sim::tp_cluster(cluster, resolved.job.tp);
   const sched::JobSpec& job = resolved.job;
   const std::optional<graph::Model>& model = resolved.model;
   const std::optional<graph::Partition>& partition = resolved.partition;
@@ -133,9 +153,6 @@ void run_simulate(const SimulateArgs& a) {
   }
   const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
 
-  sim::Cluster cluster;
-  if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);
-
   sim::SimOptions opt = sim::sim_options(job);
   if (opt.micro_batch_size == 0 && model) opt.micro_batch_size = model->micro_batch_size;
   if (a.micro_batch_size) opt.micro_batch_size = *a.micro_batch_size;
@@ -143,11 +160,15 @@ void run_simulate(const SimulateArgs& a) {
   opt.p2p_override_ms = a.p2p_ms;
   opt.record_memory_timeline = a.memory_timeline || !a.trace.empty() || !a.memory_svg.empty();
   if (a.report) {
-    write_report(a, describe_plan(job, plan.shape), plan, costs, cluster, opt, measured);
+    write_report(a, describe_plan(job, plan.shape), plan, costs, cluster, opt, measured,
+                 resolved.model_flops_per_step, job.tp);
     return;
   }
 
   sim::SimResult result = sim::simulate(plan, costs, cluster, opt);
+  result.model_flops_per_step = resolved.model_flops_per_step;
+  result.gpus_per_rank = job.tp;
+  if (cluster.device) result.device_peak_tflops = cluster.device->peak_tflops;
 
   // Render everything before writing anything, so a failure leaves no partial set of outputs.
   std::vector<std::pair<std::string, std::string>> outputs;
@@ -170,10 +191,16 @@ void run_simulate(const SimulateArgs& a) {
             result.schedule.c_str(), result.ranks, result.dp, result.stages, result.microbatches,
             result.steps);
     appendf(text, "%s\n", describe_precision(job).c_str());
+    if (job.tp > 1)
+      appendf(text, "tensor parallel %d%s: each rank is a group of %d GPUs inside one node\n",
+              job.tp, job.sequence_parallel ? " with sequence parallelism" : "", job.tp);
     appendf(text, "makespan %.3f ms, bubble %.2f%%", static_cast<double>(result.makespan_ns) / 1e6,
             100 * result.bubble_fraction());
     if (result.micro_batch_size > 0)
       appendf(text, ", throughput %.1f samples/s", result.throughput_samples_per_s());
+    if (result.model_tflops_per_gpu() > 0)
+      appendf(text, ", %.1f model TFLOP/s per GPU", result.model_tflops_per_gpu());
+    if (result.mfu() > 0) appendf(text, ", MFU %.1f%%", 100 * result.mfu());
     appendf(text, "\n");
     if (plan.shape.forward_only) {
       // Inference: how long one batch takes end to end, and when the first microbatch's output
@@ -264,6 +291,9 @@ void add_simulate_flags(CLI::App* cmd, const std::shared_ptr<SimulateArgs>& a) {
                   "fixed overhead added to every F/B/I/W")
       ->group(g);
   g = "Cluster and training";
+  cmd->add_option("--gemm-fraction", a->gemm_fraction,
+                  "achieved fraction of the device's peak that GEMMs reach (the one number of the "
+                  "roofline layer model; default: the cluster file's device)");
   cmd->add_option("--cluster", a->cluster_file, "cluster JSON (pipewright-cluster)")
       ->check(CLI::ExistingFile)
       ->group(g);

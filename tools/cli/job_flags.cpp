@@ -10,6 +10,7 @@
 #include "pipewright/graph/layout.hpp"
 #include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sched/schedule.hpp"
+#include "pipewright/sim/parallel_model.hpp"
 
 namespace pipewright::cli {
 
@@ -183,6 +184,18 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
 
   add_recipe_flags(cmd, job);
 
+  g = "Tensor parallelism (simulation only; docs/simulator.md)";
+  cmd->add_option("--tp", job.tp,
+                  "tensor-parallel size: each pipeline rank is a group of TP GPUs inside one node "
+                  "running Megatron's column/row-parallel layers (simulate, report, export-chakra; "
+                  "run takes 1 only)")
+      ->capture_default_str()
+      ->group(g);
+  cmd->add_flag("--sequence-parallel", job.sequence_parallel,
+                "with --tp > 1: Megatron's sequence parallelism (norms, dropout and their "
+                "activations split over the TP group; reduce-scatter + all-gather)")
+      ->group(g);
+
   // Options whose presence matters (SlowMo options are rejected with --dp-algorithm ddp) go
   // through callbacks into the spec's std::optional fields.
   g = "Data parallelism (docs/data-parallel.md)";
@@ -273,7 +286,8 @@ void resolve_job_flags(sched::JobSpec& job) {
   job.stages_per_rank = job.plan_path.empty() ? v : 1;
 }
 
-ResolvedJob resolve_job(sched::JobSpec job, const std::string& plan_file) {
+ResolvedJob resolve_job(sched::JobSpec job, const std::string& plan_file,
+                        const sim::Cluster* cluster) {
   PW_CHECK(plan_file.empty() || job.plan_path.empty(), ConfigError,
            "give the plan file once: as PLAN or as --plan");
   if (!plan_file.empty()) job.plan_path = plan_file;
@@ -288,8 +302,29 @@ ResolvedJob resolve_job(sched::JobSpec job, const std::string& plan_file) {
   }
   sched::validate_job(job);
   ResolvedJob out;
+  PW_CHECK(job.tp == 1 || !job.model_path.empty(), ConfigError,
+           "--tp " << job.tp
+                   << " splits a model's layers over the tensor-parallel group: it needs --model "
+                      "(a profile or what-if costs describe one GPU already)");
   if (!job.model_path.empty()) {
     out.model = graph::load_model(job.model_path);
+    out.model_flops_per_step = sim::model_flops_per_iteration(
+        *out.model,
+        static_cast<double>(job.batch_size > 0 ? job.batch_size
+                                               : out.model->micro_batch_size * job.microbatches) *
+            job.dp);
+    if (job.tp > 1 || (cluster && cluster->device)) {
+      // Note [Tensor parallelism as costs] (sim/parallel_model.hpp): the model one GPU of the
+      // group runs; its TP collectives on the cluster's link inside a node; with the cluster's
+      // device, its transformer layers timed op by op (Note [Roofline layer]).
+      sim::ParallelModelSpec ps;
+      if (cluster) ps.device = cluster->device;
+      ps.tp = job.tp;
+      ps.sequence_parallel = job.sequence_parallel;
+      ps.element_bytes = job.precision == sched::Precision::kFp32 ? 4 : 2;
+      if (cluster) ps.tp_link = cluster->collective_link(false);
+      out.model = sim::parallelize_model(*out.model, ps);
+    }
     out.partition = sched::resolve_partition(job, *out.model);
   }
   out.plan =

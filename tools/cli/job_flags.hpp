@@ -11,6 +11,7 @@
 #include "pipewright/graph/partition.hpp"
 #include "pipewright/sched/job.hpp"
 #include "pipewright/sched/plan.hpp"
+#include "pipewright/sim/cluster.hpp"
 
 namespace CLI {
 class App;
@@ -35,13 +36,18 @@ void resolve_job_flags(sched::JobSpec& job);
 // A job of the offline commands (simulate, export-chakra) resolved to its plan: the flags
 // (resolve_job_flags), a plan file (PLAN or --plan, once) giving the shape, the model and its
 // partition when --model is given, and sched::make_plan's plan, as `run` builds it.
+// With --tp > 1 the model is the one GPU of a tensor-parallel group runs
+// (sim::parallelize_model over `cluster`'s link inside a node; free without a cluster), and
+// model_flops_per_step the whole model's FLOPs of one step over all replicas (MFU's numerator).
 struct ResolvedJob {
   sched::JobSpec job;
   std::optional<graph::Model> model;
+  double model_flops_per_step = 0;
   std::optional<graph::Partition> partition;
   sched::LoweredPlan plan;
 };
-[[nodiscard]] ResolvedJob resolve_job(sched::JobSpec job, const std::string& plan_file);
+[[nodiscard]] ResolvedJob resolve_job(sched::JobSpec job, const std::string& plan_file,
+                                      const sim::Cluster* cluster = nullptr);
 
 // Writes the --plan-out document of `job` and `plan` to `path` (write_output).
 void write_plan_out(const std::string& path, const sched::JobSpec& job,

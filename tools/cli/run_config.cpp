@@ -114,6 +114,9 @@ const Key kKeys[] = {
      [](F f) { return num(f.config.zero_stage); }},
     {"parallelism", "shard_placement", Type::kString, "--shard-placement", "",
      [](F f) { return str(sched::to_string(f.config.shard_placement)); }},
+    {"parallelism", "tp", Type::kInt, "--tp", "", [](F f) { return num(f.config.tp); }},
+    {"parallelism", "sequence_parallel", Type::kBool, "--sequence-parallel", "",
+     [](F f) { return boolean(f.config.sequence_parallel); }},
 
     {"training", "batch_size", Type::kInt, "--batch-size", "",
      [](F f) { return num(f.config.batch_size); }},

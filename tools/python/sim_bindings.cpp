@@ -20,6 +20,7 @@
 #include "pipewright/sched/trace.hpp"
 #include "pipewright/sim/cluster.hpp"
 #include "pipewright/sim/cost_inputs.hpp"
+#include "pipewright/sim/parallel_model.hpp"
 #include "pipewright/sim/report.hpp"
 #include "pipewright/sim/simulator.hpp"
 #include "plan.hpp"
@@ -91,20 +92,37 @@ py::tuple simulate(const SimArgs& a) {
     job = sched::with_plan_shape(job, sched::shape_of(a.plan->plan));
   }
   sched::validate_job(job);
-  std::optional<graph::Partition> partition;
-  if (a.costs.model != nullptr) partition = job_partition(job, *a.costs.model, a.partition);
-  const sched::LoweredPlan plan = sched::make_plan(job, partition ? &*partition : nullptr,
-                                                   a.plan != nullptr ? &a.plan->plan : nullptr);
-  sim::CostSources sources = a.costs;
-  sources.partition = partition ? &*partition : nullptr;
-  const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
-  // No precision argument here: a profile is simulated at the precision it was measured at.
-  job.precision = costs.precision;
   sim::Cluster cluster;
   if (!a.cluster.empty()) {
     cluster = a.cluster.front() == '{' ? sim::parse_cluster(a.cluster, "cluster")
                                        : sim::load_cluster(a.cluster);
   }
+  // As `pipewright simulate` (tools/cli/job_flags.cpp, resolve_job): the model's FLOPs for MFU,
+  // and with the cluster's device its layers timed op by op (Note [Roofline layer]).
+  double model_flops = 0;
+  std::optional<graph::Model> device_model;
+  sim::CostSources sources = a.costs;
+  if (a.costs.model != nullptr) {
+    const graph::Model& m = *a.costs.model;
+    model_flops = sim::model_flops_per_iteration(
+        m, static_cast<double>(job.batch_size > 0 ? job.batch_size
+                                                  : m.micro_batch_size * job.microbatches) *
+               job.dp);
+    if (cluster.device) {
+      sim::ParallelModelSpec ps;
+      ps.device = cluster.device;
+      device_model = sim::parallelize_model(m, ps);
+      sources.model = &*device_model;
+    }
+  }
+  std::optional<graph::Partition> partition;
+  if (sources.model != nullptr) partition = job_partition(job, *sources.model, a.partition);
+  const sched::LoweredPlan plan = sched::make_plan(job, partition ? &*partition : nullptr,
+                                                   a.plan != nullptr ? &a.plan->plan : nullptr);
+  sources.partition = partition ? &*partition : nullptr;
+  const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
+  // No precision argument here: a profile is simulated at the precision it was measured at.
+  job.precision = costs.precision;
   sim::SimOptions opt = sim::sim_options(job);
   if (opt.micro_batch_size == 0 && a.costs.model != nullptr) {
     opt.micro_batch_size = a.costs.model->micro_batch_size;
@@ -112,7 +130,9 @@ py::tuple simulate(const SimArgs& a) {
   opt.blocking_recv = a.blocking_recv;
   opt.p2p_override_ms = a.p2p_ms;
   opt.record_memory_timeline = a.memory_timeline;
-  const sim::SimResult result = sim::simulate(plan, costs, cluster, opt);
+  sim::SimResult result = sim::simulate(plan, costs, cluster, opt);
+  result.model_flops_per_step = model_flops;
+  if (cluster.device) result.device_peak_tflops = cluster.device->peak_tflops;
 
   // Per rank: columns start_ns, end_ns, step, stage, microbatch, name, kind, stream.
   py::list timelines;

@@ -306,6 +306,10 @@ void validate_job(const JobSpec& c) {
   PW_CHECK(c.shard_placement == ShardPlacement::kFit || c.zero_stage == 3, ConfigError,
            "--shard-placement " << to_string(c.shard_placement)
                                 << " places ZeRO-3's UNSHARD / RESHARD; it needs --zero-stage 3");
+  PW_CHECK(c.tp >= 1, ConfigError, "--tp must be >= 1, got " << c.tp);
+  PW_CHECK(!c.sequence_parallel || c.tp > 1, ConfigError,
+           "--sequence-parallel splits activations over the tensor-parallel group; it needs --tp "
+           "> 1");
   validate_recompute(c.recompute, c.stages());
   PW_CHECK(c.reduce_dtype_or_default() != Precision::kFp16, ConfigError,
            "--reduce-dtype must be fp32 or bf16, got fp16");

@@ -73,6 +73,11 @@ Json resolved(const JobSpec& j) {
   if (j.zero_stage == 3) {
     out.push_back(Json::array({"shard_placement", std::string(to_string(j.shard_placement))}));
   }
+  // Only tensor-parallel jobs (issue 46; simulation only) carry tp and sequence_parallel.
+  if (j.tp > 1) {
+    out.push_back(Json::array({"tp", j.tp}));
+    out.push_back(Json::array({"sequence_parallel", j.sequence_parallel}));
+  }
   return out;
 }
 
@@ -142,7 +147,9 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
                   "lr_decay_steps",
                   "lr_min",
                   "zero_stage",
-                  "shard_placement"});
+                  "shard_placement",
+                  "tp",
+                  "sequence_parallel"});
   if (root["format"].as_string() != kJobFormat) {
     root["format"].fail("expected \"" + std::string(kJobFormat) + "\"");
   }
@@ -258,6 +265,8 @@ JobSpec parse_job(std::string_view text, std::string_view origin) {
   }
   if (root.has("zero_stage"))  // absent in files written before issue 43
     j.zero_stage = static_cast<int>(root["zero_stage"].as_int(0, 3));
+  if (root.has("tp")) j.tp = static_cast<int>(root["tp"].as_int(1, 1 << 16));
+  if (root.has("sequence_parallel")) j.sequence_parallel = root["sequence_parallel"].as_bool();
   if (root.has("shard_placement")) {
     j.shard_placement =
         named("shard_placement", [](const std::string& s) { return parse_shard_placement(s); });

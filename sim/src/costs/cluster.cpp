@@ -101,7 +101,8 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
   const At root{doc.root, doc.source, ""};
   root.only_keys({"format", "version", "name", "nodes", "ranks_per_node", "cores_per_node",
                   "links_per_node", "device_memory_bytes", "intra_node", "inter_node", "collective",
-                  "placement", "rank_nodes", "description", "collective_links", "calibration"});
+                  "placement", "rank_nodes", "description", "collective_links", "calibration",
+                  "device"});
   constexpr std::int64_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
   const std::string format = root["format"].as_string();
   if (format != kClusterFormat) {
@@ -136,6 +137,22 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
     cl.only_keys({"intra_node", "inter_node"});
     if (cl.has_value("intra_node")) c.collective_intra_node = read_link(cl["intra_node"]);
     if (cl.has_value("inter_node")) c.collective_inter_node = read_link(cl["inter_node"]);
+  }
+  if (root.has_value("device")) {
+    const At d = root["device"];
+    d.only_keys({"name", "peak_tflops", "hbm_gb_per_s", "achieved_gemm_fraction", "source"});
+    Device dev;
+    if (d.has_value("name")) dev.name = d["name"].as_string();
+    dev.peak_tflops = d["peak_tflops"].as_finite_nonnegative();
+    if (d.has_value("hbm_gb_per_s")) dev.hbm_gb_per_s = d["hbm_gb_per_s"].as_finite_nonnegative();
+    if (d.has_value("achieved_gemm_fraction")) {
+      dev.achieved_gemm_fraction = d["achieved_gemm_fraction"].as_finite_nonnegative();
+      if (dev.achieved_gemm_fraction <= 0 || dev.achieved_gemm_fraction > 1)
+        d["achieved_gemm_fraction"].fail("must be in (0, 1], got " +
+                                         std::to_string(dev.achieved_gemm_fraction));
+    }
+    if (d.has_value("source")) dev.source = d["source"].as_string();
+    c.device = std::move(dev);
   }
   if (root.has_value("calibration")) c.calibration_json = root["calibration"].value.dump();
   if (root.has_value("collective")) {
@@ -205,6 +222,13 @@ std::string to_json(const Cluster& c) {
     if (c.collective_intra_node) cl["intra_node"] = link(*c.collective_intra_node);
     if (c.collective_inter_node) cl["inter_node"] = link(*c.collective_inter_node);
     j["collective_links"] = cl;
+  }
+  if (c.device) {
+    j["device"] = Json{{"name", c.device->name},
+                       {"peak_tflops", c.device->peak_tflops},
+                       {"hbm_gb_per_s", c.device->hbm_gb_per_s},
+                       {"achieved_gemm_fraction", c.device->achieved_gemm_fraction},
+                       {"source", c.device->source}};
   }
   if (!c.calibration_json.empty()) j["calibration"] = Json::parse(c.calibration_json);
   if (!c.rank_nodes.empty()) {

@@ -8,6 +8,17 @@
 
 namespace pipewright::sim {
 
+double SimResult::model_tflops_per_gpu() const noexcept {
+  if (model_flops_per_step <= 0 || makespan_ns <= 0 || ranks <= 0) return 0.0;
+  const double step_s = static_cast<double>(makespan_ns) * 1e-9 / std::max(steps, 1);
+  const double gpus = static_cast<double>(ranks) * std::max(dp, 1) * std::max(gpus_per_rank, 1);
+  return model_flops_per_step / step_s / gpus / 1e12;
+}
+
+double SimResult::mfu() const noexcept {
+  return device_peak_tflops > 0 ? model_tflops_per_gpu() / device_peak_tflops : 0.0;
+}
+
 double SimResult::bubble_fraction() const noexcept {
   if (makespan_ns <= 0 || per_rank.empty()) return 0.0;
   long double idle = 0;

@@ -88,6 +88,10 @@ std::string metrics_json(const SimResult& r) {
     j["global_batch"] = nullptr;
     j["throughput_samples_per_s"] = nullptr;
   }
+  // Issue 46: model TFLOP/s per GPU and MFU (null when the model's FLOPs or the peak is unknown).
+  j["model_tflops_per_gpu"] =
+      r.model_tflops_per_gpu() > 0 ? json(r.model_tflops_per_gpu()) : json(nullptr);
+  j["mfu"] = r.mfu() > 0 ? json(r.mfu()) : json(nullptr);
   std::int64_t send = 0, recv_wait = 0, dp = 0, dp_exposed_max = 0, dp_exposed = 0;
   bool fits = true;
   json ranks = json::array();

@@ -85,6 +85,16 @@ std::string html_report(const SimResult& r, const HtmlReportInputs& in) {
     std::snprintf(t, sizeof t, "%.1f samples/s", r.throughput_samples_per_s());
     row(os, "throughput", t);
   }
+  if (r.model_tflops_per_gpu() > 0) {
+    char t[96];
+    if (r.mfu() > 0) {
+      std::snprintf(t, sizeof t, "%.1f TFLOP/s per GPU (MFU %.1f%% of %.0f)",
+                    r.model_tflops_per_gpu(), 100 * r.mfu(), r.device_peak_tflops);
+    } else {
+      std::snprintf(t, sizeof t, "%.1f TFLOP/s per GPU", r.model_tflops_per_gpu());
+    }
+    row(os, "model FLOPs", t);
+  }
   row(os, "peak memory (largest rank)", svg::human_bytes(static_cast<double>(peak)));
   if (r.device_memory_bytes > 0)
     row(os, "device memory", svg::human_bytes(static_cast<double>(r.device_memory_bytes)));

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <tuple>
 
 #include "pipewright/graph/error.hpp"
@@ -12,6 +14,7 @@
 #include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/memory.hpp"
 #include "pipewright/sim/cost_inputs.hpp"
+#include "pipewright/sim/parallel_model.hpp"
 #include "pipewright/sim/synthesis.hpp"
 
 namespace pipewright::sim {
@@ -39,24 +42,51 @@ std::int32_t steps_for(const DpVariant& d) {
 }
 
 struct Config {
-  std::int32_t pp, dp, v, m;
+  std::int32_t pp, dp, tp, v, m;
+  std::int64_t mbs;
   ScheduleKind kind;
   bool automatic = false;  // Auto (synthesize) with the memory limit as its cap; kind is 1F1B's
 };
 
+// Whether a transformer block's heads and hidden size split over tp.
+bool tp_divides(const graph::Model& model, std::int32_t tp) {
+  for (const auto& n : model.nodes) {
+    if (n.kind != graph::NodeKind::kTransformerBlock) continue;
+    for (const char* key : {"heads", "hidden"}) {
+      const auto it = n.params.find(key);
+      if (it != n.params.end() && it->second % tp != 0) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
-std::vector<DpVariant> default_dp_variants() {
-  return {
-      DpVariant{DpAlgorithm::kDdp, 1.0, 1, 1},
-      DpVariant{DpAlgorithm::kDdp, 25.0, 1, 1},
-      DpVariant{DpAlgorithm::kDdp, 100.0, 1, 1},
-      DpVariant{DpAlgorithm::kLocalSgd, 25.0, 2, 1},
-      DpVariant{DpAlgorithm::kSlowMo, 25.0, 2, 4},
-      DpVariant{DpAlgorithm::kDiLoCo, 25.0, 1, 1, 8, 1},
-      DpVariant{DpAlgorithm::kDiLoCo, 25.0, 1, 1, 8, 2},
-      DpVariant{DpAlgorithm::kSgp, 25.0, 1, 1},
-  };
+std::vector<DpVariant> default_dp_variants() { return {DpVariant{DpAlgorithm::kDdp, 25.0, 1, 1}}; }
+
+std::vector<DpVariant> dp_variants_for(const std::vector<DpAlgorithm>& algorithms) {
+  std::vector<DpVariant> out;
+  for (auto a : algorithms) {
+    switch (a) {
+      case DpAlgorithm::kDdp:
+        out.push_back(DpVariant{DpAlgorithm::kDdp, 25.0, 1, 1});
+        break;
+      case DpAlgorithm::kLocalSgd:
+        out.push_back(DpVariant{DpAlgorithm::kLocalSgd, 25.0, 2, 1});
+        break;
+      case DpAlgorithm::kSlowMo:
+        out.push_back(DpVariant{DpAlgorithm::kSlowMo, 25.0, 2, 4});
+        break;
+      case DpAlgorithm::kDiLoCo:
+        out.push_back(DpVariant{DpAlgorithm::kDiLoCo, 25.0, 1, 1, 8, 1});
+        out.push_back(DpVariant{DpAlgorithm::kDiLoCo, 25.0, 1, 1, 8, 2});
+        break;
+      case DpAlgorithm::kSgp:
+        out.push_back(DpVariant{DpAlgorithm::kSgp, 25.0, 1, 1});
+        break;
+    }
+  }
+  return out;
 }
 
 std::string describe(const DpVariant& d) {
@@ -92,16 +122,34 @@ std::string schedule_name(const SearchCandidate& c) {
 }
 
 std::string describe(const SearchCandidate& c) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%s pp=%d dp=%d v=%d m=%d %s", schedule_name(c).c_str(), c.pp,
-                c.dp, c.v, c.microbatches, c.dp == 1 ? "-" : describe(c.dp_variant).c_str());
-  std::string out = std::string(buf) + (c.recompute ? " recompute=full" : "");
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s pp=%d dp=%d v=%d m=%d mbs=%lld %s", schedule_name(c).c_str(),
+                c.pp, c.dp, c.v, c.microbatches, static_cast<long long>(c.micro_batch_size),
+                c.dp == 1 ? "-" : describe(c.dp_variant).c_str());
+  std::string out = buf;
+  if (c.tp > 1) out += " tp=" + std::to_string(c.tp) + (c.sequence_parallel ? " sp" : "");
+  if (c.recompute) out += " recompute=full";
   if (c.precision != sched::Precision::kFp32)
     out += " precision=" + std::string(sched::to_string(c.precision));
   if (c.zero_stage > 0) out += " zero=" + std::to_string(c.zero_stage);
   return out;
 }
 
+// Note [Search]
+// Shapes are enumerated first, in a fixed order (tp, pp, micro-batch size, schedule, v, m), so
+// the progress total is known and results are deterministic; each is built as a job
+// (sched::make_plan over the partition of the per-GPU model, parallelize_model) and simulated
+// under each data-parallel variant and precision. What the issue asked of a search a user can
+// trust:
+//   - a shape whose plan cannot be built (a generator, the partitioner, the plan checks, a tp
+//     that does not divide the heads) or whose simulation fails is a counted rejection with its
+//     reason, never the end of the search;
+//   - equivalent configurations are one row: at pp = 1 only 1F1B at v = 1 is built (every
+//     schedule runs the same microbatches one after another; 1F1B holds the fewest), and a row
+//     equal to a better-ranked one in everything but the schedule name (same step time and
+//     peak) is dropped and counted in `collapsed`;
+//   - synchronous training (DDP, its ZeRO stages) unless local-step algorithms are named; those
+//     are marked (SearchCandidate::synchronous) and the best synchronous row is kept apart.
 SearchResult search(const graph::Model& model, const Cluster& cluster, const SearchOptions& opt,
                     const std::function<void(std::int64_t, std::int64_t)>& progress) {
   PW_CHECK(opt.devices >= 1, ConfigError, "--devices must be >= 1, got " << opt.devices);
@@ -111,6 +159,9 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   const std::int64_t limit =
       opt.memory_limit_bytes ? *opt.memory_limit_bytes : cluster.device_memory_bytes;
   PW_CHECK(limit >= 0, ConfigError, "--memory-limit must be >= 0, got " << limit);
+  for (auto mbs : opt.micro_batch_sizes)
+    PW_CHECK(mbs >= 1, ConfigError, "--micro-batch-sizes values must be >= 1, got " << mbs);
+  for (auto tp : opt.tps) PW_CHECK(tp >= 1, ConfigError, "--tp values must be >= 1, got " << tp);
   const auto schedules = !opt.named_schedules    ? std::vector<sched::ScheduleKind>{}
                          : opt.schedules.empty() ? sched::all_schedule_kinds()
                                                  : opt.schedules;
@@ -120,76 +171,166 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
                               : opt.precisions;
   const auto n_precisions = static_cast<std::int64_t>(precisions.size());
   const auto nodes = static_cast<std::int32_t>(model.nodes.size());
-  const std::int64_t mbs = std::max<std::int64_t>(model.micro_batch_size, 1);
+  const std::int64_t model_mbs = std::max<std::int64_t>(model.micro_batch_size, 1);
+  std::vector<std::int64_t> mbss = opt.micro_batch_sizes;
+  if (mbss.empty()) {
+    for (std::int64_t b = 1; b <= std::max<std::int64_t>(16, model_mbs); b *= 2) mbss.push_back(b);
+    if (std::find(mbss.begin(), mbss.end(), model_mbs) == mbss.end()) mbss.push_back(model_mbs);
+    std::sort(mbss.begin(), mbss.end());
+  }
+  const std::vector<std::int32_t> tps = opt.tps.empty() ? std::vector<std::int32_t>{1} : opt.tps;
+
+  SearchResult result;
+  const auto reject = [&result](std::string configuration, std::string reason) {
+    if (result.rejections.size() < SearchResult::kMaxRejections)
+      result.rejections.push_back(SearchRejection{std::move(configuration), std::move(reason)});
+  };
+  const auto shape_text = [](const Config& c) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s pp=%d dp=%d tp=%d v=%d m=%d mbs=%lld",
+                  c.automatic ? "Auto" : std::string(sched::to_string(c.kind)).c_str(), c.pp, c.dp,
+                  c.tp, c.v, c.m, static_cast<long long>(c.mbs));
+    return std::string(buf);
+  };
 
   // Enumerate shapes first (deterministic order), so the progress total is known.
   std::vector<Config> configs;
-  for (std::int32_t pp = 1; pp <= opt.devices; ++pp) {
-    if (opt.devices % pp != 0) continue;
-    const std::int32_t dp = opt.devices / pp;
-    std::vector<std::int32_t> ms;
-    if (opt.global_batch) {
-      if (*opt.global_batch % (dp * mbs) != 0) continue;
-      ms.push_back(static_cast<std::int32_t>(*opt.global_batch / (dp * mbs)));
-    } else {
-      for (auto f : opt.microbatch_factors) ms.push_back(f * pp);
+  for (auto tp : tps) {
+    if (opt.devices % tp != 0) {
+      reject("tp=" + std::to_string(tp), "--tp " + std::to_string(tp) + " does not divide the " +
+                                             std::to_string(opt.devices) + " devices");
+      ++result.rejected_shape;
+      continue;
     }
-    for (auto kind : schedules) {
-      // The V-shaped schedules (ZBVZeroBubble, DualPipeV: 2; Chimera: 1) take one V only.
-      const std::int32_t required = sched::required_stages_per_rank(kind);
-      const std::vector<std::int32_t> vs = required != 0     ? std::vector<std::int32_t>{required}
-                                           : is_looped(kind) ? opt.stages_per_rank
-                                                             : std::vector<std::int32_t>{1};
-      for (auto v : vs) {
-        if (pp * v > nodes) continue;  // a stage needs at least one node
-        for (auto m : ms) configs.push_back(Config{pp, dp, v, m, kind});
+    if (tp > 1 && cluster.ranks_per_node > 0 && cluster.ranks_per_node % tp != 0) {
+      reject("tp=" + std::to_string(tp),
+             "a TP group must lie inside a node: --tp " + std::to_string(tp) +
+                 " does not divide ranks_per_node " + std::to_string(cluster.ranks_per_node));
+      ++result.rejected_shape;
+      continue;
+    }
+    if (!tp_divides(model, tp)) {
+      reject("tp=" + std::to_string(tp), "--tp " + std::to_string(tp) +
+                                             " does not divide a transformer block's heads or "
+                                             "hidden size");
+      ++result.rejected_shape;
+      continue;
+    }
+    const std::int32_t groups = opt.devices / tp;
+    for (std::int32_t pp = 1; pp <= groups; ++pp) {
+      if (groups % pp != 0) continue;
+      const std::int32_t dp = groups / pp;
+      for (auto mbs : mbss) {
+        std::vector<std::int32_t> ms;
+        if (opt.global_batch) {
+          if (*opt.global_batch % (dp * mbs) != 0) continue;
+          const std::int64_t m = *opt.global_batch / (dp * mbs);
+          if (m > (1 << 20)) continue;
+          ms.push_back(static_cast<std::int32_t>(m));
+        } else {
+          for (auto f : opt.microbatch_factors) ms.push_back(f * pp);
+        }
+        // At pp = 1 every schedule runs the microbatches one after another: one row (1F1B).
+        const auto kinds = pp == 1 ? std::vector<ScheduleKind>{ScheduleKind::k1F1B} : schedules;
+        if (pp > 1 || opt.named_schedules) {
+          for (auto kind : kinds) {
+            // The V-shaped schedules (ZBVZeroBubble, DualPipeV: 2; Chimera: 1) take one V only.
+            const std::int32_t required = sched::required_stages_per_rank(kind);
+            const std::vector<std::int32_t> vs = pp == 1 ? std::vector<std::int32_t>{1}
+                                                 : required != 0
+                                                     ? std::vector<std::int32_t>{required}
+                                                 : is_looped(kind) ? opt.stages_per_rank
+                                                                   : std::vector<std::int32_t>{1};
+            for (auto v : vs) {
+              if (pp * v > nodes) continue;  // a stage needs at least one node
+              for (auto m : ms) configs.push_back(Config{pp, dp, tp, v, m, mbs, kind});
+            }
+          }
+        }
+        if (opt.try_auto && pp > 1 && pp <= nodes) {
+          for (auto m : ms)
+            configs.push_back(Config{pp, dp, tp, 1, m, mbs, ScheduleKind::k1F1B, true});
+        }
       }
-    }
-    if (opt.try_auto && pp <= nodes) {
-      for (auto m : ms) configs.push_back(Config{pp, dp, 1, m, ScheduleKind::k1F1B, true});
     }
   }
 
-  SearchResult result;
   std::vector<SearchCandidate> fitting;
   struct Partitioned {
     graph::Partition partition;
     sched::CostTable costs;
   };
-  std::map<std::int32_t, std::shared_ptr<const Partitioned>> by_stages;
+  // The per-GPU model (micro-batch size, tp) and its partitions, cached by shape.
+  std::map<std::tuple<std::int64_t, std::int32_t, std::int32_t>, std::shared_ptr<const Partitioned>>
+      by_shape;
+  std::map<std::tuple<std::int64_t, std::int32_t>, std::shared_ptr<const graph::Model>> models;
+  std::map<std::int32_t, Cluster> clusters;
+  const auto n_variants_of = [&](const Config& c) {
+    return (c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1) * n_precisions;
+  };
   const std::int64_t total = [&] {
     std::int64_t t = 0;
-    for (const auto& c : configs)
-      t += (c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1) * n_precisions;
+    for (const auto& c : configs) t += n_variants_of(c);
     return t;
   }();
   std::int64_t done = 0;
+  const auto advance = [&](std::int64_t n) {
+    for (std::int64_t k = 0; k < n; ++k) {  // one call per configuration
+      ++done;
+      if (progress) progress(done, total);
+    }
+  };
   for (const auto& c : configs) {
-    const std::int64_t n_variants =
-        (c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1) * n_precisions;
+    const std::int64_t n_variants = n_variants_of(c);
     result.enumerated += n_variants;
     // The configuration as a job (its plan built as `run` builds it, over the partition's stage
-    // DAG); the partition is cached per stage count. Shapes the generators reject are skipped.
+    // DAG); the partition is cached per shape. Shapes that cannot be built are rejections.
     sched::JobSpec job;
     job.schedule = c.kind;
     job.pp = c.pp;
     job.dp = c.dp;
     job.stages_per_rank = c.v;
     job.microbatches = c.m;
-    job.batch_size = mbs * c.m;
+    job.batch_size = c.mbs * c.m;
     job.optimizer = opt.optimizer;
     job.momentum = opt.momentum;
     std::shared_ptr<const Partitioned> parted;
     sched::LoweredPlan plan;
+    Cluster* tp_cl = nullptr;
     try {
+      auto cit = clusters.find(c.tp);
+      if (cit == clusters.end()) {
+        Cluster cl = tp_cluster(cluster, c.tp);
+        cl.device_memory_bytes = limit;
+        cit = clusters.emplace(c.tp, std::move(cl)).first;
+      }
+      tp_cl = &cit->second;
       const std::int32_t stages = c.pp * c.v;
-      auto it = by_stages.find(stages);
-      if (it == by_stages.end()) {
-        auto part = sched::resolve_partition(job, model);
-        auto costs = sched::costs_from_partition(model, part);
-        it = by_stages
-                 .emplace(stages, std::make_shared<const Partitioned>(
-                                      Partitioned{std::move(part), std::move(costs)}))
+      // The per-GPU model; its TP collectives move 16-bit activations (mixed precision, as
+      // every tensor-parallel run does).
+      auto mit = models.find({c.mbs, c.tp});
+      if (mit == models.end()) {
+        ParallelModelSpec ps;
+        ps.micro_batch_size = c.mbs;
+        ps.tp = c.tp;
+        ps.sequence_parallel = opt.sequence_parallel && c.tp > 1;
+        ps.element_bytes = 2;
+        ps.tp_link = cluster.collective_link(false);
+        ps.device = cluster.device;  // Note [Roofline layer] when the cluster names its device
+        mit = models
+                  .emplace(std::make_tuple(c.mbs, c.tp),
+                           std::make_shared<const graph::Model>(parallelize_model(model, ps)))
+                  .first;
+      }
+      const graph::Model& gpu_model = *mit->second;
+      auto it = by_shape.find({c.mbs, c.tp, stages});
+      if (it == by_shape.end()) {
+        auto part = sched::resolve_partition(job, gpu_model);
+        auto costs = sched::costs_from_partition(gpu_model, part);
+        it = by_shape
+                 .emplace(std::make_tuple(c.mbs, c.tp, stages),
+                          std::make_shared<const Partitioned>(
+                              Partitioned{std::move(part), std::move(costs)}))
                  .first;
       }
       parted = it->second;
@@ -203,20 +344,22 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
         ao.memory.optimizer = opt.optimizer;
         ao.memory.momentum = opt.momentum;
         ao.sim = sim_options(job);
-        ao.sim.micro_batch_size = mbs;
-        ao.cluster = cluster;
+        ao.sim.micro_batch_size = c.mbs;
+        ao.cluster = *tp_cl;
         plan = sched::lower_for_run(synthesize(parted->costs, ao).plan);
       } else {
         plan = sched::make_plan(job, &parted->partition);
       }
-    } catch (const InputError&) {
+    } catch (const Error& e) {
+      // Any failure to build the shape (a generator or partitioner refusing it, a plan check,
+      // a cluster that cannot place the TP group) rejects this shape only.
       result.rejected_shape += n_variants;
-      for (std::int64_t k = 0; k < n_variants; ++k) {  // one call per configuration
-        ++done;
-        if (progress) progress(done, total);
-      }
+      reject(shape_text(c), e.what());
+      advance(n_variants);
       continue;
     }
+    const double model_flops =
+        model_flops_per_iteration(model, static_cast<double>(c.mbs * c.m * c.dp));
     for (std::int64_t k = 0; k < n_variants; ++k) {
       const auto k_variant = static_cast<std::size_t>(k / n_precisions);
       const DpVariant variant = c.dp > 1 ? variants[k_variant] : DpVariant{};
@@ -232,96 +375,144 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
         d.fragments = variant.fragments;
       }
       if (variant.algorithm == DpAlgorithm::kSlowMo) d.slowmo_frequency = variant.slowmo_frequency;
-      vjob.steps = c.dp > 1 ? steps_for(variant) : 1;
-      SimOptions so = sim_options(vjob);
-      so.micro_batch_size = mbs;
-      so.record_actions = false;
-      Cluster cl = cluster;
-      cl.device_memory_bytes = limit;
-      SimResult r = simulate(plan, parted->costs, cl, so);
-      ++result.simulated;
-      result.simulated_actions += r.simulated_actions;
-      bool recompute = false;
-      // Memory is the constraint: try again with every stage recomputing its activations
-      // (--recompute full), which trades a forward per backward for keeping stage inputs only.
-      const auto over = [](const SimResult& x) {
-        return std::any_of(x.per_rank.begin(), x.per_rank.end(),
-                           [](const RankResult& rr) { return rr.exceeds_memory; });
-      };
-      // Issue 43: shard the state, the least sharding that fits (ZeRO-3 placed to fit).
-      std::int32_t zero_stage = 0;
-      if (opt.try_zero && over(r) && c.dp > 1 && variant.algorithm == DpAlgorithm::kDdp) {
-        for (std::int32_t z = 1; z <= 3; ++z) {
-          sched::JobSpec zjob = vjob;
-          zjob.zero_stage = z;
-          SimOptions zo = sim_options(zjob);
-          zo.micro_batch_size = mbs;
-          zo.record_actions = false;
-          sched::LoweredPlan zplan;
-          if (z == 3) {
-            const sched::ShardFit fit{&parted->costs, sched::memory_options(zjob), limit};
-            zplan = sched::place_shards(plan, sched::ShardPlacement::kFit, &fit);
-          }
-          SimResult again = simulate(z == 3 ? zplan : plan, parted->costs, cl, zo);
-          ++result.simulated;
-          result.simulated_actions += again.simulated_actions;
-          if (!over(again)) {
-            r = std::move(again);
-            so = zo;
-            zero_stage = z;
-            ++result.sharded;
-            break;
-          }
-        }
-      }
-      if (opt.try_recompute && over(r)) {
-        so.recompute = sched::parse_recompute("full");
-        SimResult again = simulate(plan, parted->costs, cl, so);
-        ++result.simulated;
-        result.simulated_actions += again.simulated_actions;
-        if (!over(again)) {
-          r = std::move(again);
-          recompute = true;
-          ++result.recomputed;
-        }
-      }
       SearchCandidate cand;
-      cand.recompute = recompute;
-      cand.zero_stage = zero_stage;
       cand.precision = vjob.precision;
       cand.pp = c.pp;
       cand.dp = c.dp;
+      cand.tp = c.tp;
+      cand.sequence_parallel = opt.sequence_parallel && c.tp > 1;
+      cand.micro_batch_size = c.mbs;
       cand.v = c.v;
       cand.microbatches = c.m;
       cand.schedule = c.kind;
       cand.auto_schedule = c.automatic;
       cand.dp_variant = variant;
-      cand.step_ns = r.makespan_ns / std::max(r.steps, 1);
-      cand.throughput_samples_per_s = r.throughput_samples_per_s();
-      cand.bubble_fraction = r.bubble_fraction();
-      for (const auto& rr : r.per_rank) {
-        cand.peak_memory_bytes = std::max(cand.peak_memory_bytes, rr.peak_memory_bytes);
-        cand.fits_memory = cand.fits_memory && !rr.exceeds_memory;
+      try {
+        SimOptions so = sim_options(vjob);
+        so.steps = steps_for(variant);
+        so.micro_batch_size = c.mbs;
+        so.record_actions = false;
+        const Cluster& cl = *tp_cl;
+        SimResult r = simulate(plan, parted->costs, cl, so);
+        ++result.simulated;
+        result.simulated_actions += r.simulated_actions;
+        // Memory is the constraint: try again with every stage recomputing its activations
+        // (--recompute full), which trades a forward per backward for keeping stage inputs only.
+        const auto over = [](const SimResult& x) {
+          return std::any_of(x.per_rank.begin(), x.per_rank.end(),
+                             [](const RankResult& rr) { return rr.exceeds_memory; });
+        };
+        // Issue 43: shard the state, the least sharding that fits (ZeRO-3 placed to fit).
+        if (opt.try_zero && over(r) && c.dp > 1 && variant.algorithm == DpAlgorithm::kDdp) {
+          for (std::int32_t z = 1; z <= 3; ++z) {
+            sched::JobSpec zjob = vjob;
+            zjob.zero_stage = z;
+            SimOptions zo = sim_options(zjob);
+            zo.steps = so.steps;
+            zo.micro_batch_size = c.mbs;
+            zo.record_actions = false;
+            sched::LoweredPlan zplan;
+            if (z == 3) {
+              const sched::ShardFit fit{&parted->costs, sched::memory_options(zjob), limit};
+              zplan = sched::place_shards(plan, sched::ShardPlacement::kFit, &fit);
+            }
+            SimResult again = simulate(z == 3 ? zplan : plan, parted->costs, cl, zo);
+            ++result.simulated;
+            result.simulated_actions += again.simulated_actions;
+            if (!over(again)) {
+              r = std::move(again);
+              so = zo;
+              cand.zero_stage = z;
+              ++result.sharded;
+              break;
+            }
+          }
+        }
+        if (opt.try_recompute && over(r)) {
+          so.recompute = sched::parse_recompute("full");
+          SimResult again = simulate(plan, parted->costs, cl, so);
+          ++result.simulated;
+          result.simulated_actions += again.simulated_actions;
+          if (!over(again)) {
+            r = std::move(again);
+            cand.recompute = true;
+            ++result.recomputed;
+          }
+        }
+        cand.step_ns = r.makespan_ns / std::max(r.steps, 1);
+        cand.throughput_samples_per_s = r.throughput_samples_per_s();
+        cand.bubble_fraction = r.bubble_fraction();
+        for (const auto& rr : r.per_rank) {
+          cand.peak_memory_bytes = std::max(cand.peak_memory_bytes, rr.peak_memory_bytes);
+          cand.fits_memory = cand.fits_memory && !rr.exceeds_memory;
+        }
+      } catch (const Error& e) {
+        ++result.rejected_shape;
+        reject(describe(cand), e.what());
+        advance(1);
+        continue;
+      }
+      if (cand.step_ns > 0 && model_flops > 0) {
+        cand.model_tflops_per_gpu = model_flops / (static_cast<double>(cand.step_ns) * 1e-9) /
+                                    static_cast<double>(opt.devices) / 1e12;
+        if (cluster.device && cluster.device->peak_tflops > 0)
+          cand.mfu = cand.model_tflops_per_gpu / cluster.device->peak_tflops;
       }
       if (cand.fits_memory) {
         fitting.push_back(cand);
       } else {
         ++result.dropped_memory;
+        char why[128];
+        std::snprintf(why, sizeof why, "over the memory limit: peak %.2f GiB > %.2f GiB",
+                      static_cast<double>(cand.peak_memory_bytes) / (1 << 30),
+                      static_cast<double>(limit) / (1 << 30));
+        reject(describe(cand), why);
       }
-      ++done;
-      if (progress) progress(done, total);
+      advance(1);
     }
   }
-  // Best throughput first; ties by shorter step, then by the enumeration order (stable sort).
+  // Best throughput first; ties by shorter step, then by lower peak memory, then by the
+  // enumeration order (stable sort).
   std::stable_sort(fitting.begin(), fitting.end(),
                    [](const SearchCandidate& a, const SearchCandidate& b) {
                      if (a.throughput_samples_per_s != b.throughput_samples_per_s)
                        return a.throughput_samples_per_s > b.throughput_samples_per_s;
-                     return a.step_ns < b.step_ns;
+                     if (a.step_ns != b.step_ns) return a.step_ns < b.step_ns;
+                     return a.peak_memory_bytes < b.peak_memory_bytes;
                    });
-  if (opt.top_k > 0 && fitting.size() > static_cast<std::size_t>(opt.top_k))
-    fitting.resize(static_cast<std::size_t>(opt.top_k));
-  result.ranked = std::move(fitting);
+  // Equivalent rows: equal but for the schedule (and v) in what a user runs and gets.
+  std::vector<SearchCandidate> distinct;
+  {
+    using Key =
+        std::tuple<std::int32_t, std::int32_t, std::int32_t, bool, std::int64_t, std::int32_t,
+                   std::string, std::int32_t, bool, int, std::int64_t, std::int64_t>;
+    std::set<Key> seen;
+    for (auto& cand : fitting) {
+      const Key key{cand.pp,
+                    cand.dp,
+                    cand.tp,
+                    cand.sequence_parallel,
+                    cand.micro_batch_size,
+                    cand.microbatches,
+                    cand.dp == 1 ? std::string("-") : describe(cand.dp_variant),
+                    cand.zero_stage,
+                    cand.recompute,
+                    static_cast<int>(cand.precision),
+                    cand.step_ns,
+                    cand.peak_memory_bytes};
+      if (!seen.insert(key).second) {
+        ++result.collapsed;
+        continue;
+      }
+      distinct.push_back(std::move(cand));
+    }
+  }
+  const auto sync = std::find_if(distinct.begin(), distinct.end(),
+                                 [](const SearchCandidate& x) { return x.synchronous(); });
+  if (sync != distinct.end()) result.best_synchronous = *sync;
+  if (opt.top_k > 0 && distinct.size() > static_cast<std::size_t>(opt.top_k))
+    distinct.resize(static_cast<std::size_t>(opt.top_k));
+  result.ranked = std::move(distinct);
   return result;
 }
 

@@ -195,6 +195,14 @@ struct JobSpec {
   // Where make_plan puts ZeRO-3's UNSHARD / RESHARD (lower.hpp, Note [Where UNSHARD and RESHARD
   // go]) in a plan that has none; flag --shard-placement. Only with zero stage 3 (validate_job).
   ShardPlacement shard_placement = ShardPlacement::kFit;
+  // Tensor parallelism (issue 46; simulation only: `run` refuses tp > 1): each pipeline rank of
+  // each replica is a group of tp GPUs inside one node running Megatron-LM's column/row-parallel
+  // layers (sim/parallel_model.hpp, Note [Tensor parallelism as costs]); with
+  // sequence_parallel, Megatron's sequence parallelism too. Flags --tp, --sequence-parallel;
+  // TOML [parallelism] tp, sequence_parallel. The plan is the same: a plan rank stands for
+  // the group.
+  int tp = 1;
+  bool sequence_parallel = false;
   // Inference / evaluation: the schedule's forward-only plan (ScheduleSpec::forward_only), no
   // gradients, no optimizer (flag --forward-only, TOML key `forward_only`).
   bool forward_only = false;

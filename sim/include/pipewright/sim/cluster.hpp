@@ -8,7 +8,9 @@
 //    "collective": "ring", "placement": "pipeline-major",
 //    "rank_nodes": [{"rank": 0, "node": 0}, ...],            (optional explicit placement)
 //    "collective_links": {"intra_node": {...}, "inter_node": {...}},  (optional, see below)
-//    "calibration": {...}}          (optional, written by `pipewright calibrate`, not read)
+//    "calibration": {...},          (optional, written by `pipewright calibrate`, not read)
+//    "device": {"name": "A100-SXM4-80GB", "peak_tflops": 312, "hbm_gb_per_s": 2039,
+//               "achieved_gemm_fraction": 1.0, "source": "..."}}  (optional: MFU's peak)
 // Point-to-point time between two ranks = latency + bytes / bandwidth of the link between their
 // nodes (intra_node when both are on the same node). bandwidth 0 means "infinitely fast".
 // Collectives (DDP all-reduce, SlowMo reduce/broadcast) use collective_links when given: the
@@ -34,6 +36,17 @@ struct Link {
 };
 
 enum class CollectiveAlgorithm { kRing, kTree };
+
+// The accelerator of every rank (optional "device" object of a cluster file): what model-FLOPs
+// utilisation (MFU) is measured against. Each figure names its source in the file.
+struct Device {
+  std::string name;
+  double peak_tflops = 0;   // dense bf16 peak, TFLOP/s (the MFU denominator)
+  double hbm_gb_per_s = 0;  // HBM bandwidth, 1e9 bytes/s (0: unknown)
+  // The fraction of peak that large GEMMs reach (one number, fitted on one run).
+  double achieved_gemm_fraction = 1.0;
+  std::string source;  // datasheet(s) the figures come from
+};
 
 // How global ranks are laid out when dp > 1 (global rank g, pipeline rank r, replica j):
 //   kPipelineMajor  g = r * dp + j   (Megatron's order: replicas of a stage are neighbours)
@@ -65,6 +78,8 @@ struct Cluster {
   // Opaque record of how the cluster was measured (calibrate's samples and fits), JSON text;
   // kept through parse/to_json, never interpreted.
   std::string calibration_json;
+  // The accelerator (optional; MFU needs its peak).
+  std::optional<Device> device;
 
   // The link a collective within one node (spans_nodes false) or across nodes uses.
   [[nodiscard]] const Link& collective_link(bool spans_nodes) const noexcept;

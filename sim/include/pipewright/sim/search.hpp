@@ -1,7 +1,7 @@
-// Configuration search: enumerates pipeline ranks x data-parallel replicas x stages per rank x
-// microbatches x schedule x data-parallel algorithm x precision for a model on a cluster,
-// partitions with graph/, simulates each, drops those that do not fit memory and ranks the rest by
-// throughput.
+// Configuration search: enumerates pipeline ranks x tensor-parallel size x data-parallel replicas
+// x stages per rank x micro-batch size x microbatches x schedule x data-parallel algorithm x
+// precision for a model on a cluster, partitions with graph/, simulates each, drops those that do
+// not fit memory and ranks the rest by throughput (Note [Search] in sim/src/search/search.cpp).
 #pragma once
 
 #include <cstdint>
@@ -28,20 +28,30 @@ struct DpVariant {
 };
 
 struct SearchOptions {
-  std::int32_t devices = 1;
+  std::int32_t devices = 1;  // pp x dp x tp
   // Per-device limit; unset = the cluster's device_memory_bytes (0 there = unlimited).
   std::optional<std::int64_t> memory_limit_bytes;
   // Samples per step. Set: m = global_batch / (dp x micro_batch_size) (configs where it does not
   // divide are skipped). Unset: m in microbatch_factors x pp.
   std::optional<std::int64_t> global_batch;
   std::vector<std::int32_t> microbatch_factors = {1, 2, 4, 8, 16};
+  // Samples per microbatch to try (the model's costs rescaled, parallelize_model); empty = 1, 2,
+  // 4, ... up to max(16, the model's) and the model's own.
+  std::vector<std::int64_t> micro_batch_sizes;
+  // Tensor-parallel sizes to try (each a TP group inside one node; parallel_model.hpp); empty =
+  // {1}. A size that does not divide the devices, the cluster's ranks_per_node or a block's heads
+  // is a counted rejection.
+  std::vector<std::int32_t> tps;
+  bool sequence_parallel = false;              // with tp > 1: Megatron's sequence parallelism
   std::vector<sched::ScheduleKind> schedules;  // empty = all
   // Also try Auto (sim/synthesis.hpp) at V = 1 for each pp, dp and m, with the memory limit as
   // its cap (`search --schedules` takes "Auto" like a schedule name).
   bool try_auto = true;
   bool named_schedules = true;                            // false: Auto only (`--schedules Auto`)
   std::vector<std::int32_t> stages_per_rank = {2, 4, 8};  // for the looped schedules
-  std::vector<DpVariant> dp_variants;                     // empty = default_dp_variants()
+  // Data-parallel algorithms (`--dp-algorithms`); empty = default_dp_variants() (synchronous
+  // only). dp_variants_for() turns names into variants.
+  std::vector<DpVariant> dp_variants;
   Optimizer optimizer = Optimizer::kSgd;  // memory: optimizer state (sched::JobSpec's default)
   double momentum = 0.0;
   std::int32_t top_k = 10;
@@ -59,14 +69,22 @@ struct SearchOptions {
   std::vector<sched::Precision> precisions;
 };
 
-// DDP with 1, 25 and 100 MiB buckets, LocalSGD averaging every 2 steps, SlowMo (LocalSGD every 2
-// steps, slow momentum every 4), DiLoCo syncing every 8 steps, Streaming DiLoCo (H 8, 2
-// fragments, each all-reduce overlapping one step), SGP.
+// Synchronous training: DDP with 25 MiB buckets (ZeRO stages follow from try_zero). Local-step
+// algorithms train another model (they converge differently) and are tried only when named.
 [[nodiscard]] std::vector<DpVariant> default_dp_variants();
+// The variants tried for each named algorithm: ddp (25 MiB buckets), localsgd (every 2 steps),
+// slowmo (average every 2, slow momentum every 4), diloco (H 8; and Streaming DiLoCo, 2
+// fragments), sgp.
+[[nodiscard]] std::vector<DpVariant> dp_variants_for(const std::vector<DpAlgorithm>& algorithms);
+// DDP (and its ZeRO stages) average gradients every step; the others are local-step algorithms.
+[[nodiscard]] inline bool is_synchronous(DpAlgorithm a) noexcept { return a == DpAlgorithm::kDdp; }
 
 struct SearchCandidate {
   std::int32_t pp = 1;
   std::int32_t dp = 1;
+  std::int32_t tp = 1;
+  bool sequence_parallel = false;
+  std::int64_t micro_batch_size = 1;
   std::int32_t v = 1;
   std::int32_t microbatches = 1;
   sched::ScheduleKind schedule = sched::ScheduleKind::k1F1B;
@@ -80,17 +98,38 @@ struct SearchCandidate {
   bool recompute = false;  // fits only with --recompute full
   sched::Precision precision = sched::Precision::kFp32;
   std::int32_t zero_stage = 0;  // fits only with this zero stage (SearchOptions::try_zero)
+  // Model FLOPs (model_flops_per_iteration) per second per GPU, TFLOP/s; 0 when unknown. mfu:
+  // that over the cluster's device peak; 0 without a peak.
+  double model_tflops_per_gpu = 0;
+  double mfu = 0;
+  // Synchronous training (dp == 1, DDP, ZeRO); false: a local-step algorithm.
+  [[nodiscard]] bool synchronous() const noexcept {
+    return dp == 1 || is_synchronous(dp_variant.algorithm);
+  }
+};
+
+// A configuration the search could not rank, and why.
+struct SearchRejection {
+  std::string configuration;  // describe() of the candidate
+  std::string reason;         // the error, or "over the memory limit: ..."
 };
 
 struct SearchResult {
   std::vector<SearchCandidate> ranked;  // fitting configurations, best first, at most top_k
   std::int64_t enumerated = 0;          // configurations considered
   std::int64_t simulated = 0;           // configurations simulated
-  std::int64_t rejected_shape = 0;      // schedule/partition cannot take the shape
+  std::int64_t rejected_shape = 0;      // schedule/partition/plan/tp cannot take the shape
+  std::int64_t collapsed = 0;           // equal to a better-ranked row but for the schedule name
   std::int64_t dropped_memory = 0;      // simulated but over the memory limit
   std::int64_t recomputed = 0;          // over the limit without recompute, fit with it
   std::int64_t sharded = 0;             // over the limit at zero stage 0, fit at a higher one
   std::int64_t simulated_actions = 0;
+  // Every rejected shape and every configuration over the memory limit, with its reason
+  // (`search --explain`), at most kMaxRejections.
+  std::vector<SearchRejection> rejections;
+  static constexpr std::size_t kMaxRejections = 100000;
+  // The best synchronous configuration, when the ranked rows (top_k) miss it.
+  std::optional<SearchCandidate> best_synchronous;
 };
 
 // `progress(done, total)` is called after each configuration (may be empty). Deterministic.
@@ -103,9 +142,9 @@ struct SearchResult {
 [[nodiscard]] std::string describe(const DpVariant& variant);
 // "Auto" for an Auto candidate, else the schedule's name.
 [[nodiscard]] std::string schedule_name(const SearchCandidate& candidate);
-// "1F1B pp=4 dp=2 v=1 m=8 ddp(25MB)" ("-" for the DP algorithm when dp == 1), with
-// " recompute=full" when the candidate fits only with recompute and " precision=bf16" when it is
-// not fp32.
+// "1F1B pp=4 dp=2 v=1 m=8 mbs=2 ddp(25MB)" ("-" for the DP algorithm when dp == 1), with " tp=2"
+// (" sp" with sequence parallelism) when tp > 1, " recompute=full" when the candidate fits only
+// with recompute, " precision=bf16" when it is not fp32 and " zero=1" for a ZeRO stage.
 [[nodiscard]] std::string describe(const SearchCandidate& candidate);
 
 }  // namespace pipewright::sim

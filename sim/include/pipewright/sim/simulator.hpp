@@ -198,7 +198,19 @@ struct SimResult {
   // algorithms and dp == 1.
   std::vector<double> dp_wire_bytes_per_stage;
 
+  // Model FLOPs utilisation inputs (issue 46), set by the caller that knows the model and the
+  // device (the simulator times a plan, not a model): the model FLOPs of one step over all
+  // replicas (sim/parallel_model.hpp, model_flops_per_iteration; 0 unknown), the GPUs each
+  // rank stands for (the tensor-parallel size) and the device's dense peak, TFLOP/s (0 unknown).
+  double model_flops_per_step = 0;
+  std::int32_t gpus_per_rank = 1;
+  double device_peak_tflops = 0;
+
   [[nodiscard]] double bubble_fraction() const noexcept;
+  // Model FLOPs per second per GPU, TFLOP/s, over the amortised step; 0 when unknown.
+  [[nodiscard]] double model_tflops_per_gpu() const noexcept;
+  // model_tflops_per_gpu / device_peak_tflops; 0 when either is unknown.
+  [[nodiscard]] double mfu() const noexcept;
   // Samples per second over all steps (needs micro_batch_size); 0 when unknown.
   [[nodiscard]] double throughput_samples_per_s() const noexcept;
 };
