@@ -85,10 +85,9 @@ case $case in
       --timeout-ms 3000
     expect "rank 0 never joined" ;;
   conformance-mpi)  # the conformance suite over MPI, except the tests that end (or lose) the job
-    # and the 16-bit sum that MPI still adds pairwise (docs/executor.md, issue 44)
     run 0 90 "${mpirun_cmd[@]}" "$n" "$worker" --gtest_color=no \
-      '--gtest_filter=Conformance/Mpi.*-*.RecvTimeoutNamesPeerAndContext:*.ShortMessageFailsOnWaitAndIsKept:*.PeerLeavingFailsOnWaitAndIsKept:*.HalfPrecisionSumIsFloat32RoundedOnce'
-    count "^\[  PASSED  \] 8 tests\." "$n"
+      '--gtest_filter=Conformance/Mpi.*-*.RecvTimeoutNamesPeerAndContext:*.ShortMessageFailsOnWaitAndIsKept:*.PeerLeavingFailsOnWaitAndIsKept'
+    count "^\[  PASSED  \] 9 tests\." "$n"
     count "SKIPPED|FAILED" 0 ;;
   conformance-mpi-timeout|conformance-mpi-error)
     # Note [MPI deadlines and shutdown]: after a timeout (or a failed operation) MPI_Abort ends the

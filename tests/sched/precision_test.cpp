@@ -37,7 +37,9 @@ JobSpec job_1f1b(Precision precision) {
   JobSpec j;
   j.pp = 2;
   j.microbatches = 4;
-  j.optimizer = Optimizer::kAdam;
+  // SGD with momentum steps in place: no Note [Optimizer transient] outgrows the activations.
+  j.optimizer = Optimizer::kSgd;
+  j.momentum = 0.9;
   j.precision = precision;
   return j;
 }
@@ -60,7 +62,7 @@ TEST(Precision, Bf16HalvesActivationsAndAddsTheAutocastCopy) {
     const bool half = p != Precision::kFp32;
     for (int r = 0; r < 2; ++r) {
       const auto& m = mem[static_cast<std::size_t>(r)];
-      EXPECT_EQ(m.static_bytes, 4 * kParams) << to_string(p);
+      EXPECT_EQ(m.static_bytes, 3 * kParams) << to_string(p);
       EXPECT_EQ(m.autocast_cache_bytes, half ? kParams / 2 : 0) << to_string(p);
       EXPECT_EQ(m.peak_activation_microbatches, 2 - r);
       EXPECT_EQ(m.peak_activation_bytes, (2 - r) * (half ? kActivations / 2 : kActivations));

@@ -105,8 +105,10 @@ TEST(ZeroMemory, WindowsAndTransientGradientsInThePeak) {
     EXPECT_EQ(mem3[0].peak_activation_bytes, 2 * act);  // rank 0 of 1F1B p=2: 2 in flight
     // The peak is F's activations + gathered parameters, or a B's with its gradients too.
     EXPECT_EQ(mem3[0].peak_sharded_bytes, 2 * kParamBytes) << "a backward: params + grads";
-    EXPECT_EQ(mem3[0].peak_bytes,
-              mem3[0].static_bytes + mem3[0].peak_activation_bytes + mem3[0].peak_sharded_bytes);
+    // Note [Optimizer transient]: the backward's fresh weight gradient (one tensor: the stage).
+    EXPECT_EQ(mem3[0].peak_transient_bytes, kParamBytes);
+    EXPECT_EQ(mem3[0].peak_bytes, mem3[0].static_bytes + mem3[0].peak_activation_bytes +
+                                      mem3[0].peak_sharded_bytes + kParamBytes);
     j.zero_stage = 2;
     const auto mem2 = peak_memory(make_plan(j, nullptr), costs(2, act), memory_options(j));
     EXPECT_EQ(mem2[0].static_bytes, 4 * kParamsPerStage + 12 * kParamsPerStage / d);
@@ -114,7 +116,40 @@ TEST(ZeroMemory, WindowsAndTransientGradientsInThePeak) {
     j.zero_stage = 1;
     const auto mem1 = peak_memory(make_plan(j, nullptr), costs(2, act), memory_options(j));
     EXPECT_EQ(mem1[0].peak_sharded_bytes, 0);
-    EXPECT_EQ(mem1[0].peak_bytes, mem1[0].static_bytes + 2 * act);
+    EXPECT_EQ(mem1[0].peak_bytes, mem1[0].static_bytes + 2 * act + kParamBytes);
+  }
+}
+
+// Note [Optimizer transient]: AdamW's two temporaries of the largest tensor it steps (the
+// largest parameter; with ZeRO the largest bucket piece, ceil(elements / d) x 4) during OPTIM,
+// and with dp > 1 one fresh weight gradient of the largest parameter during a backward.
+TEST(ZeroMemory, OptimizerAndGradientTransients) {
+  CostTable t = costs(2);  // no activations: the peak is a transient
+  for (auto& c : t.stages) c.param_sizes_bytes = {kParamBytes / 4, 3 * kParamBytes / 4};
+  const std::int64_t largest = 3 * kParamBytes / 4;
+  for (int d : {2, 4, 8}) {
+    for (int zero : {0, 1, 2}) {
+      JobSpec j = job(2, d, zero);
+      const auto mem = peak_memory(make_plan(j, nullptr), t, memory_options(j));
+      // One bucket (under 1 MiB) of both parameters, cut into d pieces.
+      const std::int64_t stepped = zero == 0 ? largest : (kParamsPerStage + d - 1) / d * 4;
+      const std::int64_t want = std::max(2 * stepped, largest + (zero >= 2 ? kParamBytes : 0));
+      EXPECT_EQ(mem[0].peak_transient_bytes + mem[0].peak_sharded_bytes, want)
+          << "d " << d << " zero " << zero;
+      EXPECT_EQ(mem[0].peak_bytes, mem[0].static_bytes + want) << "d " << d << " zero " << zero;
+    }
+    // SGD without weight decay steps in place; dp 1 moves the first gradient into .grad.
+    JobSpec sgd = job(2, d, 0);
+    sgd.optimizer = Optimizer::kSgd;
+    EXPECT_EQ(peak_memory(make_plan(sgd, nullptr), t, memory_options(sgd))[0].peak_transient_bytes,
+              largest);
+    sgd.weight_decay = 0.1;  // d_p.add(p, wd): one temporary
+    EXPECT_EQ(peak_memory(make_plan(sgd, nullptr), t, memory_options(sgd))[0].peak_transient_bytes,
+              largest);
+    sgd.dp = 1;
+    sgd.weight_decay = 0;
+    EXPECT_EQ(peak_memory(make_plan(sgd, nullptr), t, memory_options(sgd))[0].peak_transient_bytes,
+              0);
   }
 }
 

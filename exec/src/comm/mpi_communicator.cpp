@@ -151,6 +151,15 @@ MPI_Datatype mpi_type(DType dtype) {
   return MPI_BYTE;
 }
 
+// Note [16-bit sums] over MPI: a user-defined MPI_Op sees two operands at a time, so it would
+// round to 16 bits after every pairwise add. A 16-bit sum instead goes over the wire widened to
+// float32 (MPI_SUM on MPI_FLOAT) and is rounded once, when the Work completes (widen_half /
+// narrow_half); the buffer keeps its input until then. Max and min are exact in 16 bits and keep
+// the 16-bit operation.
+BufferView float_view(std::vector<float>& wide) noexcept {
+  return BufferView{wide.data(), wide.size(), DType::kFloat32};
+}
+
 MPI_Op mpi_op(ReduceOp op, DType dtype) {
   const int index = static_cast<int>(op);
   if (dtype == DType::kFloat16 || dtype == DType::kBFloat16) return runtime().half_ops[index];
@@ -280,6 +289,12 @@ class MpiCommunicator final : public CommunicatorBase {
   }
 
   WorkPtr all_reduce(const BufferView& buf, ReduceOp op, const OpContext& ctx) override {
+    if (is_half(buf.dtype) && op == ReduceOp::kSum) {  // Note [16-bit sums] over MPI
+      auto wide = widen_half(buf);
+      auto work = all_reduce(float_view(*wide), op, ctx);
+      return std::make_shared<FinishingWork>(std::move(work),
+                                             [wide, buf] { narrow_half(buf, *wide); });
+    }
     const std::string prefix = op_prefix("all_reduce", ctx);
     return post(prefix, [&](MPI_Request* req) {
       return MPI_Iallreduce(MPI_IN_PLACE, buf.data, checked_count(buf), mpi_type(buf.dtype),
@@ -289,8 +304,15 @@ class MpiCommunicator final : public CommunicatorBase {
 
   WorkPtr reduce(const BufferView& buf, int root, ReduceOp op, const OpContext& ctx) override {
     check_rank(root, "reduce root");
-    const std::string prefix = op_prefix("reduce", ctx);
     const bool is_root = root == rank();
+    if (is_half(buf.dtype) && op == ReduceOp::kSum) {  // Note [16-bit sums] over MPI
+      auto wide = widen_half(buf);
+      auto work = reduce(float_view(*wide), root, op, ctx);
+      if (!is_root) return work;
+      return std::make_shared<FinishingWork>(std::move(work),
+                                             [wide, buf] { narrow_half(buf, *wide); });
+    }
+    const std::string prefix = op_prefix("reduce", ctx);
     return post(prefix, [&](MPI_Request* req) {
       return MPI_Ireduce(is_root ? MPI_IN_PLACE : buf.data, is_root ? buf.data : nullptr,
                          checked_count(buf), mpi_type(buf.dtype), mpi_op(op, buf.dtype), root,
@@ -318,24 +340,12 @@ class MpiCommunicator final : public CommunicatorBase {
                          const OpContext& ctx) override {
     const std::string prefix = op_prefix("reduce_scatter", ctx);
     check_sharded(in, out, size(), false, prefix);
-    if (in.dtype == DType::kFloat16 || in.dtype == DType::kBFloat16) {
-      // Summed in float32 and rounded once (a user-defined operation would round at every
-      // pairwise step): the pieces go over the wire widened, and are narrowed at completion.
-      const bool bf16 = in.dtype == DType::kBFloat16;
-      auto wide_in = std::make_shared<std::vector<float>>(in.count);
+    if (is_half(in.dtype) && op == ReduceOp::kSum) {  // Note [16-bit sums] over MPI
+      auto wide_in = widen_half(in);
       auto wide_out = std::make_shared<std::vector<float>>(out.count);
-      const auto* h = static_cast<const std::uint16_t*>(in.data);
-      for (std::size_t i = 0; i < in.count; ++i) {
-        (*wide_in)[i] = bf16 ? bfloat16_to_float(h[i]) : half_to_float(h[i]);
-      }
-      auto work = reduce_scatter(BufferView{wide_in->data(), in.count, DType::kFloat32},
-                                 BufferView{wide_out->data(), out.count, DType::kFloat32}, op, ctx);
-      return std::make_shared<FinishingWork>(std::move(work), [wide_in, wide_out, out, bf16] {
-        auto* o = static_cast<std::uint16_t*>(out.data);
-        for (std::size_t i = 0; i < out.count; ++i) {
-          o[i] = bf16 ? float_to_bfloat16((*wide_out)[i]) : float_to_half((*wide_out)[i]);
-        }
-      });
+      auto work = reduce_scatter(float_view(*wide_in), float_view(*wide_out), op, ctx);
+      return std::make_shared<FinishingWork>(
+          std::move(work), [wide_in, wide_out, out] { narrow_half(out, *wide_out); });
     }
     return post(prefix, [&](MPI_Request* req) {
       return MPI_Ireduce_scatter_block(in.data, out.data, checked_count(out), mpi_type(out.dtype),
@@ -352,6 +362,11 @@ class MpiCommunicator final : public CommunicatorBase {
                             mpi_type(in.dtype), out.data, checked_count(in), mpi_type(in.dtype),
                             comm_, req);
     });
+  }
+
+  // Note [16-bit sums] over MPI: float16 / bfloat16 sums go over the wire as float32.
+  std::size_t all_reduce_element_bytes(const BufferView& buf) const override {
+    return dtype_size(is_half(buf.dtype) ? DType::kFloat32 : buf.dtype);
   }
 
   // The reserved tag of Note [MPI split handshake]; user tags must be below it.

@@ -136,4 +136,22 @@ void reduce_into(void* inout, const void* in, std::size_t count, DType dtype,
   }
 }
 
+std::shared_ptr<std::vector<float>> widen_half(const BufferView& buf) {
+  auto wide = std::make_shared<std::vector<float>>(buf.count);
+  const auto* h = static_cast<const std::uint16_t*>(buf.data);
+  const bool bf16 = buf.dtype == DType::kBFloat16;
+  for (std::size_t i = 0; i < buf.count; ++i) {
+    (*wide)[i] = bf16 ? bfloat16_to_float(h[i]) : half_to_float(h[i]);
+  }
+  return wide;
+}
+
+void narrow_half(const BufferView& out, const std::vector<float>& wide) noexcept {
+  auto* o = static_cast<std::uint16_t*>(out.data);
+  const bool bf16 = out.dtype == DType::kBFloat16;
+  for (std::size_t i = 0; i < out.count && i < wide.size(); ++i) {
+    o[i] = bf16 ? float_to_bfloat16(wide[i]) : float_to_half(wide[i]);
+  }
+}
+
 }  // namespace pipewright::exec::detail

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "pipewright/exec/communicator.hpp"
 
@@ -22,6 +24,17 @@ void reduce_into(void* inout, const void* in, std::size_t count, DType dtype, Re
 // last float32 bit only).
 void sum_half_rounded_once(void* dst, const void* const* in, int n, std::size_t count,
                            DType dtype) noexcept;
+
+[[nodiscard]] constexpr bool is_half(DType dtype) noexcept {
+  return dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+}
+
+// Note [16-bit sums] for transports whose reduction rounds at every pairwise step (MPI's
+// user-defined operations, NCCL): the 16-bit buffer `buf` (host memory) widened to float32, to
+// be summed as float32 and rounded once by narrow_half(buf, wide) into `buf` (or another buffer
+// of the same dtype).
+[[nodiscard]] std::shared_ptr<std::vector<float>> widen_half(const BufferView& buf);
+void narrow_half(const BufferView& out, const std::vector<float>& wide) noexcept;
 
 float half_to_float(std::uint16_t h) noexcept;
 std::uint16_t float_to_half(float f) noexcept;

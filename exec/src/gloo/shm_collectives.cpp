@@ -85,6 +85,43 @@ std::pair<std::size_t, std::size_t> chunk(std::size_t count, std::size_t elem, i
   return {begin, std::min(count, begin + per)};
 }
 
+// dst[i] = op over every rank's slot of the `count` elements at `offset` bytes into the slot, in
+// rank order (the kernels of the all-reduce and reduce-scatter); `own` is this rank's part, read
+// in place; peers' parts are read with ShmBuffer::read_slot in blocks (Note [Peer pages]). dst
+// may be `own`.
+void reduce_slots(const ShmBuffer& b, int self, std::size_t offset, std::size_t count, DType dtype,
+                  ReduceOp op, const std::byte* own, void* dst, const std::string& what) {
+  constexpr std::size_t kBlockBytes = std::size_t{256} << 10;
+  const int size = b.size();
+  const std::size_t elem = dtype_size(dtype);
+  const std::size_t block = std::min(count, kBlockBytes / elem);
+  if (count == 0) return;
+  std::vector<std::byte> scratch(block * elem * static_cast<std::size_t>(size));
+  std::vector<const void*> in(static_cast<std::size_t>(size));
+  for (std::size_t base = 0; base < count; base += block) {
+    const std::size_t len = std::min(block, count - base);
+    for (int r = 0; r < size; ++r) {
+      std::byte* mine = scratch.data() + block * elem * static_cast<std::size_t>(r);
+      if (r == self) {
+        in[static_cast<std::size_t>(r)] = own + base * elem;
+      } else {
+        b.read_slot(r, offset + base * elem, mine, len * elem, what);
+        in[static_cast<std::size_t>(r)] = mine;
+      }
+    }
+    void* out = static_cast<std::byte*>(dst) + base * elem;
+    if (dtype == DType::kFloat32 && op == ReduceOp::kSum && size >= 2) {
+      sum_float(static_cast<float*>(out), reinterpret_cast<const float* const*>(in.data()), size,
+                len);
+    } else if ((dtype == DType::kBFloat16 || dtype == DType::kFloat16) && op == ReduceOp::kSum) {
+      // Note [16-bit sums] (reduce_kernels.hpp): in float32, rounded once, as over TCP.
+      sum_half_rounded_once(out, in.data(), size, len, dtype);
+    } else {
+      reduce_pieces(out, in, len, dtype, op);
+    }
+  }
+}
+
 }  // namespace
 
 struct ShmBuffer::Header {
@@ -102,15 +139,34 @@ RankState& rank_state(ShmBuffer::Header& h, int r) {
 }
 }  // namespace
 
-ShmBuffer::ShmBuffer(void* base, std::size_t mapped_bytes, int size, std::size_t slot_bytes,
+ShmBuffer::ShmBuffer(void* base, int fd, std::size_t mapped_bytes, int size, std::size_t slot_bytes,
                      std::size_t header_bytes) noexcept
     : base_(base),
+      fd_(fd),
       mapped_bytes_(mapped_bytes),
       size_(size),
       slot_bytes_(slot_bytes),
       header_bytes_(header_bytes) {}
 
-ShmBuffer::~ShmBuffer() { ::munmap(base_, mapped_bytes_); }
+ShmBuffer::~ShmBuffer() {
+  ::munmap(base_, mapped_bytes_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ShmBuffer::read_slot(int r, std::size_t offset, void* dst, std::size_t bytes,
+                          const std::string& what) const {
+  auto* out = static_cast<std::byte*>(dst);
+  auto at = static_cast<off_t>(header_bytes_ + slot_bytes_ * static_cast<std::size_t>(r) + offset);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd_, out, bytes, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      throw BackendError(what + ": reading a peer's shared-memory slot: " +
+                         (n < 0 ? std::string(std::strerror(errno)) : "end of file"));
+    }
+    out += n, at += n, bytes -= static_cast<std::size_t>(n);
+  }
+}
 
 std::byte* ShmBuffer::slot(int r) const noexcept {
   return static_cast<std::byte*>(base_) + header_bytes_ + slot_bytes_ * static_cast<std::size_t>(r);
@@ -125,6 +181,13 @@ std::shared_ptr<ShmBuffer> ShmBuffer::create(const std::string& name, int size,
   const std::size_t total = header + slot * static_cast<std::size_t>(size);
   void* base = create_shm_mapping(name, total, error);
   if (base == nullptr) return nullptr;
+  const int fd = ::shm_open(name.c_str(), O_RDONLY, 0600);  // Note [Peer pages]
+  if (fd < 0) {
+    *error = errno_text(("shm_open " + name).c_str());
+    ::munmap(base, total);
+    ::shm_unlink(name.c_str());
+    return nullptr;
+  }
   auto* h = new (base) Header();
   h->size = size;
   h->slot_bytes = slot;
@@ -132,7 +195,7 @@ std::shared_ptr<ShmBuffer> ShmBuffer::create(const std::string& name, int size,
     new (reinterpret_cast<std::byte*>(base) + kLine + kLine * static_cast<std::size_t>(r))
         RankState();
   }
-  return std::shared_ptr<ShmBuffer>(new ShmBuffer(base, total, size, slot, header));
+  return std::shared_ptr<ShmBuffer>(new ShmBuffer(base, fd, total, size, slot, header));
 }
 
 std::shared_ptr<ShmBuffer> ShmBuffer::open(const std::string& name, int rank, int size,
@@ -154,9 +217,9 @@ std::shared_ptr<ShmBuffer> ShmBuffer::open(const std::string& name, int rank, in
     return nullptr;
   }
   void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
   if (base == MAP_FAILED) {
     *error = "rank " + std::to_string(rank) + ": " + errno_text(("mmap " + name).c_str());
+    ::close(fd);
     return nullptr;
   }
   auto* h = static_cast<Header*>(base);
@@ -164,9 +227,10 @@ std::shared_ptr<ShmBuffer> ShmBuffer::open(const std::string& name, int rank, in
     *error = "rank " + std::to_string(rank) + ": shared memory " + name +
              " was created for another group";
     ::munmap(base, total);
+    ::close(fd);
     return nullptr;
   }
-  return std::shared_ptr<ShmBuffer>(new ShmBuffer(base, total, size, slot, header));
+  return std::shared_ptr<ShmBuffer>(new ShmBuffer(base, fd, total, size, slot, header));
 }
 
 void ShmBuffer::unlink(const std::string& name) noexcept { ::shm_unlink(name.c_str()); }
@@ -405,27 +469,16 @@ void ShmCollectives::execute(Job& job) {
   // 2: reduce our chunk over every slot, in rank order, into our slot.
   const auto [begin, end] = chunk(job.count, elem, size, rank_);
   if (end > begin) {
-    if (job.dtype == DType::kFloat32 && job.op == ReduceOp::kSum && size >= 2) {
-      std::vector<const float*> in;
-      for (int r = 0; r < size; ++r) in.push_back(reinterpret_cast<const float*>(at(r, begin)));
-      sum_float(reinterpret_cast<float*>(at(rank_, begin)), in.data(), size, end - begin);
-    } else if ((job.dtype == DType::kBFloat16 || job.dtype == DType::kFloat16) &&
-               job.op == ReduceOp::kSum) {
-      // Note [16-bit sums] (reduce_kernels.hpp): in float32, rounded once, as over TCP.
-      std::vector<const void*> in;
-      for (int r = 0; r < size; ++r) in.push_back(at(r, begin));
-      sum_half_rounded_once(at(rank_, begin), in.data(), size, end - begin, job.dtype);
-    } else {
-      for (int r = 0; r < size; ++r) {
-        if (r != rank_) reduce_into(at(rank_, begin), at(r, begin), end - begin, job.dtype, job.op);
-      }
-    }
+    reduce_slots(b, rank_, job.offset_bytes + begin * elem, end - begin, job.dtype, job.op,
+                 at(rank_, begin), at(rank_, begin), job.prefix);
   }
   barrier(b, ++epoch, job.prefix, deadline);  // 3: every chunk is reduced
   for (int r = 0; r < size; ++r) {
     if (r == rank_) continue;
     const auto [rb, re] = chunk(job.count, elem, size, r);
-    if (re > rb) std::memcpy(at(rank_, rb), at(r, rb), (re - rb) * elem);
+    if (re > rb) {
+      b.read_slot(r, job.offset_bytes + rb * elem, at(rank_, rb), (re - rb) * elem, job.prefix);
+    }
   }
   barrier(b, ++epoch, job.prefix, deadline);  // 4: every peer has copied from our slot
 }
@@ -499,18 +552,14 @@ void ShmCollectives::execute_sharded(Job& job) {
     }
   }
   if (job.sharded == 1 && job.piece > 0) {
-    if (job.dtype == DType::kFloat32 && job.op == ReduceOp::kSum && size >= 2) {
-      std::vector<const float*> in;
-      for (int r = 0; r < size; ++r) in.push_back(reinterpret_cast<const float*>(at(r, rank_)));
-      sum_float(static_cast<float*>(job.out), in.data(), size, job.piece);
-    } else {
-      std::vector<const void*> in;
-      for (int r = 0; r < size; ++r) in.push_back(at(r, rank_));
-      reduce_pieces(job.out, in, job.piece, job.dtype, job.op);
-    }
+    reduce_slots(b, rank_, job.offset_bytes + static_cast<std::size_t>(rank_) * piece_bytes,
+                 job.piece, job.dtype, job.op, at(rank_, rank_), job.out, job.prefix);
   } else if (job.sharded == 2 && piece_bytes > 0) {
     for (int r = 0; r < size; ++r) {
-      if (r != rank_) std::memcpy(at(rank_, r), at(r, r), piece_bytes);
+      if (r != rank_) {
+        b.read_slot(r, job.offset_bytes + static_cast<std::size_t>(r) * piece_bytes, at(rank_, r),
+                    piece_bytes, job.prefix);
+      }
     }
   }
   barrier(b, ++epoch, job.prefix, deadline);  // 2: every peer has read what it needs of our slot

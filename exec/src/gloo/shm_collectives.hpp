@@ -13,6 +13,12 @@
 //   3. barrier; rank r copies every other chunk from its owner's slot;
 //   4. barrier: nobody reuses its slot before every peer has copied from it.
 // Each chunk is reduced by exactly one rank and copied bit for bit, so replicas stay identical.
+// Note [Peer pages] (issue 43's memory target): a rank reads its peers' slots with pread() on the
+// object's descriptor, in blocks of 256 KiB through a scratch buffer (into its own slot directly
+// for the copies of step 3), never through the mapping: a page of a peer's slot that this process
+// touched through its mapping would count in its resident set (VmHWM) although the peer owns it,
+// 1.5x the buffer per rank at dp 4, which the memory model (sched::peak_memory) rightly does not
+// count. Only the rank's own slot (its gradients) is resident in its RSS.
 // Per rank that is (size + 1) / size reads and (size + 1) / size writes of the buffer, against
 // 2 (size - 1) / size sends plus as many receives through the kernel for Gloo's ring.
 // The operations run in FIFO order on one worker thread per communicator (so they are
@@ -110,6 +116,11 @@ class ShmBuffer {
   ~ShmBuffer();
 
   [[nodiscard]] std::byte* slot(int r) const noexcept;
+  // Copies `bytes` bytes of slot `r` from `offset` (bytes into the slot) to `dst` through the
+  // object's file descriptor (pread), not the mapping: Note [Peer pages]. Throws BackendError
+  // (naming `what`) when the read fails.
+  void read_slot(int r, std::size_t offset, void* dst, std::size_t bytes,
+                 const std::string& what) const;
   [[nodiscard]] std::size_t slot_bytes() const noexcept { return slot_bytes_; }
   [[nodiscard]] int size() const noexcept { return size_; }
 
@@ -117,9 +128,10 @@ class ShmBuffer {
   [[nodiscard]] Header& header() const noexcept;
 
  private:
-  ShmBuffer(void* base, std::size_t mapped_bytes, int size, std::size_t slot_bytes,
+  ShmBuffer(void* base, int fd, std::size_t mapped_bytes, int size, std::size_t slot_bytes,
             std::size_t header_bytes) noexcept;
   void* base_;
+  int fd_;  // the object, for read_slot
   std::size_t mapped_bytes_;
   int size_;
   std::size_t slot_bytes_;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "comm/communicator_base.hpp"
+#include "comm/reduce_kernels.hpp"
 #include "comm/sharded_collectives.hpp"
 #include "nccl/cuda_streams.hpp"
 #include "nccl/nccl_check.hpp"
@@ -220,7 +221,18 @@ class NcclCommunicator final : public detail::CommunicatorBase {
                  });
   }
 
+  // Note [16-bit sums] on NCCL: NCCL's ring rounds a float16 / bfloat16 sum to 16 bits at
+  // every step. A host buffer (staged) is widened to float32 on the host, summed as float32 and
+  // rounded once at completion, as over MPI. A device buffer keeps NCCL's native 16-bit sum:
+  // widening it needs a conversion kernel on the communication stream, which this backend does
+  // not have (docs/executor.md, "16-bit sums").
   WorkPtr all_reduce(const BufferView& buf, ReduceOp op, const OpContext& ctx) override {
+    if (detail::is_half(buf.dtype) && op == ReduceOp::kSum && !buf.device.is_cuda()) {
+      auto wide = detail::widen_half(buf);
+      auto work = all_reduce(BufferView{wide->data(), wide->size(), DType::kFloat32}, op, ctx);
+      return std::make_shared<detail::FinishingWork>(
+          std::move(work), [wide, buf] { detail::narrow_half(buf, *wide); });
+    }
     OpInfo info{"all_reduce over ranks " + rank_list(members()), -1, ctx};
     return issue(buf, Staging::kBoth, std::move(info),
                  [&](const BufferView& b, cudaStream_t stream) {
@@ -235,6 +247,13 @@ class NcclCommunicator final : public detail::CommunicatorBase {
                     rank_list(members()),
                 -1, ctx};
     check_root(root, info);
+    if (detail::is_half(buf.dtype) && op == ReduceOp::kSum && !buf.device.is_cuda()) {
+      auto wide = detail::widen_half(buf);  // Note [16-bit sums] on NCCL
+      auto work = reduce(BufferView{wide->data(), wide->size(), DType::kFloat32}, root, op, ctx);
+      if (root != rank()) return work;
+      return std::make_shared<detail::FinishingWork>(
+          std::move(work), [wide, buf] { detail::narrow_half(buf, *wide); });
+    }
     return issue(buf, Staging::kBoth, std::move(info),
                  [&](const BufferView& b, cudaStream_t stream) {
                    return PW_GPU_CHECK(ncclReduce(b.data, b.data, b.count, nccl_type(b.dtype),
@@ -279,6 +298,12 @@ class NcclCommunicator final : public detail::CommunicatorBase {
               ncclAllGather(in.data, b.data, in.count, nccl_type(b.dtype), control_->get(), stream),
               tracker_.site(-1, &ctx));
         });
+  }
+
+  // Note [16-bit sums] on NCCL: a staged host buffer's 16-bit sum goes over the wire as float32.
+  std::size_t all_reduce_element_bytes(const BufferView& buf) const override {
+    const bool widened = detail::is_half(buf.dtype) && !buf.device.is_cuda();
+    return dtype_size(widened ? DType::kFloat32 : buf.dtype);
   }
 
   // A one-element all-reduce: completes on every rank only when all ranks reached it.

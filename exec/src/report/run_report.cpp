@@ -149,18 +149,32 @@ std::int64_t heap_bytes_in_use() {
   return static_cast<std::int64_t>(mi.uordblks + mi.hblkhd);
 }
 
-std::int64_t peak_rss_bytes() {
+namespace {
+// A "Vm...:" line of /proc/self/status in bytes, 0 when absent.
+std::int64_t status_bytes(const std::string& key) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) {
-      std::istringstream is(line.substr(6));
+    if (line.rfind(key, 0) == 0) {
+      std::istringstream is(line.substr(key.size()));
       std::int64_t kb = 0;
       is >> kb;
       return kb * 1024;
     }
   }
   return 0;
+}
+}  // namespace
+
+std::int64_t peak_rss_bytes() { return status_bytes("VmHWM:"); }
+
+std::int64_t resident_bytes() { return status_bytes("VmRSS:"); }
+
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  if (!out) return false;
+  out << "5" << std::flush;
+  return static_cast<bool>(out) && peak_rss_bytes() <= resident_bytes() + (1 << 20);
 }
 
 }  // namespace pipewright::exec

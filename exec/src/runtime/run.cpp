@@ -300,8 +300,9 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
       optimizer_of_stage[sp.stage] = interp.replace_optimizer(sp.stage, make_optimizer(c, shard));
     }
   }
-  // Note [Runtime memory] in run_report.hpp: the peak RSS before the first step.
-  const std::int64_t baseline_rss = peak_rss_bytes();
+  // Note [Runtime memory] in run_report.hpp: the resident set before the first step, from which
+  // the peak is measured (the start-up transient is not training state).
+  const std::int64_t baseline_rss = reset_peak_rss() ? resident_bytes() : peak_rss_bytes();
 
   // Checkpoints (docs/data-parallel.md): resume from the last complete one, save every N steps
   // and after the last step.

@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/sched/buckets.hpp"
 #include "pipewright/sched/plan_dag.hpp"
 
 namespace pipewright::sched {
@@ -29,8 +30,50 @@ MemoryOptions memory_options(const JobSpec& job) {
   o.precision = job.precision;
   o.zero_stage = job.effective_zero_stage();
   o.dp = job.dp;
+  o.weight_decay = job.weight_decay;
+  o.bucket_cap_bytes = bucket_cap_bytes_from_mb(job.data_parallel.bucket_cap_mb);
   return o;
 }
+
+namespace {
+
+// Note [Optimizer transient]: tensors of a stepped parameter's size alive at once in a step.
+int optimizer_temporaries(Optimizer optimizer, double weight_decay) noexcept {
+  switch (optimizer) {
+    case Optimizer::kSgd:
+      return weight_decay > 0 ? 1 : 0;
+    case Optimizer::kAdam:
+      return weight_decay > 0 ? 3 : 2;
+    case Optimizer::kAdamW:
+      return 2;
+  }
+  return 0;
+}
+
+std::int64_t largest_param_bytes(const StageCost& c) {
+  if (c.param_sizes_bytes.empty()) return c.param_bytes;
+  return *std::max_element(c.param_sizes_bytes.begin(), c.param_sizes_bytes.end());
+}
+
+// The largest tensor (bytes) the optimizer steps for a stage: its largest parameter, or with
+// ZeRO its largest bucket piece (Note [ZeRO flat buffers] in exec/src/zero/zero.hpp).
+std::int64_t largest_stepped_bytes(const StageCost& c, int zero_stage, int dp,
+                                   std::int64_t bucket_cap_bytes) {
+  std::vector<std::int64_t> sizes = c.param_sizes_bytes;
+  if (sizes.empty()) sizes.push_back(c.param_bytes);
+  if (zero_stage == 0) return largest_param_bytes(c);
+  const BucketAssignment a =
+      assign_buckets(sizes, bucket_cap_bytes > 0 ? bucket_cap_bytes
+                                                 : bucket_cap_bytes_from_mb(kDefaultBucketCapMb));
+  std::int64_t largest = 0;
+  for (const GradBucket& b : a.buckets) {
+    const std::int64_t elems = b.bytes / 4;
+    largest = std::max(largest, (elems + dp - 1) / dp * 4);
+  }
+  return largest;
+}
+
+}  // namespace
 
 MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
                          const MemoryOptions& options)
@@ -78,6 +121,12 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
       redo = at_job(c.activation_bytes);
     }
     param_bytes_.push_back(c.param_bytes);
+    optimizer_transient_.push_back(
+        c.param_bytes > 0 && !shape.forward_only
+            ? optimizer_temporaries(options.optimizer, options.weight_decay) *
+                  largest_stepped_bytes(c, zero_stage_, dp_, options.bucket_cap_bytes)
+            : 0);
+    grad_transient_.push_back(shape.forward_only || dp_ < 2 ? 0 : largest_param_bytes(c));
     kept_bytes_.push_back(kept);
     recompute_bytes_.push_back(redo);
   }
@@ -158,6 +207,10 @@ MemoryChange MemoryModel::change(ActionKind kind, std::int32_t stage) const noex
     case ActionKind::kBackwardInput:
       c.at_start = recompute_bytes_[s];  // held until the W
       break;
+    case ActionKind::kOptimizerStep:  // Note [Optimizer transient]
+      c.transient_at_start = optimizer_transient_[s];
+      c.transient_at_end = -optimizer_transient_[s];
+      break;
     case ActionKind::kBackwardWeight:
       c.at_end = -kept_bytes_[s] - recompute_bytes_[s];
       c.microbatches_at_end = -1;
@@ -165,14 +218,19 @@ MemoryChange MemoryModel::change(ActionKind kind, std::int32_t stage) const noex
     default:
       break;
   }
+  // Note [Optimizer transient]: a backward's fresh weight gradient, before it is added into .grad.
+  if (!shape_.forward_only && completes_weight_grad(kind)) {
+    c.transient_at_start += grad_transient_[s];
+    c.transient_at_end -= grad_transient_[s];
+  }
   // ZeRO-2 / 3: the full gradients of one backward, until it reduce-scatters them.
   if (zero_stage_ >= 2 && !shape_.forward_only && completes_weight_grad(kind)) {
     const std::int64_t g = std::llround(grad_x_ * static_cast<double>(param_bytes_[s]));
     c.sharded_at_start += g;
     c.sharded_at_end -= g;
   }
-  c.at_start += c.sharded_at_start;
-  c.at_end += c.sharded_at_end;
+  c.at_start += c.sharded_at_start + c.transient_at_start;
+  c.at_end += c.sharded_at_end + c.transient_at_end;
   return c;
 }
 
@@ -186,8 +244,9 @@ std::vector<RankMemory> peak_memory(const LoweredPlan& plan, const CostTable& co
     m.static_bytes = model.static_bytes(r);
     m.runtime_bytes = model.runtime_bytes();
     m.autocast_cache_bytes = model.autocast_cache_bytes(r);
-    std::int64_t bytes = 0;    // activations and sharded bytes
-    std::int64_t sharded = 0;  // Note [Sharded state]'s part
+    std::int64_t bytes = 0;      // activations and sharded bytes
+    std::int64_t sharded = 0;    // Note [Sharded state]'s part
+    std::int64_t transient = 0;  // Note [Optimizer transient]'s part
     std::int64_t peak = 0;
     std::int32_t microbatches = 0;
     if (static_cast<std::size_t>(r) < plan.per_rank.size()) {
@@ -195,15 +254,18 @@ std::vector<RankMemory> peak_memory(const LoweredPlan& plan, const CostTable& co
         const MemoryChange c = model.change(a.kind, a.stage);
         bytes += c.at_start;
         sharded += c.sharded_at_start;
+        transient += c.transient_at_start;
         microbatches += c.microbatches_at_start;
         if (bytes > peak) {
           peak = bytes;
-          m.peak_activation_bytes = bytes - sharded;
+          m.peak_activation_bytes = bytes - sharded - transient;
           m.peak_sharded_bytes = sharded;
+          m.peak_transient_bytes = transient;
         }
         m.peak_activation_microbatches = std::max(m.peak_activation_microbatches, microbatches);
         bytes += c.at_end;
         sharded += c.sharded_at_end;
+        transient += c.transient_at_end;
         microbatches += c.microbatches_at_end;
       }
     }

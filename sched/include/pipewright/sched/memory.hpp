@@ -58,6 +58,21 @@
 // distributed optimizer table); kZero 16, 4 + 12/d, 2 + 14/d, 16/d (the ZeRO paper's formulas);
 // kAutocast 16, 8 + 8/d, 4 + 12/d, 16/d (+ 2 per parameter of autocast cache under bf16).
 //
+// Note [Optimizer transient] (issue 43's memory target): torch's optimizers allocate
+// temporaries while they step a tensor: Adam and AdamW's denominator, exp_avg_sq.sqrt() /
+// sqrt(bias_correction2), is two tensors of the parameter's size alive at once (plus the
+// weight-decayed gradient, grad.add(p, wd), under Adam with weight decay); SGD with weight decay
+// one (d_p.add(p, wd)); plain SGD or with momentum none. They live only within the stage's OPTIM,
+// one tensor at a time, so the model adds (temporaries x the largest tensor the optimizer steps)
+// from the OPTIM's start to its end: the largest parameter at zero stage 0, the largest bucket
+// piece (ceil(bucket elements / d) x 4 bytes, Note [ZeRO flat buffers]) from stage 1 on. At
+// dp 4 with 16 MiB weights that is 32 MiB. Likewise autograd computes each weight gradient
+// into a fresh tensor and then adds it into the parameter's .grad when that is defined, which
+// with dp > 1 it always is (DDP's and ZeRO's bucket views): there a backward that completes
+// weight gradients (B or W) holds the stage's largest parameter's bytes more from its start to
+// its end (with dp 1 torch moves the first microbatch's gradient into .grad; not modelled). Both
+// are in peak_activation_bytes.
+//
 // Note [Forward-only memory]: an inference plan frees a forward's activations when the forward
 // ends and holds no gradients or optimizer state (static = parameters).
 #pragma once
@@ -89,6 +104,9 @@ struct MemoryOptions {
   int zero_stage = 0;                      // Note [Sharded state]: the effective zero stage
   int dp = 1;                              // replicas of each stage
   StateLayout layout = StateLayout::kAutocast;
+  double weight_decay = 0.0;  // Note [Optimizer transient]
+  // DDP / ZeRO bucket cap (bytes; 0: PyTorch's 25 MiB), for ZeRO's bucket pieces.
+  std::int64_t bucket_cap_bytes = 0;
 };
 // The job's options (zero_stage = job.effective_zero_stage(), layout kAutocast: what
 // pipewright's executor keeps).
@@ -107,8 +125,10 @@ struct ShardFit {
 struct MemoryChange {
   std::int64_t at_start = 0;  // activations, and Note [Sharded state]'s changing bytes
   std::int64_t at_end = 0;
-  std::int64_t sharded_at_start = 0;  // the part of at_start / at_end that is Note [Sharded
-  std::int64_t sharded_at_end = 0;    // state]'s (gathered parameters, transient gradients)
+  std::int64_t sharded_at_start = 0;    // the part of at_start / at_end that is Note [Sharded
+  std::int64_t sharded_at_end = 0;      // state]'s (gathered parameters, transient gradients)
+  std::int64_t transient_at_start = 0;  // the part that is Note [Optimizer transient]'s
+  std::int64_t transient_at_end = 0;
   std::int32_t microbatches_at_start = 0;
   std::int32_t microbatches_at_end = 0;
 };
@@ -133,6 +153,8 @@ class MemoryModel {
   const PlanShape& shape_;
   [[nodiscard]] std::int64_t share(double bytes) const noexcept;          // ceil(bytes / dp)
   std::vector<std::int64_t> param_bytes_, kept_bytes_, recompute_bytes_;  // per plan stage
+  std::vector<std::int64_t> optimizer_transient_;  // Note [Optimizer transient], per plan stage
+  std::vector<std::int64_t> grad_transient_;       // the same note: the largest parameter
   double state_factor_ = 0.0;
   std::int64_t runtime_bytes_ = 0;
   Precision precision_ = Precision::kFp32;
@@ -151,13 +173,17 @@ struct RankMemory {
   // Note [Sharded state]: gathered parameters and transient full gradients at the peak (0 below
   // zero stage 2).
   std::int64_t peak_sharded_bytes = 0;
+  // Note [Optimizer transient]: optimizer temporaries or a fresh weight gradient at the peak.
+  std::int64_t peak_transient_bytes = 0;
   std::int64_t peak_bytes = 0;  // runtime + static + autocast cache + activation + sharded
+                                // + transient
   friend bool operator==(const RankMemory& a, const RankMemory& b) noexcept {
     return a.rank == b.rank && a.static_bytes == b.static_bytes &&
            a.runtime_bytes == b.runtime_bytes && a.autocast_cache_bytes == b.autocast_cache_bytes &&
            a.peak_activation_bytes == b.peak_activation_bytes &&
            a.peak_activation_microbatches == b.peak_activation_microbatches &&
-           a.peak_sharded_bytes == b.peak_sharded_bytes && a.peak_bytes == b.peak_bytes;
+           a.peak_sharded_bytes == b.peak_sharded_bytes &&
+           a.peak_transient_bytes == b.peak_transient_bytes && a.peak_bytes == b.peak_bytes;
   }
 };
 
