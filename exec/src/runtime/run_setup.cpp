@@ -265,11 +265,6 @@ void validate_recipe_flags(const RunConfig& c) {
                            << ": this executor runs ZeRO stages 1 and 2; stage 3 (sharded "
                               "parameters, UNSHARD/RESHARD plan actions) is not implemented yet "
                               "(simulate, search and partition model it)");
-  PW_CHECK(c.effective_zero_stage() == 0 || c.reduce_dtype_or_default() == sched::Precision::kFp32,
-           ConfigError,
-           "--zero-stage " << c.zero_stage
-                           << " with --reduce-dtype bf16: ZeRO reduce-scatters float32 gradients "
-                              "(a bfloat16 wire is not implemented yet); drop --reduce-dtype");
   PW_CHECK(c.precision != sched::Precision::kFp16 || c.backend == Backend::kNccl ||
                compat::kCpuAutocastFp16,
            ConfigError,
