@@ -116,6 +116,37 @@ TEST(Sharding, BatchesAreConsecutiveRowsAndCrossEpochs) {
   EXPECT_THROW(resumed.seek(DataPosition{-1, 0}), ConfigError);
 }
 
+TEST(Sharding, PositionAfterStepsIsWhereTheStreamStands) {
+  // Note [Resuming at another dp]: the position a resume at another dp seeks to is where an
+  // uninterrupted stream at that dp stands, epoch ends included (offset == shard size).
+  for (int dp : {1, 2, 3, 4}) {
+    for (std::int64_t batch : {1, 2, 3, 5}) {
+      ShardedBatches stream(10, dp, dp - 1, 5, true, batch);
+      for (std::int64_t steps = 0; steps < 12; ++steps) {
+        EXPECT_EQ(position_after_steps(10, dp, batch, steps), stream.position())
+            << "dp " << dp << " batch " << batch << " steps " << steps;
+        (void)stream.next_batch();
+      }
+    }
+  }
+  // The same global batch at dp 4 and dp 2 over 8 rows: step k reads the same rows.
+  std::vector<std::int64_t> at4, at2;
+  for (int r = 0; r < 4; ++r) {
+    ShardedBatches s4(8, 4, r, 9, true, 1);
+    s4.seek(position_after_steps(8, 4, 1, 1));
+    for (auto i : s4.next_batch()) at4.push_back(i);
+  }
+  for (int r = 0; r < 2; ++r) {
+    ShardedBatches s2(8, 2, r, 9, true, 2);
+    s2.seek(position_after_steps(8, 2, 2, 1));
+    for (auto i : s2.next_batch()) at2.push_back(i);
+  }
+  std::sort(at4.begin(), at4.end());
+  std::sort(at2.begin(), at2.end());
+  EXPECT_EQ(at4, at2);
+  EXPECT_THROW((void)position_after_steps(0, 2, 1, 1), ConfigError);
+}
+
 TEST(Sharding, BadArguments) {
   EXPECT_THROW((void)shard_indices(0, 2, 0, 0, 0, false), ConfigError);
   EXPECT_THROW((void)shard_indices(5, 0, 0, 0, 0, false), ConfigError);

@@ -14,6 +14,7 @@
 #include "pipewright/exec/data_parallel.hpp"
 #include "pipewright/graph/error.hpp"
 #include "zero/zero.hpp"
+#include "zero/zero_buckets.hpp"
 
 namespace pipewright::exec {
 namespace {
@@ -188,6 +189,25 @@ TEST(Zero, ShardsArePiecesOfBucketsPaddedToTheReplicaCount) {
               std::string::npos)
         << res[r].refused;
   }
+}
+
+TEST(Zero, TiedParametersGetBucketsOfTheirOwnWhereTheyBecomeReady) {
+  // Note [ZeRO tied parameters]: the others keep DDP's buckets; a dedicated one sits before the
+  // first regular bucket whose parameters were all registered before it.
+  const std::vector<std::int64_t> bytes{40, 8, 400, 8, 12};
+  const auto ddp = sched::assign_buckets({8, 400, 8}, 1 << 20, 1 << 20);  // params 1, 2, 3
+  auto a = assign_zero_buckets(bytes, {true, false, false, false, true}, 1 << 20, 1 << 20);
+  ASSERT_EQ(a.buckets.size(), 3U);
+  EXPECT_EQ(a.buckets[0].params, (std::vector<std::size_t>{4}));  // registered last: ready first
+  EXPECT_EQ(a.buckets[1].params, (std::vector<std::size_t>{3, 2, 1}));
+  EXPECT_EQ(a.buckets[1].offsets_bytes, ddp.buckets[0].offsets_bytes);
+  EXPECT_EQ(a.buckets[2].params, (std::vector<std::size_t>{0}));
+  EXPECT_EQ(a.buckets[2].bytes, 40);
+  EXPECT_EQ(a.bucket_of_param, (std::vector<std::size_t>{2, 1, 1, 1, 0}));
+  EXPECT_EQ(a.slot_of_param, (std::vector<std::size_t>{0, 2, 1, 0, 0}));
+  // Nothing dedicated: exactly DDP's.
+  EXPECT_EQ(assign_zero_buckets(bytes, std::vector<bool>(5, false), 100, 50),
+            sched::assign_buckets(bytes, 100, 50));
 }
 
 TEST(Zero, CommunicationPerStepIsWhatTheContractCounts) {

@@ -1,8 +1,9 @@
 """The issue-33 "Done when" tests (training recipe), for CTest. Each uses the exported tiny GPT-2
 that byo_train.py's setup writes (DIR/model, DIR/x.npy, DIR/y.npy: 32 rows of 16 tokens).
 
-  recipe_train.py match --schedule 1F1B --optimizer adamw --work DIR --pipewright P
-      pipewright launch --nproc 4 -- pipewright run --pp 2 --dp 2 with --clip-grad-norm (a norm
+  recipe_train.py match --schedule 1F1B --optimizer adamw [--zero-stage N] --work DIR --pipewright P
+      pipewright launch --nproc 4 -- pipewright run --pp 2 --dp 2 [--zero-stage N: ZeRO, issue
+      43; the tiny GPT-2's tied embeddings included] with --clip-grad-norm (a norm
       the gradients exceed), a warm-up + cosine learning rate and --metrics, then the same recipe
       in plain PyTorch on one process (clip_grad_norm_, Megatron's schedule) over the same
       global batches: max |pipewright - torch| <= 2e-5 over every weight, and each step's logged
@@ -160,10 +161,10 @@ def read_metrics(path: str) -> List[Dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def match(schedule: str, optimizer: str, pipewright: str, work: str) -> int:
+def match(schedule: str, optimizer: str, pipewright: str, work: str, zero: int = 0) -> int:
     import torch_reference
     from safetensors.torch import load_file
-    tag = f"{schedule}_{optimizer}"
+    tag = f"{schedule}_{optimizer}" + (f"_zero{zero}" if zero else "")
     out = os.path.join(work, f"recipe_{tag}.safetensors")
     metrics = os.path.join(work, f"recipe_{tag}.jsonl")
     # Evaluation after steps 3 and 6 over 2 batches per replica: with unshuffled shards of 2
@@ -174,7 +175,8 @@ def match(schedule: str, optimizer: str, pipewright: str, work: str) -> int:
     recompute = ["--recompute", "full"] if schedule == "ZBVZeroBubble" else []
     p = pw(pipewright, work, 4, ["--pp", "2", "--dp", "2", "--batch-size", "8", "--steps",
                                  str(STEPS), "--metrics", metrics, "--save", out]
-           + schedule_flags(schedule) + recipe_flags(optimizer) + evaluation + recompute)
+           + schedule_flags(schedule) + recipe_flags(optimizer) + evaluation + recompute
+           + (["--zero-stage", str(zero)] if zero else []))
     if p.returncode != 0:
         return 1
     module, lrs, norms, grad_max = reference(work, optimizer, 16, STEPS)
@@ -318,6 +320,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--work", required=True)
     p.add_argument("--schedule", default="1F1B")
     p.add_argument("--optimizer", default="sgd", choices=("sgd", "adamw"))
+    p.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3),
+                   help="match: run pipewright with --zero-stage N (the reference is unchanged)")
     p.add_argument("--pipewright", default=os.path.join(REPO, "build", "bin", "pipewright"))
     a = p.parse_args(argv)
     try:
@@ -329,7 +333,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     work = os.path.abspath(a.work)
     pipewright = os.path.abspath(a.pipewright)
     if a.mode == "match":
-        return match(a.schedule, a.optimizer, pipewright, work)
+        return match(a.schedule, a.optimizer, pipewright, work, a.zero_stage)
     return {"bf16": bf16, "fp16": fp16, "resume": resume}[a.mode](pipewright, work)
 
 

@@ -8,6 +8,8 @@
 //   PW_C10D_STORE_CLONE(Self) to its body.
 // - Autocast's thread-local switches: per device type in 2.x (set_autocast_enabled(kCPU, ...)),
 //   one function per device in 1.13 (set_cpu_enabled): use AutocastGuard.
+// - Optimizer::state() is keyed by the TensorImpl's address printed as a string in 1.13 and by
+//   the address itself in 2.x: use optimizer_state_key(param).
 // - The version itself: kTorchVersion ("2.15.0"), compared with the torch that wrote a node file
 //   (Note [Node files from a newer torch] in model/script_node.cpp).
 // Torch headers only: include this from the .cpp files that already include torch.
@@ -16,8 +18,11 @@
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
+#include <sstream>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -111,6 +116,21 @@ class AutocastCacheScope {
  private:
   bool enabled_;
 };
+
+using OptimizerStateKey =
+    typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+
+// The key of `param`'s entry in Optimizer::state() (what libtorch's own optimizers use).
+template <typename Key = OptimizerStateKey>
+Key optimizer_state_key(const at::Tensor& param) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream os;
+    os << static_cast<const void*>(param.unsafeGetTensorImpl());
+    return os.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
 
 }  // namespace pipewright::exec::compat
 

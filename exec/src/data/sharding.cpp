@@ -60,6 +60,18 @@ std::vector<std::int64_t> shard_indices(std::int64_t n, int dp, int replica, std
   return shard;
 }
 
+DataPosition position_after_steps(std::int64_t n, int dp, std::int64_t batch_size,
+                                  std::int64_t steps) {
+  PW_CHECK(n >= 1 && dp >= 1 && batch_size >= 1 && steps >= 0, ConfigError,
+           "data position after " << steps << " steps of " << batch_size << " rows at dp " << dp
+                                  << " over " << n << " rows: invalid arguments");
+  const std::int64_t shard = (n + dp - 1) / dp;
+  const std::int64_t rows = steps * batch_size;
+  if (rows == 0) return DataPosition{0, 0};
+  const std::int64_t epoch = (rows - 1) / shard;
+  return DataPosition{epoch, rows - epoch * shard};
+}
+
 ShardedBatches::ShardedBatches(std::int64_t n, int dp, int replica, std::uint64_t seed,
                                bool shuffle, std::int64_t batch_size)
     : n_(n), dp_(dp), replica_(replica), seed_(seed), shuffle_(shuffle), batch_size_(batch_size) {

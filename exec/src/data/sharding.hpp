@@ -52,6 +52,12 @@ struct DataPosition {
   }
 };
 
+// Where every replica's stream stands after `steps` batches of `batch_size` rows at `dp` replicas
+// (an epoch's end is left as offset == shard size, as next_batch leaves it): what a resume at
+// another dp seeks to (Note [Resuming at another dp] in runtime/checkpoint.hpp).
+[[nodiscard]] DataPosition position_after_steps(std::int64_t n, int dp, std::int64_t batch_size,
+                                                std::int64_t steps);
+
 // The stream of per-step batches of one replica.
 class ShardedBatches {
  public:

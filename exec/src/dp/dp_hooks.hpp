@@ -57,6 +57,13 @@ class DataParallelHooks {
   // of this replica's shard whose .grad is the reduced shard gradient); empty: the parameters.
   // Valid after on_start.
   [[nodiscard]] virtual std::vector<torch::Tensor> optimizer_params(int /*stage*/) { return {}; }
+  // The tensor stage s's optimizer steps for `param` (a parameter of s), whose .grad is what the
+  // tied exchange sums (tied_sync.hpp): `param` itself, or under ZeRO the piece of its own
+  // bucket (Note [ZeRO tied parameters]). Valid after on_start.
+  [[nodiscard]] virtual torch::Tensor optimizer_tensor_of(int /*stage*/,
+                                                          const torch::Tensor& param) {
+    return param;
+  }
   // Waits for communication that updates parameters in the background (ZeRO's all-gathers after
   // OPTIM), before anything outside a step reads them: evaluation, checkpoints, the weights.
   virtual void settle() {}

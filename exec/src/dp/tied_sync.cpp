@@ -140,12 +140,19 @@ void TiedGradientSync::before_optimizer_steps(std::int64_t step) {
   torch::NoGradGuard no_grad;
   torch::Tensor flat =
       torch::zeros({total_}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+  // What the optimizer steps for each copy: the parameter, or its ZeRO piece (the first
+  // piece-size elements of the group's slot: every stage of this replica holds the same piece).
+  if (stepped_.empty()) {
+    for (const TiedCopy& c : local_) {
+      stepped_.push_back(inner_->optimizer_tensor_of(c.stage, c.param));
+    }
+  }
+  const std::vector<torch::Tensor>& stepped = stepped_;
   const auto slice = [&](std::size_t i) {
-    const TiedGroup& g = groups_[local_group_[i]];
-    return flat.narrow(0, offsets_[local_group_[i]], local_[i].param.numel()).view(g.shape);
+    return flat.narrow(0, offsets_[local_group_[i]], stepped[i].numel()).view(stepped[i].sizes());
   };
   for (std::size_t i = 0; i < local_.size(); ++i) {
-    const torch::Tensor& grad = local_[i].param.grad();
+    const torch::Tensor& grad = stepped[i].grad();
     if (grad.defined()) slice(i).add_(grad.to(torch::kFloat));
   }
   BufferView view;
@@ -159,7 +166,7 @@ void TiedGradientSync::before_optimizer_steps(std::int64_t step) {
   OpContext ctx{step, -1, -1, "all_reduce of tied parameters' gradients"};
   pipe_->all_reduce(view, ReduceOp::kSum, ctx)->wait(timeout_);
   for (std::size_t i = 0; i < local_.size(); ++i) {
-    torch::Tensor& param = local_[i].param;
+    torch::Tensor param = stepped[i];
     if (param.grad().defined()) {
       param.mutable_grad().copy_(slice(i));
     } else {

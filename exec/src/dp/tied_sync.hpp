@@ -17,7 +17,9 @@
 // every rank reaches it without waiting for anything another rank does after its own exchange:
 // no deadlock for any schedule (GPipe, 1F1B, interleaved, zero bubble), any number of stages per
 // rank, or data parallelism (each replica's pipeline group exchanges separately; DDP's
-// REDUCE_GRAD has averaged every copy over the replicas already, and sums commute). Plans that
+// REDUCE_GRAD has averaged every copy over the replicas already, and sums commute; under ZeRO
+// each copy is its bucket's piece of this replica, the same elements in every stage: Note [ZeRO
+// tied parameters] in zero/zero_buckets.hpp). Plans that
 // compute or communicate after a rank's first OPTIM are rejected (ConfigError) when the model has
 // cross-stage tied groups.
 #pragma once
@@ -107,6 +109,9 @@ class TiedGradientSync final : public DataParallelHooks {
   [[nodiscard]] std::vector<torch::Tensor> optimizer_params(int stage) override {
     return inner_->optimizer_params(stage);
   }
+  [[nodiscard]] torch::Tensor optimizer_tensor_of(int stage, const torch::Tensor& param) override {
+    return inner_->optimizer_tensor_of(stage, param);
+  }
   void settle() override { inner_->settle(); }
 
  private:
@@ -117,6 +122,7 @@ class TiedGradientSync final : public DataParallelHooks {
   std::int64_t total_ = 0;
   std::vector<TiedCopy> local_;
   std::vector<std::size_t> local_group_;  // per local copy, index into groups_
+  std::vector<torch::Tensor> stepped_;    // per local copy, what its optimizer steps (first step)
   torch::Device device_;
   std::chrono::milliseconds timeout_;
 };

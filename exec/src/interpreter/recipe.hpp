@@ -104,6 +104,10 @@ class TrainingRecipe {
   // The live state, for checkpoints to save and load in place.
   [[nodiscard]] RecipeState* mutable_state() noexcept { return &state_; }
   [[nodiscard]] bool needs_collective() const noexcept;
+  // Replaces Options::not_counted (ZeRO: the tensors the optimizers step exist after on_start).
+  void set_not_counted(std::set<const void*> not_counted) {
+    o_.not_counted = std::move(not_counted);
+  }
 
  private:
   Options o_;

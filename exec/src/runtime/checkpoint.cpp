@@ -4,11 +4,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <sstream>
 #include <system_error>
+#include <vector>
 
 #include "data/file_io.hpp"
 #include "pipewright/graph/error.hpp"
+#include "zero/zero_reshard.hpp"
 
 namespace pipewright::exec {
 
@@ -180,6 +183,9 @@ std::string serialize_checkpoint(const TrainingState& s, const CheckpointIdentit
     for (const auto& [name, t] : s.dp_algorithm->state()) ar.write("dp." + name, t);
   }
   ar.write("zero", torch::tensor({static_cast<std::int64_t>(s.zero_stage)}, torch::kLong));
+  ar.write("mesh", torch::tensor({static_cast<std::int64_t>(s.pp), static_cast<std::int64_t>(s.dp),
+                                  s.batch_size},
+                                 torch::kLong));
   if (s.recipe != nullptr) {
     ar.write("recipe",
              torch::tensor({s.recipe->loss_scale, static_cast<double>(s.recipe->growth_tracker)},
@@ -190,14 +196,21 @@ std::string serialize_checkpoint(const TrainingState& s, const CheckpointIdentit
   return std::move(out).str();
 }
 
-void parse_checkpoint(const std::string& bytes, const std::string& name,
-                      const CheckpointIdentity& id, TrainingState& s) {
+namespace {
+
+// A checkpoint file read into memory: its archive and its /meta.
+struct Opened {
   torch::serialize::InputArchive ar;
+  std::vector<std::int64_t> meta;
+};
+
+std::unique_ptr<Opened> open_checkpoint(const std::string& bytes, const std::string& name) {
+  auto o = std::make_unique<Opened>();
   torch::Tensor meta;
   try {
     std::istringstream in(bytes);
-    ar.load_from(in);
-    ar.read("meta", meta);
+    o->ar.load_from(in);
+    o->ar.read("meta", meta);
   } catch (const c10::Error& e) {
     throw ParseError(name + ": not a pipewright checkpoint (" + e.what_without_backtrace() + ")");
   }
@@ -206,16 +219,105 @@ void parse_checkpoint(const std::string& bytes, const std::string& name,
   const auto* m = meta.data_ptr<std::int64_t>();
   PW_CHECK(m[0] == kFormatVersion, ParseError,
            name << ": /meta: format version " << m[0] << ", expected " << kFormatVersion);
-  PW_CHECK(m[4] == id.world_rank && m[5] == id.world_size, ConfigError,
-           name << ": written by rank " << m[4] << " of " << m[5] << ", this is rank "
-                << id.world_rank << " of " << id.world_size
-                << " (resuming needs the same world size)");
-  check_layout(ar, name, s);
+  o->meta.assign(m, m + 8);
+  return o;
+}
+
+std::unique_ptr<Opened> open_file(const std::string& path) {
+  return open_checkpoint(read_file_bytes(path, "checkpoint"), path);
+}
+
+// Note [Resuming at another dp]: where the saved run's files are.
+struct Reshard {
+  std::string dir;
+  std::int64_t step = 0;
+  int pp = 1;        // the saved run's (== this run's)
+  int dp = 1;        // the saved run's
+  int pp_index = 0;  // this rank's pipeline rank
+};
+
+void check_fingerprint(const std::vector<std::int64_t>& m, const std::string& name,
+                       const CheckpointIdentity& id) {
   std::uint64_t fp;
   std::memcpy(&fp, &m[6], sizeof fp);
   PW_CHECK(fp == id.fingerprint, ConfigError,
            name << ": written by a run with another configuration (model, plan, mesh, batch, "
                    "optimizer or data-parallel options differ)");
+}
+
+// Note [ZeRO re-sharding]: local stage i's optimizer shard from every saved replica's file of
+// this pipeline rank (`first`: replica 0's, already open).
+void reshard_zero_optimizer(Opened& first, const std::string& first_name, const Reshard& rs,
+                            const CheckpointIdentity& id, TrainingState& s, std::size_t i) {
+  const int stage = s.stages[i].stage;
+  const std::string where = first_name + ": stage " + std::to_string(stage);
+  const std::string key = "layout.stage" + std::to_string(stage);
+  PW_CHECK(s.dp_algorithm != nullptr && s.make_optimizer, ConfigError,
+           where << ": re-sharding a ZeRO optimizer needs the run's ZeRO state");
+  const auto live_state = s.dp_algorithm->state();
+  PW_ASSERT(live_state.count(key) != 0, "ZeRO stage " << stage << " without a layout");
+  const ShardLayout live = parse_shard_layout(live_state.at(key), "this run's " + key);
+  std::vector<std::vector<PieceState>> saved;
+  std::vector<ShardLayout> layouts;
+  std::unique_ptr<torch::optim::Optimizer> options_from;
+  for (int r = 0; r < rs.dp; ++r) {
+    std::unique_ptr<Opened> other;
+    std::string name = first_name;
+    Opened* o = &first;
+    if (r > 0) {
+      name = checkpoint_file(rs.dir, rs.step, r * rs.pp + rs.pp_index);
+      other = open_file(name);
+      o = other.get();
+      PW_CHECK(o->meta[4] == r * rs.pp + rs.pp_index && o->meta[5] == rs.pp * rs.dp &&
+                   o->meta[1] == first.meta[1],
+               ConfigError,
+               name << ": written by rank " << o->meta[4] << " of " << o->meta[5] << " at step "
+                    << o->meta[1] << ", expected rank " << r * rs.pp + rs.pp_index << " of "
+                    << rs.pp * rs.dp << " at step " << first.meta[1]);
+      check_fingerprint(o->meta, name, id);
+    }
+    try {
+      torch::Tensor lt;
+      PW_CHECK(o->ar.try_read("dp." + key, lt), ConfigError,
+               name << ": stage " << stage << ": 'dp." << key
+                    << "' (the ZeRO shard layout) is missing: a checkpoint written before "
+                       "layouts were recorded cannot be re-sharded; resume at --dp "
+                    << rs.dp);
+      layouts.push_back(parse_shard_layout(lt, name));
+      std::vector<torch::Tensor> pieces;
+      for (std::int64_t q : layouts.back().piece) pieces.push_back(torch::zeros({q}));
+      auto opt = s.make_optimizer(std::move(pieces));
+      torch::serialize::InputArchive opt_ar;
+      o->ar.read(stage_key(i, "optimizer"), opt_ar);
+      opt->load(opt_ar);
+      saved.push_back(optimizer_piece_states(*opt));
+      if (r == 0) options_from = std::move(opt);
+    } catch (const c10::Error& e) {
+      throw ParseError(name + ": incomplete or corrupt checkpoint (" + e.what_without_backtrace() +
+                       ")");
+    }
+  }
+  torch::optim::Optimizer& mine = *s.optimizers[i];
+  set_optimizer_piece_states(mine, reshard_piece_states(saved, layouts, live, where));
+  mine.param_groups().at(0).set_options(options_from->param_groups().at(0).options().clone());
+}
+
+void parse_opened(Opened& o, const std::string& name, const CheckpointIdentity& id,
+                  TrainingState& s, const Reshard* rs) {
+  const std::vector<std::int64_t>& m = o.meta;
+  torch::serialize::InputArchive& ar = o.ar;
+  if (rs == nullptr) {
+    PW_CHECK(m[4] == id.world_rank && m[5] == id.world_size, ConfigError,
+             name << ": written by rank " << m[4] << " of " << m[5] << ", this is rank "
+                  << id.world_rank << " of " << id.world_size
+                  << " (resuming needs the same world size)");
+  } else {
+    PW_CHECK(m[4] == rs->pp_index && m[5] == rs->pp * rs->dp, ConfigError,
+             name << ": written by rank " << m[4] << " of " << m[5] << ", expected rank "
+                  << rs->pp_index << " of " << rs->pp * rs->dp);
+  }
+  check_layout(ar, name, s);
+  check_fingerprint(m, name, id);
   PW_CHECK(m[7] == static_cast<std::int64_t>(s.stages.size()), ConfigError,
            name << ": holds " << m[7] << " stages, this rank has " << s.stages.size());
   try {
@@ -240,12 +342,16 @@ void parse_checkpoint(const std::string& bytes, const std::string& name,
         copy_into(sp.buffers[j], t, key, name);
       }
       if (i < s.optimizers.size() && s.optimizers[i] != nullptr) {
-        torch::serialize::InputArchive opt;
-        ar.read(stage_key(i, "optimizer"), opt);
-        s.optimizers[i]->load(opt);
+        if (rs != nullptr && s.zero_stage > 0) {
+          reshard_zero_optimizer(o, name, *rs, id, s, i);
+        } else {  // this rank's own state, or (another dp, --zero-stage 0) the replicated one
+          torch::serialize::InputArchive opt;
+          ar.read(stage_key(i, "optimizer"), opt);
+          s.optimizers[i]->load(opt);
+        }
       }
     }
-    if (s.dp_algorithm != nullptr) {
+    if (s.dp_algorithm != nullptr && rs == nullptr) {
       std::map<std::string, torch::Tensor> st;
       for (const auto& [key, live] : s.dp_algorithm->state()) {
         torch::Tensor t;
@@ -266,6 +372,15 @@ void parse_checkpoint(const std::string& bytes, const std::string& name,
   }
   s.completed_steps = m[1];
   s.data = DataPosition{m[2], m[3]};
+  s.loaded_dp = rs == nullptr ? s.dp : rs->dp;
+}
+
+}  // namespace
+
+void parse_checkpoint(const std::string& bytes, const std::string& name,
+                      const CheckpointIdentity& id, TrainingState& s) {
+  auto o = open_checkpoint(bytes, name);
+  parse_opened(*o, name, id, s, nullptr);
 }
 
 void save_checkpoint(const std::string& dir, const TrainingState& state,
@@ -323,7 +438,10 @@ std::int64_t latest_complete_checkpoint(const std::string& dir, int world_rank) 
   const auto steps = complete_steps(dir);
   std::error_code ec;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    if (fs::exists(checkpoint_file(dir, *it, world_rank), ec)) return *it;
+    // Another world size (Note [Resuming at another dp]): the files of a smaller world.
+    if (fs::exists(checkpoint_file(dir, *it, world_rank), ec) ||
+        fs::exists(checkpoint_file(dir, *it, 0), ec))
+      return *it;
   }
   return -1;
 }
@@ -339,8 +457,69 @@ std::int64_t agree_resume_step(const std::string& dir, int world_rank, Communica
 
 void load_checkpoint(const std::string& dir, std::int64_t step, const CheckpointIdentity& id,
                      TrainingState& state) {
-  const std::string path = checkpoint_file(dir, step, id.world_rank);
-  parse_checkpoint(read_file_bytes(path, "checkpoint"), path, id, state);
+  std::string path = checkpoint_file(dir, step, id.world_rank);
+  std::error_code ec;
+  std::unique_ptr<Opened> o;
+  const auto saved_mesh = [](Opened& f, torch::Tensor& mesh) {
+    try {
+      return f.ar.try_read("mesh", mesh) && mesh.numel() == 3;
+    } catch (const c10::Error&) {
+      return false;
+    }
+  };
+  if (fs::exists(path, ec)) {
+    o = open_file(path);
+    torch::Tensor m;
+    const bool same_mesh = !saved_mesh(*o, m) || (m[0].item<std::int64_t>() == state.pp &&
+                                                  m[1].item<std::int64_t>() == state.dp);
+    if (o->meta[5] == id.world_size && same_mesh) {
+      parse_opened(*o, path, id, state, nullptr);
+      PW_CHECK(state.completed_steps == step, ConfigError,
+               path << ": holds step " << state.completed_steps << ", expected " << step);
+      return;
+    }
+  }
+  // Note [Resuming at another dp]: written at another world size.
+  const std::string first = checkpoint_file(dir, step, 0);
+  if (id.world_rank != 0 || !o) o = open_file(first);
+  torch::Tensor mesh;
+  PW_CHECK(saved_mesh(*o, mesh), ConfigError,
+           first << ": written by a world of " << o->meta[5] << " ranks, this run has "
+                 << id.world_size
+                 << " (resuming needs the same world size: this checkpoint records no mesh)");
+  const torch::Tensor mesh_long = mesh.to(torch::kLong).contiguous();
+  const auto* v = mesh_long.data_ptr<std::int64_t>();
+  const std::int64_t saved_pp = v[0], saved_dp = v[1], saved_batch = v[2];
+  PW_CHECK(saved_pp == state.pp && saved_pp * saved_dp == o->meta[5], ConfigError,
+           first << ": written at --pp " << saved_pp << " --dp " << saved_dp
+                 << ", this run has --pp " << state.pp << " --dp " << state.dp
+                 << ": a resume may change --dp only (re-sharding on load keeps the pipeline "
+                    "stages and their ranks)");
+  PW_CHECK(
+      saved_batch * saved_dp == state.batch_size * state.dp, ConfigError,
+      first << ": written at --dp " << saved_dp << " --batch-size " << saved_batch
+            << " (a global batch of " << saved_batch * saved_dp << " samples), this run has --dp "
+            << state.dp << " --batch-size " << state.batch_size << " ("
+            << state.batch_size * state.dp << "): a resume at another --dp keeps the global batch"
+            << ((saved_batch * saved_dp) % state.dp == 0
+                    ? " (--batch-size " + std::to_string(saved_batch * saved_dp / state.dp) + ")"
+                    : std::string()));
+  PW_CHECK(
+      state.dp_algorithm == nullptr || state.zero_stage > 0 || state.dp_algorithm->state().empty(),
+      ConfigError,
+      first << ": written at --dp " << saved_dp << ", this run has --dp " << state.dp
+            << ": the data-parallel algorithm keeps per-replica state, which does not "
+               "re-shard (resume at --dp "
+            << saved_dp << ", or use --dp-algorithm ddp)");
+  Reshard rs;
+  rs.dir = dir;
+  rs.step = step;
+  rs.pp = static_cast<int>(saved_pp);
+  rs.dp = static_cast<int>(saved_dp);
+  rs.pp_index = id.world_rank % state.pp;
+  path = checkpoint_file(dir, step, rs.pp_index);
+  if (rs.pp_index != 0) o = open_file(path);
+  parse_opened(*o, path, id, state, &rs);
   PW_CHECK(state.completed_steps == step, ConfigError,
            path << ": holds step " << state.completed_steps << ", expected " << step);
 }

@@ -15,6 +15,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,18 @@ struct TrainingState {
   // 1/2: the optimizer state is this replica's shard, zero/zero.hpp). Saved as "zero"; a resume
   // with another stage is refused naming the stage and the optimizer state (absent: 0).
   int zero_stage = 0;
+  // The run's mesh and per-replica batch, saved as "mesh" [pp, dp, batch_size]: a resume at
+  // another --dp (same --pp, same global batch) re-shards (Note [Resuming at another dp]).
+  int pp = 1;
+  int dp = 1;
+  std::int64_t batch_size = 0;
+  // ZeRO at another dp: an optimizer of the run's kind over the given tensors (the saved pieces'
+  // state is loaded into it, then re-sharded). Unset: a ZeRO checkpoint of another dp is refused.
+  std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>
+      make_optimizer;
+  // Set by load_checkpoint: the --dp of the run that wrote the loaded checkpoint. When it is not
+  // `dp`, `data` is the saved replica 0's position; the caller recomputes its own.
+  int loaded_dp = 0;
 };
 
 struct CheckpointIdentity {
@@ -73,7 +87,8 @@ void save_checkpoint(const std::string& dir, const TrainingState& state,
 // Each rank removes only its own, so ranks may call it concurrently. Returns how many it removed.
 std::int64_t remove_stale_temporaries(const std::string& dir, int world_rank);
 
-// The latest complete checkpoint in `dir` that holds this rank's file, or -1. Local; see
+// The latest complete checkpoint in `dir` that holds this rank's file or, written at another
+// world size, world rank 0's (load_checkpoint re-shards or names why not), or -1. Local; see
 // agree_resume_step for the collective version.
 [[nodiscard]] std::int64_t latest_complete_checkpoint(const std::string& dir, int world_rank);
 
@@ -84,6 +99,13 @@ std::int64_t remove_stale_temporaries(const std::string& dir, int world_rank);
                                              std::chrono::milliseconds timeout);
 
 // Loads step `step` of `dir` for id.world_rank into `state`.
+// Note [Resuming at another dp]: a checkpoint written at another world size loads when it was
+// written at the same --pp (the same stages on the same pipeline ranks) and the same global batch
+// (--batch-size x --dp); else ConfigError naming the flags. Parameters, buffers, the loss scale
+// and (--zero-stage 0) the optimizer state are replicated: replica 0's file of this pipeline rank
+// gives them. ZeRO's optimizer shards are re-sharded from every saved replica's file of this
+// pipeline rank (zero/zero_reshard.hpp: Note [ZeRO re-sharding]). A data-parallel algorithm with
+// per-replica state (SlowMo, DiLoCo, SGP) is refused.
 void load_checkpoint(const std::string& dir, std::int64_t step, const CheckpointIdentity& id,
                      TrainingState& state);
 

@@ -67,6 +67,10 @@ std::uint64_t checkpoint_fingerprint(const RunConfig& c) {
                                     ? 0
                                     : job.lr_schedule.decay_steps_or(job.steps);
   job.steps = 1;
+  // Note [Resuming at another dp]: the mesh's dp and the per-replica batch may change together
+  // (load_checkpoint checks the global batch and names the flags); the rest must not.
+  job.batch_size = c.batch_size * c.dp;
+  job.dp = 1;
   std::ostringstream os;
   os << sched::to_json(job) << '|' << c.loss << '|' << c.seed << '|' << c.init_path << '|'
      << c.data_x << '|' << c.data_y << '|' << c.dataset << '|' << c.shuffle << '|'
@@ -159,6 +163,28 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   agree_on_job(*world, p.fingerprint, timeout);
   Mesh mesh = make_mesh(*world, c.pp, c.dp);
 
+  // Tied parameters across stages: gradients summed before the optimizer (tied_sync.hpp); Chimera's
+  // replicas too (Note [Replica gradients]). Under ZeRO each gets a bucket of its own (Note [ZeRO
+  // tied parameters] in zero/zero_buckets.hpp).
+  auto groups = cross_stage_tied_groups(p.model, p.partition);
+  std::set<std::string> names;
+  for (const auto& g : groups) names.insert(g.name);
+  for (auto& g : replica_groups(p.model, p.partition, p.plan.shape, names)) {
+    groups.push_back(std::move(g));
+  }
+  PW_CHECK(groups.empty() || c.effective_zero_stage() < 3, ConfigError,
+           "--zero-stage 3: parameters shared between stages ('"
+               << groups.front().name
+               << "': tied weights, or Chimera's replicated stages) are not sharded at stage 3 "
+                  "yet: stages 1 and 2 give them buckets of their own (Note [ZeRO tied "
+                  "parameters]), stage 3 does not; run with --zero-stage 1 or 2");
+  std::vector<TiedCopy> copies;
+  if (!groups.empty()) {
+    std::vector<const StageModule*> modules;
+    for (const auto& b : bodies) modules.push_back(&b->module());
+    copies =
+        local_tied_copies(modules, p.plan.shape.stages_of_rank(p.pp_index), p.plan.shape, names);
+  }
   std::unique_ptr<DataParallelAlgorithm> dp_algo;
   NoDataParallel no_dp;
   DataParallelHooks* hooks = &no_dp;
@@ -179,6 +205,8 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
       zo.num_microbatches = c.microbatches;
       zo.check_replicas = c.check_replicas;
       zo.timeout = timeout;
+      for (const auto& cp : copies) zo.dedicated.insert(cp.param.unsafeGetTensorImpl());
+      zo.bf16_reduce = ctx.bf16_reduce;
       if (zo.stage == 3) {  // sharded parameters too (zero/zero3.hpp)
         dp_algo = std::make_unique<Zero3>(ctx.dp_comm, zo, p.world.rank);
       } else {
@@ -189,31 +217,12 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     }
     hooks = dp_algo.get();
   }
-  // Tied parameters across stages: gradients summed before the optimizer (tied_sync.hpp).
   std::unique_ptr<TiedGradientSync> tied;
   std::set<const void*> not_counted;  // Note [Global gradient norm]
-  // Chimera's replicas too (Note [Replica gradients]).
-  auto groups = cross_stage_tied_groups(p.model, p.partition);
-  std::set<std::string> names;
-  for (const auto& g : groups) names.insert(g.name);
-  for (auto& g : replica_groups(p.model, p.partition, p.plan.shape, names)) {
-    groups.push_back(std::move(g));
-  }
-  PW_CHECK(groups.empty() || c.effective_zero_stage() == 0, ConfigError,
-           "--zero-stage " << c.zero_stage << ": parameters shared between stages ('"
-                           << groups.front().name
-                           << "': tied weights, or Chimera's replicated stages) are not sharded "
-                              "yet: their gradients are summed across stages after REDUCE_GRAD, "
-                              "which a reduce-scattered shard no longer allows; run with "
-                              "--zero-stage 0");
   if (!groups.empty()) {
-    std::vector<const StageModule*> modules;
-    for (const auto& b : bodies) modules.push_back(&b->module());
-    auto copies =
-        local_tied_copies(modules, p.plan.shape.stages_of_rank(p.pp_index), p.plan.shape, names);
     not_counted = copies_counted_elsewhere(groups, copies);
-    tied = std::make_unique<TiedGradientSync>(hooks, mesh.pipe.get(), std::move(groups),
-                                              std::move(copies), p.plan, p.device, timeout);
+    tied = std::make_unique<TiedGradientSync>(hooks, mesh.pipe.get(), groups, copies, p.plan,
+                                              p.device, timeout);
     hooks = tied.get();
   }
   // The training recipe (recipe.hpp): learning rate, clipping, fp16 loss scaling.
@@ -300,6 +309,12 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
       optimizer_of_stage[sp.stage] = interp.replace_optimizer(sp.stage, make_optimizer(c, shard));
     }
   }
+  if (c.effective_zero_stage() > 0 && !copies.empty()) {
+    // Note [Global gradient norm] under ZeRO: the tied copies' pieces, not the parameters.
+    std::vector<TiedCopy> stepped = copies;
+    for (auto& cp : stepped) cp.param = hooks->optimizer_tensor_of(cp.stage, cp.param);
+    recipe.set_not_counted(copies_counted_elsewhere(groups, stepped));
+  }
   // Note [Runtime memory] in run_report.hpp: the resident set before the first step, from which
   // the peak is measured (the start-up transient is not training state).
   const std::int64_t baseline_rss = reset_peak_rss() ? resident_bytes() : peak_rss_bytes();
@@ -313,6 +328,12 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   train_state.dp_algorithm = dp_algo.get();
   train_state.recipe = recipe.mutable_state();
   train_state.zero_stage = c.effective_zero_stage();
+  train_state.pp = c.pp;
+  train_state.dp = c.dp;
+  train_state.batch_size = c.batch_size;
+  train_state.make_optimizer = [&c](std::vector<torch::Tensor> params) {
+    return make_optimizer(c, std::move(params));
+  };
   const CheckpointIdentity ckpt_id{p.world.rank, p.world.world_size, checkpoint_fingerprint(c)};
   std::int64_t first_step = 0;
   bool resume_found_none = false;
@@ -321,6 +342,11 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     const std::int64_t s = agree_resume_step(c.checkpoint_dir, p.world.rank, *world, timeout);
     if (s >= 0) {
       load_checkpoint(c.checkpoint_dir, s, ckpt_id, train_state);
+      // Note [Resuming at another dp]: the same global batches from step s on; this replica's
+      // place in the stream is where an uninterrupted run at this dp would be.
+      if (train_state.loaded_dp != c.dp) {
+        train_state.data = position_after_steps(p.data->size(), c.dp, c.batch_size, s);
+      }
       loader.seek(train_state.data);
       first_step = s;
       mb = loader.next(s);  // the batch of step s

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "pipewright/graph/error.hpp"
+#include "zero/zero_buckets.hpp"
 
 namespace pipewright::exec {
 
@@ -40,17 +41,18 @@ torch::Tensor alias(const torch::Tensor& base, std::int64_t offset, torch::IntAr
       .set_(base.storage(), base.storage_offset() + offset, sizes, strides);
 }
 
-torch::Tensor zeros_for(Communicator& dp, std::int64_t numel, const torch::Device& device) {
+torch::Tensor zeros_for(Communicator& dp, std::int64_t numel, const torch::Device& device,
+                        torch::ScalarType type = torch::kFloat) {
   if (device.is_cpu()) {
     // 64-byte aligned, zero-filled memory of the communicator's choice.
     std::shared_ptr<void> mem =
-        dp.allocate_collective_buffer(static_cast<std::size_t>(numel) * sizeof(float));
+        dp.allocate_collective_buffer(static_cast<std::size_t>(numel) * c10::elementSize(type));
     void* data = mem.get();
     return torch::from_blob(
         data, {numel}, [mem = std::move(mem)](void*) mutable { mem.reset(); },
-        torch::TensorOptions().dtype(torch::kFloat));
+        torch::TensorOptions().dtype(type));
   }
-  return torch::zeros({numel}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+  return torch::zeros({numel}, torch::TensorOptions().dtype(type).device(device));
 }
 
 }  // namespace
@@ -101,6 +103,7 @@ void Zero::on_start(std::vector<StageParams>& stages) {
     auto st = std::make_unique<Stage>();
     st->params = sp;
     std::vector<std::int64_t> bytes;
+    std::vector<bool> dedicated;
     for (const auto& p : sp.params) {
       if (!p.requires_grad()) continue;
       PW_CHECK(p.scalar_type() == torch::kFloat, ConfigError,
@@ -109,13 +112,14 @@ void Zero::on_start(std::vector<StageParams>& stages) {
                                << " parameter; only float32 parameters are supported");
       st->trainable.push_back(p);
       bytes.push_back(p.numel() * static_cast<std::int64_t>(sizeof(float)));
+      dedicated.push_back(options_.dedicated.count(p.unsafeGetTensorImpl()) != 0);
     }
     if (st->trainable.empty()) {
       stages_.push_back(std::move(st));
       continue;
     }
-    st->assignment =
-        sched::assign_buckets(bytes, options_.bucket_cap_bytes, options_.first_bucket_cap_bytes);
+    st->assignment = assign_zero_buckets(bytes, dedicated, options_.bucket_cap_bytes,
+                                         options_.first_bucket_cap_bytes);
     st->buckets.resize(st->assignment.buckets.size());
     std::int64_t offset = 0, shard = 0;
     for (std::size_t b = 0; b < st->buckets.size(); ++b) {
@@ -159,6 +163,10 @@ void Zero::on_start(std::vector<StageParams>& stages) {
     st->flat_grads = zeros_for(*dp_, offset, device);
     st->shard_grads = torch::zeros({shard}, st->flat_params.options());
     if (options_.stage == 2) st->scratch = torch::zeros({shard}, st->flat_params.options());
+    if (options_.bf16_reduce) {  // Note [ZeRO bf16 reduce-scatter]
+      st->wire = zeros_for(*dp_, offset, device, torch::kBFloat16);
+      st->wire_out = torch::zeros({shard}, st->flat_params.options().dtype(torch::kBFloat16));
+    }
     st->grad_alias.resize(st->trainable.size());
     for (std::size_t i = 0; i < st->trainable.size(); ++i) {
       st->grad_alias[i] = alias(st->flat_grads, at_of[i], st->trainable[i].sizes());
@@ -197,6 +205,19 @@ std::int64_t Zero::shard_elements(int id) const {
 }
 
 std::vector<torch::Tensor> Zero::optimizer_params(int id) { return stage(id).shard_params; }
+
+torch::Tensor Zero::optimizer_tensor_of(int id, const torch::Tensor& param) {
+  Stage& st = stage(id);
+  for (std::size_t i = 0; i < st.trainable.size(); ++i) {
+    if (!st.trainable[i].is_same(param)) continue;
+    const std::size_t b = st.assignment.bucket_of_param[i];
+    if (st.assignment.buckets[b].params.size() == 1 &&
+        options_.dedicated.count(param.unsafeGetTensorImpl()) != 0) {
+      return st.shard_params[b];
+    }
+  }
+  return param;
+}
 
 void Zero::wait_gathers(Stage& st) {
   for (auto& w : st.gathers) detail::timed_wait(w, options_.timeout, stats_);
@@ -270,15 +291,33 @@ void Zero::launch(Stage& st, std::size_t b, const torch::Tensor& out, bool in_ba
   ctx.stage = st.params.stage;
   ctx.what = "ZeRO-" + std::to_string(options_.stage) + " reduce-scatter of gradient bucket " +
              std::to_string(b);
-  const torch::Tensor in = st.flat_grads.narrow(0, bk.offset, bk.padded);
-  const torch::Tensor piece = out.narrow(0, bk.shard_offset, bk.piece);
-  const auto bytes = static_cast<double>(in.numel()) * sizeof(float);
+  torch::Tensor in = st.flat_grads.narrow(0, bk.offset, bk.padded);
+  torch::Tensor piece = out.narrow(0, bk.shard_offset, bk.piece);
+  if (options_.bf16_reduce) {  // Note [ZeRO bf16 reduce-scatter]
+    torch::NoGradGuard no_grad;
+    torch::Tensor wire = st.wire.narrow(0, bk.offset, bk.padded);
+    wire.copy_(in);
+    in = wire;
+    piece = st.wire_out.narrow(0, bk.shard_offset, bk.piece);
+  }
+  const auto bytes = static_cast<double>(in.numel()) * static_cast<double>(in.element_size());
   ++stats_.collectives;
   stats_.payload_bytes += static_cast<std::uint64_t>(bytes);
   stats_.wire_bytes += bytes * static_cast<double>(dp_->size() - 1) / dp_->size();
   bk.work = dp_->reduce_scatter(detail::view_of(in), detail::view_of(piece), ReduceOp::kSum, ctx);
   bk.launched = true;
   ++(in_backward ? stats_.buckets_in_backward : stats_.buckets_at_reduce);
+}
+
+void Zero::finish(Stage& st, std::size_t b, const torch::Tensor& out) {
+  Bucket& bk = st.buckets[b];
+  detail::timed_wait(bk.work, options_.timeout, stats_);
+  bk.work.reset();
+  if (options_.bf16_reduce) {  // the bfloat16 piece widened into the float32 one
+    torch::NoGradGuard no_grad;
+    out.narrow(0, bk.shard_offset, bk.piece)
+        .copy_(st.wire_out.narrow(0, bk.shard_offset, bk.piece));
+  }
 }
 
 void Zero::after_backward(int stage_id, int /*microbatch*/, bool /*last*/) {
@@ -288,10 +327,7 @@ void Zero::after_backward(int stage_id, int /*microbatch*/, bool /*last*/) {
   if (st.buckets.empty()) return;
   // Note [ZeRO flat buffers], stage 2: this microbatch's gradients into the shard accumulator.
   for (std::size_t b = 0; b < st.buckets.size(); ++b) launch(st, b, st.scratch, true);
-  for (auto& bk : st.buckets) {
-    detail::timed_wait(bk.work, options_.timeout, stats_);
-    bk.work.reset();
-  }
+  for (std::size_t b = 0; b < st.buckets.size(); ++b) finish(st, b, st.scratch);
   torch::NoGradGuard no_grad;
   st.shard_grads.add_(st.scratch);
   st.flat_grads.zero_();
@@ -315,10 +351,7 @@ void Zero::reduce_grad(int stage_id) {
       launch(st, b, st.shard_grads, false);
     }
     st.next_launch = st.buckets.size();
-    for (auto& bk : st.buckets) {
-      detail::timed_wait(bk.work, options_.timeout, stats_);
-      bk.work.reset();
-    }
+    for (std::size_t b = 0; b < st.buckets.size(); ++b) finish(st, b, st.shard_grads);
   }
   // The optimizer steps the shard: its tensors' .grad are pieces of Gs (set at on_start; an
   // optimizer's zero_grad may have reset them).

@@ -33,6 +33,15 @@
 //   (settle()).
 // Bytes on the wire per replica and step (ring): stage 1: RS (d-1)/d G + AG (d-1)/d P = DDP's
 //   all-reduce; stage 2: m RS of G + AG of P.
+//
+// Note [ZeRO bf16 reduce-scatter]
+// With --reduce-dtype bf16 (torch MixedPrecision's reduce_dtype, DDP's Note [DDP bf16
+// reduction]) each bucket of G is copied into a bfloat16 buffer of the same layout and
+// reduce-scattered as bfloat16 (the communicators sum 16-bit buffers in float32 and round once,
+// Note [16-bit sums]); the reduced bfloat16 piece is widened into the float32 shard gradient
+// (stage 1) or added into the float32 shard accumulator Gs (stage 2: the sum over microbatches
+// stays float32). The reduce-scatter moves half the bytes; the all-gather of the float32
+// parameters is unchanged.
 #pragma once
 
 #include <torch/torch.h>
@@ -42,6 +51,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +69,11 @@ struct ZeroOptions {
   std::int64_t check_replicas = 0;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   std::int64_t first_step = 0;
+  // Parameters (TensorImpl addresses) tied across stages: a bucket of their own each (Note [ZeRO
+  // tied parameters] in zero_buckets.hpp).
+  std::set<const void*> dedicated;
+  // --reduce-dtype bf16 (Note [ZeRO bf16 reduce-scatter]).
+  bool bf16_reduce = false;
 };
 
 class Zero final : public DataParallelAlgorithm {
@@ -78,6 +93,8 @@ class Zero final : public DataParallelAlgorithm {
   [[nodiscard]] bool clear_gradients(int stage) override;
   [[nodiscard]] int gradient_divisor() const override { return dp_->size(); }
   [[nodiscard]] std::vector<torch::Tensor> optimizer_params(int stage) override;
+  // A dedicated parameter's bucket piece (Note [ZeRO tied parameters]); another: `param`.
+  [[nodiscard]] torch::Tensor optimizer_tensor_of(int stage, const torch::Tensor& param) override;
   void settle() override;
   [[nodiscard]] DataParallelStats stats() const override { return stats_; }
   // Checkpoints: "layout.stage<S>" per local stage with parameters, int64 [d, r, B, then per
@@ -111,6 +128,8 @@ class Zero final : public DataParallelAlgorithm {
     torch::Tensor flat_grads;                 // G
     torch::Tensor shard_grads;                // Gs
     torch::Tensor scratch;                    // stage 2: one reduce-scatter's output
+    torch::Tensor wire;                       // bf16_reduce: G as bfloat16, in flight
+    torch::Tensor wire_out;                   // bf16_reduce: the reduced pieces, bfloat16
     std::vector<torch::Tensor> shard_params;  // the optimizer's tensors, one per bucket piece
     std::size_t next_launch = 0;
     std::vector<WorkPtr> gathers;  // in flight since OPTIM
@@ -123,6 +142,7 @@ class Zero final : public DataParallelAlgorithm {
   void on_grad_accumulated(Stage& st, std::size_t param) noexcept;
   void launch_ready(Stage& st);
   void launch(Stage& st, std::size_t b, const torch::Tensor& out, bool in_backward);
+  void finish(Stage& st, std::size_t b, const torch::Tensor& out);
   void open_step(Stage& st);
   void wait_gathers(Stage& st);
   [[nodiscard]] Stage& stage(int id);
