@@ -100,8 +100,8 @@ void set_optimizer_piece_states(torch::optim::Optimizer& opt,
                                 const std::vector<PieceState>& states) {
   const Kind kind = kind_of(opt);
   const auto& params = opt.param_groups().at(0).params();
-  PW_ASSERT(params.size() == states.size(),
-            "re-sharding: " << states.size() << " piece states for " << params.size() << " tensors");
+  PW_ASSERT(params.size() == states.size(), "re-sharding: " << states.size() << " piece states for "
+                                                            << params.size() << " tensors");
   auto& state = opt.state();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto key = compat::optimizer_state_key(params[i]);
@@ -114,7 +114,8 @@ void set_optimizer_piece_states(torch::optim::Optimizer& opt,
       state[key] = to_adam<torch::optim::AdamParamState>(p);
     } else {
       auto s = std::make_unique<torch::optim::SGDParamState>();
-      if (p.fields.count("momentum_buffer") != 0) s->momentum_buffer(p.fields.at("momentum_buffer"));
+      if (p.fields.count("momentum_buffer") != 0)
+        s->momentum_buffer(p.fields.at("momentum_buffer"));
       state[key] = std::move(s);
     }
   }
@@ -160,8 +161,8 @@ std::vector<PieceState> reshard_piece_states(const std::vector<std::vector<Piece
       for (std::int64_t r = 0; r < d; ++r) {
         const auto& fields = saved[static_cast<std::size_t>(r)][b].fields;
         const auto it = fields.find(field);
-        PW_CHECK(it != fields.end() && it->second.numel() ==
-                                           layouts[static_cast<std::size_t>(r)].piece[b],
+        PW_CHECK(it != fields.end() &&
+                     it->second.numel() == layouts[static_cast<std::size_t>(r)].piece[b],
                  ConfigError,
                  where << ": bucket " << b << ": saved replica " << r << "'s '" << field
                        << "' is missing or not its piece's size");

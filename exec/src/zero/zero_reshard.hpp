@@ -50,7 +50,8 @@ struct PieceState {
 [[nodiscard]] std::vector<PieceState> optimizer_piece_states(torch::optim::Optimizer& opt);
 // Sets the state of every tensor of `opt`'s first parameter group from `states` (same order),
 // replacing what it held.
-void set_optimizer_piece_states(torch::optim::Optimizer& opt, const std::vector<PieceState>& states);
+void set_optimizer_piece_states(torch::optim::Optimizer& opt,
+                                const std::vector<PieceState>& states);
 
 // Note [ZeRO re-sharding]: the pieces of `live` (this replica's layout at the new dp) from every
 // saved replica's pieces: saved[r] are replica r's piece states (one per bucket), layouts[r] its
