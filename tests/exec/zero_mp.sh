@@ -13,7 +13,8 @@
 #           line): ZeRO-1 == DDP's all-reduce (+ the padding); ZeRO-2 == (m+1)/2 x ZeRO-1
 #           (m reduce-scatters of G and one all-gather of P); ZeRO-3: step placement
 #           (m G + P)(d-1)/d == ZeRO-2, compute placement (m G + 2m P)(d-1)/d == 3m/2 x ZeRO-1,
-#           torch placement (one stage a rank: gathered all step) == step; and ZeRO-3's peak RSS
+#           torch placement (one stage a rank: gathered all step) == step; step and compute
+#           == simulate's communication.dp_wire_bytes_per_stage; and ZeRO-3's peak RSS
 #           (VmHWM) below ZeRO-2's on an MLP whose parameters dominate
 #   resume  pp 2 x dp 2 ZeRO-1, 2 and 3, 6 steps vs 3 + --resume to 6: bit-identical (each
 #           rank's checkpoint holds its optimizer shard, at stage 3 also its parameter shard
@@ -133,6 +134,16 @@ PY
       echo "zero-3 --shard-placement $pl: $z3 B/step"
       if [ -n "$z3" ] && [ $((z3 * 2)) = $((z1 * num)) ]; then echo "OK   zero-3 $pl moves $num/2 x zero-1"
       else echo "FAIL zero-3 $pl $z3 B/step != $num/2 x zero-1 $z1"; failed=1; fi
+      # The simulator's model of the same plan (stage 0's padded parameter bytes = ZeRO-1's
+      # bytes at d = 2): communication.dp_wire_bytes_per_stage.
+      [ "$pl" = torch ] && continue
+      "$pw" --log-level warn simulate --schedule 1F1B -p 2 -m 4 --dp 2 --forward-ms 1 \
+        --backward-ms 2 --param-bytes "${z1}B" --optimizer adamw --zero-stage 3 \
+        --shard-placement "$pl" --metrics "$work/sim.$pl.json" >/dev/null
+      sim=$(/usr/bin/python3 -c 'import json, sys
+print(int(json.load(open(sys.argv[1]))["communication"]["dp_wire_bytes_per_stage"][0]))' "$work/sim.$pl.json")
+      if [ "$sim" = "$z3" ]; then echo "OK   zero-3 $pl: simulate models $sim B/step, as measured"
+      else echo "FAIL zero-3 $pl: simulate models $sim B/step, measured $z3"; failed=1; fi
     done
     # Peak RSS: an MLP whose parameters dominate (8 layers of 1024 x 1024 floats, 8 rows a step),
     # pp 1 x dp 2, compute placement: ZeRO-3 holds one gathered P at a time (only within a
