@@ -13,6 +13,9 @@
 #   TOLERANCE=0.10 bench/zero_memory.sh ...   exit 1 when a stage's |error| exceeds it (the test)
 #   ALLOCATOR=default bench/zero_memory.sh    glibc's dynamic mmap threshold (see below)
 #   KEEP=1 bench/zero_memory.sh               keep (and name) the work directory
+#   PRECISION=bf16 bench/zero_memory.sh       --precision bf16 for run and simulate (autocast: the
+#                                             16-bit weight cache and activations, Note [Precision
+#                                             bytes]; issue 44's bf16 memory check)
 # Stage 3 (when the executor runs it) is one more word in STAGES.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +26,7 @@ pp="${PP:-1}"
 sizes="${SIZES:-256,2048,2048,2048,256}"
 steps="${STEPS:-4}"
 tolerance="${TOLERANCE:-}"
+precision="${PRECISION:-fp32}"
 # Note [Runtime memory] / docs/data-parallel.md: the model counts live bytes; glibc's dynamic mmap
 # threshold keeps freed tensors of up to 32 MiB mapped (42 MiB of 394 MiB at dp 4 here), so by
 # default the runs allocate with a fixed 1 MiB threshold; ALLOCATOR=default measures glibc as is.
@@ -42,7 +46,8 @@ PY
 failed=0
 printf '%-6s %14s %14s %8s\n' stage vmhwm_bytes predicted_bytes error
 for z in $stages; do
-  job=(--pp "$pp" --dp "$dp" --batch-size 16 --microbatches 2 --optimizer adamw --zero-stage "$z")
+  job=(--pp "$pp" --dp "$dp" --batch-size 16 --microbatches 2 --optimizer adamw --zero-stage "$z"
+       --precision "$precision")
   if ! timeout 600 "$bin" launch --nproc $((dp * pp)) -- "$bin" run --model "$work/mlp.json" \
       "${job[@]}" --lr 0.001 --steps "$steps" --loss mse --data-x "$work/x.npy" \
       --data-y "$work/y.npy" --no-shuffle --backend gloo --timeout 300 \

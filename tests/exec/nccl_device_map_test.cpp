@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "nccl/nccl_device.hpp"
 #include "pipewright/exec/device_map.hpp"
 #include "pipewright/graph/error.hpp"
 
@@ -126,6 +127,32 @@ TEST(ResolveDevice, ParsedMapAsInCommOptions) {
     EXPECT_STREQ(e.what(),
                  "--backend nccl needs 1 CUDA device on this node for 1 local rank; found 0 "
                  "(cudaErrorInsufficientDriver)");
+  }
+}
+
+// Note [bf16 device check]: capability 8.0 and newer compute in bfloat16 (as
+// torch.cuda.is_bf16_supported() says); older devices are refused naming what was found.
+TEST(Bf16DeviceCheck, AllowsCapabilityEightAndNewerOnly) {
+  EXPECT_EQ(bf16_capability_refusal(0, {8, 0}), "");
+  EXPECT_EQ(bf16_capability_refusal(0, {8, 6}), "");
+  EXPECT_EQ(bf16_capability_refusal(0, {9, 0}), "");
+  EXPECT_EQ(bf16_capability_refusal(0, {10, 0}), "");
+  EXPECT_EQ(bf16_capability_refusal(3, {7, 5}),
+            "--precision bf16: CUDA device 3 has compute capability 7.5; bfloat16 needs 8.0 or "
+            "newer (Ampere); use --precision fp16 or fp32");
+  EXPECT_NE(bf16_capability_refusal(0, {7, 0}), "");
+  EXPECT_NE(bf16_capability_refusal(0, {6, 1}), "");
+}
+
+// Without a device (or without the CUDA toolkit) the runtime's answer is "unknown" with a reason,
+// never a made-up capability; with one it is a real capability.
+TEST(Bf16DeviceCheck, CapabilityIsUnknownWithAReasonOrReal) {
+  std::string why;
+  const auto cc = cuda_compute_capability(0, &why);
+  if (cc) {
+    EXPECT_GE(cc->major, 1);
+  } else {
+    EXPECT_FALSE(why.empty());
   }
 }
 

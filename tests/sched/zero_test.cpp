@@ -137,6 +137,13 @@ TEST(ZeroMemory, OptimizerAndGradientTransients) {
       EXPECT_EQ(mem[0].peak_transient_bytes + mem[0].peak_sharded_bytes, want)
           << "d " << d << " zero " << zero;
       EXPECT_EQ(mem[0].peak_bytes, mem[0].static_bytes + want) << "d " << d << " zero " << zero;
+      // bf16 autocast: the backward's fresh gradient is the 16-bit one, then its fp32 cast.
+      j.precision = Precision::kBf16;
+      const auto low = peak_memory(make_plan(j, nullptr), t, memory_options(j));
+      const std::int64_t want_low =
+          std::max(2 * stepped, largest + largest / 2 + (zero >= 2 ? kParamBytes : 0));
+      EXPECT_EQ(low[0].peak_transient_bytes + low[0].peak_sharded_bytes, want_low)
+          << "bf16 d " << d << " zero " << zero;
     }
     // SGD without weight decay steps in place; dp 1 moves the first gradient into .grad.
     JobSpec sgd = job(2, d, 0);

@@ -1,6 +1,7 @@
 #include "nccl/cuda_streams.hpp"
 
 #include "nccl/nccl_check.hpp"
+#include "nccl/nccl_device.hpp"
 
 namespace pipewright::exec {
 
@@ -78,6 +79,20 @@ bool CudaStreams::is_complete(const GpuEvent& event) {
   if (result == cudaErrorNotReady) return false;
   gpu_check(result, "cudaEventQuery(event)", site());
   return true;
+}
+
+// Note [bf16 device check] (nccl_device.hpp).
+std::optional<ComputeCapability> cuda_compute_capability(int device, std::string* why) {
+  ComputeCapability cc;
+  cudaError_t e = cudaDeviceGetAttribute(&cc.major, cudaDevAttrComputeCapabilityMajor, device);
+  if (e == cudaSuccess) {
+    e = cudaDeviceGetAttribute(&cc.minor, cudaDevAttrComputeCapabilityMinor, device);
+  }
+  if (e != cudaSuccess) {
+    if (why != nullptr) *why = std::string("cudaDeviceGetAttribute: ") + cudaGetErrorString(e);
+    return std::nullopt;
+  }
+  return cc;
 }
 
 }  // namespace pipewright::exec

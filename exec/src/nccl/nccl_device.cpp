@@ -23,4 +23,20 @@ int nccl_rank_device(int local_rank, int local_world_size, const std::string& de
 #endif
 }
 
+std::string bf16_capability_refusal(int device, ComputeCapability cc) {
+  if (cc.major >= 8) return "";
+  return "--precision bf16: CUDA device " + std::to_string(device) + " has compute capability " +
+         std::to_string(cc.major) + "." + std::to_string(cc.minor) +
+         "; bfloat16 needs 8.0 or newer (Ampere); use --precision fp16 or fp32";
+}
+
+#if !PIPEWRIGHT_WITH_NCCL
+// The CUDA runtime's answer is in cuda_streams.cpp, compiled only with PIPEWRIGHT_WITH_NCCL.
+std::optional<ComputeCapability> cuda_compute_capability(int device, std::string* why) {
+  (void)device;
+  if (why != nullptr) *why = "pipewright was built without the CUDA toolkit";
+  return std::nullopt;
+}
+#endif
+
 }  // namespace pipewright::exec

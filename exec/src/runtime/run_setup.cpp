@@ -143,16 +143,25 @@ void prepare_evaluation(const RunConfig& c, Prepared& p) {
 
 // --precision bf16 on a GPU that cannot compute in bfloat16 (before compute capability 8.0):
 // exit 2 before any peer is contacted, as torch.cuda.is_bf16_supported() would say.
+// Note [bf16 device check] (nccl_device.hpp): the compute capability where the CUDA runtime can
+// say; the probe only where it cannot (a build without the CUDA toolkit).
 void check_bf16_device(const RunConfig& c, torch::Device device) {
   if (c.precision != sched::Precision::kBf16 || !device.is_cuda()) return;
+  const int index = device.has_index() ? device.index() : 0;
+  std::string why;
+  if (const auto cc = cuda_compute_capability(index, &why)) {
+    const std::string refusal = bf16_capability_refusal(index, *cc);
+    if (!refusal.empty()) throw ConfigError(refusal);
+    return;
+  }
   try {
     const auto a =
         torch::ones({2, 2}, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
     (void)torch::matmul(a, a).sum().item<float>();
   } catch (const std::exception& e) {
-    throw ConfigError("--precision bf16: CUDA device " + std::to_string(device.index()) +
+    throw ConfigError("--precision bf16: CUDA device " + std::to_string(index) +
                       " cannot compute in bfloat16 (" + e.what() +
-                      "); use --precision fp16 or fp32");
+                      "; compute capability unknown: " + why + "); use --precision fp16 or fp32");
   }
 }
 

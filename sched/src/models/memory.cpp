@@ -126,7 +126,13 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
             ? optimizer_temporaries(options.optimizer, options.weight_decay) *
                   largest_stepped_bytes(c, zero_stage_, dp_, options.bucket_cap_bytes)
             : 0);
-    grad_transient_.push_back(shape.forward_only || dp_ < 2 ? 0 : largest_param_bytes(c));
+    // Under bf16 / fp16 the fresh weight gradient is first the autocast matmul's 16-bit one,
+    // alive while autograd casts it to the fp32 one (Note [Optimizer transient]).
+    const std::int64_t largest = largest_param_bytes(c);
+    const std::int64_t low = options.precision == Precision::kFp32
+                                 ? 0
+                                 : bytes_at_precision(largest, Precision::kFp32, options.precision);
+    grad_transient_.push_back(shape.forward_only || dp_ < 2 ? 0 : largest + low);
     kept_bytes_.push_back(kept);
     recompute_bytes_.push_back(redo);
   }
