@@ -9,18 +9,18 @@
 # prediction, and the error (predicted - measured) / measured.
 #
 #   bench/zero_memory.sh [PIPEWRIGHT_BIN]          (default build/bin/pipewright)
-#   STAGES="0 1 2" DP=4 PP=1 SIZES=256,2048,2048,2048,256 STEPS=4 bench/zero_memory.sh
+#   STAGES="0 1 2 3" DP=4 PP=1 SIZES=256,2048,2048,2048,256 STEPS=4 bench/zero_memory.sh
 #   TOLERANCE=0.10 bench/zero_memory.sh ...   exit 1 when a stage's |error| exceeds it (the test)
 #   ALLOCATOR=default bench/zero_memory.sh    glibc's dynamic mmap threshold (see below)
 #   KEEP=1 bench/zero_memory.sh               keep (and name) the work directory
 #   PRECISION=bf16 bench/zero_memory.sh       --precision bf16 for run and simulate (autocast: the
 #                                             16-bit weight cache and activations, Note [Precision
 #                                             bytes]; issue 44's bf16 memory check)
-# Stage 3 (when the executor runs it) is one more word in STAGES.
+# Every stage by default (0 1 2 3).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${1:-$root/build/bin/pipewright}"
-stages="${STAGES:-0 1 2}"
+stages="${STAGES:-0 1 2 3}"
 dp="${DP:-4}"
 pp="${PP:-1}"
 sizes="${SIZES:-256,2048,2048,2048,256}"

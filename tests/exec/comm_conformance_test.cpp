@@ -415,6 +415,14 @@ TYPED_TEST(Conformance, ReduceScatterAndAllGatherOnEqualPieces) {
     for (std::size_t j = 0; j < k; ++j) {
       ASSERT_EQ(out[j], tri * float((static_cast<std::size_t>(me) * k + j) % 13)) << j;
     }
+    // In place: `out` is piece rank() of `in` (ZeRO-3's CPU buckets).
+    std::vector<float> ip(nk);
+    for (std::size_t i = 0; i < nk; ++i) ip[i] = float(me + 1) * float(i % 13);
+    const std::size_t at = static_cast<std::size_t>(me) * k;
+    comm.reduce_scatter(view(ip, DType::kFloat32), BufferView{ip.data() + at, k, DType::kFloat32},
+                        ReduceOp::kSum, {})
+        ->wait(kLong);
+    for (std::size_t j = 0; j < k; ++j) ASSERT_EQ(ip[at + j], out[j]) << "in place " << j;
     std::vector<std::int64_t> li(static_cast<std::size_t>(n) * 2);
     for (std::size_t i = 0; i < li.size(); ++i) li[i] = me * 10 + static_cast<std::int64_t>(i);
     std::vector<std::int64_t> lo(2);

@@ -144,6 +144,14 @@ TEST(MakeProfile, P2PFilterCommOverheadAndRuntimeMemory) {
   EXPECT_EQ(t.runtime_memory_bytes, (100'000'000 - 1000 + 120'000'000 - 3000) / 2);
   EXPECT_EQ(t.stages[0].output_bytes, 64);
   EXPECT_EQ(t.stages[1].param_bytes, 3000);
+  // ZeRO-3: the shards the ranks held at the baseline instead (Note [Runtime memory]); the cost
+  // table keeps the whole parameters.
+  records[0].baseline_state_bytes = 500;
+  records[1].baseline_state_bytes = 1500;
+  const auto z = make_profile(records, two_stages(2), context());
+  EXPECT_EQ(z.runtime_memory_bytes, (100'000'000 - 500 + 120'000'000 - 1500) / 2);
+  EXPECT_EQ(z.stages[1].param_bytes, 3000);
+  EXPECT_EQ(decode_record(encode_record(records[1])).baseline_state_bytes, 1500);
 }
 
 // On an oversubscribed host the message time comes from the waited-for transfers during which a

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -346,6 +347,17 @@ class MpiCommunicator final : public CommunicatorBase {
       auto work = reduce_scatter(float_view(*wide_in), float_view(*wide_out), op, ctx);
       return std::make_shared<FinishingWork>(
           std::move(work), [wide_in, wide_out, out] { narrow_half(out, *wide_out); });
+    }
+    if (scatter_in_place(in, out, rank())) {
+      // MPI_IN_PLACE takes the input from the receive buffer and leaves the result at its start;
+      // it moves into piece rank() once complete.
+      auto work = post(prefix, [&](MPI_Request* req) {
+        return MPI_Ireduce_scatter_block(MPI_IN_PLACE, in.data, checked_count(out),
+                                         mpi_type(out.dtype), mpi_op(op, out.dtype), comm_, req);
+      });
+      if (rank() == 0) return work;
+      return std::make_shared<FinishingWork>(
+          std::move(work), [in, out] { std::memmove(out.data, in.data, out.bytes()); });
     }
     return post(prefix, [&](MPI_Request* req) {
       return MPI_Ireduce_scatter_block(in.data, out.data, checked_count(out), mpi_type(out.dtype),

@@ -28,6 +28,10 @@ bool gather_in_place(const BufferView& in, const BufferView& out, int rank) noex
          static_cast<const std::byte*>(in.data);
 }
 
+bool scatter_in_place(const BufferView& in, const BufferView& out, int rank) noexcept {
+  return gather_in_place(out, in, rank);
+}
+
 namespace {
 
 float load16(const void* base, std::size_t i, DType dtype) noexcept {

@@ -28,6 +28,8 @@ void check_sharded(const BufferView& in, const BufferView& out, int size, bool g
 
 // True when `in` is piece `rank` of `out` (the in-place all-gather).
 [[nodiscard]] bool gather_in_place(const BufferView& in, const BufferView& out, int rank) noexcept;
+// True when `out` is piece `rank` of `in` (the in-place reduce-scatter).
+[[nodiscard]] bool scatter_in_place(const BufferView& in, const BufferView& out, int rank) noexcept;
 
 // out[i] = op(pieces[0][i], pieces[1][i], ...) for i < count, in piece order. float16 and
 // bfloat16 accumulate in float32 and are rounded once at the end; other types reduce in their own

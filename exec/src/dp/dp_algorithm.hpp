@@ -33,6 +33,10 @@ class DataParallelAlgorithm : public DataParallelHooks {
   // Restores state() after on_start (resume). Throws ConfigError when a tensor is missing or has
   // the wrong shape.
   virtual void load_state(const std::map<std::string, torch::Tensor>& /*state*/) {}
+  // Bytes of the model's training state (parameters, gradients) the rank holds now where that is
+  // not its whole parameters, -1 where it is (Note [Runtime memory] in report/run_report.hpp:
+  // the profile's runtime memory is the baseline RSS less this). ZeRO-3: its shards.
+  [[nodiscard]] virtual std::int64_t resident_state_bytes() const { return -1; }
 };
 
 // What the algorithms need to know about the run besides their own options.

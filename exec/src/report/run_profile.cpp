@@ -417,9 +417,12 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   std::vector<double> runtime;
   for (const auto& r : records) {
     if (r.baseline_rss_bytes <= 0) continue;
-    std::int64_t params = 0;
-    for (const auto& sz : r.stages)
-      for (auto b : sz.param_bytes) params += b;
+    std::int64_t params = r.baseline_state_bytes;  // Note [Runtime memory]: ZeRO-3's shards
+    if (params < 0) {
+      params = 0;
+      for (const auto& sz : r.stages)
+        for (auto b : sz.param_bytes) params += b;
+    }
     runtime.push_back(
         static_cast<double>(std::max<std::int64_t>(0, r.baseline_rss_bytes - params)));
   }

@@ -34,6 +34,7 @@ std::vector<std::int64_t> encode_record(const RankRecord& r) {
                                 r.world_rank,
                                 r.peak_rss_bytes,
                                 r.baseline_rss_bytes,
+                                r.baseline_state_bytes,
                                 r.host_id,
                                 r.cpus,
                                 static_cast<std::int64_t>(r.stages.size())};
@@ -69,6 +70,7 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
   r.world_rank = static_cast<int>(next());
   r.peak_rss_bytes = next();
   r.baseline_rss_bytes = next();
+  r.baseline_state_bytes = next();
   r.host_id = next();
   r.cpus = next();
   const auto stages = next();

@@ -59,6 +59,10 @@ struct RankRecord {
   // VmHWM before the first step (libtorch loaded and initialised, stages built, one no-grad
   // forward for the shape agreement, data loaded): Note [Runtime memory].
   std::int64_t baseline_rss_bytes = 0;
+  // The bytes of the model's training state the rank held at the baseline, where that is not
+  // its parameters (ZeRO-3: the parameter and gradient shards); -1: the parameters (the sum of
+  // stages' param_bytes). Note [Runtime memory].
+  std::int64_t baseline_state_bytes = -1;
   // The rank's machine (a hash of the kernel's boot_id) and the CPUs its compute may use (its
   // affinity mask); cpus = 0 when it computes on a GPU. Note [Shared cores in profiles].
   std::int64_t host_id = 0;
@@ -91,7 +95,11 @@ struct RankRecord {
 // rank's parameter bytes), i.e. what a rank holds before training besides its weights; the
 // simulator adds it to its own parameter + gradient + optimizer-state + activation estimate, so
 // the predicted peak is comparable with the measured peak RSS, also for configurations that
-// were not run (the runtime does not depend on the partition).
+// were not run (the runtime does not depend on the partition). Under ZeRO-3 the rank does not
+// hold its whole parameters at the baseline but their shard and the gradient shard (Note
+// [ZeRO-3 sharded parameters]; RankRecord::baseline_state_bytes): those are subtracted instead
+// (subtracting P, which is not resident there, made the runtime P/2 too small at dp 4, below
+// the ZeRO-0 runtime by exactly that, and the prediction 13% low).
 // The baseline is the resident set just before the first step, and the peak (VmHWM, what
 // --metrics reports as peak_memory_bytes) is reset to it there (reset_peak_rss; issue 43's memory
 // target): building the stages leaves a start-up transient (initialising a 136 MiB MLP raised

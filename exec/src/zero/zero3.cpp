@@ -338,7 +338,10 @@ void Zero3::launch(Stage& st, std::size_t b) {
       g.reset();  // the full gradient is gone once it is in the bucket
     }
   }
-  f.out = torch::empty({bk.piece}, st.shard.options());
+  // Note [ZeRO-3 sharded parameters]: on CPU the sum lands in place, in this replica's piece of
+  // the bucket (no separate piece-sized buffer: the bucket is scratch after the collective).
+  f.out = st.shard.device().is_cpu() ? alias(f.in, dp_->rank() * bk.piece, {bk.piece})
+                                     : torch::empty({bk.piece}, st.shard.options());
   OpContext ctx;
   ctx.step = step_;
   ctx.stage = st.params.stage;
@@ -481,6 +484,18 @@ void Zero3::load_state(const std::map<std::string, torch::Tensor>& state) {
     wait_gathers(*st);
     if (st->state != Params::kSharded) release(*st);
   }
+}
+
+std::int64_t Zero3::resident_state_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& st : stages_) {
+    for (const auto& p : st->params.params) {
+      if (!p.requires_grad() || st->buckets.empty()) bytes += p.numel() * p.element_size();
+    }
+    if (st->buckets.empty()) continue;
+    bytes += st->shard.nbytes() + st->shard_grads.nbytes() + gathered_bytes(st->params.stage);
+  }
+  return bytes;
 }
 
 void Zero3::rethrow_hook_error() {

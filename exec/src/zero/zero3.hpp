@@ -24,8 +24,12 @@
 // - Gradients as ZeRO-2, per backward (B, or W with a split backward): autograd accumulates each
 //   parameter's gradient into its own .grad; when every parameter of a bucket has its gradient
 //   (buckets in index order, as DDP's), the gradients are copied into a padded bucket buffer,
-//   the .grad tensors are released, and the bucket's reduce-scatter into a piece-sized buffer
-//   starts (at most two in flight: their buffers are the only full-size gradients alive); the
+//   the .grad tensors are released, and the bucket's reduce-scatter starts (at most two in
+//   flight: their buffers are the only full-size gradients alive). On CPU its output is this
+//   replica's piece of the bucket buffer itself (in place: the bucket is scratch once the
+//   collective has it), which saves a piece-sized buffer per bucket in flight (8 MiB at the
+//   peak of bench/zero_memory.sh; Gloo over TCP holds a receive buffer of the bucket's size
+//   too, Note [Gloo sharded collectives]); on a GPU it is a piece-sized buffer. The
 //   end of the backward (after_backward) launches the rest and adds every piece into Gs. So a
 //   stage's full gradients never exist at once. Each replica's loss is divided by d.
 // - OPTIM steps the shard; no all-gather follows (the next UNSHARD gathers the new values).
@@ -83,6 +87,9 @@ class Zero3 final : public DataParallelAlgorithm {
   // drops a gathered P, so the next UNSHARD gathers the loaded values.
   [[nodiscard]] std::map<std::string, torch::Tensor> state() const override;
   void load_state(const std::map<std::string, torch::Tensor>& state) override;
+  // The parameter shards and gradient accumulators (Gs), P where gathered, and the stages'
+  // other (frozen) parameters: what the rank holds of its parameters and gradients.
+  [[nodiscard]] std::int64_t resident_state_bytes() const override;
 
   // Tests: elements of this replica's shard of a local stage, and whether the stage's full
   // parameter buffer is allocated now (bytes of P's storage, 0 while sharded).

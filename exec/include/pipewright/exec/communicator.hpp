@@ -95,8 +95,9 @@ class Communicator {
   // `out` have the same dtype and device. reduce_scatter: in.count == size() * out.count; `out`
   // receives piece rank() of the element-wise reduction of every rank's `in` (16-bit buffers are
   // summed in float32 and rounded once). all_gather: out.count == size() * in.count; piece r of
-  // `out` receives rank r's `in`. `in` may be piece rank() of `out` itself (in place, as
-  // MPI_IN_PLACE and NCCL allow); otherwise they must not overlap. The defaults throw
+  // `out` receives rank r's `in`. `in` may be piece rank() of `out` itself (all_gather), and
+  // `out` piece rank() of `in` (reduce_scatter; in place, as MPI_IN_PLACE and NCCL allow: `in`
+  // is scratch then); otherwise they must not overlap. The defaults throw
   // BackendError naming the backend.
   virtual WorkPtr reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp op,
                                  const OpContext& ctx);
