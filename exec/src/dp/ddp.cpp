@@ -11,25 +11,6 @@
 
 namespace pipewright::exec {
 
-// Post hook of one parameter's AccumulateGrad node: runs after the gradient has been added to
-// .grad (see Note [DDP gradient buckets]).
-class DdpGradHook final : public torch::autograd::FunctionPostHook {
- public:
-  DdpGradHook(Ddp* owner, Ddp::Stage* stage, std::size_t param)
-      : owner_(owner), stage_(stage), param_(param) {}
-  torch::autograd::variable_list operator()(
-      const torch::autograd::variable_list& outputs,
-      const torch::autograd::variable_list& /*inputs*/) override {
-    owner_->on_grad_accumulated(*stage_, param_);
-    return outputs;
-  }
-
- private:
-  Ddp* owner_;
-  Ddp::Stage* stage_;
-  std::size_t param_;
-};
-
 Ddp::Ddp(Communicator* dp, DdpOptions options)
     : dp_(dp), options_(options), step_(options.first_step) {
   PW_ASSERT(dp_ != nullptr, "DDP needs a data-parallel communicator");
@@ -100,7 +81,8 @@ void Ddp::on_start(std::vector<StageParams>& stages) {
     for (std::size_t i = 0; i < st->trainable.size(); ++i) {
       auto acc = torch::autograd::impl::grad_accumulator(st->trainable[i]);
       PW_ASSERT(acc != nullptr, "a trainable parameter without a gradient accumulator");
-      st->hook_keys.push_back(acc->add_post_hook(std::make_unique<DdpGradHook>(this, st.get(), i)));
+      st->hook_keys.push_back(acc->add_post_hook(
+          std::make_unique<GradAccumulatedHook<Ddp, Ddp::Stage>>(this, st.get(), i)));
       st->accumulators.push_back(std::move(acc));
     }
     stages_.push_back(std::move(st));

@@ -99,7 +99,8 @@ class Ddp final : public DataParallelAlgorithm {
     std::vector<std::uintptr_t> hook_keys;
     bool step_open = false;  // a backward of this step has started
   };
-  friend class DdpGradHook;
+  template <typename O, typename S>
+  friend class GradAccumulatedHook;
 
   void on_grad_accumulated(Stage& st, std::size_t param) noexcept;
   void launch_ready(Stage& st, bool in_backward);

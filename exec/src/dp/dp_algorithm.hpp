@@ -4,6 +4,7 @@
 // DataParallelSpec. Private to exec/ (names torch types).
 #pragma once
 
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/types.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dp/dp_hooks.hpp"
 #include "pipewright/exec/communicator.hpp"
@@ -59,6 +61,38 @@ struct DataParallelContext {
 // Builds the algorithm of `config` (validated with sched::validate_job beforehand).
 [[nodiscard]] std::unique_ptr<DataParallelAlgorithm> make_data_parallel(
     const DataParallelSpec& config, const DataParallelContext& context);
+
+// Post hook of one parameter's AccumulateGrad node: runs after autograd added the gradient to
+// .grad and tells the owner (DDP, ZeRO, ZeRO-3: `owner->on_grad_accumulated(*stage, param)`),
+// which counts the bucket's pending gradients (Note [DDP gradient buckets]). Owners befriend it.
+template <typename Owner, typename Stage>
+class GradAccumulatedHook final : public torch::autograd::FunctionPostHook {
+ public:
+  GradAccumulatedHook(Owner* owner, Stage* stage, std::size_t param)
+      : owner_(owner), stage_(stage), param_(param) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    owner_->on_grad_accumulated(*stage_, param_);
+    return outputs;
+  }
+
+ private:
+  Owner* owner_;
+  Stage* stage_;
+  std::size_t param_;
+};
+
+// A tensor over `base`'s storage at `offset` elements with shape `sizes` (contiguous), that
+// autograd does not track as a view (optimizers may detach_() and zero_() it like any gradient):
+// ZeRO's parameters and gradients as slices of the flat buffers.
+inline torch::Tensor storage_alias(const torch::Tensor& base, std::int64_t offset,
+                                   torch::IntArrayRef sizes) {
+  std::vector<std::int64_t> strides(sizes.size(), 1);
+  for (std::size_t i = sizes.size(); i-- > 1;) strides[i - 1] = strides[i] * sizes[i];
+  return torch::empty({0}, base.options())
+      .set_(base.storage(), base.storage_offset() + offset, sizes, strides);
+}
 
 namespace detail {
 

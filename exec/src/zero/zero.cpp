@@ -13,33 +13,7 @@
 
 namespace pipewright::exec {
 
-class ZeroGradHook final : public torch::autograd::FunctionPostHook {
- public:
-  ZeroGradHook(Zero* owner, Zero::Stage* stage, std::size_t param)
-      : owner_(owner), stage_(stage), param_(param) {}
-  torch::autograd::variable_list operator()(
-      const torch::autograd::variable_list& outputs,
-      const torch::autograd::variable_list& /*inputs*/) override {
-    owner_->on_grad_accumulated(*stage_, param_);
-    return outputs;
-  }
-
- private:
-  Zero* owner_;
-  Zero::Stage* stage_;
-  std::size_t param_;
-};
-
 namespace {
-
-// A tensor over `base`'s storage at `offset` (elements) with `like`'s shape, that autograd does
-// not track as a view (optimizers may detach_() and zero_() it like any gradient).
-torch::Tensor alias(const torch::Tensor& base, std::int64_t offset, torch::IntArrayRef sizes) {
-  std::vector<std::int64_t> strides(sizes.size(), 1);
-  for (std::size_t i = sizes.size(); i-- > 1;) strides[i - 1] = strides[i] * sizes[i];
-  return torch::empty({0}, base.options())
-      .set_(base.storage(), base.storage_offset() + offset, sizes, strides);
-}
 
 torch::Tensor zeros_for(Communicator& dp, std::int64_t numel, const torch::Device& device,
                         torch::ScalarType type = torch::kFloat) {
@@ -143,7 +117,7 @@ void Zero::on_start(std::vector<StageParams>& stages) {
           st->buckets[b].offset + gb.offsets_bytes[st->assignment.slot_of_param[i]] /
                                       static_cast<std::int64_t>(sizeof(float));
       torch::Tensor& p = st->trainable[i];
-      torch::Tensor slot = alias(st->flat_params, at, p.sizes());
+      torch::Tensor slot = storage_alias(st->flat_params, at, p.sizes());
       slot.copy_(p);
       p.set_(slot);  // the parameter is its slice of P from now on
       at_of[i] = at;
@@ -169,20 +143,20 @@ void Zero::on_start(std::vector<StageParams>& stages) {
     }
     st->grad_alias.resize(st->trainable.size());
     for (std::size_t i = 0; i < st->trainable.size(); ++i) {
-      st->grad_alias[i] = alias(st->flat_grads, at_of[i], st->trainable[i].sizes());
+      st->grad_alias[i] = storage_alias(st->flat_grads, at_of[i], st->trainable[i].sizes());
     }
     for (const Bucket& bk : st->buckets) {
-      torch::Tensor w = alias(st->flat_params, bk.offset + r * bk.piece, {bk.piece});
+      torch::Tensor w = storage_alias(st->flat_params, bk.offset + r * bk.piece, {bk.piece});
       w.requires_grad_(true);
-      w.mutable_grad() = alias(st->shard_grads, bk.shard_offset, {bk.piece});
+      w.mutable_grad() = storage_alias(st->shard_grads, bk.shard_offset, {bk.piece});
       st->shard_params.push_back(std::move(w));
     }
     st->accumulations.assign(st->trainable.size(), 0);
     for (std::size_t i = 0; i < st->trainable.size(); ++i) {
       auto acc = torch::autograd::impl::grad_accumulator(st->trainable[i]);
       PW_ASSERT(acc != nullptr, "a trainable parameter without a gradient accumulator");
-      st->hook_keys.push_back(
-          acc->add_post_hook(std::make_unique<ZeroGradHook>(this, st.get(), i)));
+      st->hook_keys.push_back(acc->add_post_hook(
+          std::make_unique<GradAccumulatedHook<Zero, Zero::Stage>>(this, st.get(), i)));
       st->accumulators.push_back(std::move(acc));
     }
     stages_.push_back(std::move(st));
@@ -358,7 +332,7 @@ void Zero::reduce_grad(int stage_id) {
   for (std::size_t b = 0; b < st.buckets.size(); ++b) {
     torch::Tensor& g = st.shard_params[b].mutable_grad();
     if (!g.defined()) {
-      g = alias(st.shard_grads, st.buckets[b].shard_offset, {st.buckets[b].piece});
+      g = storage_alias(st.shard_grads, st.buckets[b].shard_offset, {st.buckets[b].piece});
     }
   }
   st.step_open = false;

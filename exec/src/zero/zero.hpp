@@ -137,7 +137,8 @@ class Zero final : public DataParallelAlgorithm {
     std::vector<std::uintptr_t> hook_keys;
     bool step_open = false;
   };
-  friend class ZeroGradHook;
+  template <typename O, typename S>
+  friend class GradAccumulatedHook;
 
   void on_grad_accumulated(Stage& st, std::size_t param) noexcept;
   void launch_ready(Stage& st);

@@ -13,32 +13,7 @@
 
 namespace pipewright::exec {
 
-class Zero3GradHook final : public torch::autograd::FunctionPostHook {
- public:
-  Zero3GradHook(Zero3* owner, Zero3::Stage* stage, std::size_t param)
-      : owner_(owner), stage_(stage), param_(param) {}
-  torch::autograd::variable_list operator()(
-      const torch::autograd::variable_list& outputs,
-      const torch::autograd::variable_list& /*inputs*/) override {
-    owner_->on_grad_accumulated(*stage_, param_);
-    return outputs;
-  }
-
- private:
-  Zero3* owner_;
-  Zero3::Stage* stage_;
-  std::size_t param_;
-};
-
 namespace {
-
-// `base`'s storage at `offset` elements with shape `sizes` (contiguous), not an autograd view.
-torch::Tensor alias(const torch::Tensor& base, std::int64_t offset, torch::IntArrayRef sizes) {
-  std::vector<std::int64_t> strides(sizes.size(), 1);
-  for (std::size_t i = sizes.size(); i-- > 1;) strides[i - 1] = strides[i] * sizes[i];
-  return torch::empty({0}, base.options())
-      .set_(base.storage(), base.storage_offset() + offset, sizes, strides);
-}
 
 constexpr std::int64_t kMaxInFlight = 2;  // bucket reduce-scatters per stage
 
@@ -149,7 +124,7 @@ void Zero3::on_start(std::vector<StageParams>& stages) {
                                               static_cast<std::int64_t>(sizeof(float));
       st->bucket_of[i] = b;
       torch::Tensor& p = st->trainable[i];
-      torch::Tensor slot = alias(st->flat, st->at[i], p.sizes());
+      torch::Tensor slot = storage_alias(st->flat, st->at[i], p.sizes());
       slot.copy_(p);
       p.set_(slot);  // the parameter is its slice of P from now on (one StorageImpl)
     }
@@ -169,9 +144,9 @@ void Zero3::on_start(std::vector<StageParams>& stages) {
     for (const Bucket& bk : st->buckets) {
       st->shard.narrow(0, bk.shard_offset, bk.piece)
           .copy_(st->flat.narrow(0, bk.offset + r * bk.piece, bk.piece));
-      torch::Tensor w = alias(st->shard, bk.shard_offset, {bk.piece});
+      torch::Tensor w = storage_alias(st->shard, bk.shard_offset, {bk.piece});
       w.requires_grad_(true);
-      w.mutable_grad() = alias(st->shard_grads, bk.shard_offset, {bk.piece});
+      w.mutable_grad() = storage_alias(st->shard_grads, bk.shard_offset, {bk.piece});
       st->shard_params.push_back(std::move(w));
     }
     release(*st);  // from now on P exists only inside the plan's windows
@@ -181,8 +156,8 @@ void Zero3::on_start(std::vector<StageParams>& stages) {
       st->trainable[i].mutable_grad().reset();
       auto acc = torch::autograd::impl::grad_accumulator(st->trainable[i]);
       PW_ASSERT(acc != nullptr, "a trainable parameter without a gradient accumulator");
-      st->hook_keys.push_back(
-          acc->add_post_hook(std::make_unique<Zero3GradHook>(this, st.get(), i)));
+      st->hook_keys.push_back(acc->add_post_hook(
+          std::make_unique<GradAccumulatedHook<Zero3, Zero3::Stage>>(this, st.get(), i)));
       st->accumulators.push_back(std::move(acc));
     }
     stages_.push_back(std::move(st));
@@ -340,7 +315,7 @@ void Zero3::launch(Stage& st, std::size_t b) {
   }
   // Note [ZeRO-3 sharded parameters]: on CPU the sum lands in place, in this replica's piece of
   // the bucket (no separate piece-sized buffer: the bucket is scratch after the collective).
-  f.out = st.shard.device().is_cpu() ? alias(f.in, dp_->rank() * bk.piece, {bk.piece})
+  f.out = st.shard.device().is_cpu() ? storage_alias(f.in, dp_->rank() * bk.piece, {bk.piece})
                                      : torch::empty({bk.piece}, st.shard.options());
   OpContext ctx;
   ctx.step = step_;
@@ -386,7 +361,7 @@ void Zero3::reduce_grad(int stage_id) {
   for (std::size_t b = 0; b < st.buckets.size(); ++b) {
     torch::Tensor& g = st.shard_params[b].mutable_grad();
     if (!g.defined()) {
-      g = alias(st.shard_grads, st.buckets[b].shard_offset, {st.buckets[b].piece});
+      g = storage_alias(st.shard_grads, st.buckets[b].shard_offset, {st.buckets[b].piece});
     }
   }
 }

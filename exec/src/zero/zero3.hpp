@@ -133,7 +133,8 @@ class Zero3 final : public DataParallelAlgorithm {
     std::vector<compat::NodePtr> accumulators;
     std::vector<std::uintptr_t> hook_keys;
   };
-  friend class Zero3GradHook;
+  template <typename O, typename S>
+  friend class GradAccumulatedHook;
 
   void on_grad_accumulated(Stage& st, std::size_t param) noexcept;
   void launch_ready(Stage& st);
