@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Auto against 1F1B and ZB-H1 on the CPU executor (issue 45): pp P (default 4), a GPT whose first
-# stage holds the embedding and whose last holds the head and the loss (uneven stages). One 1F1B
+# Auto against 1F1B and ZB-H1 on the CPU executor (issue 45): pp P (default 4), an 8-layer GPT of
+# hidden HIDDEN (default 256) whose first stage holds the embedding and whose last holds the head
+# and the loss (uneven stages). Hidden 256 so that compute dominates each op: at hidden 64 the
+# per-op overhead made the split backward cost more than B and Auto chose 1F1B's own order
+# (docs/schedules.md, "Auto: measured"). One 1F1B
 # run measures the profile; `schedule Auto --profile` synthesizes a plan from it under a cap of
 # CAP microbatches' activations per rank (default 2P, the Zero Bubble paper's ZB-2p; CAP=P is
 # 1F1B's and ZB-H1's memory). Each schedule then runs for real (`run` under `launch --nproc P`,
@@ -26,7 +29,7 @@ pw="$build/bin/pipewright"
 p="${PP:-4}"
 m="${MICROBATCHES:-8}"
 cap="${CAP:-$((2 * p))}"
-hidden="${HIDDEN:-64}"
+hidden="${HIDDEN:-256}"
 steps="${STEPS:-16}"
 warmup="${WARMUP:-4}"
 rounds="${ROUNDS:-5}"
