@@ -7,7 +7,8 @@
 # predicts each from its profile's compute costs and the calibrated cluster (the profile's own
 # p2p figure is removed, so every message is priced by the cluster's links): simulated_ms is the
 # makespan with median durations, sampled_ms the median of 31 steps whose compute durations are
-# drawn from the profile's measured distributions (simulate --sampled-steps; docs/simulator.md).
+# drawn from the profile's measured distributions (simulate --sampled-steps; docs/simulator.md);
+# compare_pred/meas is `pipewright compare` on the same profile, cluster and the run's trace.
 #   sudo bench/netns_fidelity.sh [BUILD_DIR]     RATE=100mbit STEPS=12 WARMUP=2 M=8
 #   KEEP=1 ...             keep the work folder (logs, plans, profiles, traces, clusters)
 #   CORES_PER_NODE=N ...   the cores of each namespace node for the simulator; default: the
@@ -64,7 +65,8 @@ json.dump(c, open(f"{sys.argv[1]}/cluster.2.json", "w"))
 c["ranks_per_node"] = 1
 json.dump(c, open(f"{sys.argv[1]}/cluster.1.json", "w"))
 PY
-printf "%-6s %-5s %-7s %12s %12s %8s %12s %8s\n" sched nodes "pp x dp" measured_ms simulated_ms error% sampled_ms error%
+printf "%-6s %-5s %-7s %12s %12s %8s %12s %8s %17s %8s\n" sched nodes "pp x dp" measured_ms simulated_ms \
+  error% sampled_ms error% compare_pred/meas error%
 for sched in GPipe 1F1B; do
   for p in 1 2; do
     dp=$p; pre="$work/$sched.$p"
@@ -81,17 +83,25 @@ for sched in GPipe 1F1B; do
     "$pw" --log-level warn simulate "$pre.plan.csv" \
       --dp "$dp" --microbatches "$m" --optimizer adamw --recv posted --profile "$pre.noP2p.json" \
       --cluster "$work/cluster.$p.json" --bucket-cap-mb 25 --sampled-steps 31 > "$pre.sim.txt"
-    "$py" - "$pre.log.0" "$pre.sim.txt" "$sched" "$p" "$dp" "$warmup" <<'PY'
+    # compare: the same prediction (31 sampled steps) against the run's trace (median step over
+    # every rank after warm-up).
+    "$pw" --log-level warn compare --plan "$pre.plan.csv" \
+      --dp "$dp" --microbatches "$m" --optimizer adamw --recv posted --profile "$pre.noP2p.json" \
+      --cluster "$work/cluster.$p.json" --bucket-cap-mb 25 --measured "$pre.trace.json" \
+      --warmup-steps "$warmup" > "$pre.compare.txt"
+    "$py" - "$pre.log.0" "$pre.sim.txt" "$sched" "$p" "$dp" "$warmup" "$pre.compare.txt" <<'PY'
 import re, statistics, sys
-log, sim, sched, p, dp, warmup = sys.argv[1:]
+log, sim, sched, p, dp, warmup, cmp = sys.argv[1:]
 steps = [float(x) for x in re.findall(r"\[rank 0\].*step \d+/\d+ loss \S+ step ([0-9.]+) ms", open(log).read())]
 meas = statistics.median(steps[int(warmup):])
 text = open(sim).read()
 pred = float(re.search(r"makespan ([0-9.]+) ms", text).group(1))
 sampled = float(re.search(r"sampled durations: ([0-9.]+) ms", text).group(1))
 err = lambda x: 100 * (x - meas) / meas
+c = re.search(r"predicted ([0-9.]+) ms, measured ([0-9.]+) ms", open(cmp).read())
+cpred, cmeas = float(c.group(1)), float(c.group(2))
 print(f"{sched:<6} {'2x' + p:<5} {'2 x ' + dp:<7} {meas:12.1f} {pred:12.1f} {err(pred):+8.1f} "
-      f"{sampled:12.1f} {err(sampled):+8.1f}")
+      f"{sampled:12.1f} {err(sampled):+8.1f} {cpred:8.1f}/{cmeas:<8.1f} {100 * (cpred - cmeas) / cmeas:+8.1f}")
 PY
   done
 done

@@ -113,6 +113,11 @@ struct RunResult {
   std::int64_t min_forward_kept_bytes = std::numeric_limits<std::int64_t>::max();
   // Recorded actions per (step, kind).
   std::map<std::pair<std::int64_t, sched::ActionKind>, int> recorded;
+  // Note [Send time] / Note [Data-parallel sync] (report/run_report.hpp).
+  std::int64_t max_optimizer_ns = 0;
+  std::vector<std::int64_t> sync_ns;  // every rank's recorded syncs
+  int sends = 0;                      // remote SEND actions recorded
+  int timed_sends = 0;                // ... with 0 < send_ns <= their interval and drain_ns >= 0
 };
 
 // Runs `plan` with one thread per rank; stage s is layer s. skip_to >= 0 adds an input from
@@ -121,7 +126,8 @@ RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, con
                         const torch::Tensor& y, int steps, int skip_to,
                         bool prepost_receives = false, std::int64_t split_backward_step = -1,
                         bool recompute = false,
-                        sched::Precision precision = sched::Precision::kFp32) {
+                        sched::Precision precision = sched::Precision::kFp32,
+                        DataParallelHooks* dp_hooks = nullptr) {
   const int ranks = plan.shape.ranks;
   const int stages = plan.shape.stages;
   const int m = plan.shape.microbatches;
@@ -168,7 +174,7 @@ RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, con
         opts.record_timings = true;
         opts.precision = precision;
         Interpreter interp(plan, r, std::move(setups), comms[static_cast<std::size_t>(r)].get(),
-                           &hooks, mse, opts);
+                           dp_hooks != nullptr ? dp_hooks : &hooks, mse, opts);
         interp.agree_shapes(xs[0]);
         for (int step = 0; step < steps; ++step) {
           auto res = interp.run_step(step, xs, ys);
@@ -183,7 +189,16 @@ RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, con
           if (t.action.kind == sched::ActionKind::kForward) {
             result.min_forward_kept_bytes = std::min(result.min_forward_kept_bytes, t.bytes);
           }
+          if (t.action.kind == sched::ActionKind::kOptimizerStep) {
+            result.max_optimizer_ns = std::max(result.max_optimizer_ns, t.end_ns - t.start_ns);
+          }
+          if (sched::is_send(t.action.kind) && t.bytes > 0) {
+            ++result.sends;
+            if (t.send_ns > 0 && t.send_ns <= t.end_ns - t.start_ns && t.drain_ns >= 0)
+              ++result.timed_sends;
+          }
         }
+        for (const auto& y : interp.sync_timings()) result.sync_ns.push_back(y.end_ns - y.start_ns);
         for (const auto& sp : interp.stage_params()) {
           result.weights.w[static_cast<std::size_t>(sp.stage)] = sp.params[0].detach();
           result.weights.b[static_cast<std::size_t>(sp.stage)] = sp.params[1].detach();
@@ -279,6 +294,40 @@ TEST(Interpreter, ForwardRecordsTheHeapBytesItKeeps) {
   const auto got = run_pipelined(plan, init, x, y, 2, -1);
   EXPECT_GE(got.min_forward_kept_bytes, 4 * kWidth * static_cast<std::int64_t>(sizeof(float)));
   EXPECT_LT(got.min_forward_kept_bytes, std::numeric_limits<std::int64_t>::max());
+}
+
+// Note [Data-parallel sync] (report/run_report.hpp): the algorithm's work after the last OPTIM
+// (here a 30 ms sleep) is timed apart, once per step, not inside the OPTIM; Note [Send time]:
+// every remote SEND records the time of its send calls, inside its interval.
+class SlowSync final : public DataParallelHooks {
+ public:
+  void on_start(std::vector<StageParams>& /*stages*/) override {}
+  void before_backward(int /*stage*/, int /*microbatch*/, bool /*last*/) override {}
+  void after_backward(int /*stage*/, int /*microbatch*/, bool /*last*/) override {}
+  void reduce_grad(int /*stage*/) override {}
+  void after_optimizer_step(std::int64_t /*step*/) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+};
+
+TEST(Interpreter, DataParallelSyncAndSendCallsAreTimedApart) {
+  torch::set_num_threads(1);
+  sched::ScheduleSpec spec;
+  spec.kind = ScheduleKind::k1F1B;
+  spec.ranks = 2;
+  spec.microbatches = 4;
+  const auto plan = sched::lower_for_run(sched::generate(spec));
+  torch::manual_seed(5);
+  auto x = torch::randn({16, kWidth});
+  auto y = torch::randn({16, kWidth});
+  SlowSync sync;
+  const auto got = run_pipelined(plan, init_weights(2), x, y, 2, -1, false, -1, false,
+                                 sched::Precision::kFp32, &sync);
+  ASSERT_EQ(got.sync_ns.size(), 4U);  // 2 ranks x 2 steps
+  for (auto ns : got.sync_ns) EXPECT_GE(ns, 30'000'000);
+  EXPECT_LT(got.max_optimizer_ns, 30'000'000);
+  EXPECT_EQ(got.sends, 2 * 2 * 4);  // per step: 4 SEND_F on rank 0, 4 SEND_B on rank 1
+  EXPECT_EQ(got.timed_sends, got.sends);
 }
 
 // Note [Measured split backward]: in the split step, even microbatches' B run as I then W

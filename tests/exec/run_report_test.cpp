@@ -343,5 +343,83 @@ TEST(MakeProfile, DataWaitsRoundTripAndAreTraced) {
   EXPECT_EQ(data, 1);
 }
 
+// Issue 47 item 2 (Note [Send time], Note [Comm overhead]): the batch overhead is the batch's
+// time less what its SENDs spent inside the transport's send calls, so a profile measured on a
+// slow link carries the software overhead only; the send-call time is kept as comm_send_ms, and
+// both fields, with the drain at the end of the step, travel with the record and the trace.
+TEST(MakeProfile, CommOverheadLeavesOutTheSendCalls) {
+  const auto send = [](int mb) { return Action::comm(0, ActionKind::kSendF, mb, 1); };
+  const auto recv = [](int mb) { return Action::comm(1, ActionKind::kRecvF, mb, 0); };
+  // Rank 0's sends: batches of 2.4 ms (2.2 ms in the send call: the wire), 0.5 ms (0.2 ms) and
+  // 8.3 ms (8.0 ms); software overheads 0.2, 0.3 and 0.3 ms.
+  auto s0 = timed(send(0), 1.0, 3.4, 0, 64);
+  s0.send_ns = static_cast<std::int64_t>(2.2 * kMs);
+  s0.drain_ns = static_cast<std::int64_t>(0.7 * kMs);
+  auto s1 = timed(send(1), 4.0, 4.5, 0, 64);
+  s1.send_ns = static_cast<std::int64_t>(0.2 * kMs);
+  auto s2 = timed(send(2), 6.0, 14.3, 0, 64);
+  s2.send_ns = static_cast<std::int64_t>(8.0 * kMs);
+  std::vector<RankRecord> records{
+      rank(0, 2,
+           {timed(f(0, 0), 0, 1), s0, timed(f(0, 1), 3.4, 4.0), s1, timed(f(0, 2), 4.5, 6), s2}),
+      rank(1, 2,
+           {timed(recv(0), 0.5, 3.5, 0, 64), timed(recv(1), 3.5, 4.6, 0, 64),
+            timed(recv(2), 4.6, 14.4, 0, 64)})};
+  const auto t = make_profile(records, two_stages(3), context());
+  EXPECT_NEAR(t.comm_overhead_ms, 0.3, 1e-9);  // median of 0.2, 0.3, 0.3
+  EXPECT_NEAR(t.comm_send_ms, 2.2, 1e-9);      // median of 2.2, 0.2, 8.0
+  // Without the split (profiles before issue 47) the overhead was the whole batch: 2.4 ms.
+  for (auto& a : records[0].actions) a.send_ns = 0;
+  EXPECT_NEAR(make_profile(records, two_stages(3), context()).comm_overhead_ms, 2.4, 1e-9);
+  const RankRecord d = decode_record(encode_record(rank(0, 2, {s0})));
+  ASSERT_EQ(d.actions.size(), 1U);
+  EXPECT_EQ(d.actions[0].send_ns, s0.send_ns);
+  EXPECT_EQ(d.actions[0].drain_ns, s0.drain_ns);
+  const sched::Trace tr = sched::parse_trace(make_trace_json({d}, context()), "t.json");
+  ASSERT_EQ(tr.slices.size(), 1U);
+  EXPECT_NEAR(tr.slices[0].send_us, 2200.0, 1e-6);
+  EXPECT_NEAR(tr.slices[0].drain_us, 700.0, 1e-6);
+}
+
+// Issue 47 item 3 (Note [Data-parallel sync], Note [Data-parallel sync work]): the sync after the
+// last OPTIM travels with the record, is traced as a "dp sync" slice, and its work (its duration
+// less the step's data-parallel wait) is the profile's dp_sync_compute_ms, over the measured
+// steps that communicated.
+TEST(MakeProfile, DataParallelSyncWorkLeavesOutItsWaits) {
+  RankRecord r0 = rank(0, 1,
+                       {timed(f(0, 0), 1, 2, 0), timed(f(0, 0), 11, 12, 1),
+                        timed(f(0, 0), 21, 22, 2), timed(f(0, 0), 31, 32, 3)});
+  // Steps 1-3 measured: syncs of 5, 4 and 0.1 ms with waits of 3, 1 and 0 ms; step 3 did not
+  // communicate (a LocalSGD step without averaging).
+  r0.dp_steps = {DataParallelStep{0, 1, 8, 8, 9 * kMs}, DataParallelStep{1, 1, 8, 8, 3 * kMs},
+                 DataParallelStep{2, 1, 8, 8, 1 * kMs}, DataParallelStep{3, 0, 0, 0, 0}};
+  r0.dp_syncs = {DataParallelSync{0, 2 * kMs, 11 * kMs}, DataParallelSync{1, 12 * kMs, 17 * kMs},
+                 DataParallelSync{2, 22 * kMs, 26 * kMs},
+                 DataParallelSync{3, 32 * kMs, 32 * kMs + kMs / 10}};
+  RankRecord r1 = r0;
+  r1.world_rank = 1;
+  r1.dp_syncs[1].end_ns = 14 * kMs;  // 2 ms with 3 ms of waiting: no work (clamped at 0)
+  const RankRecord d = decode_record(encode_record(r0));
+  ASSERT_EQ(d.dp_syncs.size(), 4U);
+  EXPECT_EQ(d.dp_syncs[1].start_ns, 12 * kMs);
+  EXPECT_EQ(d.dp_syncs[1].end_ns, 17 * kMs);
+  ReportContext ctx = context();
+  ctx.warmup_steps = 1;
+  const auto t = make_profile({d, r1}, two_stages(), ctx);
+  // Samples: rank 0 steps 1, 2: 2 and 3 ms; rank 1: 0 and 3 ms. Median 2.5 ms.
+  EXPECT_NEAR(t.dp_sync_compute_ms, 2.5, 1e-9);
+  const sched::Trace tr = sched::parse_trace(make_trace_json({d}, context()), "t.json");
+  int syncs = 0;
+  for (const auto& s : tr.slices) {
+    if (s.category != "dp sync") continue;
+    ++syncs;
+    EXPECT_EQ(s.stream, sched::TraceStream::kCompute);
+    if (s.step == 1) {
+      EXPECT_DOUBLE_EQ(s.duration_us, 5000.0);
+    }
+  }
+  EXPECT_EQ(syncs, 4);
+}
+
 }  // namespace
 }  // namespace pipewright::exec

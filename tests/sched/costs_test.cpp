@@ -177,6 +177,24 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
   bad = t;
   bad.comm_overhead_ms = -1;
   EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
+  // Issue 47: the send-call time taken out of the batch overhead and the data-parallel sync's
+  // work: written when not 0, read back, >= 0; profiles without them (before) read as 0.
+  EXPECT_EQ(text.find("comm_send_ms"), std::string::npos);
+  EXPECT_EQ(text.find("dp_sync_compute_ms"), std::string::npos);
+  auto split = t;
+  split.comm_send_ms = 2.5;
+  split.dp_sync_compute_ms = 1.25;
+  const std::string split_text = to_json(split);
+  EXPECT_NE(split_text.find("\"comm_send_ms\": 2.5"), std::string::npos);
+  EXPECT_NE(split_text.find("\"dp_sync_compute_ms\": 1.25"), std::string::npos);
+  EXPECT_EQ(parse_costs(split_text, "t.json"), split);
+  EXPECT_EQ(parse_costs(text, "t.json").comm_send_ms, 0.0);
+  bad = split;
+  bad.comm_send_ms = -1;
+  EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
+  bad = split;
+  bad.dp_sync_compute_ms = -0.5;
+  EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
   // Correlations (Note [Correlated sampling]): written when not 0, read back, in [0, 1] with
   // rank_step_correlation >= step_correlation.
   EXPECT_EQ(text.find("correlation"), std::string::npos);

@@ -163,6 +163,26 @@ TEST(Trace, LoadReturnsCompleteEvents) {
   EXPECT_EQ(t.slices[3].name, "1RECV_F0");
 }
 
+// Note [Send time] (exec/src/report/run_report.hpp): an executor SEND's send-call and drain
+// times travel as args send_us / drain_us, written only when > 0 (simulator traces unchanged).
+TEST(Trace, SendAndDrainTimesReadBack) {
+  TraceBuilder b(TraceInfo{"executor", "p", "1F1B"}, 1);
+  TraceSlice s = slice("0SEND_F0", "SEND_F", 0, TraceStream::kSend, 0, 3000, 0, 0);
+  s.send_us = 2200;
+  s.drain_us = 700.5;
+  b.add_slice(s);
+  b.add_slice(slice("0F1", "F", 0, TraceStream::kCompute, 0, 1000, 0, 1));
+  const std::string json = b.to_json();
+  EXPECT_EQ(json.find("send_us"), json.rfind("send_us"));  // the F has none
+  const Trace t = parse_trace(json, "t.json");
+  ASSERT_EQ(t.slices.size(), 2u);
+  const auto& send = t.slices[0].name == "0SEND_F0" ? t.slices[0] : t.slices[1];
+  EXPECT_EQ(send, s);
+  const auto& f = t.slices[0].name == "0F1" ? t.slices[0] : t.slices[1];
+  EXPECT_EQ(f.send_us, 0.0);
+  EXPECT_EQ(f.drain_us, 0.0);
+}
+
 TEST(Trace, MalformedEventsNameThePointer) {
   try {
     (void)parse_trace(R"({"traceEvents":[{"ph":"X","name":"a","pid":0,"tid":0,"dur":1}]})",

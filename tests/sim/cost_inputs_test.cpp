@@ -71,6 +71,8 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
   sched::CostTable measured = sched::costs_from_partition(model, p2);
   measured.source = "executor";
   measured.comm_overhead_ms = 0.2;
+  measured.comm_send_ms = 1.5;
+  measured.dp_sync_compute_ms = 0.7;
   measured.runtime_memory_bytes = 1000;
   measured.p2p = sched::P2PCost{0, 0, 0.3, std::nullopt};
   for (auto& c : measured.stages) {
@@ -104,6 +106,8 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
   for (const auto& c : measured.stages) opt_measured += *c.optimizer_ms;
   EXPECT_NEAR(opt, opt_measured, 1e-9);  // optimizer time moves with the parameters
   EXPECT_DOUBLE_EQ(t.comm_overhead_ms, 0.2);
+  EXPECT_DOUBLE_EQ(t.comm_send_ms, 1.5);
+  EXPECT_DOUBLE_EQ(t.dp_sync_compute_ms, 0.7);
   EXPECT_EQ(t.runtime_memory_bytes, 1000);
   ASSERT_TRUE(t.p2p.has_value());
   EXPECT_DOUBLE_EQ(*t.p2p->per_message_ms, 0.3);

@@ -163,5 +163,73 @@ TEST(DataParallel, DiLoCoOuterAllReduceOverlapsTheDelayedSteps) {
   EXPECT_EQ(overlapped.makespan_ns, 12 * kMs);
 }
 
+// Issue 47 item 3 (Note [Sync work in the simulator]): a profile's dp_sync_compute_ms is charged
+// on the compute stream before each sync that communicates, per algorithm; DDP has none.
+TEST(DataParallel, SyncWorkIsChargedWhereEachAlgorithmCommunicates) {
+  auto costs = one_stage({1000});
+  costs.dp_sync_compute_ms = 0.5;
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  // DDP: no sync after OPTIM; as RingAllReduceAfterTheLastBackward.
+  EXPECT_EQ(simulate(testing::gpipe(1, 2), costs, one_gb_per_s(), opt).makespan_ns, 6 * kMs + 1000);
+  opt.steps = 4;
+  // Steps of F + B = 3 ms. SGP: every step 0.5 ms of work, then 1004 B (parameters and the
+  // push-sum weight) to one peer: 1004 ns.
+  opt.dp.algorithm = DpAlgorithm::kSgp;
+  const auto sgp = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  EXPECT_EQ(sgp.step_end_ns,
+            (std::vector<std::int64_t>{3 * kMs + kMs / 2 + 1004, 7 * kMs + 2008,
+                                       10 * kMs + kMs / 2 + 3012, 14 * kMs + 4016}));
+  EXPECT_EQ(sgp.per_rank[0].dp_exposed_ns, 4 * 1004);
+  // LocalSGD every 2 steps: work and a 1000 ns all-reduce after steps 2 and 4.
+  opt.dp.algorithm = DpAlgorithm::kLocalSgd;
+  opt.dp.localsgd_frequency = 2;
+  const auto local = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  EXPECT_EQ(local.step_end_ns,
+            (std::vector<std::int64_t>{3 * kMs, 6 * kMs + kMs / 2 + 1000, 9 * kMs + kMs / 2 + 1000,
+                                       13 * kMs + 2000}));
+  // SlowMo (slow step every 4): averaging after step 2, the slow step (2 x 500 ns) after step
+  // 4; work before each.
+  opt.dp.algorithm = DpAlgorithm::kSlowMo;
+  opt.dp.slowmo_frequency = 4;
+  const auto slow = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  EXPECT_EQ(slow.makespan_ns, 13 * kMs + 3000);
+  // DiLoCo H = 2, tau = 0: work, then the outer all-reduce (1000 ns, exposed) after steps 2, 4.
+  opt.dp.algorithm = DpAlgorithm::kDiLoCo;
+  opt.dp.sync_every = 2;
+  const auto diloco = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  EXPECT_EQ(diloco.makespan_ns, 13 * kMs + 2000);
+  EXPECT_EQ(diloco.per_rank[0].dp_exposed_ns, 2000);
+  // Without the measured work (model costs, old profiles): communication only.
+  costs.dp_sync_compute_ms = 0;
+  EXPECT_EQ(simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt).makespan_ns,
+            12 * kMs + 2000);
+}
+
+// Note [Unregistered collectives]: within a node, DDP's buckets use the collective link (shared
+// memory), the other algorithms' collectives the point-to-point link; across nodes both use the
+// collective link.
+TEST(DataParallel, OnOneNodeOnlyDdpBucketsUseTheCollectiveLink) {
+  Cluster c = one_gb_per_s();                // point-to-point: 1 B/ns
+  c.collective_intra_node = Link{0.0, 4.0};  // shared-memory all-reduce: 4 B/ns
+  c.collective_inter_node = Link{0.0, 0.5};
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  const auto costs = one_stage({4000});
+  // DDP: ring n = 2 of 4000 B at 4 B/ns: 1000 ns after the 6 ms of GPipe m = 2.
+  EXPECT_EQ(simulate(testing::gpipe(1, 2), costs, c, opt).makespan_ns, 6 * kMs + 1000);
+  // SGP: 4004 B to the peer at 1 B/ns after the 3 ms step.
+  opt.dp.algorithm = DpAlgorithm::kSgp;
+  EXPECT_EQ(simulate(testing::gpipe(1, 1), costs, c, opt).makespan_ns, 3 * kMs + 4004);
+  // LocalSGD every step: ring all-reduce of 4000 B at 1 B/ns: 4000 ns.
+  opt.dp.algorithm = DpAlgorithm::kLocalSgd;
+  opt.dp.localsgd_frequency = 1;
+  EXPECT_EQ(simulate(testing::gpipe(1, 1), costs, c, opt).makespan_ns, 3 * kMs + 4000);
+  // Replicas on two nodes: the collective inter-node link (0.5 B/ns): 8000 ns.
+  c.nodes = 2;
+  c.ranks_per_node = 1;
+  EXPECT_EQ(simulate(testing::gpipe(1, 1), costs, c, opt).makespan_ns, 3 * kMs + 8000);
+}
+
 }  // namespace
 }  // namespace pipewright::sim

@@ -208,7 +208,7 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
         a.kind == ActionKind::kBackwardInput) {
       await_receives(&a, step);
     }
-    ActionTiming timing{a, step, 0, 0, 0};
+    ActionTiming timing{a, step, 0, 0, 0, 0, 0};
     // Note [Measured activation memory]
     const bool measure_heap = options_.record_timings && a.kind == ActionKind::kForward;
     const std::int64_t heap_before = measure_heap ? heap_bytes_in_use() : 0;
@@ -218,6 +218,17 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
       timing.end_ns = now_ns();
       if (measure_heap) timing.bytes = heap_bytes_in_use() - heap_before;
       timings_.push_back(timing);
+    }
+    if (a.kind == ActionKind::kOptimizerStep && is_last_optimizer_step(a)) {
+      // Note [Data-parallel sync] (report/run_report.hpp): after the OPTIM, timed on its own.
+      SyncTiming sync{step, options_.record_timings ? now_ns() : 0, 0};
+      with_context("rank " + std::to_string(options_.world_rank) + ": data-parallel sync (step " +
+                       std::to_string(step) + ")",
+                   [&] { hooks_->after_optimizer_step(step); });
+      if (options_.record_timings) {
+        sync.end_ns = now_ns();
+        sync_timings_.push_back(sync);
+      }
     }
   }
   await_receives(nullptr, step);  // none is left unless a RECV has no consumer on this rank
@@ -256,7 +267,7 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
             options_.record_timings && timing != nullptr) {
           // Note [Measured split backward]: I, recorded here, then W in the caller's timing.
           do_backward(a, step, true, false);
-          ActionTiming input{a, step, timing->start_ns, now_ns(), 0};
+          ActionTiming input{a, step, timing->start_ns, now_ns(), 0, 0, 0};
           input.action.kind = ActionKind::kBackwardInput;
           timings_.push_back(input);
           timing->action.kind = ActionKind::kBackwardWeight;
@@ -303,9 +314,9 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
 }
 
 void Interpreter::do_optimizer_step(const Action& a, std::int64_t step) {
-  // before_optimizer_steps / after_optimizer_step run once per step, before the rank's first
-  // OPTIM / after its last; the recipe's collective right after the former (Note [Global
-  // gradient norm] in recipe.hpp).
+  // before_optimizer_steps runs once per step, inside the rank's first OPTIM, and the recipe's
+  // collective right after it (Note [Global gradient norm] in recipe.hpp); after_optimizer_step
+  // runs after the last OPTIM, outside its timing (run_step, Note [Data-parallel sync]).
   const auto optim = [](const Action& b) { return b.kind == ActionKind::kOptimizerStep; };
   if (&*std::find_if(actions_.begin(), actions_.end(), optim) == &a) {
     hooks_->before_optimizer_steps(step);
@@ -323,9 +334,14 @@ void Interpreter::do_optimizer_step(const Action& a, std::int64_t step) {
     }
     if (!hooks_->clear_gradients(a.stage)) st.optimizer->zero_grad();
   }
-  if (&*std::find_if(actions_.rbegin(), actions_.rend(), optim) == &a) {
-    hooks_->after_optimizer_step(step);
-  }
+}
+
+// The rank's last OPTIM of a step, after which the data-parallel algorithm synchronises
+// (DataParallelHooks::after_optimizer_step; run_step calls it outside the OPTIM's timing).
+bool Interpreter::is_last_optimizer_step(const Action& a) const {
+  const auto optim = [](const Action& b) { return b.kind == ActionKind::kOptimizerStep; };
+  const auto it = std::find_if(actions_.rbegin(), actions_.rend(), optim);
+  return it != actions_.rend() && &*it == &a;
 }
 
 // Note [Pre-posted receives]: Gloo's transport is a rendezvous: a send's data leaves only once
@@ -376,7 +392,7 @@ void Interpreter::await_receives(const Action* consumer, std::int64_t step) {
     awaiting_.erase(it);
   }
   for (auto& w : due) {
-    ActionTiming timing{w.action, step, options_.record_timings ? now_ns() : 0, 0, 0};
+    ActionTiming timing{w.action, step, options_.record_timings ? now_ns() : 0, 0, 0, 0, 0};
     with_context("rank " + std::to_string(options_.world_rank) + ": " + sched::to_string(w.action) +
                      " (step " + std::to_string(step) + ")",
                  [&] { w.finish(&timing); });
@@ -413,7 +429,7 @@ void Interpreter::run_p2p_batch(std::size_t first, std::size_t last, std::int64_
         exec_action(actions_[i], step, x_mbs, y_mbs, nullptr);
         continue;
       }
-      timings.push_back(ActionTiming{actions_[i], step, start, 0, 0});
+      timings.push_back(ActionTiming{actions_[i], step, start, 0, 0, 0, 0});
       exec_action(actions_[i], step, x_mbs, y_mbs, &timings.back());
     }
   } catch (...) {

@@ -87,6 +87,19 @@ struct ActionTiming {
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
   std::int64_t bytes = 0;  // payload of SEND/RECV actions; for F, heap bytes the forward kept
+  // Note [Send time] (report/run_report.hpp): SEND only. Time inside the transport's send calls
+  // (within [start_ns, end_ns]), and time the end of the step then waited for its completion.
+  std::int64_t send_ns = 0;
+  std::int64_t drain_ns = 0;
+};
+
+// Note [Data-parallel sync] (report/run_report.hpp): the data-parallel algorithm's work after the
+// rank's last OPTIM (DataParallelHooks::after_optimizer_step: SGP's gossip, LocalSGD / SlowMo
+// averaging, DiLoCo's outer step, ZeRO's all-gathers), timed apart from OPTIM.
+struct SyncTiming {
+  std::int64_t step = 0;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
 };
 
 struct InterpreterOptions {
@@ -157,9 +170,15 @@ class Interpreter {
   // Parameters of each local stage, for DataParallelHooks::on_start and saving.
   [[nodiscard]] std::vector<StageParams> stage_params() const;
   [[nodiscard]] const std::vector<ActionTiming>& timings() const noexcept { return timings_; }
+  [[nodiscard]] const std::vector<SyncTiming>& sync_timings() const noexcept {
+    return sync_timings_;
+  }
   // The local stages (the evaluation shares their bodies and edges).
   [[nodiscard]] const std::vector<StageSetup>& setups() const noexcept { return stages_; }
-  void clear_timings() { timings_.clear(); }
+  void clear_timings() {
+    timings_.clear();
+    sync_timings_.clear();
+  }
   // Replaces a local stage's optimizer (ZeRO: one over the replica's shard); returns it.
   torch::optim::Optimizer* replace_optimizer(int stage,
                                              std::unique_ptr<torch::optim::Optimizer> optimizer);
@@ -178,6 +197,7 @@ class Interpreter {
     WorkPtr work;
     torch::Tensor keep_alive;
     OpContext ctx;
+    sched::Action action;  // the SEND that posted it (Note [Send time])
   };
 
   void exec_action(const sched::Action& a, std::int64_t step,
@@ -205,6 +225,7 @@ class Interpreter {
   std::vector<torch::Tensor> run_body(const StageSetup& st,
                                       const std::vector<torch::Tensor>& inputs);
   void do_optimizer_step(const sched::Action& a, std::int64_t step);
+  [[nodiscard]] bool is_last_optimizer_step(const sched::Action& a) const;
   void recompute_forward(const StageSetup& st, MbState& ms);
   void wait_pending(std::int64_t step);
   [[nodiscard]] StageSetup& local(int stage);
@@ -249,6 +270,7 @@ class Interpreter {
   void connect_peers();  // after the shape agreement: Communicator::connect_p2p
   [[nodiscard]] Posted post_receive(const sched::Action& a, std::int64_t step);
   std::vector<ActionTiming> timings_;
+  std::vector<SyncTiming> sync_timings_;
   std::vector<torch::Tensor> predictions_;  // forward-only plans, per microbatch
   double loss_sum_ = 0;
   int loss_count_ = 0;

@@ -4,6 +4,7 @@
 // Note [Pre-posted receives] (interpreter.cpp), and the wait for outstanding sends at the end
 // of a step. The step loop and the p2p batches that group these actions are in interpreter.cpp.
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <sstream>
 #include <string>
@@ -27,6 +28,12 @@ using sched::ActionKind;
 constexpr std::int64_t kHeaderInts = 64;
 // Upper bound on tensors per (producer, consumer) edge; part of the tag layout.
 constexpr std::int64_t kMaxTensorsPerEdge = 16;
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 std::string shape_text(const torch::Tensor& t) {
   std::ostringstream os;
@@ -184,7 +191,7 @@ void Interpreter::agree_shapes(const torch::Tensor& x_example, std::int64_t step
       }
       OpContext ctx{step_for_messages, s, -1, "shape agreement with stage " + std::to_string(c)};
       auto work = pipe_->send(view_of(header), rank_of(c), tag(s, c, false, -1, 0), ctx);
-      sends.push_back(Pending{work, header, ctx});
+      sends.push_back(Pending{work, header, ctx, Action{}});
     }
   }
   for (auto& p : sends) p.work->wait(options_.timeout);
@@ -255,11 +262,14 @@ void Interpreter::do_send(const Action& a, std::int64_t step, ActionTiming* timi
   const int producer = backward ? peer : a.stage;
   const int consumer = backward ? a.stage : peer;
   for (std::size_t i = 0; i < payload.size(); ++i) {
+    // Note [Send time]: the send call alone, apart from the action's other work.
+    const std::int64_t call_start = options_.record_timings ? steady_ns() : 0;
     auto work =
         pipe_->send(view_of(payload[i]), rank_of(peer),
                     tag(producer, consumer, backward, a.microbatch, static_cast<int>(i)), ctx);
+    if (options_.record_timings) timing->send_ns += steady_ns() - call_start;
     timing->bytes += payload[i].numel() * static_cast<std::int64_t>(payload[i].element_size());
-    pending_.push_back(Pending{work, payload[i], ctx});
+    pending_.push_back(Pending{work, payload[i], ctx, a});
   }
   // Free what the peer no longer needs from us once the gradient went out.
   if (backward) {
@@ -346,8 +356,22 @@ bool Interpreter::is_remote_p2p(const Action& a) const {
   return p2p && rank_of(a.peer_stage) != pipe_rank_;
 }
 
-void Interpreter::wait_pending(std::int64_t /*step*/) {
-  for (auto& p : pending_) p.work->wait(options_.timeout);
+// Note [Send time]: each wait is added to the drain_ns of the SEND that posted it (recorded by
+// now: a step's actions have all run).
+void Interpreter::wait_pending(std::int64_t step) {
+  for (auto& p : pending_) {
+    const std::int64_t start = options_.record_timings ? steady_ns() : 0;
+    p.work->wait(options_.timeout);
+    const bool send = p.action.kind == ActionKind::kSendF || p.action.kind == ActionKind::kSendB;
+    if (!options_.record_timings || !send) continue;
+    const std::int64_t waited = steady_ns() - start;
+    for (auto it = timings_.rbegin(); it != timings_.rend() && it->step == step; ++it) {
+      if (it->action == p.action) {
+        it->drain_ns += waited;
+        break;
+      }
+    }
+  }
   pending_.clear();
 }
 

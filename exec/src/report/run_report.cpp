@@ -47,7 +47,7 @@ std::vector<std::int64_t> encode_record(const RankRecord& r) {
   for (const auto& a : r.actions) {
     out.insert(out.end(),
                {a.action.stage, static_cast<std::int64_t>(a.action.kind), a.action.microbatch,
-                a.action.peer_stage, a.step, a.start_ns, a.end_ns, a.bytes});
+                a.action.peer_stage, a.step, a.start_ns, a.end_ns, a.bytes, a.send_ns, a.drain_ns});
   }
   out.push_back(static_cast<std::int64_t>(r.data_waits.size()));
   for (const auto& w : r.data_waits) out.insert(out.end(), {w.step, w.start_ns, w.end_ns});
@@ -56,6 +56,8 @@ std::vector<std::int64_t> encode_record(const RankRecord& r) {
     out.insert(out.end(),
                {d.step, d.collectives, d.payload_bytes, d.wire_bytes, d.exposed_wait_ns});
   }
+  out.push_back(static_cast<std::int64_t>(r.dp_syncs.size()));
+  for (const auto& y : r.dp_syncs) out.insert(out.end(), {y.step, y.start_ns, y.end_ns});
   return out;
 }
 
@@ -92,6 +94,8 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
     a.start_ns = next();
     a.end_ns = next();
     a.bytes = next();
+    a.send_ns = next();
+    a.drain_ns = next();
     r.actions.push_back(a);
   }
   const auto waits = next();
@@ -111,6 +115,14 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
     d.wire_bytes = next();
     d.exposed_wait_ns = next();
     r.dp_steps.push_back(d);
+  }
+  const auto syncs = next();
+  for (std::int64_t k = 0; k < syncs; ++k) {
+    DataParallelSync y;
+    y.step = next();
+    y.start_ns = next();
+    y.end_ns = next();
+    r.dp_syncs.push_back(y);
   }
   return r;
 }

@@ -26,7 +26,16 @@ struct TimedAction {
   std::int64_t step = 0;
   std::int64_t start_ns = 0;  // steady_clock
   std::int64_t end_ns = 0;
-  std::int64_t bytes = 0;  // SEND/RECV: payload; F: heap bytes it left allocated
+  std::int64_t bytes = 0;     // SEND/RECV: payload; F: heap bytes it left allocated
+  std::int64_t send_ns = 0;   // SEND: inside the transport's send calls (Note [Send time])
+  std::int64_t drain_ns = 0;  // SEND: waiting for its completion at the end of the step
+};
+
+// Note [Data-parallel sync]: the data-parallel algorithm's work after a step's last OPTIM.
+struct DataParallelSync {
+  std::int64_t step = 0;
+  std::int64_t start_ns = 0;  // steady_clock
+  std::int64_t end_ns = 0;
 };
 
 // How long the training thread waited for a step's batch (Note [Prefetching loader] in
@@ -71,7 +80,28 @@ struct RankRecord {
   std::vector<TimedAction> actions;
   std::vector<DataWait> data_waits;
   std::vector<DataParallelStep> dp_steps;  // dp > 1 only
+  std::vector<DataParallelSync> dp_syncs;  // dp > 1 only
 };
+
+// Note [Send time]: a SEND's measured interval is its p2p batch's (Note [p2p batches]), and on a
+// slow link most of it can be the transport's send call itself: Gloo writes a message into the
+// socket from the calling thread when the receiver's receive is already posted, and on a
+// 100 Mbit/s link that call returned only once most of the bytes had left (2-8 ms for 256 KiB,
+// 0.2-0.6 ms for the batch's other work). The interpreter therefore times each SEND's send calls
+// (send_ns, inside the action's interval) and the wait for its completion at the end of the step
+// (drain_ns, after every action of the step): the wire time of the network the run had, which
+// the simulator prices from the cluster's links or the profile's p2p cost. make_profile takes
+// them out of the batch overhead (Note [Comm overhead] in run_profile.cpp) so that a profile
+// measured on one network predicts another; the trace shows them as args send_us / drain_us.
+
+// Note [Data-parallel sync]: SGP's gossip, LocalSGD's and SlowMo's averaging, DiLoCo's outer step
+// and ZeRO's parameter all-gathers run in DataParallelHooks::after_optimizer_step, after the
+// rank's last OPTIM. They used to be timed inside that OPTIM, so the profile's optimizer_ms held
+// the algorithm's communication (SGP's OPTIM: 4.1 ms against DDP's 0.12 ms) and the simulator,
+// which prices that communication itself, charged it twice. The interpreter now times them
+// apart (SyncTiming), the trace shows them as a "dp sync" slice on the compute stream, and the
+// profile's optimizer_ms is the optimizer alone. make_profile keeps the sync's own work apart
+// from its waits as dp_sync_compute_ms (Note [Data-parallel sync work] in run_profile.cpp).
 
 // Note [Shared cores in profiles]: when more ranks of one host compute at once than it has
 // cores (p = 4 on this 2-core machine), each measured compute time is stretched by the others.

@@ -28,6 +28,7 @@ std::int64_t earliest(const std::vector<RankRecord>& records) {
   for (const auto& r : records) {
     for (const auto& a : r.actions) t0 = std::min(t0, a.start_ns);
     for (const auto& w : r.data_waits) t0 = std::min(t0, w.start_ns);
+    for (const auto& y : r.dp_syncs) t0 = std::min(t0, y.start_ns);
   }
   return t0 == std::numeric_limits<std::int64_t>::max() ? 0 : t0;
 }
@@ -80,6 +81,8 @@ std::string make_trace_json(const std::vector<RankRecord>& records, const Report
       s.stage = a.action.stage;
       s.microbatch = a.action.microbatch;
       s.step = a.step;
+      s.send_us = static_cast<double>(a.send_ns) / 1e3;  // Note [Send time]
+      s.drain_us = static_cast<double>(a.drain_ns) / 1e3;
       const auto idx = builder.add_slice(std::move(s));
       if (sched::is_comm(a.action.kind) && a.bytes > 0) {
         // Flow arrows pair a send with its receive within one replica.
@@ -113,6 +116,17 @@ std::string make_trace_json(const std::vector<RankRecord>& records, const Report
       s.start_us = static_cast<double>(w.start_ns - t0) / 1e3;
       s.duration_us = static_cast<double>(std::max(w.end_ns, w.start_ns) - w.start_ns) / 1e3;
       s.step = w.step;
+      builder.add_slice(std::move(s));
+    }
+    for (const auto& y : r.dp_syncs) {  // Note [Data-parallel sync]: after the last OPTIM
+      sched::TraceSlice s;
+      s.name = "dp sync";
+      s.category = "dp sync";
+      s.rank = r.world_rank;
+      s.stream = sched::TraceStream::kCompute;
+      s.start_us = static_cast<double>(y.start_ns - t0) / 1e3;
+      s.duration_us = static_cast<double>(std::max(y.end_ns, y.start_ns) - y.start_ns) / 1e3;
+      s.step = y.step;
       builder.add_slice(std::move(s));
     }
     std::stable_sort(memory.begin(), memory.end(),

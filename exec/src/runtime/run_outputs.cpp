@@ -258,7 +258,12 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
     rec.stages.push_back(sz);
   }
   for (const auto& t : interp.timings()) {
-    rec.actions.push_back(TimedAction{t.action, t.step, t.start_ns, t.end_ns, t.bytes});
+    rec.actions.push_back(
+        TimedAction{t.action, t.step, t.start_ns, t.end_ns, t.bytes, t.send_ns, t.drain_ns});
+  }
+  if (p.world.world_size > p.plan.shape.ranks) {  // dp > 1: Note [Data-parallel sync]
+    for (const auto& y : interp.sync_timings())
+      rec.dp_syncs.push_back(DataParallelSync{y.step, y.start_ns, y.end_ns});
   }
   rec.data_waits = data_waits;
   rec.dp_steps = dp_steps;

@@ -217,6 +217,14 @@ std::string TraceBuilder::to_json() const {
     append_string(out, s.category);
     out += R"(,"step":)";
     append_int(out, s.step);
+    if (s.send_us > 0) {
+      out += R"(,"send_us":)";
+      append_double(out, s.send_us);
+    }
+    if (s.drain_us > 0) {
+      out += R"(,"drain_us":)";
+      append_double(out, s.drain_us);
+    }
     out += "}}";
   }
   // Flows in a canonical order too: by the send slice, then the receive slice. Slices that

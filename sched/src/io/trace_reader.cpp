@@ -163,7 +163,7 @@ class TraceReader {
   struct Event {
     std::optional<Value> ph, name, cat, pid, tid, ts, dur, id;
     bool args = false;
-    std::optional<Value> stage, microbatch, step, kind, bytes;
+    std::optional<Value> stage, microbatch, step, kind, bytes, send_us, drain_us;
   };
 
   static std::optional<Value>* event_field(Event& e, const std::string& k) {
@@ -183,6 +183,8 @@ class TraceReader {
     if (k == "step") return &e.step;
     if (k == "kind") return &e.kind;
     if (k == "bytes") return &e.bytes;
+    if (k == "send_us") return &e.send_us;
+    if (k == "drain_us") return &e.drain_us;
     return nullptr;
   }
 
@@ -220,7 +222,7 @@ class TraceReader {
         if (parent.key == "args") {
           event_.args = container && object;
           event_.stage = event_.microbatch = event_.step = event_.kind = event_.bytes =
-              std::nullopt;
+              event_.send_us = event_.drain_us = std::nullopt;
           if (event_.args) return Role::kArgs;
         }
         if (auto* f = event_field(event_, parent.key)) *f = std::move(v);
@@ -334,6 +336,8 @@ class TraceReader {
       if (is_int(e.microbatch)) s.microbatch = static_cast<std::int32_t>(e.microbatch->i);
       if (is_int(e.step)) s.step = e.step->i;
       if (s.category.empty() && is_str(e.kind)) s.category = e.kind->s;
+      if (is_num(e.send_us)) s.send_us = std::max(0.0, e.send_us->d);
+      if (is_num(e.drain_us)) s.drain_us = std::max(0.0, e.drain_us->d);
     }
     trace_.ranks = std::max(trace_.ranks, s.rank + 1);
     trace_.slices.push_back(std::move(s));

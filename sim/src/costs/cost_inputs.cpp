@@ -193,6 +193,8 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
         sched::bytes_at_precision(c.output_bytes, sched::Precision::kFp32, measured.precision);
   t.compute_overhead_ms = measured.compute_overhead_ms;
   t.comm_overhead_ms = measured.comm_overhead_ms;
+  t.comm_send_ms = measured.comm_send_ms;
+  t.dp_sync_compute_ms = measured.dp_sync_compute_ms;  // the measured job's parameters, as is
   t.runtime_memory_bytes = measured.runtime_memory_bytes;
   t.p2p = measured.p2p;
   t.cores_per_node = measured.cores_per_node;

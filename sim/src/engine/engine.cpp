@@ -421,6 +421,7 @@ SimResult Engine::run() {
   if (!durations_) durations_ = make_table_durations(plan_, costs_, opt_, shared_);
   if (!network_) network_ = make_analytical_network(plan_, costs_, cluster_, opt_);
   comm_overhead_ns_ = network_->batch_overhead_ns();
+  dp_sync_compute_ns_ = dp_ > 1 ? ms_to_ns(costs_.dp_sync_compute_ms) : 0;
   plan_streams();
   memory_options_ = sched::MemoryOptions{opt_.optimizer, opt_.momentum, opt_.recompute,
                                          opt_.precision, zero_,         std::max(dp_, 1)};

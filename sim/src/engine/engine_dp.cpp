@@ -18,6 +18,15 @@
 //   3  gradients as 2; UNSHARD starts an all-gather of P (when the rank reaches it in its list),
 //      the stage's compute waits for the latest; RESHARD frees (memory only); no all-gather
 //      after OPTIM.
+// Note [Sync work in the simulator]: LocalSGD, SlowMo, SGP and DiLoCo synchronise after the rank's
+// last OPTIM, and besides their collectives the executor computes there (flattening, scaling and
+// unflattening the parameters, the outer or slow optimizer step). A profile measures that work
+// apart from the collectives' waits (CostTable::dp_sync_compute_ms, Note [Data-parallel sync
+// work] in exec/src/report/run_profile.cpp; the executor times the sync outside OPTIM, Note
+// [Data-parallel sync] in exec/src/report/run_report.hpp), and end_of_step charges it on the
+// compute stream in every step whose sync communicates (SGP: every step; LocalSGD / SlowMo:
+// averaging and slow steps; DiLoCo: where a fragment's all-reduce starts), before the collective.
+//
 // Waiting for parameters counts as exposed data-parallel time (RankResult::dp_exposed_ns). The
 // bytes (SimResult::dp_wire_bytes_per_stage) come from the plan: data_parallel.hpp. On shared node
 // links (Note [Shared links]) ZeRO-1's buckets are queued as DDP's; the other ZeRO collectives
@@ -171,6 +180,8 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
       st.time = end;
       st.dp_free = end;
     };
+    // Note [Sync work in the simulator]: the sync's own work, before its collective.
+    if (sgp || average || slowmo) st.time += dp_sync_compute_ns_;
     if (sgp) blocking(network_->sgp_ns(r), Collective::kSgp);
     if (average) blocking(network_->localsgd_ns(r), Collective::kLocalSgd);
     if (slowmo) blocking(network_->slowmo_ns(r), Collective::kSlowMo);
@@ -192,6 +203,7 @@ void Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step
   const std::int64_t period = std::max(1, d.sync_every / std::max(d.fragments, 1));
   auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
   if ((step + 1 + d.sync_delay) % period == 0) {
+    st.time += dp_sync_compute_ns_;  // Note [Sync work in the simulator]
     const std::int64_t ns = network_->diloco_ns(r);
     const std::int64_t start = std::max(st.time, st.dp_free);
     const std::int64_t end = start + ns;

@@ -53,6 +53,14 @@ class AnalyticalNetwork final : public NetworkModel {
   std::vector<std::vector<LinkUse>> rank_links_;  // per pipeline rank: its dp all-reduce
 };
 
+// Note [Unregistered collectives]: a cluster's collective_links are what `pipewright calibrate`
+// measured for an all-reduce of a registered buffer (Communicator::allocate_collective_buffer),
+// which replicas on one node sum in shared memory (Gloo: shm_collectives.hpp); DDP's and ZeRO's
+// buckets are such buffers. LocalSGD's and SlowMo's averages, DiLoCo's outer gradients and SGP's
+// gossip are not: within a node they cross Gloo's TCP transport, as a pipeline message without
+// shared memory does, so they are priced on the point-to-point link (intra_node; calibrate's
+// ping-pong); across nodes both paths are the network, and the collective link stays. (On one
+// host the collective fit was 4.1 GB/s and the point-to-point 2.5 GB/s.)
 AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched::CostTable& costs,
                                      const Cluster& cluster, const SimOptions& options) {
   const auto& shape = plan.shape;
@@ -99,16 +107,18 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
     for (auto s : shape.stages_of_rank(r))
       bytes += costs.stages[static_cast<std::size_t>(s)].param_bytes;
     const DpGroup group = dp_group(cluster, r, R, dp);
+    // Note [Unregistered collectives]: within a node these go through the point-to-point path.
+    const Link& link = group.spans_nodes ? group.link : cluster.intra_node;
     rank_localsgd_ns_[static_cast<std::size_t>(r)] =
-        allreduce_ns(cluster.collective, group.link, dp, bytes);
-    rank_slowmo_ns_[static_cast<std::size_t>(r)] = 2 * reduce_ns(group.link, dp, bytes);
+        allreduce_ns(cluster.collective, link, dp, bytes);
+    rank_slowmo_ns_[static_cast<std::size_t>(r)] = 2 * reduce_ns(link, dp, bytes);
     // One fragment (bytes / K; bf16: half of that on the wire, as a scatter + gather moves the
     // bytes of an all-reduce of half the size).
     const std::int64_t fragment = bytes / std::max(options.dp.fragments, 1);
     rank_diloco_ns_[static_cast<std::size_t>(r)] = allreduce_ns(
-        cluster.collective, group.link, dp, outer_bf16(options.dp) ? fragment / 2 : fragment);
+        cluster.collective, link, dp, outer_bf16(options.dp) ? fragment / 2 : fragment);
     // SGP: the parameters plus the push-sum weight to one peer (full duplex with the receive).
-    rank_sgp_ns_[static_cast<std::size_t>(r)] = p2p_ns(group.link, bytes + 4);
+    rank_sgp_ns_[static_cast<std::size_t>(r)] = p2p_ns(link, bytes + 4);
   }
 }
 

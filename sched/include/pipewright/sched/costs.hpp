@@ -8,6 +8,7 @@
 // JSON form (docs/simulator.md has the full description):
 //   {"format": "pipewright-profile", "version": 1, "source": "executor", "precision": "bf16",
 //    "compute_overhead_ms": 0, "comm_overhead_ms": 0.3, "runtime_memory_bytes": 0,
+//    "comm_send_ms": 0.1, "dp_sync_compute_ms": 0.5,                     (optional)
 //    "cores_per_node": 2, "p2p_uses_core": true,                         (optional)
 //    "stages": [{"stage": 0, "forward_ms": 1.5, "backward_ms": 3.0,
 //                "input_grad_ms": 1.5, "weight_grad_ms": 1.5,          (optional)
@@ -163,6 +164,16 @@ struct CostTable {
   // is already there: ms per batch. Executor profiles measure it (Note [Comm overhead] in
   // exec/src/report/run_profile.cpp).
   double comm_overhead_ms = 0;
+  // Measured, informational (simulate prices transfers from p2p or the cluster): the median time
+  // per batch of comm_overhead_ms's batches that their SENDs spent inside the transport's send
+  // calls, i.e. waiting for the measured network; taken out of comm_overhead_ms (Note [Comm
+  // overhead] in exec/src/report/run_profile.cpp). ms per batch.
+  double comm_send_ms = 0;
+  // The local work of a data-parallel algorithm's synchronisation after the last OPTIM (SGP's
+  // gossip, LocalSGD / SlowMo averaging, DiLoCo's outer step) without its collectives' waits:
+  // ms per step in which it communicates; the simulator charges it on the compute stream there.
+  // Executor profiles measure it (Note [Data-parallel sync work] in run_profile.cpp).
+  double dp_sync_compute_ms = 0;
   // Memory every rank holds besides the model state and activations (runtime libraries,
   // allocator caches, data), bytes; the simulator adds it to each rank's predicted peak.
   // Executor profiles measure it (Note [Runtime memory] in exec/src/report/run_report.hpp).
@@ -194,7 +205,8 @@ struct CostTable {
   friend bool operator==(const CostTable& a, const CostTable& b) noexcept {
     return a.source == b.source && a.precision == b.precision &&
            a.compute_overhead_ms == b.compute_overhead_ms &&
-           a.comm_overhead_ms == b.comm_overhead_ms &&
+           a.comm_overhead_ms == b.comm_overhead_ms && a.comm_send_ms == b.comm_send_ms &&
+           a.dp_sync_compute_ms == b.dp_sync_compute_ms &&
            a.runtime_memory_bytes == b.runtime_memory_bytes &&
            a.cores_per_node == b.cores_per_node && a.p2p_uses_core == b.p2p_uses_core &&
            a.step_correlation == b.step_correlation &&

@@ -44,10 +44,16 @@ struct TraceSlice {
   std::int32_t stage = -1;
   std::int32_t microbatch = -1;
   std::int64_t step = 0;
+  // Executor SENDs (Note [Send time] in exec/src/report/run_report.hpp): time inside the
+  // transport's send calls (within the slice) and waiting for completion at the end of the step
+  // (after it); args "send_us" / "drain_us", written when > 0, 0 when absent.
+  double send_us = 0;
+  double drain_us = 0;
   friend bool operator==(const TraceSlice& a, const TraceSlice& b) noexcept {
     return a.name == b.name && a.category == b.category && a.rank == b.rank &&
            a.stream == b.stream && a.start_us == b.start_us && a.duration_us == b.duration_us &&
-           a.stage == b.stage && a.microbatch == b.microbatch && a.step == b.step;
+           a.stage == b.stage && a.microbatch == b.microbatch && a.step == b.step &&
+           a.send_us == b.send_us && a.drain_us == b.drain_us;
   }
 };
 
