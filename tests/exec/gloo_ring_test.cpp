@@ -126,11 +126,11 @@ constexpr DType kAllDtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat1
                                 DType::kInt64,   DType::kInt32,   DType::kUInt8};
 
 // Every dtype and op, out of place and in place, pieces of 0, 1, an odd count, and more than the
-// two chunks in flight (kRingChunkBytes = 512 KiB: 131072 elements of float32 partial sums).
+// two chunks in flight (kRingChunkBytes = 1 MiB: 262144 elements of float32 partial sums).
 void check_every_dtype(int n) {
   expect_no_errors(run_tcp(n, [&](Communicator& comm) {
     const int me = comm.rank();
-    for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{1001}, std::size_t{300007}}) {
+    for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{1001}, std::size_t{600011}}) {
       const std::size_t nk = k * static_cast<std::size_t>(n);
       for (DType dtype : kAllDtypes) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
@@ -192,12 +192,12 @@ TEST(GlooRing, EveryDtypeAtFourRanks) { check_every_dtype(4); }
 // Note [16-bit sums]: 16-bit inputs are summed in float32 and rounded once. 1 + 2^-8 is not a
 // bfloat16 (nor 1 + 2^-11 a float16: a tie, rounded to even, 1); 1 + 2 x 2^-8 is. A ring that
 // rounded its partial sums to 16 bits at each hop would lose both tiny values when the 1 comes
-// first in the chain. Pieces of two chunks, at 3 and 4 ranks.
+// first in the chain. Pieces of three chunks, at 3 and 4 ranks.
 TEST(GlooRing, HalfPrecisionSumsInFloat32RoundedOnce) {
   for (int n : {3, 4}) {
     expect_no_errors(run_tcp(n, [&](Communicator& comm) {
       const int me = comm.rank();
-      const std::size_t k = 140001, nk = k * static_cast<std::size_t>(n);
+      const std::size_t k = 600011, nk = k * static_cast<std::size_t>(n);
       for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
         const float tiny = dtype == DType::kBFloat16 ? 1.0f / 256 : 1.0f / 2048;
         // Piece q's chain starts at rank q+1 (hop 1) and ends at rank q (hop 0): the 1 first,

@@ -47,7 +47,7 @@
 namespace pipewright::exec::detail {
 
 // Bytes of one reduce-scatter message (a chunk of a piece); two are in flight per direction.
-inline constexpr std::size_t kRingChunkBytes = std::size_t{1} << 19;
+inline constexpr std::size_t kRingChunkBytes = std::size_t{1} << 20;
 
 // One posted transfer. wait() blocks until it completed, at most the transport's timeout, and
 // throws the pipewright error (TimeoutError, PeerError, BackendError) naming the peer.
