@@ -380,13 +380,11 @@ class GlooCommunicator final : public CommunicatorBase {
   // one host, else the ring over TCP (Note [TCP ring collectives], tcp_ring.hpp).
   WorkPtr reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp op,
                          const OpContext& ctx) override {
-    check_sharded(in, out, size(), false, op_prefix("reduce_scatter", ctx));
-    if (ShmBuffer* b = shm_buffer(in)) {
-      return shm_->reduce_scatter(b, in, out, op, op_prefix("reduce_scatter", ctx));
-    }
+    const std::string prefix = op_prefix("reduce_scatter", ctx);
+    check_sharded(in, out, size(), false, prefix);
+    if (ShmBuffer* b = shm_buffer(in)) return shm_->reduce_scatter(b, in, out, op, prefix);
     (void)wrap(in, "reduce_scatter");  // rejects device buffers
-    return ring(ctx, "reduce_scatter")
-        .reduce_scatter(in, out, op, op_prefix("reduce_scatter", ctx));
+    return ring(ctx, "reduce_scatter").reduce_scatter(in, out, op, prefix);
   }
 
   WorkPtr all_gather(const BufferView& in, const BufferView& out, const OpContext& ctx) override {
@@ -503,8 +501,7 @@ class GlooCommunicator final : public CommunicatorBase {
                                                 std::move(blame), failed_);
   }
 
-  // Note [TCP ring collectives]: its process group is connected at the first sharded collective
-  // over TCP (collective: every member gets there in the same order of collectives).
+  // Note [TCP ring collectives]: its process group connects at the first TCP sharded collective.
   TcpRing& ring(const OpContext& ctx, const char* op) {
     if (ring_) return *ring_;
     auto pg_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
