@@ -53,6 +53,13 @@ namespace {
 
 int ring_mod(int x, int d) { return ((x % d) + d) % d; }
 
+// Between two transfers: a destroyed communicator ends the running operation (its caller is
+// gone, and so may be its buffers).
+void check_running(TcpRing::Shared& s, const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.stop) throw BackendError(prefix + ": the communicator was destroyed while it ran");
+}
+
 float load_half(const std::byte* p, std::size_t i, DType dtype) {
   std::uint16_t h = 0;
   std::memcpy(&h, p + 2 * i, 2);
@@ -131,6 +138,7 @@ void run_reduce_scatter(TcpRing::Shared& s, TcpRing::Job& job) {
     };
     for (std::size_t c = 0; c < std::min<std::size_t>(chunks, 2); ++c) post(c);
     for (std::size_t c = 0; c < chunks; ++c) {
+      check_running(s, job.prefix);
       const std::size_t lo = c * chunk, len = std::min(chunk, n - lo);
       recvs[c % 2]->wait();
       sends[c % 2]->wait();  // the chunk may be the one about to be overwritten
@@ -158,6 +166,7 @@ void run_all_gather(TcpRing::Shared& s, TcpRing::Job& job) {
   if (pb == 0) return;
   if (!gather_in_place(job.in, job.out, r)) std::memcpy(at(r), job.in.data, pb);
   for (int step = 0; step < d - 1; ++step) {
+    check_running(s, job.prefix);
     auto recv =
         s.transport->recv(at(ring_mod(r - 1 - step, d)), pb, left, kAllGatherTag, job.prefix);
     auto send = s.transport->send(at(ring_mod(r - step, d)), pb, right, kAllGatherTag, job.prefix);

@@ -79,8 +79,8 @@ class TcpRing {
           std::size_t chunk_bytes = kRingChunkBytes);
   TcpRing(const TcpRing&) = delete;
   TcpRing& operator=(const TcpRing&) = delete;
-  // Fails the queued operations and joins the worker (which finishes the running one, bounded by
-  // the transport's timeout), or detaches it after abandon().
+  // Fails the queued operations and joins the worker (the running operation fails at its next
+  // transfer, or once a transfer it waits for times out), or detaches it after abandon().
   ~TcpRing();
 
   // Arguments as Communicator::reduce_scatter / all_gather, already checked (check_sharded).
