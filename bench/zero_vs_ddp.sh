@@ -11,6 +11,9 @@
 #
 #   bench/zero_vs_ddp.sh [PIPEWRIGHT_BIN] [STEPS] [ROUNDS]      (defaults: build/bin/pipewright 12 3)
 #   SIZES=256,4096,4096,4096,256 DPS=4 bench/zero_vs_ddp.sh ...  (another MLP; only dp 4)
+#   RUN_FLAGS=--no-shm-collectives bench/zero_vs_ddp.sh ...      (extra flags for every run: here
+#       every collective over Gloo's TCP, as between hosts: DDP's all-reduce is c10d's, ZeRO's
+#       reduce-scatter and all-gather the TCP ring, Note [TCP ring collectives])
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${1:-$root/build/bin/pipewright}"
@@ -36,7 +39,7 @@ one() {
              --steps "$steps" --optimizer adamw --lr 0.001 --zero-stage "$z")
   timeout 600 "$bin" launch --nproc "$dp" -- "$bin" run "${job[@]}" --loss mse \
     --data-x "$work/x.npy" --data-y "$work/y.npy" --no-shuffle --backend gloo --timeout 300 \
-    --metrics "$work/m.jsonl" >"$work/run.log" 2>&1 || { cat "$work/run.log"; exit 1; }
+    --metrics "$work/m.jsonl" ${RUN_FLAGS:-} >"$work/run.log" 2>&1 || { cat "$work/run.log"; exit 1; }
   local ms rss
   ms="$(tail -n +4 "$work/m.jsonl" | sed -E 's/.*"step_ms": ([0-9.e+-]+).*/\1/' | median)"
   rss="$(tail -n 1 "$work/m.jsonl" | sed -E 's/.*"peak_memory_bytes": \[([0-9, ]*)\].*/\1/' |

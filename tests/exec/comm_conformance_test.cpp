@@ -5,6 +5,8 @@
 //         bound to 127.0.0.1.
 //   GlooShm: the same, after connect_p2p() to every peer: point-to-point messages through
 //         shared-memory rings of the minimum size (Note [Shared-memory point-to-point]).
+//   GlooTcp2, GlooTcp4: Gloo at 2 and 4 ranks with every shared-memory path off (as between
+//         hosts): the sharded collectives run as the TCP ring (Note [TCP ring collectives]).
 //   Mpi:  this process is one rank; runs only under mpirun (comm_mp.sh conformance-mpi*), else
 //         skipped. A timeout or a failed operation ends an MPI job with MPI_Abort at exit
 //         (Note [MPI deadlines and shutdown]), so those two tests run in mpirun jobs of their own.
@@ -80,6 +82,8 @@ struct FakeHarness {
   static constexpr bool kSurvivesPeerExit = true;
   // A 16-bit sum in float32, rounded once (issue 44).
   static constexpr bool kSumsHalfInFloat32 = true;
+  // allocate_collective_buffer gives shared memory that Gloo reduces in 16 bits (Gloo only).
+  static constexpr bool kShmCollectives = false;
   static int world_size() { return 3; }
   static std::string unavailable() { return ""; }
   static void run(const Body& body, bool final_barrier) {
@@ -92,7 +96,7 @@ struct FakeHarness {
 // A Gloo world of `n` threads; with `shm_p2p`, each rank connects point-to-point to every
 // other (P2PLink hints of 0 bytes: the smallest rings, so large messages go in chunks).
 void run_gloo(int n, bool shm_p2p, const Body& body, bool final_barrier,
-              milliseconds timeout = kLong, bool shm_allowed = true) {
+              milliseconds timeout = kLong, bool shm_allowed = true, bool shm_collectives = true) {
   MemoryStore store;
   run_threads(
       n,
@@ -104,6 +108,7 @@ void run_gloo(int n, bool shm_p2p, const Body& body, bool final_barrier,
         CommOptions opts;
         opts.timeout = timeout;
         opts.shm_p2p = shm_allowed;
+        opts.shm_collectives = shm_collectives;
         rendezvous(store, w, kLong);
         auto comm = make_communicator(Backend::kGloo, w, &store, opts);
         if (shm_p2p) {
@@ -125,10 +130,29 @@ struct GlooHarness {
   static constexpr bool kSurvivesPeerExit = true;
   // A 16-bit sum in float32, rounded once (issue 44).
   static constexpr bool kSumsHalfInFloat32 = true;
+  static constexpr bool kShmCollectives = true;
   static int world_size() { return 3; }
   static std::string unavailable() { return ""; }
   static void run(const Body& body, bool final_barrier) {
     run_gloo(world_size(), false, body, final_barrier);
+  }
+};
+
+// Gloo with every shared-memory path off, as between hosts: point-to-point and the collectives
+// over TCP, the sharded collectives as the TCP ring (Note [TCP ring collectives]), at 2 and 4
+// ranks (the Gloo harness runs 3).
+template <int N>
+struct GlooTcpHarness {
+  static constexpr const char* kName = N == 2 ? "GlooTcp2" : "GlooTcp4";
+  static constexpr bool kMatchesTags = true;
+  static constexpr bool kChecksSizes = false;
+  static constexpr bool kSurvivesPeerExit = true;
+  static constexpr bool kSumsHalfInFloat32 = true;
+  static constexpr bool kShmCollectives = false;
+  static int world_size() { return N; }
+  static std::string unavailable() { return ""; }
+  static void run(const Body& body, bool final_barrier) {
+    run_gloo(N, false, body, final_barrier, kLong, false, false);
   }
 };
 
@@ -139,6 +163,7 @@ struct GlooShmHarness {
   static constexpr bool kSurvivesPeerExit = true;
   // A 16-bit sum in float32, rounded once (issue 44).
   static constexpr bool kSumsHalfInFloat32 = true;
+  static constexpr bool kShmCollectives = true;
   static int world_size() { return 3; }
   static std::string unavailable() { return ""; }
   static void run(const Body& body, bool final_barrier) {
@@ -153,6 +178,7 @@ struct MpiHarness {
   static constexpr bool kSurvivesPeerExit = false;
   // A 16-bit sum in float32, rounded once (issue 44): widened on the wire.
   static constexpr bool kSumsHalfInFloat32 = true;
+  static constexpr bool kShmCollectives = false;
   static int world_size() {
     const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
     return size != nullptr ? std::atoi(size) : 0;
@@ -184,6 +210,7 @@ struct NcclHarness {
   // A 16-bit sum in float32, rounded once (issue 44): this suite's buffers are host memory,
   // which the backend widens before staging (device buffers keep NCCL's 16-bit sum).
   static constexpr bool kSumsHalfInFloat32 = true;
+  static constexpr bool kShmCollectives = false;
   static int world_size() {
 #if PIPEWRIGHT_WITH_NCCL
     return std::min(cuda_device_count(), 4);
@@ -240,8 +267,8 @@ struct HarnessNames {
   }
 };
 
-using Harnesses =
-    ::testing::Types<FakeHarness, GlooHarness, GlooShmHarness, MpiHarness, NcclHarness>;
+using Harnesses = ::testing::Types<FakeHarness, GlooHarness, GlooShmHarness, GlooTcpHarness<2>,
+                                   GlooTcpHarness<4>, MpiHarness, NcclHarness>;
 TYPED_TEST_SUITE(Conformance, Harnesses, HarnessNames);
 
 template <typename T>
@@ -252,7 +279,7 @@ BufferView view(std::vector<T>& v, DType dtype) {
 TYPED_TEST(Conformance, AccessorsDescribeTheGroup) {
   const int n = this->n();
   std::string name = this->lower_name();
-  if (name == "glooshm") name = "gloo";  // a Gloo communicator with shared-memory channels
+  if (name.rfind("gloo", 0) == 0) name = "gloo";  // Gloo with or without shared memory
   this->run([&](Communicator& comm) {
     EXPECT_EQ(comm.size(), n);
     EXPECT_GE(comm.rank(), 0);
@@ -359,8 +386,9 @@ TYPED_TEST(Conformance, HalfPrecisionSumIsFloat32RoundedOnce) {
         std::fill(data, data + kCount, bits);
         // What the data-parallel wire statistics count: Gloo's TCP, MPI and NCCL (host buffers)
         // send them widened.
-        const bool widened = (comm.backend_name() == "gloo" && !shared) ||
-                             comm.backend_name() == "mpi" || comm.backend_name() == "nccl";
+        const bool widened =
+            (comm.backend_name() == "gloo" && (!shared || !TypeParam::kShmCollectives)) ||
+            comm.backend_name() == "mpi" || comm.backend_name() == "nccl";
         EXPECT_EQ(comm.all_reduce_element_bytes(BufferView{data, kCount, dtype}),
                   widened ? 4u : 2u);
         comm.all_reduce(BufferView{data, kCount, dtype}, ReduceOp::kSum, {})->wait(kLong);
@@ -440,8 +468,10 @@ TYPED_TEST(Conformance, ReduceScatterAndAllGatherOnEqualPieces) {
     std::vector<std::uint16_t> ho(k, 0);
     comm.reduce_scatter(view(hi, DType::kBFloat16), view(ho, DType::kBFloat16), ReduceOp::kSum, {})
         ->wait(kLong);
-    const float expect = n >= 3 ? 1.0078125f : 1.0f;  // 1 + (n-1) 2^-8, rounded to bfloat16
-    for (std::size_t j = 0; j < k; j += 97) ASSERT_EQ(ho[j], bf16(expect)) << j;
+    // 1 + (n-1) 2^-8 rounded to bfloat16 once: 1 (a tie, to even) at 2 ranks, 1 + 2^-7 at 3,
+    // 1 + 2^-6 at 4 (a tie again).
+    const std::uint16_t expect = detail::float_to_bfloat16(1.0f + float(n - 1) * 0.00390625f);
+    for (std::size_t j = 0; j < k; j += 97) ASSERT_EQ(ho[j], expect) << j;
     // all_gather, out of place and in place.
     std::vector<float> piece(k);
     for (std::size_t j = 0; j < k; ++j) piece[j] = float(me * 10000 + static_cast<int>(j));

@@ -21,6 +21,12 @@
 #                         --timeout + 10 s, the launchers name the lost node
 #   fault-kill            every process of node 1 killed: node 0's ranks end within 5 s, node 1
 #                         named
+#   zero-2x2              ZeRO across the nodes (issue 43; Note [TCP ring collectives]): the dp
+#                         groups' reduce-scatter and all-gather run as the TCP ring between hosts
+#                         (no shared memory across nodes). dp 4 (a ring of 4 with two node-crossing
+#                         hops) and pp 2 x dp 2 (each dp group on both nodes): --zero-stage 1 and 3
+#                         end with the weights of --zero-stage 0 (1e-6), and every stage's DP bytes
+#                         per step (the "data-parallel" line) equal those of the same job on one host
 set -euo pipefail
 pw="$1"; cmp="$2"; data="$3"; work="$4"; what="$5"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -198,6 +204,35 @@ PY
     fi
     sleep 0.5
     no_leftovers
+    ;;
+  zero-2x2)
+    zero=(--log-level info run --model "$data/mlp.json" --data-x "$data/mlp_x.npy"
+          --data-y "$data/mlp_y.npy" --loss mse --optimizer adamw --lr 0.01 --weight-decay 0.01
+          --seed 3 --no-shuffle --steps 5 --backend gloo --timeout 60)
+    wire() { grep -oE 'data-parallel \([^)]*\): [^(]*\(([0-9]+) B/step\)' "$1" | grep -oE '[0-9]+ B/step' |
+             grep -oE '[0-9]+' | head -n 1; }
+    for shape in "--pp 1 --dp 4 --batch-size 8 --microbatches 2 --bucket-cap-mb 0.0001" \
+                 "--pp 2 --dp 2 --batch-size 8 --microbatches 4 --schedule 1F1B"; do
+      for z in 0 1 3; do
+        # shellcheck disable=SC2086
+        launch_both 2 -- "${zero[@]}" $shape --zero-stage "$z" --save "$work/z$z.safetensors" ||
+          { echo "FAIL launch zero-stage $z ($shape)"; exit 1; }
+        multi="$(wire "$work/node0.log")"
+        # The same job on this host (127.0.0.1, outside the namespaces).
+        # shellcheck disable=SC2086
+        timeout 150 "$pw" launch --nproc 4 -- "$pw" "${zero[@]}" $shape --zero-stage "$z" \
+          > "$work/local.log" 2>&1 || { cat "$work/local.log"; echo "FAIL local zero-stage $z"; exit 1; }
+        local_bytes="$(wire "$work/local.log")"
+        if [ -n "$multi" ] && [ "$multi" = "$local_bytes" ]; then
+          echo "OK   zero-stage $z ($shape): $multi DP B/step across nodes, as on one host"
+        else echo "FAIL zero-stage $z ($shape): $multi DP B/step across nodes, $local_bytes on one host"; failed=1; fi
+      done
+      for z in 1 3; do
+        if "$cmp" "$work/z0.safetensors" "$work/z$z.safetensors" 1e-6; then
+          echo "OK   zero-stage $z == 0 across 2 nodes x 2 ($shape)"
+        else echo "FAIL zero-stage $z != 0 across 2 nodes x 2 ($shape)"; failed=1; fi
+      done
+    done
     ;;
   *) echo "unknown case $what"; exit 2;;
 esac

@@ -2,11 +2,13 @@
 // issue 43) share: the argument checks and the local reduction of the pieces a rank received.
 // Private to exec/; no torch.
 //
-// Note [Gloo sharded collectives]: libtorch 1.13's Gloo has no reduce_scatter; an all-to-all of
-// the input's pieces (piece q to rank q: (size-1)/size of the input each way, what a ring
-// reduce-scatter moves) and a local sum of the received pieces in rank order (16-bit types in
-// float32, rounded once) replace it. all_gather is c10d's allgather. Both move the buffers as
-// bytes, bit for bit. MPI and NCCL have both natively.
+// Note [Gloo sharded collectives]: libtorch's Gloo has no reduce_scatter, and its allgather
+// gathers into a flat copy of the whole output. The Gloo backend therefore runs both itself:
+// among the ranks of one host on the communicator's shared-memory buffers (Note [Shared-memory
+// sharded collectives], shm_collectives.hpp), else as a ring over TCP (Note [TCP ring
+// collectives], gloo/tcp_ring.hpp: d-1 steps, each rank talking only to its two neighbours,
+// (d-1)/d of the input each way, two chunks of scratch, 16-bit types summed in float32 and
+// rounded once). MPI and NCCL have both natively.
 #pragma once
 
 #include <cstddef>
@@ -37,8 +39,8 @@ void check_sharded(const BufferView& in, const BufferView& out, int size, bool g
 void reduce_pieces(void* out, const std::vector<const void*>& pieces, std::size_t count,
                    DType dtype, ReduceOp op);
 
-// A Work that runs `finish` once, on the waiting thread, when `inner` completes (the local sum
-// after Gloo's all-to-all, Note [Gloo sharded collectives]).
+// A Work that runs `finish` once, on the waiting thread, when `inner` completes (e.g. rounding a
+// widened 16-bit all-reduce back, Note [16-bit all-reduce over Gloo]).
 class FinishingWork final : public Work {
  public:
   FinishingWork(WorkPtr inner, std::function<void()> finish)

@@ -31,9 +31,11 @@
 #include "comm/communicator_base.hpp"
 #include "comm/sharded_collectives.hpp"
 #include "compat/torch_compat.hpp"
+#include "gloo/gloo_errors.hpp"
 #include "gloo/gloo_store.hpp"
 #include "gloo/shm_collectives.hpp"
 #include "gloo/shm_p2p.hpp"
+#include "gloo/tcp_ring.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::exec::detail {
@@ -70,40 +72,6 @@ c10d::ReduceOp reduce_op(ReduceOp op) {
       return c10d::ReduceOp::MIN;
   }
   return c10d::ReduceOp::SUM;
-}
-
-// What an operation waits for, and who to blame: "rank 3" or "one of ranks [0, 2, 3]".
-struct Blame {
-  std::string prefix;  // op_prefix()
-  std::string peers;
-};
-
-// Maps whatever c10d/gloo threw (the exception being handled) to the pipewright error contract.
-std::exception_ptr mapped_error(const std::exception& e, const Blame& blame,
-                                std::chrono::milliseconds timeout) {
-  if (dynamic_cast<const Error*>(&e) != nullptr) {
-    return std::current_exception();  // already ours (e.g. from the store)
-  }
-  const std::string what = e.what();
-  if (contains(what, "Operation timed out") || contains(what, "Timed out") ||
-      contains(what, "timed out") || contains(what, "Timeout") || contains(what, "timeout")) {
-    return std::make_exception_ptr(TimeoutError(blame.prefix + ": " + timed_out_after(timeout) +
-                                                " waiting for " + blame.peers +
-                                                " (gloo: " + first_line(what) + ")"));
-  }
-  if (contains(what, "Connection closed by peer") || contains(what, "Connection reset") ||
-      contains(what, "Broken pipe") || contains(what, "Connection refused") ||
-      contains(what, "ECONNRESET") || contains(what, "EPIPE") || contains(what, "closed")) {
-    return std::make_exception_ptr(
-        PeerError(blame.prefix + ": peer " + blame.peers +
-                  " died or closed its connection (gloo: " + first_line(what) + ")"));
-  }
-  return std::make_exception_ptr(BackendError(blame.prefix + ": gloo failed: " + first_line(what)));
-}
-
-[[noreturn]] void rethrow_mapped(const std::exception& e, const Blame& blame,
-                                 std::chrono::milliseconds timeout) {
-  std::rethrow_exception(mapped_error(e, blame, timeout));
 }
 
 using Flag = std::shared_ptr<std::atomic<bool>>;
@@ -231,6 +199,69 @@ class GlooP2PWork final : public BasicWork {
   std::chrono::milliseconds transport_timeout_;
 };
 
+// Note [TCP ring collectives]: the ring's messages go through a process group of its own (its
+// connections, its tags), so they never meet the pipeline's point-to-point messages. Each
+// transfer is waited exactly once (Note [Gloo p2p completion]) by the ring's worker thread.
+class GlooRingTransport final : public RingTransport {
+ public:
+  GlooRingTransport(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, std::vector<int> members,
+                    Flag failed, std::chrono::milliseconds timeout)
+      : pg_(std::move(pg)),
+        members_(std::move(members)),
+        failed_(std::move(failed)),
+        timeout_(timeout) {}
+  ~GlooRingTransport() override {
+    if (*failed_) (void)pg_.release();  // Note [Leaking a failed process group]
+  }
+  std::unique_ptr<RingTransfer> send(const void* data, std::size_t bytes, int peer,
+                                     std::uint32_t tag, const std::string& prefix) override {
+    return post(true, const_cast<void*>(data), bytes, peer, tag, prefix);
+  }
+  std::unique_ptr<RingTransfer> recv(void* data, std::size_t bytes, int peer, std::uint32_t tag,
+                                     const std::string& prefix) override {
+    return post(false, data, bytes, peer, tag, prefix);
+  }
+
+ private:
+  struct Transfer final : RingTransfer {
+    c10::intrusive_ptr<c10d::Work> work;
+    std::vector<at::Tensor> tensors;
+    Blame blame;
+    Flag failed;
+    std::chrono::milliseconds timeout{0};
+    void wait() override {
+      try {
+        work->wait(timeout);
+      } catch (const std::exception& e) {
+        *failed = true;
+        rethrow_mapped(e, blame, timeout);
+      }
+    }
+  };
+  std::unique_ptr<RingTransfer> post(bool is_send, void* data, std::size_t bytes, int peer,
+                                     std::uint32_t tag, const std::string& prefix) {
+    auto t = std::make_unique<Transfer>();
+    t->tensors = {torch::from_blob(data, {static_cast<std::int64_t>(bytes)}, at::kByte)};
+    t->blame = Blame{prefix + (is_send ? ", ring send to rank " : ", ring recv from rank ") +
+                         std::to_string(members_[static_cast<std::size_t>(peer)]),
+                     "rank " + std::to_string(members_[static_cast<std::size_t>(peer)])};
+    t->failed = failed_;
+    t->timeout = timeout_;
+    try {
+      t->work = is_send ? pg_->send(t->tensors, peer, static_cast<int>(tag))
+                        : pg_->recv(t->tensors, peer, static_cast<int>(tag));
+    } catch (const std::exception& e) {
+      *failed_ = true;
+      rethrow_mapped(e, t->blame, timeout_);
+    }
+    return t;
+  }
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  std::vector<int> members_;  // world ranks, for messages
+  Flag failed_;
+  std::chrono::milliseconds timeout_;
+};
+
 class GlooCommunicator final : public CommunicatorBase {
  public:
   // `members` are world ranks by local rank; `name` is the deterministic store prefix.
@@ -266,6 +297,7 @@ class GlooCommunicator final : public CommunicatorBase {
     if (*failed_) {
       // Note [Leaking a failed process group]
       (void)pg_.release();
+      if (ring_) ring_->abandon();
     }
   }
 
@@ -344,37 +376,23 @@ class GlooCommunicator final : public CommunicatorBase {
     return collective("barrier", ctx, {}, [&](std::vector<at::Tensor>&) { return pg_->barrier(); });
   }
 
-  // Note [Gloo sharded collectives] (sharded_collectives.hpp).
+  // Note [Gloo sharded collectives] (sharded_collectives.hpp): shared memory among the ranks of
+  // one host, else the ring over TCP (Note [TCP ring collectives], tcp_ring.hpp).
   WorkPtr reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp op,
                          const OpContext& ctx) override {
-    check_sharded(in, out, size(), false, op_prefix("reduce_scatter", ctx));
-    if (ShmBuffer* b = shm_buffer(in)) {
-      return shm_->reduce_scatter(b, in, out, op, op_prefix("reduce_scatter", ctx));
-    }
-    at::Tensor received = torch::empty({static_cast<std::int64_t>(in.bytes())}, at::kByte);
-    std::vector<std::int64_t> equal;
-    auto work = collective(
-        "reduce_scatter", ctx, {received, bytes_of(in, "reduce_scatter")},
-        [&](std::vector<at::Tensor>& t) { return pg_->alltoall_base(t[0], t[1], equal, equal); });
-    return std::make_shared<FinishingWork>(std::move(work), [received, out, op, n = size()] {
-      std::vector<const void*> pieces;
-      const std::uint8_t* p = received.data_ptr<std::uint8_t>();
-      for (int r = 0; r < n; ++r) pieces.push_back(p + r * out.bytes());
-      reduce_pieces(out.data, pieces, out.count, out.dtype, op);
-    });
+    const std::string prefix = op_prefix("reduce_scatter", ctx);
+    check_sharded(in, out, size(), false, prefix);
+    if (ShmBuffer* b = shm_buffer(in)) return shm_->reduce_scatter(b, in, out, op, prefix);
+    (void)wrap(in, "reduce_scatter");  // rejects device buffers
+    return ring(ctx, "reduce_scatter").reduce_scatter(in, out, op, prefix);
   }
 
   WorkPtr all_gather(const BufferView& in, const BufferView& out, const OpContext& ctx) override {
     check_sharded(in, out, size(), true, op_prefix("all_gather", ctx));
     if (ShmBuffer* b = shm_buffer(out))
       return shm_->all_gather(b, in, out, op_prefix("all_gather", ctx));
-    at::Tensor whole = bytes_of(out, "all_gather");
-    at::Tensor mine = bytes_of(in, "all_gather");
-    if (gather_in_place(in, out, rank())) mine = mine.clone();  // gloo copies it into `whole`
-    std::vector<std::vector<at::Tensor>> outputs{whole.chunk(size())};
-    std::vector<at::Tensor> inputs{mine};
-    return collective("all_gather", ctx, {whole, mine},
-                      [&](std::vector<at::Tensor>&) { return pg_->allgather(outputs, inputs); });
+    (void)wrap(in, "all_gather");  // rejects device buffers
+    return ring(ctx, "all_gather").all_gather(in, out, op_prefix("all_gather", ctx));
   }
 
   // Note [Shared-memory all-reduce]. Every member publishes its host identity; when all match,
@@ -483,6 +501,27 @@ class GlooCommunicator final : public CommunicatorBase {
                                                 std::move(blame), failed_);
   }
 
+  // Note [TCP ring collectives]: its process group connects at the first TCP sharded collective.
+  TcpRing& ring(const OpContext& ctx, const char* op) {
+    if (ring_) return *ring_;
+    auto pg_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
+    pg_options->devices.push_back(device_);
+    pg_options->threads = 1;  // send/recv do not use c10d's threads
+    auto store = c10::make_intrusive<c10d::PrefixStore>(name_ + "/ring", root_store_);
+    c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+    try {
+      pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank(), size(), pg_options);
+    } catch (const std::exception& e) {
+      *failed_ = true;
+      rethrow_mapped(e, Blame{op_prefix(op, ctx) + ": connecting the TCP ring", others()},
+                     options_.timeout);
+    }
+    ring_ = std::make_unique<TcpRing>(
+        rank(), members(),
+        std::make_shared<GlooRingTransport>(std::move(pg), members(), failed_, options_.timeout));
+    return *ring_;
+  }
+
   c10::intrusive_ptr<c10d::Store> root_store_;
   std::string name_;
   CommOptions options_;
@@ -495,6 +534,7 @@ class GlooCommunicator final : public CommunicatorBase {
   std::unique_ptr<ShmP2P> p2p_;              // created with the first shared-memory peer
   std::vector<std::string> p2p_transports_;  // how each peer of connect_p2p is reached
   std::string shm_prefix_;                   // Note [Shared-memory names]; same in splits
+  std::unique_ptr<TcpRing> ring_;            // Note [TCP ring collectives]; at first use
 
   // This group's store under `prefix`, for the shared-memory handshakes.
   ShmHandshake handshake(const std::string& prefix) {
