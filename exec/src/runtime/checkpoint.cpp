@@ -80,6 +80,12 @@ bool in_param_shard(const TrainingState& s, const torch::Tensor& p) {
   return s.zero_stage == 3 && p.requires_grad();
 }
 
+std::string shard_sizes(const std::vector<std::int64_t>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i == 0 ? "" : ", ") + std::to_string(v[i]);
+  return s + "]";
+}
+
 std::string describe_zero(std::int64_t z) {
   return z == 0 ? "whole (--zero-stage 0)"
                 : "a ZeRO-" + std::to_string(z) + " shard (--zero-stage " + std::to_string(z) + ")";
@@ -125,6 +131,27 @@ void check_layout(torch::serialize::InputArchive& ar, const std::string& name,
       }
       for (std::size_t j = 0; j < sp.buffers.size(); ++j)
         check(stage_key(i, "buffer") + std::to_string(j), sp.buffers[j], true);
+    }
+    if (s.zero_stage == 3 && s.dp_algorithm != nullptr && resharding) {
+      // Shards of another dp: their buckets' elements (which do not depend on dp) must be this
+      // run's, else the parameter shard belongs to another model.
+      const auto live_state = s.dp_algorithm->state();
+      for (const auto& [key, live] : live_state) {
+        if (key.rfind("layout.stage", 0) != 0) continue;
+        const std::string stage = key.substr(12);
+        torch::Tensor t;
+        const std::vector<std::int64_t> mine =
+            parse_shard_layout(live, "this run's " + key).elements;
+        std::vector<std::int64_t> saved;
+        if (ar.try_read("dp." + key, t))
+          saved = parse_shard_layout(t, name + ": 'dp." + key + "'").elements;
+        if (saved == mine) continue;
+        std::ostringstream msg;
+        msg << name << ": stage " << stage << ": tensor 'dp.param_shard.stage" << stage
+            << "' holds buckets of " << shard_sizes(saved) << " elements, this run's of "
+            << shard_sizes(mine) << " (checkpoint of another model?)";
+        throw ConfigError(msg.str());
+      }
     }
     if (s.zero_stage == 3 && s.dp_algorithm != nullptr && !resharding) {  // shards, by shape
       for (const auto& [key, live] : s.dp_algorithm->state()) {
