@@ -13,15 +13,15 @@
 namespace pipewright::exec {
 namespace {
 
+using testing::kHidden;
+using testing::kIn;
+using testing::kOut;
+using testing::kRowsPerReplica;
 using testing::make_data;
 using testing::max_abs_diff;
 using testing::Mlp;
 using testing::run_replicas;
 
-constexpr int kIn = 6;
-constexpr int kHidden = 10;
-constexpr int kOut = 3;
-constexpr std::int64_t kRowsPerReplica = 6;
 constexpr double kLr = 0.1;
 
 enum class Backward { kFull, kSplitIW };
@@ -37,16 +37,9 @@ struct DdpCase {
 
 // Reference: one process, the concatenated batch of every replica, one microbatch.
 std::vector<torch::Tensor> reference(const DdpCase& c, const Mlp& init) {
-  Mlp m = init.clone();
-  torch::optim::SGD opt(m.params, torch::optim::SGDOptions(kLr).momentum(0.9));
-  for (int step = 0; step < c.steps; ++step) {
-    auto [x, y] = make_data(kRowsPerReplica * c.dp, kIn, kOut, 100 + step);
-    auto loss = torch::mse_loss(m.forward(x), y);
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
-  }
-  return m.params;
+  return testing::reference(init, c.dp, c.steps, [](auto& p) {
+    return torch::optim::SGD(p, torch::optim::SGDOptions(kLr).momentum(0.9));
+  });
 }
 
 struct ReplicaResult {
@@ -59,11 +52,7 @@ struct ReplicaResult {
 std::vector<ReplicaResult> run_ddp(const DdpCase& c, const Mlp& init) {
   std::vector<ReplicaResult> results(static_cast<std::size_t>(c.dp));
   run_replicas(c.dp, [&](int r, Communicator& comm) {
-    Mlp m = init.clone();
-    if (r != 0) {  // replica 0's initial weights must win (broadcast at start)
-      torch::NoGradGuard g;
-      for (auto& p : m.params) p.add_(1.0);
-    }
+    Mlp m = testing::replica_model(init, r);  // replica 0's initial weights must win
     torch::optim::SGD opt(m.params, torch::optim::SGDOptions(kLr).momentum(0.9));
     DdpOptions o;
     o.bucket_cap_bytes = c.cap_bytes;
@@ -78,9 +67,7 @@ std::vector<ReplicaResult> run_ddp(const DdpCase& c, const Mlp& init) {
     out.buckets = ddp.buckets_of(0).buckets.size();
     const std::int64_t mb_rows = kRowsPerReplica / c.microbatches;
     for (int step = 0; step < c.steps; ++step) {
-      auto [x_all, y_all] = make_data(kRowsPerReplica * c.dp, kIn, kOut, 100 + step);
-      auto x = x_all.narrow(0, r * kRowsPerReplica, kRowsPerReplica);
-      auto y = y_all.narrow(0, r * kRowsPerReplica, kRowsPerReplica);
+      auto [x, y] = testing::replica_batch(step, r, c.dp);
       std::vector<torch::Tensor> losses;
       std::vector<torch::Tensor> inputs;
       for (int mb = 0; mb < c.microbatches; ++mb) {

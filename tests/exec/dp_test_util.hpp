@@ -1,16 +1,20 @@
-// Helpers of the data-parallel unit tests: replicas as threads over the fake backend, and a tiny
-// MLP written with plain tensors so that a reference computation can reuse it.
+// Helpers of the data-parallel unit tests (DDP, ZeRO-1/2, ZeRO-3, re-sharding): replicas as
+// threads over the fake backend, a tiny MLP written with plain tensors so that a reference
+// computation can reuse it, the one-process reference itself, and ZeRO's options.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dp/dp_hooks.hpp"
 #include "pipewright/exec/fake_communicator.hpp"
+#include "zero/zero.hpp"
 
 namespace pipewright::exec::testing {
 
@@ -75,6 +79,58 @@ inline std::pair<torch::Tensor, torch::Tensor> make_data(std::int64_t rows, int 
   auto x = at::randn({rows, in}, gen);
   auto y = at::randn({rows, out}, gen);
   return {x, y};
+}
+
+// The MLP and batch the algorithms' tests share: kIn -> kHidden -> kOut, kRowsPerReplica rows of
+// each replica a step.
+constexpr int kIn = 6;
+constexpr int kHidden = 10;
+constexpr int kOut = 3;
+constexpr std::int64_t kRowsPerReplica = 6;
+
+// Replica r's starting model: `init`, but off by one on every replica other than 0, so that a
+// test fails unless the algorithm broadcasts replica 0's weights at start.
+inline Mlp replica_model(const Mlp& init, int r) {
+  Mlp m = init.clone();
+  if (r != 0) {
+    torch::NoGradGuard g;
+    for (auto& p : m.params) p.add_(1.0);
+  }
+  return m;
+}
+
+// Replica r's rows of step `step`'s global batch of kRowsPerReplica x dp rows.
+inline std::pair<torch::Tensor, torch::Tensor> replica_batch(int step, int r, int dp) {
+  auto [x, y] = make_data(kRowsPerReplica * dp, kIn, kOut, 100 + static_cast<std::uint64_t>(step));
+  return {x.narrow(0, r * kRowsPerReplica, kRowsPerReplica),
+          y.narrow(0, r * kRowsPerReplica, kRowsPerReplica)};
+}
+
+// The reference: one process, the concatenated batch of every replica, one microbatch, `steps`
+// steps of the optimizer make(params) builds.
+template <typename MakeOptimizer>
+std::vector<torch::Tensor> reference(const Mlp& init, int dp, int steps, MakeOptimizer make) {
+  Mlp m = init.clone();
+  auto opt = make(m.params);
+  for (int step = 0; step < steps; ++step) {
+    auto [x, y] =
+        make_data(kRowsPerReplica * dp, kIn, kOut, 100 + static_cast<std::uint64_t>(step));
+    torch::mse_loss(m.forward(x), y).backward();
+    opt.step();
+    opt.zero_grad();
+  }
+  return m.params;
+}
+
+// ZeRO's options of the unit tests: both bucket caps `cap_bytes`, a 20 s timeout.
+inline ZeroOptions zero_options(int stage, int microbatches, std::int64_t cap_bytes) {
+  ZeroOptions o;
+  o.stage = stage;
+  o.bucket_cap_bytes = cap_bytes;
+  o.first_bucket_cap_bytes = cap_bytes;
+  o.num_microbatches = microbatches;
+  o.timeout = std::chrono::milliseconds(20000);
+  return o;
 }
 
 inline double max_abs_diff(const std::vector<torch::Tensor>& a,

@@ -22,19 +22,21 @@
 #           half-written by one rank (no COMPLETE, truncated shard): the resume uses the one
 #           before
 #   reshard checkpoints written at dp 4 resumed at dp 2 (the same global batch; Note [Resuming at
-#           another dp]): ZeRO-1 and ZeRO-2 at pp 1, ZeRO-1 at pp 2, DDP at pp 2 -> dp 1: the
-#           resumed run's parameters before any step are bit-identical to the saved run's, and
-#           6 steps (3 + 3 resumed) end within 1e-6 of 6 uninterrupted dp-4 steps; another --pp
-#           or global batch exits 2 naming the flags (the optimizer state's bit-identity:
-#           tests/exec/zero_reshard_test.cpp)
-#   tied    a TorchScript model with a weight tied across the 2 pipeline stages
-#           (make_script_model.py), pp 2 x dp 2: --zero-stage 1 and 2 end with the weights of
-#           --zero-stage 0 (1e-6); Chimera (its replicated stages are tied groups) likewise
-#   bf16    --precision bf16 ZeRO-1/2/3 vs ZeRO-0; --reduce-dtype bf16 ZeRO-1/2 vs ZeRO-0 with
-#           --reduce-dtype bf16 within 1e-6 / 1e-3, the reduce-scatter's bytes halved (measured
-#           values: docs/data-parallel.md, "Precision")
-#   bad     a local-step algorithm, ZeRO-3 with --reduce-dtype bf16 or tied groups (Chimera),
-#           and a checkpoint of another zero stage or model exit 2 naming the stage and tensor
+#           another dp]): ZeRO-1, 2 and 3 at pp 1, ZeRO-1 and 3 at pp 2, ZeRO-3 dp 2 -> dp 3,
+#           DDP at pp 2 -> dp 1: the resumed run's parameters before any step are bit-identical
+#           to the saved run's, and 6 steps (3 + 3 resumed) end within 1e-6 of 6 uninterrupted
+#           ones; another --pp or global batch exits 2 naming the flags (the optimizer state's
+#           and the parameter shards' bit-identity: tests/exec/zero_reshard_test.cpp)
+#   tied    a TorchScript model with a weight tied across the first and a later pipeline stage
+#           (make_script_model.py), pp 2 x dp 2: --zero-stage 1, 2 and 3 end with the weights of
+#           --zero-stage 0 (1e-6) under 1F1B, and --zero-stage 3 under Interleaved1F1B and
+#           ZBVZeroBubble (4 stages: the tie spans stages 0 and 2); Chimera (its replicated
+#           stages are tied groups) at zero stages 1, 2 and 3 likewise
+#   bf16    --precision bf16 ZeRO-1/2/3 vs ZeRO-0; --reduce-dtype bf16 ZeRO-1/2/3 vs ZeRO-0 with
+#           --reduce-dtype bf16 within 1e-6 / 1e-3 / 1e-3, the reduce-scatter's bytes halved
+#           (measured values: docs/data-parallel.md, "Precision")
+#   bad     a local-step algorithm, and a checkpoint of another zero stage or model exit 2
+#           naming the stage and tensor (ZeRO-3's also when resumed at another dp)
 #   zero_mp.sh PIPEWRIGHT COMPARE DATA_DIR WORK_DIR equiv|bytes|resume|reshard|tied|bf16|bad
 set -euo pipefail
 pw="$1"; cmp="$2"; data="$3"; work="$4"; what="$5"
@@ -199,7 +201,7 @@ PY
     ;;
   reshard)
     # mlp_x.npy has 64 rows; a global batch of 8: --batch-size 2 at dp 4, 4 at dp 2.
-    for spec in 1:1 2:1 1:2; do
+    for spec in 1:1 2:1 1:2 3:1 3:2; do
       z="${spec%:*}"; pp="${spec#*:}"
       args=("${common[@]}" --pp "$pp" --microbatches 2 --zero-stage "$z" --lr-decay-steps 6)
       tag="z$z.pp$pp"
@@ -218,6 +220,21 @@ PY
       check "zero-stage $z pp $pp: resumed at dp 2 == uninterrupted dp 4" \
         "$work/straight.$tag.safetensors" "$work/resumed.$tag.safetensors" 1e-6
     done
+    # ZeRO-3 dp 2 -> dp 3 (pp 1, a global batch of 6: 6 steps read 36 of the 64 rows, so both dps
+    # see the same rows in every step; every bucket's padding changes).
+    args=("${common[@]}" --pp 1 --microbatches 1 --zero-stage 3 --lr-decay-steps 6 --bucket-cap-mb 0.0001)
+    run_ranks 2 gloo "$pw" "${args[@]}" --dp 2 --batch-size 3 --steps 6 --save "$work/z3.d2.straight.safetensors"
+    run_ranks 2 gloo "$pw" "${args[@]}" --dp 2 --batch-size 3 --steps 3 --checkpoint-dir "$work/ck.z3.d2" \
+      --save "$work/z3.d2.at3.safetensors"
+    cp -r "$work/ck.z3.d2" "$work/ck.z3.d2.orig"
+    run_ranks 3 gloo "$pw" "${args[@]}" --dp 3 --batch-size 2 --steps 3 --checkpoint-dir "$work/ck.z3.d2" \
+      --resume --save "$work/z3.d3.loaded.safetensors"
+    check "zero-stage 3: dp 2 checkpoint loaded at dp 3 bit-identical" \
+      "$work/z3.d2.at3.safetensors" "$work/z3.d3.loaded.safetensors" 0
+    run_ranks 3 gloo "$pw" "${args[@]}" --dp 3 --batch-size 2 --steps 6 --checkpoint-dir "$work/ck.z3.d2.orig" \
+      --resume --save "$work/z3.d3.resumed.safetensors"
+    check "zero-stage 3: resumed at dp 3 == uninterrupted dp 2" \
+      "$work/z3.d2.straight.safetensors" "$work/z3.d3.resumed.safetensors" 1e-6
     # DDP (--zero-stage 0): replicated state, pp 2 x dp 2 -> pp 2 x dp 1.
     args=("${common[@]}" --pp 2 --microbatches 2 --lr-decay-steps 6)
     run_ranks 4 gloo "$pw" "${args[@]}" --dp 2 --batch-size 4 --steps 6 --save "$work/ddp.straight.safetensors"
@@ -252,24 +269,35 @@ PY
            --no-shuffle --backend gloo --pp 2 --dp 2 --schedule 1F1B --batch-size 4
            --microbatches 2 --steps 5 --check-replicas 1)
     run_ranks 4 gloo "$pw" "${targs[@]}" --zero-stage 0 --save "$work/tied.0.safetensors"
-    for z in 1 2; do
+    for z in 1 2 3; do
       run_ranks 4 gloo "$pw" "${targs[@]}" --zero-stage "$z" --save "$work/tied.$z.safetensors"
       check "tied weights: zero-stage $z == 0" "$work/tied.0.safetensors" "$work/tied.$z.safetensors" 1e-6
+    done
+    # Four stages (embed, block, head, out): the tie spans stages 0 and 2, on one rank under
+    # Interleaved1F1B, on two under ZBVZeroBubble; each copy keeps its own stage's windows.
+    for sched in Interleaved1F1B ZBVZeroBubble; do
+      run_ranks 4 gloo "$pw" "${targs[@]/#1F1B/$sched}" --stages-per-rank 2 --zero-stage 0 \
+        --save "$work/tied.$sched.0.safetensors"
+      run_ranks 4 gloo "$pw" "${targs[@]/#1F1B/$sched}" --stages-per-rank 2 --zero-stage 3 \
+        --save "$work/tied.$sched.3.safetensors"
+      check "tied weights, $sched: zero-stage 3 == 0" "$work/tied.$sched.0.safetensors" \
+        "$work/tied.$sched.3.safetensors" 1e-6
     done
     args=("${common[@]}" --pp 2 --dp 2 --schedule Chimera --batch-size 8 --microbatches 4 --steps 4
           --check-replicas 1)
     run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 --save "$work/chimera.0.safetensors"
-    for z in 1 2; do
+    for z in 1 2 3; do
       run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage "$z" --save "$work/chimera.$z.safetensors"
       check "Chimera: zero-stage $z == 0" "$work/chimera.0.safetensors" "$work/chimera.$z.safetensors" 1e-6
     done
     ;;
   bf16)
     # Measured (docs/data-parallel.md, "Precision"; 6 AdamW steps, pp 2 x dp 2, m = 4):
-    # --precision bf16, ZeRO-1 and ZeRO-2 vs ZeRO-0: max |diff| 2.98e-8 each (the documented 1e-3
+    # --precision bf16, ZeRO-1, 2 and 3 vs ZeRO-0: max |diff| 2.98e-8 each (the documented 1e-3
     # was 30000x that); --reduce-dtype bf16 vs ZeRO-0 with --reduce-dtype bf16: ZeRO-1 2.98e-8
-    # (one rounding of the same float32 sum), ZeRO-2 2.87e-4 (it rounds each microbatch's sum).
-    BF16_TOL=1e-6; REDUCE_TOL=(0 1e-6 1e-3)
+    # (one rounding of the same float32 sum), ZeRO-2 and ZeRO-3 2.87e-4 each (they
+    # round each microbatch's sum).
+    BF16_TOL=1e-6; REDUCE_TOL=(0 1e-6 1e-3 1e-3)
     args=("${common[@]}" --pp 2 --dp 2 --batch-size 8 --microbatches 4 --schedule 1F1B --steps 6
           --precision bf16)
     run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage 0 --save "$work/bf16.0.safetensors"
@@ -285,13 +313,15 @@ PY
     wire() { grep -oE 'data-parallel \([^)]*\): [^(]*\(([0-9]+) B/step\)' | grep -oE '[0-9]+ B/step' | grep -oE '[0-9]+'; }
     run_ranks 4 gloo "$pw" "${args[@]}" --reduce-dtype bf16 --zero-stage 0 \
       --save "$work/rd.0.safetensors" > /dev/null 2>&1
-    for z in 1 2; do
-      b16=$(run_ranks 4 gloo "$pw" "${args[@]}" --reduce-dtype bf16 --zero-stage "$z" \
+    # ZeRO-3 with one window a step (--shard-placement step): 4 RS/2 + AG, as ZeRO-2.
+    for z in 1 2 3; do
+      pl=(); [ "$z" = 3 ] && pl=(--shard-placement step)
+      b16=$(run_ranks 4 gloo "$pw" "${args[@]}" "${pl[@]}" --reduce-dtype bf16 --zero-stage "$z" \
         --save "$work/rd.$z.safetensors" 2>&1 | wire)
       check "--reduce-dtype bf16 zero-stage $z within ${REDUCE_TOL[$z]} of zero-stage 0" \
         "$work/rd.0.safetensors" "$work/rd.$z.safetensors" "${REDUCE_TOL[$z]}"
-      b32=$(run_ranks 4 gloo "$pw" "${args[@]}" --zero-stage "$z" 2>&1 | wire)
-      num=$(( z == 1 ? 4 : 5 ))
+      b32=$(run_ranks 4 gloo "$pw" "${args[@]}" "${pl[@]}" --zero-stage "$z" 2>&1 | wire)
+      num=$(( z == 1 ? 4 : 5 ))  # ZeRO-3, step placement: (4 G/2 + P) / (4 G + P) = 3/5
       if [ -n "$b16" ] && [ -n "$b32" ] && [ $((b16 * num)) = $((b32 * 3)) ]; then
         echo "OK   zero-stage $z --reduce-dtype bf16 moves 3/$num of fp32's bytes ($b16 vs $b32 B/step)"
       else echo "FAIL zero-stage $z --reduce-dtype bf16 $b16 B/step vs fp32 $b32"; failed=1; fi
@@ -307,11 +337,6 @@ PY
     }
     expect2 "zero with a local-step algorithm" "--zero-stage.*--dp-algorithm|--dp-algorithm.*--zero-stage" 2 \
       "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 --dp-algorithm localsgd
-    expect2 "ZeRO-3 with --reduce-dtype bf16" "--zero-stage 3 with --reduce-dtype bf16" 2 \
-      "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 3 --reduce-dtype bf16
-    expect2 "Chimera under ZeRO-3" "--zero-stage 3: parameters shared between stages" 4 \
-      "${common[@]}" --pp 2 --dp 2 --schedule Chimera --batch-size 8 --microbatches 4 --steps 4 \
-      --zero-stage 3
     # A checkpoint of ZeRO-1 resumed as ZeRO-2 or as DDP, or with another model: exit 2 naming
     # the stage and the tensor (before the generic "another configuration").
     run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 4 --zero-stage 1 \
@@ -344,6 +369,12 @@ PY
     expect2 "ZeRO-3 checkpoint of another model" \
       "stage 0: tensor 'dp.param_shard.stage0' has shape \[[0-9]+\] Float, this run's parameter shard has \[[0-9]+\] Float" 2 \
       "${other[@]}" --pp 1 --dp 2 --batch-size 4 --steps 6 \
+      --lr-decay-steps 4 --zero-stage 3 --checkpoint-dir "$work/ck3" --resume
+    # The same at another dp (re-sharding on load reads every saved shard first): dp 2 -> 1 would
+    # run without ZeRO, so dp 2 -> dp 4 with the same global batch of 8.
+    expect2 "ZeRO-3 checkpoint of another model, resumed at another dp" \
+      "stage 0: tensor 'dp.param_shard.stage0'" 4 \
+      "${other[@]}" --pp 1 --dp 4 --batch-size 2 --steps 6 \
       --lr-decay-steps 4 --zero-stage 3 --checkpoint-dir "$work/ck3" --resume
     ;;
   *) echo "unknown case $what"; exit 2;;

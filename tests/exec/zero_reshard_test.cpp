@@ -16,6 +16,7 @@
 #include "pipewright/graph/error.hpp"
 #include "runtime/checkpoint.hpp"
 #include "zero/zero.hpp"
+#include "zero/zero3.hpp"
 #include "zero/zero_reshard.hpp"
 
 namespace pipewright::exec {
@@ -40,11 +41,13 @@ std::string temp_dir(const std::string& name) {
   return p.string();
 }
 
-// What one replica holds at the end: its parameters, its optimizer's piece states and layout.
+// What one replica holds at the end: its parameters (gathered), its optimizer's piece states
+// and layout, and (ZeRO-3) its parameter shard.
 struct Held {
   std::vector<torch::Tensor> params;
   std::vector<PieceState> pieces;
   ShardLayout layout;
+  torch::Tensor param_shard;
 };
 
 std::unique_ptr<torch::optim::Optimizer> adamw(std::vector<torch::Tensor> params) {
@@ -59,12 +62,14 @@ std::vector<Held> train(int stage, int dp, int from, int to, const std::string& 
   std::vector<Held> out(static_cast<std::size_t>(dp));
   run_replicas(dp, [&](int r, Communicator& comm) {
     Mlp m = init.clone();
-    ZeroOptions o;
-    o.stage = stage;
-    o.bucket_cap_bytes = kCap;
-    o.first_bucket_cap_bytes = kCap;
-    o.timeout = std::chrono::milliseconds(20000);
-    Zero zero(&comm, o);
+    const ZeroOptions o = testing::zero_options(stage, 1, kCap);
+    std::unique_ptr<DataParallelAlgorithm> algo;
+    if (stage == 3) {
+      algo = std::make_unique<Zero3>(&comm, o, r);
+    } else {
+      algo = std::make_unique<Zero>(&comm, o);
+    }
+    DataParallelAlgorithm& zero = *algo;
     std::vector<StageParams> sp{m.stage_params()};
     zero.on_start(sp);
     auto opt = adamw(zero.optimizer_params(0));
@@ -88,11 +93,13 @@ std::vector<Held> train(int stage, int dp, int from, int to, const std::string& 
       auto [x_all, y_all] = make_data(kGlobalRows, 6, 3, 100 + step);
       auto x = x_all.narrow(0, r * rows, rows);
       auto y = y_all.narrow(0, r * rows, rows);
+      zero.unshard(0);  // ZeRO-3: one window a step; ZeRO-1/2: nothing
       zero.before_forward(0, 0);
       auto loss = torch::mse_loss(m.forward(x), y) / static_cast<double>(dp);
       zero.before_backward(0, 0, true);
       loss.backward();
       zero.after_backward(0, 0, true);
+      zero.reshard(0);
       zero.reduce_grad(0);
       opt->step();
       ASSERT_TRUE(zero.clear_gradients(0));
@@ -106,7 +113,9 @@ std::vector<Held> train(int stage, int dp, int from, int to, const std::string& 
     Held& h = out[static_cast<std::size_t>(r)];
     for (const auto& p : m.params) h.params.push_back(p.detach().clone());
     h.pieces = optimizer_piece_states(*opt);
-    h.layout = parse_shard_layout(zero.state().at("layout.stage0"), "test");
+    const auto state = zero.state();
+    h.layout = parse_shard_layout(state.at("layout.stage0"), "test");
+    if (stage == 3) h.param_shard = state.at("param_shard.stage0").clone();
   });
   return out;
 }
@@ -118,8 +127,25 @@ torch::Tensor gathered(const std::vector<Held>& held, std::size_t b, const std::
   return torch::cat(pieces).narrow(0, 0, held[0].layout.elements.at(b));
 }
 
+// Every replica's parameter shard's piece of bucket b, put back in order, without the padding.
+torch::Tensor gathered_params(const std::vector<Held>& held, std::size_t b) {
+  std::vector<torch::Tensor> pieces;
+  for (const auto& h : held) {
+    std::int64_t at = 0;
+    for (std::size_t k = 0; k < b; ++k) at += h.layout.piece[k];
+    pieces.push_back(h.param_shard.narrow(0, at, h.layout.piece[b]));
+  }
+  return torch::cat(pieces).narrow(0, 0, held[0].layout.elements.at(b));
+}
+
 void expect_same_state(const std::vector<Held>& saved, const std::vector<Held>& loaded) {
   ASSERT_EQ(saved[0].layout.elements, loaded[0].layout.elements);
+  if (saved[0].param_shard.defined()) {  // ZeRO-3: the shards themselves, gathered
+    for (std::size_t b = 0; b < saved[0].layout.elements.size(); ++b) {
+      EXPECT_TRUE(torch::equal(gathered_params(saved, b), gathered_params(loaded, b)))
+          << "parameter bucket " << b;
+    }
+  }
   for (const auto& h : loaded) {
     for (std::size_t i = 0; i < h.params.size(); ++i) {
       EXPECT_TRUE(torch::equal(h.params[i], saved[0].params[i])) << "param " << i;
@@ -137,8 +163,9 @@ void expect_same_state(const std::vector<Held>& saved, const std::vector<Held>& 
 }
 
 TEST(ZeroReshard, ALoaderAtAnotherDpHoldsTheSavedStateBitForBit) {
-  // 4 -> 2 (the case), 2 -> 3 (padding grows) and 3 -> 4, ZeRO-1 and ZeRO-2.
-  for (int stage : {1, 2}) {
+  // 4 -> 2 (the case), 2 -> 3 (padding grows) and 3 -> 4, ZeRO-1, ZeRO-2 and ZeRO-3
+  // (whose parameters are shards too: Zero3::state's param_shard, re-sharded on load).
+  for (int stage : {1, 2, 3}) {
     for (auto [from_dp, to_dp] : {std::pair{4, 2}, std::pair{2, 3}, std::pair{3, 4}}) {
       SCOPED_TRACE("zero " + std::to_string(stage) + " dp " + std::to_string(from_dp) + " -> " +
                    std::to_string(to_dp));

@@ -19,15 +19,14 @@
 namespace pipewright::exec {
 namespace {
 
-using testing::make_data;
+using testing::kHidden;
+using testing::kIn;
+using testing::kOut;
+using testing::kRowsPerReplica;
 using testing::max_abs_diff;
 using testing::Mlp;
 using testing::run_replicas;
 
-constexpr int kIn = 6;
-constexpr int kHidden = 10;
-constexpr int kOut = 3;
-constexpr std::int64_t kRowsPerReplica = 6;
 constexpr double kLr = 0.05;
 
 struct ZeroCase {
@@ -42,15 +41,8 @@ struct ZeroCase {
 torch::optim::AdamWOptions adamw() { return torch::optim::AdamWOptions(kLr).weight_decay(0.01); }
 
 std::vector<torch::Tensor> reference(const ZeroCase& c, const Mlp& init) {
-  Mlp m = init.clone();
-  torch::optim::AdamW opt(m.params, adamw());
-  for (int step = 0; step < c.steps; ++step) {
-    auto [x, y] = make_data(kRowsPerReplica * c.dp, kIn, kOut, 100 + step);
-    torch::mse_loss(m.forward(x), y).backward();
-    opt.step();
-    opt.zero_grad();
-  }
-  return m.params;
+  return testing::reference(init, c.dp, c.steps,
+                            [](auto& p) { return torch::optim::AdamW(p, adamw()); });
 }
 
 struct Result {
@@ -65,18 +57,8 @@ struct Result {
 std::vector<Result> run_zero(const ZeroCase& c, const Mlp& init) {
   std::vector<Result> results(static_cast<std::size_t>(c.dp));
   run_replicas(c.dp, [&](int r, Communicator& comm) {
-    Mlp m = init.clone();
-    if (r != 0) {
-      torch::NoGradGuard g;
-      for (auto& p : m.params) p.add_(1.0);  // replica 0's weights must win
-    }
-    ZeroOptions o;
-    o.stage = c.stage;
-    o.bucket_cap_bytes = c.cap_bytes;
-    o.first_bucket_cap_bytes = c.cap_bytes;
-    o.num_microbatches = c.microbatches;
-    o.timeout = std::chrono::milliseconds(20000);
-    Zero zero(&comm, o);
+    Mlp m = testing::replica_model(init, r);
+    Zero zero(&comm, testing::zero_options(c.stage, c.microbatches, c.cap_bytes));
     std::vector<StageParams> sp{m.stage_params()};
     zero.on_start(sp);
     torch::optim::AdamW opt(zero.optimizer_params(0), adamw());
@@ -85,9 +67,7 @@ std::vector<Result> run_zero(const ZeroCase& c, const Mlp& init) {
     const std::int64_t mb_rows = kRowsPerReplica / c.microbatches;
     const int last = c.microbatches - 1;
     for (int step = 0; step < c.steps; ++step) {
-      auto [x_all, y_all] = make_data(kRowsPerReplica * c.dp, kIn, kOut, 100 + step);
-      auto x = x_all.narrow(0, r * kRowsPerReplica, kRowsPerReplica);
-      auto y = y_all.narrow(0, r * kRowsPerReplica, kRowsPerReplica);
+      auto [x, y] = testing::replica_batch(step, r, c.dp);
       std::vector<torch::Tensor> losses, inputs;
       for (int mb = 0; mb < c.microbatches; ++mb) {
         zero.before_forward(0, mb);

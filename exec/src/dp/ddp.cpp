@@ -19,11 +19,7 @@ Ddp::Ddp(Communicator* dp, DdpOptions options)
 }
 
 Ddp::~Ddp() {
-  for (auto& st : stages_) {
-    for (std::size_t i = 0; i < st->accumulators.size(); ++i) {
-      st->accumulators[i]->del_post_hook(st->hook_keys[i]);
-    }
-  }
+  for (auto& st : stages_) remove_grad_hooks(*st);
 }
 
 void Ddp::on_start(std::vector<StageParams>& stages) {
@@ -78,31 +74,15 @@ void Ddp::on_start(std::vector<StageParams>& stages) {
                               .set_(flat.storage(), flat.storage_offset() + offset, p.sizes(),
                                     p.contiguous().strides());
     }
-    for (std::size_t i = 0; i < st->trainable.size(); ++i) {
-      auto acc = torch::autograd::impl::grad_accumulator(st->trainable[i]);
-      PW_ASSERT(acc != nullptr, "a trainable parameter without a gradient accumulator");
-      st->hook_keys.push_back(acc->add_post_hook(
-          std::make_unique<GradAccumulatedHook<Ddp, Ddp::Stage>>(this, st.get(), i)));
-      st->accumulators.push_back(std::move(acc));
-    }
+    install_grad_hooks(this, *st);
     stages_.push_back(std::move(st));
   }
 }
 
-Ddp::Stage& Ddp::stage(int id) {
-  for (auto& st : stages_) {
-    if (st->params.stage == id) return *st;
-  }
-  PW_ASSERT(false, "DDP: stage " << id << " is not local to this rank");
-  return *stages_.front();
-}
+Ddp::Stage& Ddp::stage(int id) { return local_stage(stages_, id, "DDP"); }
 
 const sched::BucketAssignment& Ddp::buckets_of(int id) const {
-  for (const auto& st : stages_) {
-    if (st->params.stage == id) return st->assignment;
-  }
-  PW_ASSERT(false, "DDP: stage " << id << " is not local to this rank");
-  return stages_.front()->assignment;
+  return local_stage(stages_, id, "DDP").assignment;
 }
 
 void Ddp::open_step(Stage& st) {

@@ -4,7 +4,9 @@
 // DataParallelSpec. Private to exec/ (names torch types).
 #pragma once
 
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/types.h>
 
 #include <chrono>
@@ -82,6 +84,45 @@ class GradAccumulatedHook final : public torch::autograd::FunctionPostHook {
   Stage* stage_;
   std::size_t param_;
 };
+
+// The per-stage bookkeeping of DDP, ZeRO and ZeRO-3 in one place. `Stage` has `params.stage`
+// (the plan stage), `trainable` (the parameters whose gradients it buckets) and the hook
+// records `accumulators` (compat::NodePtr) and `hook_keys` (std::uintptr_t).
+//
+// Installs a GradAccumulatedHook on the AccumulateGrad node of every parameter of
+// `st.trainable` (hook i names parameter i), keeping the nodes alive until remove_grad_hooks.
+template <typename Owner, typename Stage>
+void install_grad_hooks(Owner* owner, Stage& st) {
+  for (std::size_t i = 0; i < st.trainable.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(st.trainable[i]);
+    PW_ASSERT(acc != nullptr, "a trainable parameter without a gradient accumulator");
+    st.hook_keys.push_back(
+        acc->add_post_hook(std::make_unique<GradAccumulatedHook<Owner, Stage>>(owner, &st, i)));
+    st.accumulators.push_back(std::move(acc));
+  }
+}
+
+// Removes what install_grad_hooks installed (destructors: the nodes outlive the owner).
+template <typename Stage>
+void remove_grad_hooks(Stage& st) noexcept {
+  for (std::size_t i = 0; i < st.accumulators.size(); ++i) {
+    st.accumulators[i]->del_post_hook(st.hook_keys[i]);
+  }
+  st.accumulators.clear();
+  st.hook_keys.clear();
+}
+
+// The local stage `id` of `stages` (InternalError naming `who` when it is not local: the
+// interpreter only names stages of its rank).
+template <typename Stage>
+[[nodiscard]] Stage& local_stage(const std::vector<std::unique_ptr<Stage>>& stages, int id,
+                                 const char* who) {
+  for (const auto& st : stages) {
+    if (st->params.stage == id) return *st;
+  }
+  PW_ASSERT(false, who << ": stage " << id << " is not local to this rank");
+  return *stages.front();
+}
 
 // A tensor over `base`'s storage at `offset` elements with shape `sizes` (contiguous), that
 // autograd does not track as a view (optimizers may detach_() and zero_() it like any gradient):

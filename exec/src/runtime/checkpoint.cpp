@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <system_error>
@@ -79,6 +80,12 @@ bool in_param_shard(const TrainingState& s, const torch::Tensor& p) {
   return s.zero_stage == 3 && p.requires_grad();
 }
 
+std::string shard_sizes(const std::vector<std::int64_t>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i == 0 ? "" : ", ") + std::to_string(v[i]);
+  return s + "]";
+}
+
 std::string describe_zero(std::int64_t z) {
   return z == 0 ? "whole (--zero-stage 0)"
                 : "a ZeRO-" + std::to_string(z) + " shard (--zero-stage " + std::to_string(z) + ")";
@@ -87,8 +94,10 @@ std::string describe_zero(std::int64_t z) {
 // Before the fingerprint (which only says "another configuration"): the checks that can name
 // the stage and the tensor -- the ZeRO stage of the optimizer state, then every parameter's and
 // buffer's shape. Reads only; nothing is copied until the whole file is known to fit.
+// `resharding` (Note [Resuming at another dp]): ZeRO-3's parameter shards are of the saved dp's
+// size; reshard_zero_state checks them bucket by bucket instead.
 void check_layout(torch::serialize::InputArchive& ar, const std::string& name,
-                  const TrainingState& s) {
+                  const TrainingState& s, bool resharding) {
   try {
     torch::Tensor zero;
     const std::int64_t saved =
@@ -123,7 +132,28 @@ void check_layout(torch::serialize::InputArchive& ar, const std::string& name,
       for (std::size_t j = 0; j < sp.buffers.size(); ++j)
         check(stage_key(i, "buffer") + std::to_string(j), sp.buffers[j], true);
     }
-    if (s.zero_stage == 3 && s.dp_algorithm != nullptr) {  // the parameter shards, by shape
+    if (s.zero_stage == 3 && s.dp_algorithm != nullptr && resharding) {
+      // Shards of another dp: their buckets' elements (which do not depend on dp) must be this
+      // run's, else the parameter shard belongs to another model.
+      const auto live_state = s.dp_algorithm->state();
+      for (const auto& [key, live] : live_state) {
+        if (key.rfind("layout.stage", 0) != 0) continue;
+        const std::string stage = key.substr(12);
+        torch::Tensor t;
+        const std::vector<std::int64_t> mine =
+            parse_shard_layout(live, "this run's " + key).elements;
+        std::vector<std::int64_t> saved;
+        if (ar.try_read("dp." + key, t))
+          saved = parse_shard_layout(t, name + ": 'dp." + key + "'").elements;
+        if (saved == mine) continue;
+        std::ostringstream msg;
+        msg << name << ": stage " << stage << ": tensor 'dp.param_shard.stage" << stage
+            << "' holds buckets of " << shard_sizes(saved) << " elements, this run's of "
+            << shard_sizes(mine) << " (checkpoint of another model?)";
+        throw ConfigError(msg.str());
+      }
+    }
+    if (s.zero_stage == 3 && s.dp_algorithm != nullptr && !resharding) {  // shards, by shape
       for (const auto& [key, live] : s.dp_algorithm->state()) {
         if (key.rfind("param_shard.stage", 0) != 0) continue;
         torch::Tensor t;
@@ -246,9 +276,11 @@ void check_fingerprint(const std::vector<std::int64_t>& m, const std::string& na
 }
 
 // Note [ZeRO re-sharding]: local stage i's optimizer shard from every saved replica's file of
-// this pipeline rank (`first`: replica 0's, already open).
-void reshard_zero_optimizer(Opened& first, const std::string& first_name, const Reshard& rs,
-                            const CheckpointIdentity& id, TrainingState& s, std::size_t i) {
+// this pipeline rank (`first`: replica 0's, already open); under ZeRO-3 also its parameter
+// shard, put into `dp_state` (with this run's layout) for the algorithm's load_state.
+void reshard_zero_state(Opened& first, const std::string& first_name, const Reshard& rs,
+                        const CheckpointIdentity& id, TrainingState& s, std::size_t i,
+                        std::map<std::string, torch::Tensor>& dp_state) {
   const int stage = s.stages[i].stage;
   const std::string where = first_name + ": stage " + std::to_string(stage);
   const std::string key = "layout.stage" + std::to_string(stage);
@@ -257,8 +289,10 @@ void reshard_zero_optimizer(Opened& first, const std::string& first_name, const 
   const auto live_state = s.dp_algorithm->state();
   PW_ASSERT(live_state.count(key) != 0, "ZeRO stage " << stage << " without a layout");
   const ShardLayout live = parse_shard_layout(live_state.at(key), "this run's " + key);
+  const std::string shard_key = "param_shard.stage" + std::to_string(stage);
   std::vector<std::vector<PieceState>> saved;
   std::vector<ShardLayout> layouts;
+  std::vector<torch::Tensor> param_shards;  // ZeRO-3
   std::unique_ptr<torch::optim::Optimizer> options_from;
   for (int r = 0; r < rs.dp; ++r) {
     std::unique_ptr<Opened> other;
@@ -284,6 +318,14 @@ void reshard_zero_optimizer(Opened& first, const std::string& first_name, const 
                        "layouts were recorded cannot be re-sharded; resume at --dp "
                     << rs.dp);
       layouts.push_back(parse_shard_layout(lt, name));
+      if (s.zero_stage == 3) {
+        torch::Tensor shard;
+        PW_CHECK(o->ar.try_read("dp." + shard_key, shard), ConfigError,
+                 name << ": stage " << stage << ": tensor 'dp." << shard_key
+                      << "' (the ZeRO-3 parameter shard) is missing (checkpoint of another "
+                         "model?)");
+        param_shards.push_back(shard);
+      }
       std::vector<torch::Tensor> pieces;
       for (std::int64_t q : layouts.back().piece) pieces.push_back(torch::zeros({q}));
       auto opt = s.make_optimizer(std::move(pieces));
@@ -296,6 +338,20 @@ void reshard_zero_optimizer(Opened& first, const std::string& first_name, const 
       throw ParseError(name + ": incomplete or corrupt checkpoint (" + e.what_without_backtrace() +
                        ")");
     }
+  }
+  if (s.zero_stage == 3) {  // the parameters first: their errors name the tensor
+    PW_ASSERT(live_state.count(shard_key) != 0, "ZeRO-3 stage " << stage << " without a shard");
+    torch::Tensor shard =
+        reshard_flat_shard(param_shards, layouts, live, where + ": tensor 'dp." + shard_key + "'");
+    const torch::Tensor& live_shard = live_state.at(shard_key);
+    PW_CHECK(shard.sizes() == live_shard.sizes() && shard.scalar_type() == live_shard.scalar_type(),
+             ConfigError,
+             where << ": tensor 'dp." << shard_key << "' re-sharded has shape " << shard.sizes()
+                   << " " << shard.scalar_type() << ", this run's parameter shard has "
+                   << live_shard.sizes() << " " << live_shard.scalar_type()
+                   << " (checkpoint of another model?)");
+    dp_state[key] = live_state.at(key);
+    dp_state[shard_key] = std::move(shard);
   }
   torch::optim::Optimizer& mine = *s.optimizers[i];
   set_optimizer_piece_states(mine, reshard_piece_states(saved, layouts, live, where));
@@ -316,10 +372,11 @@ void parse_opened(Opened& o, const std::string& name, const CheckpointIdentity& 
              name << ": written by rank " << m[4] << " of " << m[5] << ", expected rank "
                   << rs->pp_index << " of " << rs->pp * rs->dp);
   }
-  check_layout(ar, name, s);
+  check_layout(ar, name, s, rs != nullptr);
   check_fingerprint(m, name, id);
   PW_CHECK(m[7] == static_cast<std::int64_t>(s.stages.size()), ConfigError,
            name << ": holds " << m[7] << " stages, this rank has " << s.stages.size());
+  std::map<std::string, torch::Tensor> resharded;  // ZeRO-3 at another dp: the algorithm's state
   try {
     for (std::size_t i = 0; i < s.stages.size(); ++i) {
       StageParams& sp = s.stages[i];
@@ -343,13 +400,16 @@ void parse_opened(Opened& o, const std::string& name, const CheckpointIdentity& 
       }
       if (i < s.optimizers.size() && s.optimizers[i] != nullptr) {
         if (rs != nullptr && s.zero_stage > 0) {
-          reshard_zero_optimizer(o, name, *rs, id, s, i);
+          reshard_zero_state(o, name, *rs, id, s, i, resharded);
         } else {  // this rank's own state, or (another dp, --zero-stage 0) the replicated one
           torch::serialize::InputArchive opt;
           ar.read(stage_key(i, "optimizer"), opt);
           s.optimizers[i]->load(opt);
         }
       }
+    }
+    if (s.dp_algorithm != nullptr && rs != nullptr && !resharded.empty()) {
+      s.dp_algorithm->load_state(resharded);
     }
     if (s.dp_algorithm != nullptr && rs == nullptr) {
       std::map<std::string, torch::Tensor> st;

@@ -104,8 +104,9 @@ std::int64_t remove_stale_temporaries(const std::string& dir, int world_rank);
 // (--batch-size x --dp); else ConfigError naming the flags. Parameters, buffers, the loss scale
 // and (--zero-stage 0) the optimizer state are replicated: replica 0's file of this pipeline rank
 // gives them. ZeRO's optimizer shards are re-sharded from every saved replica's file of this
-// pipeline rank (zero/zero_reshard.hpp: Note [ZeRO re-sharding]). A data-parallel algorithm with
-// per-replica state (SlowMo, DiLoCo, SGP) is refused.
+// pipeline rank (zero/zero_reshard.hpp: Note [ZeRO re-sharding]), and so are ZeRO-3's parameter
+// shards (handed to the algorithm's load_state with this run's layout). A data-parallel algorithm
+// with per-replica state (SlowMo, DiLoCo, SGP) is refused.
 void load_checkpoint(const std::string& dir, std::int64_t step, const CheckpointIdentity& id,
                      TrainingState& state);
 

@@ -172,12 +172,6 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   for (auto& g : replica_groups(p.model, p.partition, p.plan.shape, names)) {
     groups.push_back(std::move(g));
   }
-  PW_CHECK(groups.empty() || c.effective_zero_stage() < 3, ConfigError,
-           "--zero-stage 3: parameters shared between stages ('"
-               << groups.front().name
-               << "': tied weights, or Chimera's replicated stages) are not sharded at stage 3 "
-                  "yet: stages 1 and 2 give them buckets of their own (Note [ZeRO tied "
-                  "parameters]), stage 3 does not; run with --zero-stage 1 or 2");
   std::vector<TiedCopy> copies;
   if (!groups.empty()) {
     std::vector<const StageModule*> modules;

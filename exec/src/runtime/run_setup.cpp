@@ -267,10 +267,6 @@ namespace {
 
 // The executor's own flags of the training recipe (issue 33): loss scaling, evaluation.
 void validate_recipe_flags(const RunConfig& c) {
-  PW_CHECK(c.effective_zero_stage() < 3 || c.reduce_dtype_or_default() == sched::Precision::kFp32,
-           ConfigError,
-           "--zero-stage 3 with --reduce-dtype bf16: ZeRO-3 reduce-scatters float32 gradients "
-           "(a bfloat16 wire is implemented for stages 1 and 2); drop --reduce-dtype");
   PW_CHECK(c.precision != sched::Precision::kFp16 || c.backend == Backend::kNccl ||
                compat::kCpuAutocastFp16,
            ConfigError,

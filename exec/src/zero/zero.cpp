@@ -47,9 +47,7 @@ Zero::~Zero() {
       } catch (...) {  // NOLINT(bugprone-empty-catch)
       }
     }
-    for (std::size_t i = 0; i < st->accumulators.size(); ++i) {
-      st->accumulators[i]->del_post_hook(st->hook_keys[i]);
-    }
+    remove_grad_hooks(*st);
   }
 }
 
@@ -152,24 +150,12 @@ void Zero::on_start(std::vector<StageParams>& stages) {
       st->shard_params.push_back(std::move(w));
     }
     st->accumulations.assign(st->trainable.size(), 0);
-    for (std::size_t i = 0; i < st->trainable.size(); ++i) {
-      auto acc = torch::autograd::impl::grad_accumulator(st->trainable[i]);
-      PW_ASSERT(acc != nullptr, "a trainable parameter without a gradient accumulator");
-      st->hook_keys.push_back(acc->add_post_hook(
-          std::make_unique<GradAccumulatedHook<Zero, Zero::Stage>>(this, st.get(), i)));
-      st->accumulators.push_back(std::move(acc));
-    }
+    install_grad_hooks(this, *st);
     stages_.push_back(std::move(st));
   }
 }
 
-Zero::Stage& Zero::stage(int id) {
-  for (auto& st : stages_) {
-    if (st->params.stage == id) return *st;
-  }
-  PW_ASSERT(false, "ZeRO: stage " << id << " is not local to this rank");
-  return *stages_.front();
-}
+Zero::Stage& Zero::stage(int id) { return local_stage(stages_, id, "ZeRO"); }
 
 std::int64_t Zero::shard_elements(int id) const {
   for (const auto& st : stages_) {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "pipewright/graph/error.hpp"
+#include "zero/zero_buckets.hpp"
 
 namespace pipewright::exec {
 
@@ -40,9 +41,7 @@ Zero3::~Zero3() {
       } catch (...) {  // NOLINT(bugprone-empty-catch)
       }
     }
-    for (std::size_t i = 0; i < st->accumulators.size(); ++i) {
-      st->accumulators[i]->del_post_hook(st->hook_keys[i]);
-    }
+    remove_grad_hooks(*st);
   }
 }
 
@@ -82,6 +81,7 @@ void Zero3::on_start(std::vector<StageParams>& stages) {
     auto st = std::make_unique<Stage>();
     st->params = sp;
     std::vector<std::int64_t> bytes;
+    std::vector<bool> dedicated;
     for (const auto& p : sp.params) {
       if (!p.requires_grad()) continue;
       PW_CHECK(p.scalar_type() == torch::kFloat, ConfigError,
@@ -89,14 +89,17 @@ void Zero3::on_start(std::vector<StageParams>& stages) {
                                         << " parameter; only float32 parameters are supported");
       st->trainable.push_back(p);
       bytes.push_back(p.numel() * static_cast<std::int64_t>(sizeof(float)));
+      dedicated.push_back(options_.dedicated.count(p.unsafeGetTensorImpl()) != 0);
     }
     if (st->trainable.empty()) {
       st->state = Params::kGathered;  // nothing to shard: always "whole"
       stages_.push_back(std::move(st));
       continue;
     }
-    const auto assignment =
-        sched::assign_buckets(bytes, options_.bucket_cap_bytes, options_.first_bucket_cap_bytes);
+    // Tied parameters (and Chimera's replicated stages) a bucket of their own each, cut the same
+    // way in every stage that holds a copy (Note [ZeRO tied parameters]).
+    const auto assignment = assign_zero_buckets(bytes, dedicated, options_.bucket_cap_bytes,
+                                                options_.first_bucket_cap_bytes);
     st->buckets.resize(assignment.buckets.size());
     std::int64_t offset = 0, shard = 0;
     for (std::size_t b = 0; b < st->buckets.size(); ++b) {
@@ -152,25 +155,13 @@ void Zero3::on_start(std::vector<StageParams>& stages) {
     release(*st);  // from now on P exists only inside the plan's windows
     st->got.assign(st->trainable.size(), false);
     for (auto& bk : st->buckets) bk.pending = static_cast<std::int64_t>(bk.params.size());
-    for (std::size_t i = 0; i < st->trainable.size(); ++i) {
-      st->trainable[i].mutable_grad().reset();
-      auto acc = torch::autograd::impl::grad_accumulator(st->trainable[i]);
-      PW_ASSERT(acc != nullptr, "a trainable parameter without a gradient accumulator");
-      st->hook_keys.push_back(acc->add_post_hook(
-          std::make_unique<GradAccumulatedHook<Zero3, Zero3::Stage>>(this, st.get(), i)));
-      st->accumulators.push_back(std::move(acc));
-    }
+    for (auto& p : st->trainable) p.mutable_grad().reset();
+    install_grad_hooks(this, *st);
     stages_.push_back(std::move(st));
   }
 }
 
-Zero3::Stage& Zero3::stage(int id) {
-  for (auto& st : stages_) {
-    if (st->params.stage == id) return *st;
-  }
-  PW_ASSERT(false, "ZeRO-3: stage " << id << " is not local to this rank");
-  return *stages_.front();
-}
+Zero3::Stage& Zero3::stage(int id) { return local_stage(stages_, id, "ZeRO-3"); }
 
 std::int64_t Zero3::shard_elements(int id) const {
   for (const auto& st : stages_) {
@@ -189,6 +180,17 @@ std::int64_t Zero3::gathered_bytes(int id) const {
 }
 
 std::vector<torch::Tensor> Zero3::optimizer_params(int id) { return stage(id).shard_params; }
+
+torch::Tensor Zero3::optimizer_tensor_of(int id, const torch::Tensor& param) {
+  Stage& st = stage(id);
+  if (options_.dedicated.count(param.unsafeGetTensorImpl()) == 0) return param;
+  for (std::size_t i = 0; i < st.trainable.size(); ++i) {
+    if (!st.trainable[i].is_same(param)) continue;
+    const std::size_t b = st.bucket_of[i];
+    if (st.buckets[b].params.size() == 1) return st.shard_params[b];
+  }
+  return param;
+}
 
 void Zero3::start_gathers(Stage& st) {
   allocate(st);
@@ -305,7 +307,11 @@ void Zero3::launch(Stage& st, std::size_t b) {
   Bucket& bk = st.buckets[b];
   InFlight f;
   f.bucket = b;
-  f.in = torch::zeros({bk.padded}, st.shard.options());
+  // Note [ZeRO bf16 reduce-scatter]: with --reduce-dtype bf16 the bucket travels as bfloat16
+  // (each replica's gradient rounded once, summed in float32, the sum rounded once); finish()
+  // adds the reduced piece into the float32 Gs.
+  f.in = torch::zeros({bk.padded}, st.shard.options().dtype(options_.bf16_reduce ? torch::kBFloat16
+                                                                                 : torch::kFloat));
   for (std::size_t i : bk.params) {
     torch::Tensor& g = st.trainable[i].mutable_grad();
     if (g.defined()) {
@@ -316,12 +322,12 @@ void Zero3::launch(Stage& st, std::size_t b) {
   // Note [ZeRO-3 sharded parameters]: on CPU the sum lands in place, in this replica's piece of
   // the bucket (no separate piece-sized buffer: the bucket is scratch after the collective).
   f.out = st.shard.device().is_cpu() ? storage_alias(f.in, dp_->rank() * bk.piece, {bk.piece})
-                                     : torch::empty({bk.piece}, st.shard.options());
+                                     : torch::empty({bk.piece}, f.in.options());
   OpContext ctx;
   ctx.step = step_;
   ctx.stage = st.params.stage;
   ctx.what = "ZeRO-3 reduce-scatter of gradient bucket " + std::to_string(b);
-  const auto bytes = static_cast<double>(bk.padded) * sizeof(float);
+  const auto bytes = static_cast<double>(bk.padded) * static_cast<double>(f.in.element_size());
   ++stats_.collectives;
   stats_.payload_bytes += static_cast<std::uint64_t>(bytes);
   stats_.wire_bytes += bytes * static_cast<double>(dp_->size() - 1) / dp_->size();
@@ -437,8 +443,8 @@ void Zero3::load_state(const std::map<std::string, torch::Tensor>& state) {
     const torch::Tensor saved = it->second.to(torch::kLong).flatten();
     PW_CHECK(saved.numel() == live.numel() && torch::equal(saved, live), ConfigError,
              "checkpoint: " << key.substr(7) << ": parameter shard layout 'dp." << key
-                            << "' differs from this run's (another model, dp or bucket size; "
-                               "resuming at another dp is not supported)");
+                            << "' differs from this run's (another model or bucket size; "
+                               "a checkpoint of another dp re-shards on load instead)");
   }
   torch::NoGradGuard no_grad;
   for (auto& st : stages_) {

@@ -32,6 +32,17 @@
 //   too, Note [Gloo sharded collectives]); on a GPU it is a piece-sized buffer. The
 //   end of the backward (after_backward) launches the rest and adds every piece into Gs. So a
 //   stage's full gradients never exist at once. Each replica's loss is divided by d.
+// - --reduce-dtype bf16: each bucket is copied into a bfloat16 buffer and reduce-scattered as
+//   bfloat16 (summed in float32, rounded once: Note [ZeRO bf16 reduce-scatter] in zero.hpp); the
+//   reduced piece is added into the float32 Gs, so the sum over microbatches stays float32. The
+//   reduce-scatters move half their float32 bytes; the all-gathers of the parameters do not change.
+// - Tied parameters (GPT-2's wte / lm_head across the first and last stage) and Chimera's
+//   replicated stages: each tied parameter is a bucket of its own, cut the same way in every
+//   stage holding a copy (Note [ZeRO tied parameters]); optimizer_tensor_of names its piece of
+//   the shard, whose gradient (a piece of Gs) the tied exchange sums over the pipeline group
+//   before OPTIM. The exchange touches only shards, never P, so it needs no window: each holder's
+//   UNSHARD..RESHARD windows stay its own, and after the identical OPTIMs every holder's next
+//   UNSHARD gathers the same values.
 // - OPTIM steps the shard; no all-gather follows (the next UNSHARD gathers the new values).
 // - Outside a step (evaluation, checkpoints, --save, --check-replicas, the final weights),
 //   settle() gathers every stage into P (counted as set-up bytes) and keeps it until the
@@ -79,6 +90,9 @@ class Zero3 final : public DataParallelAlgorithm {
   [[nodiscard]] bool clear_gradients(int stage) override;
   [[nodiscard]] int gradient_divisor() const override { return dp_->size(); }
   [[nodiscard]] std::vector<torch::Tensor> optimizer_params(int stage) override;
+  // A dedicated (tied) parameter's bucket piece of the shard (Note [ZeRO tied parameters]);
+  // another: `param`.
+  [[nodiscard]] torch::Tensor optimizer_tensor_of(int stage, const torch::Tensor& param) override;
   void settle() override;
   [[nodiscard]] DataParallelStats stats() const override { return stats_; }
   // Checkpoints: "layout.stage<S>" as ZeRO-1/2 (zero.hpp) and "param_shard.stage<S>", this

@@ -178,4 +178,35 @@ std::vector<PieceState> reshard_piece_states(const std::vector<std::vector<Piece
   return out;
 }
 
+torch::Tensor reshard_flat_shard(const std::vector<torch::Tensor>& saved,
+                                 const std::vector<ShardLayout>& layouts, const ShardLayout& live,
+                                 const std::string& where) {
+  PW_ASSERT(saved.size() == layouts.size() && !saved.empty(), "re-sharding: no saved shards");
+  // Each bucket's piece as a one-field piece state: reshard_piece_states puts the pieces back
+  // together and cuts this replica's.
+  std::vector<std::vector<PieceState>> pieces(saved.size());
+  for (std::size_t r = 0; r < saved.size(); ++r) {
+    const ShardLayout& l = layouts[r];
+    std::int64_t total = 0;
+    for (std::int64_t q : l.piece) total += q;
+    const torch::Tensor flat = saved[r].detach().flatten();
+    PW_CHECK(flat.numel() == total, ConfigError,
+             where << ": saved replica " << r << "'s parameter shard holds " << flat.numel()
+                   << " elements, its layout " << total << " (checkpoint of another model?)");
+    std::int64_t at = 0;
+    for (std::int64_t q : l.piece) {
+      PieceState p;
+      p.present = true;
+      p.fields["param"] = flat.narrow(0, at, q);
+      pieces[r].push_back(std::move(p));
+      at += q;
+    }
+  }
+  const auto mine = reshard_piece_states(pieces, layouts, live, where);
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : mine) parts.push_back(p.fields.at("param"));
+  if (parts.empty()) return torch::empty({0}, saved.front().options());
+  return torch::cat(parts);
+}
+
 }  // namespace pipewright::exec

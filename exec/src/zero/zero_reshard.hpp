@@ -14,6 +14,8 @@
 // zeros to p'_b = ceil(n_b / d') d', piece r' = [r' q'_b, (r'+1) q'_b)). The optimizers the
 // executor makes (AdamW, Adam, SGD) keep element-wise state (moments, momentum) and one step
 // count per tensor, equal on every piece: elements move bit for bit, the step is copied.
+// ZeRO-3 also saves the parameter shard (`dp.param_shard.stage<S>`: piece r of every bucket, in
+// bucket order, S = sum q_b floats), which re-shards the same way, bucket by bucket.
 #pragma once
 
 #include <torch/torch.h>
@@ -60,5 +62,12 @@ void set_optimizer_piece_states(torch::optim::Optimizer& opt,
 [[nodiscard]] std::vector<PieceState> reshard_piece_states(
     const std::vector<std::vector<PieceState>>& saved, const std::vector<ShardLayout>& layouts,
     const ShardLayout& live, const std::string& where);
+
+// Note [ZeRO re-sharding] for ZeRO-3's parameter shards: this replica's shard under `live` from
+// every saved replica's shard (saved[r] in layouts[r]). Throws ConfigError naming `where` when a
+// saved shard is not its layout's size or the layouts do not cover the same buckets as `live`.
+[[nodiscard]] torch::Tensor reshard_flat_shard(const std::vector<torch::Tensor>& saved,
+                                               const std::vector<ShardLayout>& layouts,
+                                               const ShardLayout& live, const std::string& where);
 
 }  // namespace pipewright::exec
