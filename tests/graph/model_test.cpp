@@ -160,7 +160,8 @@ TEST(AutocastBytes, ByKindAndFromTheFile) {
     EXPECT_EQ(fp32(k, 1000), 1000) << to_string(k);
   EXPECT_EQ(fp32(NodeKind::kTransformerBlock, 3400), 400);
   EXPECT_EQ(fp32(NodeKind::kTransformerBlock, 34), 4);
-  EXPECT_EQ(fp32(NodeKind::kTransformerBlock, 9'000'000'000'000'000'000), 1'058'823'529'411'764'705);
+  EXPECT_EQ(fp32(NodeKind::kTransformerBlock, 9'000'000'000'000'000'000),
+            1'058'823'529'411'764'705);
   const Model m = parse_model(R"({"input": {"dtype": "float32", "shape": [1]},
     "layers": [{"name": "x", "kind": "opaque", "cost": {"activation_bytes": 100,
                 "activation_fp32_bytes": 30}}]})",
