@@ -126,6 +126,29 @@ std::optional<NodeKind> parse_node_kind(std::string_view text) noexcept {
   return std::nullopt;
 }
 
+std::int64_t autocast_fp32_bytes(const Node& node) noexcept {
+  const std::int64_t all = node.cost.activation_bytes;
+  if (node.cost.activation_fp32_bytes)
+    return std::clamp<std::int64_t>(*node.cost.activation_fp32_bytes, 0, all);
+  switch (node.kind) {  // Note [Autocast bytes]
+    case NodeKind::kLayerNorm:
+    case NodeKind::kEmbedding:
+    case NodeKind::kLoss:
+      return all;
+    case NodeKind::kTransformerBlock:
+      return all / 34 * 4 + all % 34 * 4 / 34;  // 4/34 of it, without overflow
+    case NodeKind::kLinear:
+    case NodeKind::kRelu:
+    case NodeKind::kGelu:
+    case NodeKind::kMlp:
+    case NodeKind::kCausalSelfAttention:
+    case NodeKind::kOpaque:
+    case NodeKind::kTorchScript:
+      return 0;
+  }
+  return 0;
+}
+
 std::vector<std::string> required_params(NodeKind kind) {
   switch (kind) {
     case NodeKind::kLinear:
@@ -366,6 +389,12 @@ void detail::validate_model(const Model& model, const json::Source& source,
              where(cat + "activation_bytes") << ": must be >= 0, got " << c.activation_bytes);
     PW_CHECK(c.output_bytes >= 0, InvalidGraphError,
              where(cat + "output_bytes") << ": must be >= 0, got " << c.output_bytes);
+    PW_CHECK(!c.activation_fp32_bytes ||
+                 (*c.activation_fp32_bytes >= 0 && *c.activation_fp32_bytes <= c.activation_bytes),
+             InvalidGraphError,
+             where(cat + "activation_fp32_bytes")
+                 << ": must be in [0, activation_bytes = " << c.activation_bytes << "], got "
+                 << *c.activation_fp32_bytes);
   }
 
   const int n = static_cast<int>(model.nodes.size());

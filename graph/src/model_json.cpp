@@ -145,7 +145,7 @@ Node parse_node(const At& at) {
   if (at.has("cost")) {
     const At cost = at["cost"];
     cost.only_keys({"forward_ms", "backward_ms", "input_grad_ms", "weight_grad_ms", "param_bytes",
-                    "activation_bytes", "output_bytes"});
+                    "activation_bytes", "output_bytes", "activation_fp32_bytes"});
     NodeCost& c = node.cost;
     if (cost.has("forward_ms")) c.forward_ms = cost["forward_ms"].as_finite_nonnegative();
     if (cost.has("backward_ms")) c.backward_ms = cost["backward_ms"].as_finite_nonnegative();
@@ -158,6 +158,9 @@ Node parse_node(const At& at) {
       c.activation_bytes = cost["activation_bytes"].as_int(0, kMaxInt);
     }
     if (cost.has("output_bytes")) c.output_bytes = cost["output_bytes"].as_int(0, kMaxInt);
+    if (cost.has("activation_fp32_bytes")) {  // Note [Autocast bytes]
+      c.activation_fp32_bytes = cost["activation_fp32_bytes"].as_int(0, kMaxInt);
+    }
   }
   return node;
 }
@@ -229,6 +232,8 @@ OrderedJson node_to_json(const Node& node) {
   cost["param_bytes"] = node.cost.param_bytes;
   cost["activation_bytes"] = node.cost.activation_bytes;
   cost["output_bytes"] = node.cost.output_bytes;
+  if (node.cost.activation_fp32_bytes)
+    cost["activation_fp32_bytes"] = *node.cost.activation_fp32_bytes;
   j["cost"] = cost;
   return j;
 }

@@ -145,6 +145,37 @@ TEST(ModelJsonBadInput, NegativeNaNAndInfiniteCosts) {
               HasSubstr("at /layers/0/cost/forward_ms: expected a number, got string"));
 }
 
+// Note [Autocast bytes]: what each kind keeps in fp32 under autocast, and the file's override.
+TEST(AutocastBytes, ByKindAndFromTheFile) {
+  const auto fp32 = [](NodeKind kind, std::int64_t act) {
+    Node n;
+    n.kind = kind;
+    n.cost.activation_bytes = act;
+    return autocast_fp32_bytes(n);
+  };
+  for (NodeKind k : {NodeKind::kLinear, NodeKind::kRelu, NodeKind::kGelu, NodeKind::kMlp,
+                     NodeKind::kCausalSelfAttention, NodeKind::kOpaque, NodeKind::kTorchScript})
+    EXPECT_EQ(fp32(k, 1000), 0) << to_string(k);
+  for (NodeKind k : {NodeKind::kLayerNorm, NodeKind::kEmbedding, NodeKind::kLoss})
+    EXPECT_EQ(fp32(k, 1000), 1000) << to_string(k);
+  EXPECT_EQ(fp32(NodeKind::kTransformerBlock, 3400), 400);
+  EXPECT_EQ(fp32(NodeKind::kTransformerBlock, 34), 4);
+  EXPECT_EQ(fp32(NodeKind::kTransformerBlock, 9'000'000'000'000'000'000),
+            1'058'823'529'411'764'705);
+  const Model m = parse_model(R"({"input": {"dtype": "float32", "shape": [1]},
+    "layers": [{"name": "x", "kind": "opaque", "cost": {"activation_bytes": 100,
+                "activation_fp32_bytes": 30}}]})",
+                              "m.json");
+  EXPECT_EQ(m.nodes[0].cost.activation_fp32_bytes, 30);
+  EXPECT_EQ(autocast_fp32_bytes(m.nodes[0]), 30);
+  EXPECT_EQ(parse_model(to_json(m), "again.json"), m);
+  EXPECT_THAT(parse_error(R"({"input": {"dtype": "float32", "shape": [1]},
+    "layers": [{"name": "x", "kind": "relu", "cost": {"activation_bytes": 10,
+                "activation_fp32_bytes": 11}}]})"),
+              HasSubstr("/layers/0/cost/activation_fp32_bytes: must be in [0, activation_bytes = "
+                        "10], got 11"));
+}
+
 TEST(ModelJsonBadInput, DanglingEdges) {
   const std::string msg = parse_error(R"({"input": {"dtype": "float32", "shape": [1]},
     "nodes": [{"name": "x", "kind": "relu"}], "edges": [{"from": "x", "to": "ghost"}]})");

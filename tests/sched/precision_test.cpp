@@ -6,6 +6,8 @@
 #include <string>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/generators.hpp"
+#include "pipewright/graph/partition.hpp"
 #include "pipewright/sched/costs.hpp"
 #include "pipewright/sched/memory.hpp"
 
@@ -86,6 +88,67 @@ TEST(Precision, RecomputeKeepsSixteenBitInputs) {
   job.recompute = parse_recompute("full");
   const auto mem = peak_memory(make_plan(job, nullptr), costs(2), memory_options(job));
   EXPECT_EQ(mem[1].peak_activation_bytes, kOutput / 2 + kActivations / 2);
+}
+
+// Note [Autocast bytes]: the fp32 part of the kept activations does not shrink under bf16.
+TEST(Precision, ActivationBytesKeepTheirFp32Part) {
+  EXPECT_EQ(activation_bytes_at_precision(100, 20, Precision::kFp32, Precision::kBf16), 60);
+  EXPECT_EQ(activation_bytes_at_precision(100, 0, Precision::kFp32, Precision::kBf16), 50);
+  EXPECT_EQ(activation_bytes_at_precision(100, 100, Precision::kFp32, Precision::kFp16), 100);
+  EXPECT_EQ(activation_bytes_at_precision(100, 20, Precision::kBf16, Precision::kBf16), 100);
+  EXPECT_EQ(activation_bytes_at_precision(60, 20, Precision::kBf16, Precision::kFp32), 100);
+  EXPECT_EQ(activation_bytes_at_precision(100, 500, Precision::kFp32, Precision::kBf16), 100);
+  CostTable t = costs(2);
+  t.stages[0].activation_fp32_bytes = 40;
+  const JobSpec job = job_1f1b(Precision::kBf16);
+  const auto mem = peak_memory(make_plan(job, nullptr), t, memory_options(job));
+  EXPECT_EQ(mem[0].peak_activation_bytes, 2 * (40 + (kActivations - 40) / 2));  // 2 in flight
+  EXPECT_EQ(mem[1].peak_activation_bytes, kActivations / 2);
+  // A table that says so round-trips the field; more fp32 bytes than bytes is a ParseError.
+  EXPECT_EQ(parse_costs(to_json(t), "t.json"), t);
+  t.stages[1].activation_fp32_bytes = kActivations + 1;
+  EXPECT_THROW((void)parse_costs(to_json(t), "t.json"), ParseError);
+}
+
+// The bytes pinned on the bundled generators' models (graph::autocast_fp32_bytes by kind): an
+// MLP's linears and ReLUs keep everything 16-bit; a GPT's embedding (token ids), final layer
+// norm and 4/34 of each block stay fp32.
+TEST(Precision, ModelTablesCarryWhatAutocastKeepsInFp32) {
+  graph::MlpSpec mlp;
+  mlp.sizes = {256, 1024, 1024, 256};
+  mlp.micro_batch_size = 4;
+  mlp.bytes_per_element = 4;
+  const graph::Model m = graph::make_mlp(mlp);
+  graph::PartitionOptions po;
+  po.stages = 2;
+  const CostTable tm = costs_from_partition(m, graph::partition_model(m, po));
+  for (const StageCost& c : tm.stages) {
+    EXPECT_GT(c.activation_bytes, 0);
+    EXPECT_EQ(c.activation_fp32_bytes, 0);
+  }
+  graph::GptSpec gpt;
+  gpt.layers = 2;
+  gpt.hidden = 64;
+  gpt.heads = 4;
+  gpt.seq = 32;
+  gpt.vocab = 128;
+  gpt.micro_batch_size = 4;
+  gpt.bytes_per_element = 4;
+  const graph::Model g = graph::make_gpt(gpt);
+  po.stages = 1;
+  const CostTable tg = costs_from_partition(g, graph::partition_model(g, po));
+  // embed 128 tokens x 8 bytes; 2 blocks of 128 x 64 x 44 x 2 bytes (Korthikanti, 4-byte
+  // elements), 4/34 of each; ln_f 128 x 64 x 4; the head (a linear) none.
+  const std::int64_t block = 128 * 64 * 44 * 2;
+  const std::int64_t fp32 = 128 * 8 + 2 * (block / 34 * 4 + block % 34 * 4 / 34) + 128 * 64 * 4;
+  ASSERT_EQ(tg.stages.size(), 1u);
+  EXPECT_EQ(tg.stages[0].activation_fp32_bytes, fp32);
+  JobSpec job = job_1f1b(Precision::kBf16);
+  job.pp = 1;
+  const auto mem = peak_memory(make_plan(job, nullptr), tg, memory_options(job));
+  const std::int64_t all = tg.stages[0].activation_bytes;
+  ASSERT_EQ(mem[0].peak_activation_microbatches, 1);  // 1F1B at pp 1: F, B, F, B, ...
+  EXPECT_EQ(mem[0].peak_activation_bytes, fp32 + (all - fp32) / 2);
 }
 
 TEST(Precision, ProfileRecordsItsPrecision) {

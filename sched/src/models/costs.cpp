@@ -145,6 +145,10 @@ void validate(const CostTable& t, std::string_view origin) {
     check_number(origin, p + "/param_bytes", s.param_bytes);
     check_number(origin, p + "/activation_bytes", s.activation_bytes);
     check_number(origin, p + "/output_bytes", s.output_bytes);
+    check_number(origin, p + "/activation_fp32_bytes", s.activation_fp32_bytes);
+    PW_CHECK(s.activation_fp32_bytes <= s.activation_bytes, ParseError,
+             origin << ": " << p << "/activation_fp32_bytes (" << s.activation_fp32_bytes
+                    << ") exceeds activation_bytes (" << s.activation_bytes << ")");
     std::int64_t total = 0;
     for (std::size_t k = 0; k < s.param_sizes_bytes.size(); ++k) {
       check_number(origin, p + "/param_sizes_bytes/" + std::to_string(k), s.param_sizes_bytes[k]);
@@ -244,6 +248,8 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
     s.param_bytes = r.has("param_bytes") ? r.integer("param_bytes") : 0;
     s.activation_bytes = r.has("activation_bytes") ? r.integer("activation_bytes") : 0;
     s.output_bytes = r.has("output_bytes") ? r.integer("output_bytes") : 0;
+    s.activation_fp32_bytes =
+        r.has("activation_fp32_bytes") ? r.integer("activation_fp32_bytes") : 0;
     if (r.has("param_sizes_bytes")) {
       const At sizes = r.at("param_sizes_bytes");
       sizes.expect_array();
@@ -340,6 +346,7 @@ std::string to_json(const CostTable& t) {
             {"param_bytes", s.param_bytes},
             {"activation_bytes", s.activation_bytes},
             {"output_bytes", s.output_bytes}};
+    if (s.activation_fp32_bytes > 0) js["activation_fp32_bytes"] = s.activation_fp32_bytes;
     if (s.input_grad_ms) js["input_grad_ms"] = *s.input_grad_ms;
     if (s.weight_grad_ms) js["weight_grad_ms"] = *s.weight_grad_ms;
     if (s.optimizer_ms) js["optimizer_ms"] = *s.optimizer_ms;
@@ -404,8 +411,9 @@ CostTable costs_from_partition(const graph::Model& model, const graph::Partition
     c.activation_bytes = info.activation_bytes;
     c.output_bytes = info.output_bytes;
     for (int n : info.nodes) {
-      const auto bytes = model.nodes[static_cast<std::size_t>(n)].cost.param_bytes;
-      if (bytes > 0) c.param_sizes_bytes.push_back(bytes);
+      const graph::Node& node = model.nodes[static_cast<std::size_t>(n)];
+      if (node.cost.param_bytes > 0) c.param_sizes_bytes.push_back(node.cost.param_bytes);
+      c.activation_fp32_bytes += graph::autocast_fp32_bytes(node);  // Note [Autocast bytes]
     }
     t.stages.push_back(std::move(c));
   }

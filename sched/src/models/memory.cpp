@@ -111,14 +111,17 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
   };
   for (std::int32_t s = 0; s < shape.stages; ++s) {
     const StageCost& c = cost_of(s);
-    std::int64_t kept = at_job(c.activation_bytes);
+    // Note [Autocast bytes]: what autocast keeps in fp32 does not shrink.
+    std::int64_t kept = activation_bytes_at_precision(c.activation_bytes, c.activation_fp32_bytes,
+                                                      costs.precision, options.precision);
     std::int64_t redo = 0;
     if (options.recompute.recomputes(shape.model_stage(s)) && !shape.forward_only) {
       kept = 0;
       for (std::int32_t q : shape.producers(s)) {
         if (q >= 0 && q < shape.stages) kept += at_job(cost_of(q).output_bytes);
       }
-      redo = at_job(c.activation_bytes);
+      redo = activation_bytes_at_precision(c.activation_bytes, c.activation_fp32_bytes,
+                                           costs.precision, options.precision);
     }
     param_bytes_.push_back(c.param_bytes);
     optimizer_transient_.push_back(

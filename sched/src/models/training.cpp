@@ -1,6 +1,7 @@
 // The training recipe's value types (pipewright/sched/training.hpp).
 #include "pipewright/sched/training.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -33,6 +34,13 @@ int element_bytes(Precision precision) noexcept { return precision == Precision:
 std::int64_t bytes_at_precision(std::int64_t bytes, Precision from, Precision to) noexcept {
   if (from == to) return bytes;
   return bytes * element_bytes(to) / element_bytes(from);
+}
+
+std::int64_t activation_bytes_at_precision(std::int64_t bytes, std::int64_t fp32_bytes,
+                                           Precision from, Precision to) noexcept {
+  if (from == to) return bytes;
+  const std::int64_t kept = std::clamp<std::int64_t>(fp32_bytes, 0, bytes);
+  return kept + bytes_at_precision(bytes - kept, from, to);
 }
 
 LrDecayStyle parse_lr_decay_style(std::string_view name) {

@@ -300,6 +300,13 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
       so += no[k];
       sa += na[k];
     }
+    // Note [Autocast bytes]: the model's fp32 share of the stage, applied to the measured bytes.
+    if (c.activation_bytes > 0) {
+      c.activation_fp32_bytes =
+          static_cast<std::int64_t>(sa * static_cast<double>(c.activation_fp32_bytes) /
+                                        static_cast<double>(c.activation_bytes) +
+                                    0.5);
+    }
     c.activation_bytes = static_cast<std::int64_t>(sa + 0.5);
     c.forward_ms = sf;
     c.backward_ms = sb;

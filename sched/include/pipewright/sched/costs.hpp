@@ -78,7 +78,11 @@ struct StageCost {
   std::optional<double> optimizer_ms;
   std::int64_t param_bytes = 0;       // all trainable parameters of the stage
   std::int64_t activation_bytes = 0;  // kept from F until B (or W), per microbatch
-  std::int64_t output_bytes = 0;      // activation crossing each outgoing cut, per microbatch
+  // The part of activation_bytes that autocast keeps in fp32 (Note [Autocast bytes] in
+  // graph/model.hpp): model tables sum it over the stage's nodes; a profile measured at its own
+  // precision needs none (0).
+  std::int64_t activation_fp32_bytes = 0;
+  std::int64_t output_bytes = 0;  // activation crossing each outgoing cut, per microbatch
   // Parameter sizes in registration order (DDP bucketing). Empty: one tensor of param_bytes.
   std::vector<std::int64_t> param_sizes_bytes;
   // Measured distributions (executor profiles only).
@@ -100,9 +104,10 @@ struct StageCost {
            a.input_grad_ms == b.input_grad_ms && a.weight_grad_ms == b.weight_grad_ms &&
            a.optimizer_ms == b.optimizer_ms && a.optimizer_stats == b.optimizer_stats &&
            a.param_bytes == b.param_bytes && a.activation_bytes == b.activation_bytes &&
-           a.output_bytes == b.output_bytes && a.param_sizes_bytes == b.param_sizes_bytes &&
-           a.forward_stats == b.forward_stats && a.backward_stats == b.backward_stats &&
-           a.input_grad_stats == b.input_grad_stats && a.weight_grad_stats == b.weight_grad_stats;
+           a.activation_fp32_bytes == b.activation_fp32_bytes && a.output_bytes == b.output_bytes &&
+           a.param_sizes_bytes == b.param_sizes_bytes && a.forward_stats == b.forward_stats &&
+           a.backward_stats == b.backward_stats && a.input_grad_stats == b.input_grad_stats &&
+           a.weight_grad_stats == b.weight_grad_stats;
   }
 };
 

@@ -28,14 +28,16 @@
 //
 // Note [Precision bytes]: under --precision bf16 or fp16 (autocast with fp32 master weights, as
 // torch.autocast and Megatron's --bf16 do) the parameters, their gradients and the optimizer
-// state stay fp32; the activations a forward keeps for its backward and the tensors that cross
-// stage boundaries (p2p messages) are 16-bit, so a cost table's activation and output bytes are
-// scaled by element_bytes(job) / element_bytes(table) (bytes_at_precision: model estimates and
-// what-if numbers are fp32, executor profiles carry their run's precision). Autocast also caches
+// state stay fp32; the tensors that cross stage boundaries (p2p messages) are 16-bit, and so are
+// the activations a forward keeps for its backward except what autocast keeps in fp32 (layer
+// norms' inputs and statistics, token ids, the loss: Note [Autocast bytes] in graph/model.hpp,
+// StageCost::activation_fp32_bytes). So a cost table's output bytes are scaled by
+// element_bytes(job) / element_bytes(table) (bytes_at_precision) and its activation bytes except
+// their fp32 part (activation_bytes_at_precision): model estimates and what-if numbers are fp32,
+// executor profiles carry their run's precision (measured: nothing to scale). Autocast also caches
 // a 16-bit copy of every parameter a matmul uses (params x element_bytes / 4 per stage, all
 // parameters counted), alive while any microbatch's activations are: the model holds it for the
-// whole step (RankMemory::autocast_cache_bytes), which is what it holds at the peak. Integer
-// tensors (token ids) are scaled too: the model's kept bytes do not separate them. The
+// whole step (RankMemory::autocast_cache_bytes), which is what it holds at the peak. The
 // data-parallel reduction's dtype (JobSpec::reduce_dtype) and the fp16 loss-scale all-reduce (one
 // scalar) change no memory.
 //

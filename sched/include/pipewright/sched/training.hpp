@@ -26,6 +26,12 @@ enum class Precision : std::uint8_t { kFp32, kBf16, kFp16 };
 // sched/memory.hpp.
 [[nodiscard]] std::int64_t bytes_at_precision(std::int64_t bytes, Precision from,
                                               Precision to) noexcept;
+// Activation bytes kept for the backward, `bytes` measured or estimated at precision `from`, of
+// which `fp32_bytes` are tensors autocast keeps in fp32 (Note [Autocast bytes] in
+// graph/model.hpp), at precision `to`: the fp32 part unchanged, the rest by bytes_at_precision.
+[[nodiscard]] std::int64_t activation_bytes_at_precision(std::int64_t bytes,
+                                                         std::int64_t fp32_bytes, Precision from,
+                                                         Precision to) noexcept;
 
 // Megatron's --lr-decay-style.
 enum class LrDecayStyle : std::uint8_t { kConstant, kLinear, kCosine };
