@@ -161,6 +161,31 @@ def chakra_checks() -> None:
     if deps != {ids["0F0"], ids["0RECV_B0"]}:
         fail(f"0B0 data_deps {deps}, expected 0F0 and 0RECV_B0 ({ids['0F0']}, {ids['0RECV_B0']}):\n{b0}")
 
+    # Issue 46: with --tp 2 one trace per GPU, each F and B followed by its blocks' TP
+    # collectives on the TP group (reduce-scatter + all-gather with sequence parallelism).
+    tp_out = os.path.join(WORK, "gpt-tp")
+    shutil.rmtree(tp_out, ignore_errors=True)
+    expect(["export-chakra", "--schedule", "1F1B", "-p", "2", "-m", "2", "--model", GPT, "--tp", "2",
+            "--sequence-parallel", "--dp", "2", "-o", tp_out], 0)
+    files = sorted(f for f in os.listdir(tp_out) if f.endswith(".et"))
+    if len(files) != 8:
+        fail(f"--tp 2 --dp 2 -p 2: {len(files)} traces, expected 8")
+    groups = json.load(open(os.path.join(tp_out, "pipewright.comm_groups.json")))
+    if groups.get("5") != [0, 1] or groups.get("1") != [0, 4]:
+        fail(f"--tp 2 communicator groups {groups}")
+    meta, nodes = decoded_trace(os.path.join(tp_out, "pipewright.1.et"))
+    tp_nodes = [n for n in nodes if "pw_tp_collective" in n]
+    blocks = sum(1 for n in json.load(open(GPT))["nodes"] if n["kind"] == "transformer_block")
+    if not tp_nodes or any("type: COMM_COLL_NODE" not in n or 'string_val: "5"' not in n
+                           for n in tp_nodes):
+        fail(f"--tp 2: TP collectives of GPU 1 are not COMM_COLL nodes on group 5:\n{tp_nodes[:1]}")
+    # Both stages' blocks, F and B of 2 microbatches, 2 per block, RS + AG each.
+    if len(tp_nodes) != blocks // 2 * 2 * 2 * 2 * 2 and blocks % 2 == 0:
+        print(f"note: {len(tp_nodes)} TP collectives on rank 1 ({blocks} blocks)")
+    if "pw_tp" not in meta:
+        fail(f"--tp 2: metadata without pw_tp:\n{meta}")
+    expect(["import-chakra", tp_out, "-f", "json", "-o", os.path.join(WORK, "tp-back.json")], 0)
+
     # Bad traces: exit 2 naming the file and the position.
     bad = os.path.join(WORK, "bad")
     shutil.rmtree(bad, ignore_errors=True)

@@ -1,0 +1,213 @@
+// What a search candidate is, in words and in bytes: the data-parallel variants tried, the text of
+// a candidate, the closed-form memory bound (Note [Search pruning]), and ranking a search's
+// fitting candidates with their Pareto front (rank_candidates, search/rank.hpp).
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "pipewright/graph/error.hpp"
+#include "pipewright/sched/training.hpp"
+#include "pipewright/sim/search.hpp"
+#include "search/rank.hpp"
+
+namespace pipewright::sim {
+
+std::vector<DpVariant> default_dp_variants() { return {DpVariant{DpAlgorithm::kDdp, 25.0, 1, 1}}; }
+
+std::vector<DpVariant> dp_variants_for(const std::vector<DpAlgorithm>& algorithms) {
+  std::vector<DpVariant> out;
+  for (auto a : algorithms) {
+    switch (a) {
+      case DpAlgorithm::kDdp:
+        out.push_back(DpVariant{DpAlgorithm::kDdp, 25.0, 1, 1});
+        break;
+      case DpAlgorithm::kLocalSgd:
+        out.push_back(DpVariant{DpAlgorithm::kLocalSgd, 25.0, 2, 1});
+        break;
+      case DpAlgorithm::kSlowMo:
+        out.push_back(DpVariant{DpAlgorithm::kSlowMo, 25.0, 2, 4});
+        break;
+      case DpAlgorithm::kDiLoCo:
+        out.push_back(DpVariant{DpAlgorithm::kDiLoCo, 25.0, 1, 1, 8, 1});
+        out.push_back(DpVariant{DpAlgorithm::kDiLoCo, 25.0, 1, 1, 8, 2});
+        break;
+      case DpAlgorithm::kSgp:
+        out.push_back(DpVariant{DpAlgorithm::kSgp, 25.0, 1, 1});
+        break;
+    }
+  }
+  return out;
+}
+
+std::string describe(const DpVariant& d) {
+  char dp[64];
+  switch (d.algorithm) {
+    case DpAlgorithm::kDdp:
+      std::snprintf(dp, sizeof dp, "ddp(%gMiB)", d.bucket_cap_mb);
+      break;
+    case DpAlgorithm::kLocalSgd:
+      std::snprintf(dp, sizeof dp, "localsgd(every %d)", d.localsgd_frequency);
+      break;
+    case DpAlgorithm::kSlowMo:
+      std::snprintf(dp, sizeof dp, "slowmo(avg %d, slow %d)", d.localsgd_frequency,
+                    d.slowmo_frequency);
+      break;
+    case DpAlgorithm::kDiLoCo:
+      if (d.fragments > 1) {
+        std::snprintf(dp, sizeof dp, "streaming-diloco(every %d, %d fragments)", d.sync_every,
+                      d.fragments);
+      } else {
+        std::snprintf(dp, sizeof dp, "diloco(every %d)", d.sync_every);
+      }
+      break;
+    case DpAlgorithm::kSgp:
+      std::snprintf(dp, sizeof dp, "sgp");
+      break;
+  }
+  return dp;
+}
+
+std::string schedule_name(const SearchCandidate& c) {
+  return c.auto_schedule ? "Auto" : std::string(sched::to_string(c.schedule));
+}
+
+std::string to_string(LayerRecompute r) {
+  switch (r) {
+    case LayerRecompute::kNone:
+      return "none";
+    case LayerRecompute::kSelective:
+      return "selective";
+    case LayerRecompute::kFull:
+      return "full";
+  }
+  return "none";
+}
+
+LayerRecompute parse_layer_recompute(const std::string& text) {
+  if (text == "none") return LayerRecompute::kNone;
+  if (text == "selective") return LayerRecompute::kSelective;
+  if (text == "full") return LayerRecompute::kFull;
+  throw ConfigError("--recompute: '" + text + "' is not none, selective or full");
+}
+
+std::string describe(const SearchCandidate& c) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s pp=%d dp=%d v=%d m=%d mbs=%lld %s", schedule_name(c).c_str(),
+                c.pp, c.dp, c.v, c.microbatches, static_cast<long long>(c.micro_batch_size),
+                c.dp == 1 ? "-" : describe(c.dp_variant).c_str());
+  std::string out = buf;
+  if (c.tp > 1) out += " tp=" + std::to_string(c.tp) + (c.sequence_parallel ? " sp" : "");
+  if (c.recompute != LayerRecompute::kNone) out += " recompute=" + to_string(c.recompute);
+  if (c.precision != sched::Precision::kFp32)
+    out += " precision=" + std::string(sched::to_string(c.precision));
+  if (c.zero_stage > 0) out += " zero=" + std::to_string(c.zero_stage);
+  return out;
+}
+
+// Note [Search pruning]
+// Every plan a search builds runs each stage's forward and backward for at least one microbatch,
+// and a stage's activations are held from its forward to its backward (a recomputed stage holds
+// them again while its backward recomputes them), so some rank holds, at one instant, a stage's
+// static state (parameters, gradients and optimizer state at the zero stage, and under bf16 /
+// fp16 below ZeRO-3 the autocast copy, Note [Precision bytes]) plus one microbatch of its
+// activations; and some rank holds at least the average static state of the ranks. Both are
+// below sched::peak_memory's maximum over ranks for any plan of these costs, so a candidate whose
+// bound exceeds the limit cannot fit: it is dropped before its plan is built or simulated.
+// Shards are counted as floor(bytes / dp) (the memory model rounds them up) to stay below.
+std::int64_t peak_memory_lower_bound(const sched::CostTable& costs, std::int32_t ranks,
+                                     const sched::MemoryOptions& memory) {
+  const double k = sched::optimizer_state_factor(memory.optimizer, memory.momentum);
+  const int dp = std::max(memory.dp, 1);
+  const int zero = dp > 1 ? memory.zero_stage : 0;
+  const auto stat = [&](std::int64_t p) -> std::int64_t {
+    const std::int64_t share = p / dp;
+    const auto opt = static_cast<std::int64_t>(k * static_cast<double>(p));
+    const auto opt_share = static_cast<std::int64_t>(k * static_cast<double>(share));
+    std::int64_t bytes = 0;
+    switch (zero) {
+      case 0:
+        bytes = 2 * p + opt;
+        break;
+      case 1:
+        bytes = 2 * p + opt_share;
+        break;
+      case 2:
+        bytes = p + share + opt_share;
+        break;
+      default:
+        bytes = 2 * share + opt_share;
+        break;
+    }
+    if (zero < 3 && memory.precision != sched::Precision::kFp32)
+      bytes += sched::bytes_at_precision(p, sched::Precision::kFp32, memory.precision);
+    return bytes;
+  };
+  std::int64_t heaviest = 0, total = 0;
+  for (const auto& c : costs.stages) {
+    const std::int64_t s = stat(c.param_bytes);
+    total += s;
+    heaviest = std::max(
+        heaviest, s + sched::bytes_at_precision(c.activation_bytes, costs.precision,
+                                                memory.precision));
+  }
+  return costs.runtime_memory_bytes + std::max(heaviest, total / std::max(ranks, 1));
+}
+
+namespace search_detail {
+
+// Best throughput first; ties by shorter step, then by lower peak memory, then by the
+// enumeration order (stable sort). Rows equal but for the schedule (and v) in what a user runs
+// and gets collapse into the better-ranked one. The Pareto front: sorted by throughput (then
+// memory), a row is on it when its peak is below every faster row's.
+void rank_candidates(std::vector<SearchCandidate> fitting, std::int32_t top_k,
+                     SearchResult& result) {
+  std::stable_sort(fitting.begin(), fitting.end(),
+                   [](const SearchCandidate& a, const SearchCandidate& b) {
+                     if (a.throughput_samples_per_s != b.throughput_samples_per_s)
+                       return a.throughput_samples_per_s > b.throughput_samples_per_s;
+                     if (a.step_ns != b.step_ns) return a.step_ns < b.step_ns;
+                     return a.peak_memory_bytes < b.peak_memory_bytes;
+                   });
+  std::vector<SearchCandidate> distinct;
+  using Key = std::tuple<std::int32_t, std::int32_t, std::int32_t, bool, std::int64_t, std::int32_t,
+                         std::string, std::int32_t, int, int, std::int64_t, std::int64_t>;
+  std::set<Key> seen;
+  for (auto& cand : fitting) {
+    const Key key{cand.pp,
+                  cand.dp,
+                  cand.tp,
+                  cand.sequence_parallel,
+                  cand.micro_batch_size,
+                  cand.microbatches,
+                  cand.dp == 1 ? std::string("-") : describe(cand.dp_variant),
+                  cand.zero_stage,
+                  static_cast<int>(cand.recompute),
+                  static_cast<int>(cand.precision),
+                  cand.step_ns,
+                  cand.peak_memory_bytes};
+    if (!seen.insert(key).second) {
+      ++result.collapsed;
+      continue;
+    }
+    distinct.push_back(std::move(cand));
+  }
+  std::int64_t lowest = INT64_MAX;
+  for (auto& cand : distinct) {  // throughput descending, memory ascending within a tie
+    if (cand.peak_memory_bytes < lowest) {
+      cand.pareto = true;
+      lowest = cand.peak_memory_bytes;
+      result.pareto.push_back(cand);
+    }
+  }
+  const auto sync = std::find_if(distinct.begin(), distinct.end(),
+                                 [](const SearchCandidate& x) { return x.synchronous(); });
+  if (sync != distinct.end()) result.best_synchronous = *sync;
+  if (top_k > 0 && distinct.size() > static_cast<std::size_t>(top_k))
+    distinct.resize(static_cast<std::size_t>(top_k));
+  result.ranked = std::move(distinct);
+}
+
+}  // namespace search_detail
+}  // namespace pipewright::sim
