@@ -175,13 +175,20 @@ def chakra_checks() -> None:
         fail(f"--tp 2 communicator groups {groups}")
     meta, nodes = decoded_trace(os.path.join(tp_out, "pipewright.1.et"))
     tp_nodes = [n for n in nodes if "pw_tp_collective" in n]
-    blocks = sum(1 for n in json.load(open(GPT))["nodes"] if n["kind"] == "transformer_block")
+    # GPU 1 is k = 1 of pipeline rank 0's group (TP group 5): stage 0's blocks, in F and B of
+    # 2 microbatches, 2 per block, a reduce-scatter and an all-gather each.
+    kinds = {layer["name"]: layer["kind"] for layer in json.load(open(GPT))["layers"]}
+    part = json.loads(run(["partition", GPT, "-s", "2", "--tp", "2", "--sequence-parallel"]).stdout)
+    blocks = sum(1 for n in part["stages"][0]["nodes"] if kinds.get(n) == "transformer_block")
     if not tp_nodes or any("type: COMM_COLL_NODE" not in n or 'string_val: "5"' not in n
                            for n in tp_nodes):
         fail(f"--tp 2: TP collectives of GPU 1 are not COMM_COLL nodes on group 5:\n{tp_nodes[:1]}")
-    # Both stages' blocks, F and B of 2 microbatches, 2 per block, RS + AG each.
-    if len(tp_nodes) != blocks // 2 * 2 * 2 * 2 * 2 and blocks % 2 == 0:
-        print(f"note: {len(tp_nodes)} TP collectives on rank 1 ({blocks} blocks)")
+    if blocks == 0 or len(tp_nodes) != blocks * 2 * 2 * 2 * 2:
+        fail(f"--tp 2: {len(tp_nodes)} TP collectives on GPU 1, stage 0 has {blocks} blocks")
+    reduce_scatter = [n for n in tp_nodes  # REDUCE_SCATTER = 7 in et_def.proto's CollectiveCommType
+                      if re.search(r'name: "comm_type"\s+int64_val: 7\n', n)]
+    if len(reduce_scatter) != len(tp_nodes) // 2:
+        fail("--tp 2 --sequence-parallel: not one reduce-scatter per all-gather")
     if "pw_tp" not in meta:
         fail(f"--tp 2: metadata without pw_tp:\n{meta}")
     expect(["import-chakra", tp_out, "-f", "json", "-o", os.path.join(WORK, "tp-back.json")], 0)

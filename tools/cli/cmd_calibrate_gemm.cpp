@@ -96,10 +96,11 @@ void run_calibrate_gemm(const CalibrateGemmArgs& a) {
   const double f = std::round((lo + hi) / 2 * 1e4) / 1e4;
   cluster.device->achieved_gemm_fraction = f;
   const Prediction p = predict(a, cluster, f);
-  spdlog::info("achieved-GEMM fraction {:.4f}: predicted step {:.3f} ms, {:.1f} TFLOP/s per GPU "
-               "(measured: {})",
-               f, p.step_ms, p.tflops,
-               a.step_ms ? std::to_string(*a.step_ms) + " ms" : std::to_string(*a.tflops) + " TFLOP/s");
+  spdlog::info(
+      "achieved-GEMM fraction {:.4f}: predicted step {:.3f} ms, {:.1f} TFLOP/s per GPU "
+      "(measured: {})",
+      f, p.step_ms, p.tflops,
+      a.step_ms ? std::to_string(*a.step_ms) + " ms" : std::to_string(*a.tflops) + " TFLOP/s");
   write_output(a.output, sim::to_json(cluster));
 }
 
@@ -113,8 +114,7 @@ void setup_calibrate_gemm(CLI::App& app) {
   cmd->add_option("--cluster", a->cluster_file, "cluster JSON with a \"device\"")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--measured-step-ms", a->step_ms,
-                  "the measured run's step (iteration) time, ms");
+  cmd->add_option("--measured-step-ms", a->step_ms, "the measured run's step (iteration) time, ms");
   cmd->add_option("--measured-tflops", a->tflops,
                   "the measured run's TFLOP/s per GPU, hardware FLOPs (recompute counted, as "
                   "Megatron-LM prints them)");

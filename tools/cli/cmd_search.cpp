@@ -121,13 +121,14 @@ std::string table(const sim::SearchResult& r, bool communication_free, bool expl
     os << "best synchronous: none fits\n";
   }
   std::snprintf(line, sizeof line,
-                "%lld configurations: %lld simulated (%lld more timed by an equal simulation), "
-                "%lld over the memory limit (%lld by the closed-form bound, not built), %lld "
+                "%lld configurations: %lld simulated (%lld more timed by an equal simulation, "
+                "%lld provably outside the top rows and the Pareto front, not simulated), %lld "
+                "over the memory limit (%lld by the closed-form bound, not built), %lld "
                 "rejected (schedule, partitioner, plan or tp), %lld equivalent rows collapsed%s\n",
                 static_cast<long long>(r.enumerated), static_cast<long long>(r.simulated),
-                static_cast<long long>(r.cache_hits), static_cast<long long>(r.dropped_memory),
-                static_cast<long long>(r.pruned_memory), static_cast<long long>(r.rejected_shape),
-                static_cast<long long>(r.collapsed),
+                static_cast<long long>(r.cache_hits), static_cast<long long>(r.bounded),
+                static_cast<long long>(r.dropped_memory), static_cast<long long>(r.pruned_memory),
+                static_cast<long long>(r.rejected_shape), static_cast<long long>(r.collapsed),
                 explain ? "" : " (--explain lists the rejections)");
   os << line;
   if (explain) {
@@ -176,6 +177,7 @@ std::string to_json(const sim::SearchResult& r, bool communication_free) {
   j["dropped_memory"] = r.dropped_memory;
   j["pruned_memory"] = r.pruned_memory;
   j["cache_hits"] = r.cache_hits;
+  j["bounded"] = r.bounded;
   j["rejected_shape"] = r.rejected_shape;
   j["collapsed"] = r.collapsed;
   nlohmann::json ranked = nlohmann::json::array();

@@ -3,6 +3,7 @@
 // fitting candidates with their Pareto front (rank_candidates, search/rank.hpp).
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <set>
 #include <string>
 #include <tuple>
@@ -148,9 +149,8 @@ std::int64_t peak_memory_lower_bound(const sched::CostTable& costs, std::int32_t
   for (const auto& c : costs.stages) {
     const std::int64_t s = stat(c.param_bytes);
     total += s;
-    heaviest = std::max(
-        heaviest, s + sched::bytes_at_precision(c.activation_bytes, costs.precision,
-                                                memory.precision));
+    heaviest = std::max(heaviest, s + sched::bytes_at_precision(c.activation_bytes, costs.precision,
+                                                                memory.precision));
   }
   return costs.runtime_memory_bytes + std::max(heaviest, total / std::max(ranks, 1));
 }
@@ -193,13 +193,25 @@ void rank_candidates(std::vector<SearchCandidate> fitting, std::int32_t top_k,
     }
     distinct.push_back(std::move(cand));
   }
-  std::int64_t lowest = INT64_MAX;
-  for (auto& cand : distinct) {  // throughput descending, memory ascending within a tie
-    if (cand.peak_memory_bytes < lowest) {
-      cand.pareto = true;
-      lowest = cand.peak_memory_bytes;
-      result.pareto.push_back(cand);
+  // Throughput descending, memory ascending within equal throughput: a row is on the front when
+  // every faster row holds more memory and no equally fast row holds less (rows equal in both
+  // are all on it).
+  std::int64_t lowest = INT64_MAX;  // over the strictly faster rows
+  for (std::size_t i = 0; i < distinct.size();) {
+    std::size_t j = i;
+    while (j < distinct.size() &&
+           distinct[j].throughput_samples_per_s == distinct[i].throughput_samples_per_s)
+      ++j;
+    const std::int64_t least = distinct[i].peak_memory_bytes;  // the group's smallest
+    for (std::size_t k = i; k < j; ++k) {
+      auto& cand = distinct[k];
+      if (cand.peak_memory_bytes == least && least < lowest) {
+        cand.pareto = true;
+        result.pareto.push_back(cand);
+      }
     }
+    lowest = std::min(lowest, least);
+    i = j;
   }
   const auto sync = std::find_if(distinct.begin(), distinct.end(),
                                  [](const SearchCandidate& x) { return x.synchronous(); });
@@ -207,6 +219,74 @@ void rank_candidates(std::vector<SearchCandidate> fitting, std::int32_t top_k,
   if (top_k > 0 && distinct.size() > static_cast<std::size_t>(top_k))
     distinct.resize(static_cast<std::size_t>(top_k));
   result.ranked = std::move(distinct);
+}
+
+// Note [Search bounds]
+// Most candidates of a large search cannot matter: a row is shown when it is among the top_k by
+// throughput or on the Pareto front. A fitting candidate is simulated only when neither can be
+// ruled out; it is ruled out when its throughput cannot exceed the bound samples / (the busiest
+// rank's compute time, step_lower_bound_ns), and (a) top_k simulated rows of distinct
+// throughputs are faster than that bound (rows of distinct throughput never collapse into one),
+// and (b) a simulated row at most as large in peak memory is faster than it (so it is not on the
+// front). Candidates are simulated in order of their bound, best first, so that strong
+// references come early; a synchronous candidate is measured against synchronous rows only, so
+// the best synchronous row is never ruled out by a local-step one. Ruled-out candidates are
+// counted (SearchResult::bounded), not ranked.
+std::int64_t step_lower_bound_ns(const sched::CostTable& costs, sched::ScheduleKind kind,
+                                 bool automatic, std::int32_t pp, std::int32_t v, std::int32_t m,
+                                 bool full_recompute, bool chain) {
+  const auto stages = static_cast<std::int32_t>(costs.stages.size());
+  if (pp < 1 || stages < 1) return 0;
+  // One microbatch's compute of stage s: F, the backward (B, or I + W: the smaller), again F
+  // when recomputed.
+  const auto work = [&](std::int32_t s) {
+    const auto& c = costs.stages[static_cast<std::size_t>(s)];
+    const double backward =
+        std::min(c.backward_ms, c.input_grad_or_default_ms() + c.weight_grad_or_default_ms());
+    return c.forward_ms + backward + (full_recompute ? c.forward_ms : 0.0);
+  };
+  double total = 0;
+  for (std::int32_t s = 0; s < stages; ++s) total += work(s);
+  // Every plan runs m microbatches through every stage (Chimera's replicas split them): the
+  // ranks' average.
+  double busiest = static_cast<double>(m) * total / pp;
+  // Where the stages live: rank r holds r, r + pp, ... (looped), or r and 2pp - 1 - r (V); its
+  // first stage is r, so the forwards of stages 0 .. r - 1 come first. Auto's and Chimera's
+  // placements are not assumed.
+  const bool placed = !automatic && kind != sched::ScheduleKind::kChimera && stages == pp * v;
+  if (placed) {
+    double fill = 0;
+    for (std::int32_t r = 0; r < pp; ++r) {
+      double mine = 0;
+      if (sched::is_v_shaped(kind) && v == 2) {
+        mine = work(r) + work(2 * pp - 1 - r);
+      } else {
+        for (std::int32_t s = r; s < stages; s += pp) mine += work(s);
+      }
+      busiest = std::max(busiest, (chain ? fill : 0.0) + static_cast<double>(m) * mine);
+      fill += costs.stages[static_cast<std::size_t>(r)].forward_ms;
+    }
+  }
+  // Below the simulator's rounding of each action to whole nanoseconds (one per action).
+  const double actions = 3.0 * m * stages;
+  return std::max<std::int64_t>(static_cast<std::int64_t>(busiest * 1e6 * (1 - 1e-9) - actions), 0);
+}
+
+void References::add(std::int64_t peak, double throughput) {
+  best_.insert(throughput);
+  if (top_k_ > 0 && best_.size() > static_cast<std::size_t>(top_k_)) best_.erase(best_.begin());
+  auto it = staircase_.upper_bound(peak);
+  if (it != staircase_.begin() && std::prev(it)->second >= throughput) return;  // dominated
+  staircase_[peak] = throughput;
+  it = staircase_.upper_bound(peak);
+  while (it != staircase_.end() && it->second <= throughput) it = staircase_.erase(it);
+}
+
+bool References::excludes(std::int64_t peak, double bound) const {
+  if (top_k_ <= 0 || best_.size() < static_cast<std::size_t>(top_k_) || !(*best_.begin() > bound))
+    return false;
+  const auto it = staircase_.upper_bound(peak);
+  return it != staircase_.begin() && std::prev(it)->second > bound;
 }
 
 }  // namespace search_detail

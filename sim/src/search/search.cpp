@@ -1,6 +1,7 @@
 #include "pipewright/sim/search.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -281,8 +282,22 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   using MemKey = std::tuple<const void*, const void*, std::int32_t, std::int32_t, bool, int>;
   std::map<MemKey, std::shared_ptr<const sched::LoweredPlan>> sharded_plans;  // ZeRO-3
   std::map<MemKey, std::int64_t> peaks;
-  std::map<std::tuple<MemKey, std::size_t>, Timing> timings;
+  std::map<std::tuple<MemKey, std::size_t>, Timing> timings;  // Note [Search cache]
   std::map<std::int32_t, Cluster> clusters;
+  using TimeKey = std::tuple<MemKey, std::size_t>;  // + the data-parallel variant
+  // A fitting candidate waiting to be timed (Note [Search bounds]).
+  struct Pending {
+    SearchCandidate cand;
+    Shape shape;  // its plan is built when it is needed, once per shape
+    std::shared_ptr<const Partitioned> parted;
+    const Cluster* cluster;
+    sched::MemoryOptions memory;
+    std::int64_t memory_bound;  // Note [Search pruning]
+    double throughput_bound;    // samples / the step's lower bound (Note [Search bounds])
+    double model_flops;
+    std::size_t variant;  // index into the variants; SIZE_MAX at dp 1
+  };
+  std::vector<Pending> pending;
   std::vector<SearchCandidate> fitting;
 
   for (const auto& c : shapes) {
@@ -352,8 +367,6 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       const Cluster& cl = cit->second;
       const double model_flops =
           model_flops_per_iteration(model, static_cast<double>(c.mbs * c.m * c.dp));
-      std::shared_ptr<const sched::LoweredPlan> plan;  // built on the first candidate that fits
-      std::string plan_error;
       for (const auto precision : precisions) {
         for (const auto listed : zeros) {
           const auto ks = variants_of(c, listed);
@@ -400,157 +413,209 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
             advance(n);
             continue;
           }
-          try {
-            if (!plan && plan_error.empty()) {
-              // Auto's plan, and a plan over a stage DAG that is not a chain, read the partition.
-              const void* auto_key = c.automatic || !is_chain(parted->partition)
-                                         ? static_cast<const void*>(parted.get())
-                                         : nullptr;
-              const auto key = std::make_tuple(static_cast<int>(c.kind), c.pp, c.v, c.m, auto_key);
-              auto it = plans.find(key);
-              if (it == plans.end()) {
-                sched::LoweredPlan built;
-                if (c.automatic) {
-                  // Note [Auto method] (sim/synthesis.hpp): the plan for this partition's costs
-                  // with the memory limit as the cap (none when the limit is 0); its memory at
-                  // fp32.
-                  AutoOptions ao;
-                  ao.ranks = c.pp;
-                  ao.microbatches = c.m;
-                  if (limit > 0) ao.memory_limit_bytes = limit;
-                  ao.memory.optimizer = opt.optimizer;
-                  ao.memory.momentum = opt.momentum;
-                  ao.sim = sim_options(job);
-                  ao.sim.micro_batch_size = c.mbs;
-                  ao.cluster = cl;
-                  built = sched::lower_for_run(synthesize(parted->costs, ao).plan);
-                } else {
-                  sched::JobSpec pjob = job;
-                  pjob.recompute = {};
-                  built = sched::make_plan(pjob, &parted->partition);
-                }
-                it =
-                    plans.emplace(key, std::make_shared<const sched::LoweredPlan>(std::move(built)))
-                        .first;
-              }
-              plan = it->second;
-            }
-          } catch (const Error& e) {
-            plan_error = e.what();
-          }
-          if (!plan) {
-            // A generator, the plan checks or Auto refusing the shape.
-            result.rejected_shape += n;
-            each([&](SearchCandidate& x) { reject(describe(x), plan_error); });
-            advance(n);
-            continue;
-          }
-          const MemKey mkey2{plan.get(), parted.get(), c.dp,
-                             zero,       full,         static_cast<int>(precision)};
-          std::shared_ptr<const sched::LoweredPlan> run_plan = plan;
-          std::int64_t peak = 0;
-          try {
-            if (zero == 3 && c.dp > 1) {
-              auto sit = sharded_plans.find(mkey2);
-              if (sit == sharded_plans.end()) {
-                const sched::ShardFit fit{&parted->costs, mo, limit};
-                sit = sharded_plans
-                          .emplace(mkey2,
-                                   std::make_shared<const sched::LoweredPlan>(sched::place_shards(
-                                       *plan, sched::ShardPlacement::kFit, &fit)))
-                          .first;
-              }
-              run_plan = sit->second;
-            }
-            auto pk = peaks.find(mkey2);
-            if (pk == peaks.end()) {
-              std::int64_t p = 0;
-              for (const auto& rm : sched::peak_memory(*run_plan, parted->costs, mo))
-                p = std::max(p, rm.peak_bytes);
-              pk = peaks.emplace(mkey2, p).first;
-            }
-            peak = pk->second;
-          } catch (const Error& e) {
-            result.rejected_shape += n;
-            each([&](SearchCandidate& x) { reject(describe(x), e.what()); });
-            advance(n);
-            continue;
-          }
-          if (limit > 0 && peak > limit) {
-            result.dropped_memory += n;
-            char why[128];
-            std::snprintf(why, sizeof why, "over the memory limit: peak %.2f GiB > %.2f GiB",
-                          static_cast<double>(peak) / (1 << 30),
-                          static_cast<double>(limit) / (1 << 30));
-            each([&](SearchCandidate& x) {
-              x.peak_memory_bytes = peak;
-              x.fits_memory = false;
-              reject(describe(x), why);
-            });
-            advance(n);
-            continue;
-          }
+          // Fits by the bound: its exact peak and its time come below, best bound first (Note
+          // [Search bounds]).
+          const std::int64_t step_bound =
+              search_detail::step_lower_bound_ns(parted->costs, c.kind, c.automatic, c.pp, c.v, c.m,
+                                                 full, is_chain(parted->partition));
+          const double samples = static_cast<double>(c.mbs) * c.m * c.dp;
           for (auto k : ks) {
             SearchCandidate x = cand;
             x.dp_variant = k == SIZE_MAX ? DpVariant{} : variants[k];
-            x.peak_memory_bytes = peak;
-            const bool ddp = x.dp_variant.algorithm == DpAlgorithm::kDdp;
-            // What the timing reads (Note [Search cache]).
-            const MemKey tkey{run_plan.get(), parted.get(),
-                              c.dp,           free_comm && zero < 3 ? 0 : (ddp ? zero : 0),
-                              full,           free_comm ? 0 : static_cast<int>(precision)};
-            const auto tk = std::make_tuple(tkey, k);
-            auto ti = timings.find(tk);
-            if (ti != timings.end()) {
-              ++result.cache_hits;
-            } else {
-              try {
-                sched::JobSpec vjob = zjob;
-                auto& d = vjob.data_parallel;
-                d.algorithm = x.dp_variant.algorithm;
-                d.bucket_cap_mb = x.dp_variant.bucket_cap_mb;
-                if (d.algorithm == DpAlgorithm::kLocalSgd || d.algorithm == DpAlgorithm::kSlowMo)
-                  d.localsgd_frequency = x.dp_variant.localsgd_frequency;
-                if (d.algorithm == DpAlgorithm::kDiLoCo) {
-                  d.sync_every = x.dp_variant.sync_every;
-                  d.fragments = x.dp_variant.fragments;
-                }
-                if (d.algorithm == DpAlgorithm::kSlowMo)
-                  d.slowmo_frequency = x.dp_variant.slowmo_frequency;
-                if (!ddp) vjob.zero_stage = 0;
-                SimOptions so = sim_options(vjob);
-                so.steps = steps_for(x.dp_variant);
-                so.micro_batch_size = c.mbs;
-                so.record_actions = false;
-                const SimResult r = simulate(*run_plan, parted->costs, cl, so);
-                ++result.simulated;
-                result.simulated_actions += r.simulated_actions;
-                ti = timings
-                         .emplace(tk, Timing{r.makespan_ns / std::max(r.steps, 1),
-                                             r.throughput_samples_per_s(), r.bubble_fraction()})
-                         .first;
-              } catch (const Error& e) {
-                ++result.rejected_shape;
-                reject(describe(x), e.what());
-                advance(1);
-                continue;
-              }
-            }
-            x.step_ns = ti->second.step_ns;
-            x.throughput_samples_per_s = ti->second.throughput;
-            x.bubble_fraction = ti->second.bubble;
-            if (x.step_ns > 0 && model_flops > 0) {
-              x.model_tflops_per_gpu = model_flops / (static_cast<double>(x.step_ns) * 1e-9) /
-                                       static_cast<double>(opt.devices) / 1e12;
-              if (cluster.device && cluster.device->peak_tflops > 0)
-                x.mfu = x.model_tflops_per_gpu / cluster.device->peak_tflops;
-            }
-            fitting.push_back(std::move(x));
-            advance(1);
+            pending.push_back(Pending{
+                std::move(x), c, parted, &cl, mo, bound,
+                step_bound > 0 ? samples / (static_cast<double>(step_bound) * 1e-9) : HUGE_VAL,
+                model_flops, k});
           }
         }
       }
     }
+  }
+  // Note [Search bounds]: best bound first; a candidate that can be neither in the top rows nor
+  // on the Pareto front is not simulated.
+  std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+    return a.throughput_bound > b.throughput_bound;
+  });
+  // The plan of a shape (cached, Note [Search cache]); an error string when it cannot be built.
+  std::map<std::tuple<int, std::int32_t, std::int32_t, std::int32_t, const void*>, std::string>
+      plan_errors;
+  const auto plan_of = [&](const Shape& c, const std::shared_ptr<const Partitioned>& parted,
+                           const Cluster& cl,
+                           std::string& error) -> std::shared_ptr<const sched::LoweredPlan> {
+    // Auto's plan, and a plan over a stage DAG that is not a chain, read the partition.
+    const void* auto_key = c.automatic || !is_chain(parted->partition)
+                               ? static_cast<const void*>(parted.get())
+                               : nullptr;
+    const auto key = std::make_tuple(static_cast<int>(c.kind), c.pp, c.v, c.m, auto_key);
+    if (auto it = plans.find(key); it != plans.end()) return it->second;
+    if (auto it = plan_errors.find(key); it != plan_errors.end()) {
+      error = it->second;
+      return nullptr;
+    }
+    try {
+      sched::JobSpec job;
+      job.schedule = c.kind;
+      job.pp = c.pp;
+      job.dp = c.dp;
+      job.stages_per_rank = c.v;
+      job.microbatches = c.m;
+      job.batch_size = c.mbs * c.m;
+      job.optimizer = opt.optimizer;
+      job.momentum = opt.momentum;
+      sched::LoweredPlan built;
+      if (c.automatic) {
+        // Note [Auto method] (sim/synthesis.hpp): the plan for this partition's costs with the
+        // memory limit as the cap (none when the limit is 0); its memory at fp32.
+        AutoOptions ao;
+        ao.ranks = c.pp;
+        ao.microbatches = c.m;
+        if (limit > 0) ao.memory_limit_bytes = limit;
+        ao.memory.optimizer = opt.optimizer;
+        ao.memory.momentum = opt.momentum;
+        ao.sim = sim_options(job);
+        ao.sim.micro_batch_size = c.mbs;
+        ao.cluster = cl;
+        built = sched::lower_for_run(synthesize(parted->costs, ao).plan);
+      } else {
+        built = sched::make_plan(job, &parted->partition);
+      }
+      return plans.emplace(key, std::make_shared<const sched::LoweredPlan>(std::move(built)))
+          .first->second;
+    } catch (const Error& e) {
+      // A generator, the plan checks or Auto refusing the shape.
+      error = plan_errors.emplace(key, e.what()).first->second;
+      return nullptr;
+    }
+  };
+  search_detail::References all(opt.top_k), synchronous(opt.top_k);
+  for (auto& p : pending) {
+    SearchCandidate& x = p.cand;
+    const auto& refs = x.synchronous() ? synchronous : all;
+    if (refs.excludes(p.memory_bound, p.throughput_bound)) {  // whatever its exact peak
+      ++result.bounded;
+      advance(1);
+      continue;
+    }
+    std::string plan_error;
+    const auto plan = plan_of(p.shape, p.parted, *p.cluster, plan_error);
+    if (!plan) {
+      ++result.rejected_shape;
+      reject(describe(x), plan_error);
+      advance(1);
+      continue;
+    }
+    // The exact peak (sched's memory model, with ZeRO-3's all-gathers placed to fit the limit).
+    const bool full = x.recompute == LayerRecompute::kFull;
+    const MemKey mkey{plan.get(),   p.parted.get(), x.dp,
+                      x.zero_stage, full,           static_cast<int>(x.precision)};
+    std::shared_ptr<const sched::LoweredPlan> run_plan = plan;
+    try {
+      if (x.zero_stage == 3 && x.dp > 1) {
+        auto sit = sharded_plans.find(mkey);
+        if (sit == sharded_plans.end()) {
+          const sched::ShardFit fit{&p.parted->costs, p.memory, limit};
+          sit = sharded_plans
+                    .emplace(mkey, std::make_shared<const sched::LoweredPlan>(sched::place_shards(
+                                       *plan, sched::ShardPlacement::kFit, &fit)))
+                    .first;
+        }
+        run_plan = sit->second;
+      }
+      auto pk = peaks.find(mkey);
+      if (pk == peaks.end()) {
+        std::int64_t peak = 0;
+        for (const auto& rm : sched::peak_memory(*run_plan, p.parted->costs, p.memory))
+          peak = std::max(peak, rm.peak_bytes);
+        pk = peaks.emplace(mkey, peak).first;
+      }
+      x.peak_memory_bytes = pk->second;
+    } catch (const Error& e) {
+      ++result.rejected_shape;
+      reject(describe(x), e.what());
+      advance(1);
+      continue;
+    }
+    if (limit > 0 && x.peak_memory_bytes > limit) {
+      ++result.dropped_memory;
+      x.fits_memory = false;
+      char why[128];
+      std::snprintf(why, sizeof why, "over the memory limit: peak %.2f GiB > %.2f GiB",
+                    static_cast<double>(x.peak_memory_bytes) / (1 << 30),
+                    static_cast<double>(limit) / (1 << 30));
+      reject(describe(x), why);
+      advance(1);
+      continue;
+    }
+    if (refs.excludes(x.peak_memory_bytes, p.throughput_bound)) {
+      ++result.bounded;
+      advance(1);
+      continue;
+    }
+    // What the timing reads (Note [Search cache]).
+    const bool ddp = x.dp_variant.algorithm == DpAlgorithm::kDdp;
+    const TimeKey tkey{MemKey{run_plan.get(), p.parted.get(), x.dp,
+                              free_comm && x.zero_stage < 3 ? 0 : (ddp ? x.zero_stage : 0), full,
+                              free_comm ? 0 : static_cast<int>(x.precision)},
+                       p.variant};
+    auto ti = timings.find(tkey);
+    if (ti != timings.end()) {
+      ++result.cache_hits;
+    } else {
+      try {
+        // The candidate as a job (Note [Search]).
+        sched::JobSpec vjob;
+        vjob.schedule = x.schedule;
+        vjob.pp = x.pp;
+        vjob.dp = x.dp;
+        vjob.stages_per_rank = x.v;
+        vjob.microbatches = x.microbatches;
+        vjob.batch_size = x.micro_batch_size * x.microbatches;
+        vjob.optimizer = opt.optimizer;
+        vjob.momentum = opt.momentum;
+        if (x.recompute == LayerRecompute::kFull) vjob.recompute = sched::parse_recompute("full");
+        vjob.precision = x.precision;
+        auto& d = vjob.data_parallel;
+        d.algorithm = x.dp_variant.algorithm;
+        d.bucket_cap_mb = x.dp_variant.bucket_cap_mb;
+        if (d.algorithm == DpAlgorithm::kLocalSgd || d.algorithm == DpAlgorithm::kSlowMo)
+          d.localsgd_frequency = x.dp_variant.localsgd_frequency;
+        if (d.algorithm == DpAlgorithm::kDiLoCo) {
+          d.sync_every = x.dp_variant.sync_every;
+          d.fragments = x.dp_variant.fragments;
+        }
+        if (d.algorithm == DpAlgorithm::kSlowMo) d.slowmo_frequency = x.dp_variant.slowmo_frequency;
+        vjob.zero_stage = d.algorithm == DpAlgorithm::kDdp ? x.zero_stage : 0;
+        SimOptions so = sim_options(vjob);
+        so.steps = steps_for(x.dp_variant);
+        so.micro_batch_size = x.micro_batch_size;
+        so.record_actions = false;
+        const SimResult r = simulate(*run_plan, p.parted->costs, *p.cluster, so);
+        ++result.simulated;
+        result.simulated_actions += r.simulated_actions;
+        ti = timings
+                 .emplace(tkey, Timing{r.makespan_ns / std::max(r.steps, 1),
+                                       r.throughput_samples_per_s(), r.bubble_fraction()})
+                 .first;
+      } catch (const Error& e) {
+        ++result.rejected_shape;
+        reject(describe(x), e.what());
+        advance(1);
+        continue;
+      }
+    }
+    x.step_ns = ti->second.step_ns;
+    x.throughput_samples_per_s = ti->second.throughput;
+    x.bubble_fraction = ti->second.bubble;
+    if (x.step_ns > 0 && p.model_flops > 0) {
+      x.model_tflops_per_gpu = p.model_flops / (static_cast<double>(x.step_ns) * 1e-9) /
+                               static_cast<double>(opt.devices) / 1e12;
+      if (cluster.device && cluster.device->peak_tflops > 0)
+        x.mfu = x.model_tflops_per_gpu / cluster.device->peak_tflops;
+    }
+    all.add(x.peak_memory_bytes, x.throughput_samples_per_s);
+    if (x.synchronous()) synchronous.add(x.peak_memory_bytes, x.throughput_samples_per_s);
+    fitting.push_back(std::move(x));
+    advance(1);
   }
   search_detail::rank_candidates(std::move(fitting), opt.top_k, result);
   return result;

@@ -143,6 +143,9 @@ struct SearchResult {
   std::int64_t dropped_memory = 0;      // over the memory limit (pruned or by the exact peak)
   std::int64_t pruned_memory = 0;       // of those, over it by the closed-form bound: no plan
   std::int64_t cache_hits = 0;          // fitting candidates timed by an earlier equal simulation
+  // Fitting candidates not simulated: provably neither in the top_k rows nor on the Pareto front
+  // (Note [Search bounds] in sim/src/search/candidates.cpp). With top_k large, none.
+  std::int64_t bounded = 0;
   std::int64_t simulated_actions = 0;
   // Every rejected shape and every configuration over the memory limit, with its reason
   // (`search --explain`), at most kMaxRejections.
