@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/partition.hpp"
 #include "pipewright/sched/training.hpp"
 #include "pipewright/sim/search.hpp"
 #include "search/rank.hpp"
@@ -156,6 +157,63 @@ std::int64_t peak_memory_lower_bound(const sched::CostTable& costs, std::int32_t
 }
 
 namespace search_detail {
+
+// Steps needed to see each periodic collective at least once (amortised step time).
+std::int32_t steps_for(const DpVariant& d) {
+  switch (d.algorithm) {
+    case DpAlgorithm::kDdp:
+      return 1;
+    case DpAlgorithm::kLocalSgd:
+      return d.localsgd_frequency;
+    case DpAlgorithm::kSlowMo:
+      return std::max(d.localsgd_frequency, d.slowmo_frequency);
+    case DpAlgorithm::kDiLoCo:
+      return d.sync_every;
+    case DpAlgorithm::kSgp:
+      return 1;
+  }
+  return 1;
+}
+
+// Whether a transformer block's heads and hidden size split over tp.
+bool tp_divides(const graph::Model& model, std::int32_t tp) {
+  for (const auto& n : model.nodes) {
+    if (n.kind != graph::NodeKind::kTransformerBlock) continue;
+    for (const char* key : {"heads", "hidden"}) {
+      const auto it = n.params.find(key);
+      if (it != n.params.end() && it->second % tp != 0) return false;
+    }
+  }
+  return true;
+}
+
+// Whether selective recompute changes anything: a transformer block with heads and hidden.
+bool has_shaped_blocks(const graph::Model& model) {
+  return std::any_of(model.nodes.begin(), model.nodes.end(), [](const graph::Node& n) {
+    return n.kind == graph::NodeKind::kTransformerBlock && n.params.count("heads") != 0 &&
+           n.params.count("hidden") != 0;
+  });
+}
+
+// Whether no link costs anything (no cluster): then the simulated time does not depend on
+// message bytes (precision) or on which data-parallel collectives run (zero stages 0-2).
+bool communication_free(const Cluster& c) {
+  const auto free = [](const Link& l) { return l.latency_ms == 0 && l.bandwidth_gb_per_s == 0; };
+  return free(c.intra_node) && free(c.inter_node) &&
+         (!c.collective_intra_node || free(*c.collective_intra_node)) &&
+         (!c.collective_inter_node || free(*c.collective_inter_node));
+}
+
+// Whether the partition's stages form a chain (s feeds s + 1 only): then make_plan's plan for a
+// named schedule depends on the shape alone.
+bool is_chain(const graph::Partition& p) {
+  const auto deps = p.graph.stage_dependencies();
+  for (std::size_t k = 0; k < deps.size(); ++k) {
+    const auto expect = static_cast<int>(k);
+    if (deps[k].first != expect || deps[k].second != expect + 1) return false;
+  }
+  return static_cast<int>(deps.size()) == p.num_stages() - 1;
+}
 
 // Best throughput first; ties by shorter step, then by lower peak memory, then by the
 // enumeration order (stable sort). Rows equal but for the schedule (and v) in what a user runs

@@ -6,11 +6,27 @@
 #include <set>
 #include <vector>
 
+#include "pipewright/graph/model.hpp"
+#include "pipewright/graph/partition.hpp"
 #include "pipewright/sched/costs.hpp"
 #include "pipewright/sched/schedule.hpp"
 #include "pipewright/sim/search.hpp"
 
 namespace pipewright::sim::search_detail {
+
+// Steps needed to see each periodic collective of a data-parallel variant at least once (the
+// step time is amortised over them).
+[[nodiscard]] std::int32_t steps_for(const DpVariant& d);
+// Whether every transformer block's heads and hidden size split over tp.
+[[nodiscard]] bool tp_divides(const graph::Model& model, std::int32_t tp);
+// Whether selective recompute changes anything: a transformer block with heads and hidden.
+[[nodiscard]] bool has_shaped_blocks(const graph::Model& model);
+// Whether no link costs anything (no cluster): then the simulated time does not depend on
+// message bytes (precision) or on which data-parallel collectives run (zero stages 0-2).
+[[nodiscard]] bool communication_free(const Cluster& c);
+// Whether the partition's stages form a chain (s feeds s + 1 only): then make_plan's plan for a
+// named schedule depends on the shape alone.
+[[nodiscard]] bool is_chain(const graph::Partition& p);
 
 // Sorts `fitting` (best throughput first), collapses equivalent rows (counted in
 // result.collapsed), marks and collects the Pareto front of throughput against peak memory,

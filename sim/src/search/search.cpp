@@ -22,25 +22,13 @@ namespace pipewright::sim {
 namespace {
 
 using sched::ScheduleKind;
+using search_detail::communication_free;
+using search_detail::has_shaped_blocks;
+using search_detail::is_chain;
+using search_detail::steps_for;
+using search_detail::tp_divides;
 
 bool is_looped(ScheduleKind k) { return k != ScheduleKind::kGPipe && k != ScheduleKind::k1F1B; }
-
-// Steps needed to see each periodic collective at least once (amortised step time).
-std::int32_t steps_for(const DpVariant& d) {
-  switch (d.algorithm) {
-    case DpAlgorithm::kDdp:
-      return 1;
-    case DpAlgorithm::kLocalSgd:
-      return d.localsgd_frequency;
-    case DpAlgorithm::kSlowMo:
-      return std::max(d.localsgd_frequency, d.slowmo_frequency);
-    case DpAlgorithm::kDiLoCo:
-      return d.sync_every;
-    case DpAlgorithm::kSgp:
-      return 1;
-  }
-  return 1;
-}
 
 // A shape: what the plan and the per-GPU model are built from.
 struct Shape {
@@ -49,46 +37,6 @@ struct Shape {
   ScheduleKind kind;
   bool automatic = false;  // Auto (synthesize) with the memory limit as its cap; kind is 1F1B's
 };
-
-// Whether a transformer block's heads and hidden size split over tp.
-bool tp_divides(const graph::Model& model, std::int32_t tp) {
-  for (const auto& n : model.nodes) {
-    if (n.kind != graph::NodeKind::kTransformerBlock) continue;
-    for (const char* key : {"heads", "hidden"}) {
-      const auto it = n.params.find(key);
-      if (it != n.params.end() && it->second % tp != 0) return false;
-    }
-  }
-  return true;
-}
-
-// Whether selective recompute changes anything: a transformer block with heads and hidden.
-bool has_shaped_blocks(const graph::Model& model) {
-  return std::any_of(model.nodes.begin(), model.nodes.end(), [](const graph::Node& n) {
-    return n.kind == graph::NodeKind::kTransformerBlock && n.params.count("heads") != 0 &&
-           n.params.count("hidden") != 0;
-  });
-}
-
-// Whether no link costs anything (no cluster): then the simulated time does not depend on
-// message bytes (precision) or on which data-parallel collectives run (zero stages 0-2).
-bool communication_free(const Cluster& c) {
-  const auto free = [](const Link& l) { return l.latency_ms == 0 && l.bandwidth_gb_per_s == 0; };
-  return free(c.intra_node) && free(c.inter_node) &&
-         (!c.collective_intra_node || free(*c.collective_intra_node)) &&
-         (!c.collective_inter_node || free(*c.collective_inter_node));
-}
-
-// Whether the partition's stages form a chain (s feeds s + 1 only): then make_plan's plan for a
-// named schedule depends on the shape alone.
-bool is_chain(const graph::Partition& p) {
-  const auto deps = p.graph.stage_dependencies();
-  for (std::size_t k = 0; k < deps.size(); ++k) {
-    const auto expect = static_cast<int>(k);
-    if (deps[k].first != expect || deps[k].second != expect + 1) return false;
-  }
-  return static_cast<int>(deps.size()) == p.num_stages() - 1;
-}
 
 // What a simulation returned that a candidate keeps.
 struct Timing {
