@@ -248,8 +248,60 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   std::vector<Pending> pending;
   std::vector<SearchCandidate> fitting;
 
+  // The plan of a shape (cached, Note [Search cache]); an error string when it cannot be built.
+  std::map<std::tuple<int, std::int32_t, std::int32_t, std::int32_t, const void*>, std::string>
+      plan_errors;
+  const auto plan_of = [&](const Shape& c, const std::shared_ptr<const Partitioned>& parted,
+                           const Cluster& cl,
+                           std::string& error) -> std::shared_ptr<const sched::LoweredPlan> {
+    // Auto's plan, and a plan over a stage DAG that is not a chain, read the partition.
+    const void* auto_key = c.automatic || !is_chain(parted->partition)
+                               ? static_cast<const void*>(parted.get())
+                               : nullptr;
+    const auto key = std::make_tuple(static_cast<int>(c.kind), c.pp, c.v, c.m, auto_key);
+    if (auto it = plans.find(key); it != plans.end()) return it->second;
+    if (auto it = plan_errors.find(key); it != plan_errors.end()) {
+      error = it->second;
+      return nullptr;
+    }
+    try {
+      sched::JobSpec job;
+      job.schedule = c.kind;
+      job.pp = c.pp;
+      job.dp = c.dp;
+      job.stages_per_rank = c.v;
+      job.microbatches = c.m;
+      job.batch_size = c.mbs * c.m;
+      job.optimizer = opt.optimizer;
+      job.momentum = opt.momentum;
+      sched::LoweredPlan built;
+      if (c.automatic) {
+        // Note [Auto method] (sim/synthesis.hpp): the plan for this partition's costs with the
+        // memory limit as the cap (none when the limit is 0); its memory at fp32.
+        AutoOptions ao;
+        ao.ranks = c.pp;
+        ao.microbatches = c.m;
+        if (limit > 0) ao.memory_limit_bytes = limit;
+        ao.memory.optimizer = opt.optimizer;
+        ao.memory.momentum = opt.momentum;
+        ao.sim = sim_options(job);
+        ao.sim.micro_batch_size = c.mbs;
+        ao.cluster = cl;
+        built = sched::lower_for_run(synthesize(parted->costs, ao).plan);
+      } else {
+        built = sched::make_plan(job, &parted->partition);
+      }
+      return plans.emplace(key, std::make_shared<const sched::LoweredPlan>(std::move(built)))
+          .first->second;
+    } catch (const Error& e) {
+      // A generator, the plan checks or Auto refusing the shape.
+      error = plan_errors.emplace(key, e.what()).first->second;
+      return nullptr;
+    }
+  };
   for (const auto& c : shapes) {
     auto cit = clusters.find(c.tp);
+    bool shape_rejected = false;  // its plan failed: one rejection names the shape
     std::int64_t shape_n = 0;
     for (auto z : zeros)
       shape_n += static_cast<std::int64_t>(variants_of(c, z).size() * precisions.size());
@@ -361,6 +413,17 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
             advance(n);
             continue;
           }
+          {
+            std::string plan_error;
+            if (!plan_of(c, parted, cit->second, plan_error)) {
+              // A generator, the plan checks or Auto refusing the shape.
+              result.rejected_shape += n;
+              if (!shape_rejected) reject(shape_text(c), plan_error);
+              shape_rejected = true;
+              advance(n);
+              continue;
+            }
+          }
           // Fits by the bound: its exact peak and its time come below, best bound first (Note
           // [Search bounds]).
           const std::int64_t step_bound =
@@ -384,57 +447,6 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
     return a.throughput_bound > b.throughput_bound;
   });
-  // The plan of a shape (cached, Note [Search cache]); an error string when it cannot be built.
-  std::map<std::tuple<int, std::int32_t, std::int32_t, std::int32_t, const void*>, std::string>
-      plan_errors;
-  const auto plan_of = [&](const Shape& c, const std::shared_ptr<const Partitioned>& parted,
-                           const Cluster& cl,
-                           std::string& error) -> std::shared_ptr<const sched::LoweredPlan> {
-    // Auto's plan, and a plan over a stage DAG that is not a chain, read the partition.
-    const void* auto_key = c.automatic || !is_chain(parted->partition)
-                               ? static_cast<const void*>(parted.get())
-                               : nullptr;
-    const auto key = std::make_tuple(static_cast<int>(c.kind), c.pp, c.v, c.m, auto_key);
-    if (auto it = plans.find(key); it != plans.end()) return it->second;
-    if (auto it = plan_errors.find(key); it != plan_errors.end()) {
-      error = it->second;
-      return nullptr;
-    }
-    try {
-      sched::JobSpec job;
-      job.schedule = c.kind;
-      job.pp = c.pp;
-      job.dp = c.dp;
-      job.stages_per_rank = c.v;
-      job.microbatches = c.m;
-      job.batch_size = c.mbs * c.m;
-      job.optimizer = opt.optimizer;
-      job.momentum = opt.momentum;
-      sched::LoweredPlan built;
-      if (c.automatic) {
-        // Note [Auto method] (sim/synthesis.hpp): the plan for this partition's costs with the
-        // memory limit as the cap (none when the limit is 0); its memory at fp32.
-        AutoOptions ao;
-        ao.ranks = c.pp;
-        ao.microbatches = c.m;
-        if (limit > 0) ao.memory_limit_bytes = limit;
-        ao.memory.optimizer = opt.optimizer;
-        ao.memory.momentum = opt.momentum;
-        ao.sim = sim_options(job);
-        ao.sim.micro_batch_size = c.mbs;
-        ao.cluster = cl;
-        built = sched::lower_for_run(synthesize(parted->costs, ao).plan);
-      } else {
-        built = sched::make_plan(job, &parted->partition);
-      }
-      return plans.emplace(key, std::make_shared<const sched::LoweredPlan>(std::move(built)))
-          .first->second;
-    } catch (const Error& e) {
-      // A generator, the plan checks or Auto refusing the shape.
-      error = plan_errors.emplace(key, e.what()).first->second;
-      return nullptr;
-    }
-  };
   search_detail::References all(opt.top_k), synchronous(opt.top_k);
   for (auto& p : pending) {
     SearchCandidate& x = p.cand;
