@@ -287,7 +287,10 @@ void rank_candidates(std::vector<SearchCandidate> fitting, std::int32_t top_k,
 // throughputs are faster than that bound (rows of distinct throughput never collapse into one),
 // and (b) a simulated row at most as large in peak memory is faster than it (so it is not on the
 // front). Candidates are simulated in order of their bound, best first, so that strong
-// references come early; a synchronous candidate is measured against synchronous rows only, so
+// references come early. A candidate is first tested with its closed-form memory bound (Note
+// [Search pruning]), then (ZeRO-3) with the peak of gathering around each compute action alone,
+// which no placement undercuts, and only then with its exact peak. A synchronous candidate is
+// measured against synchronous rows only, so
 // the best synchronous row is never ruled out by a local-step one. Ruled-out candidates are
 // counted (SearchResult::bounded), not ranked.
 std::int64_t step_lower_bound_ns(const sched::CostTable& costs, sched::ScheduleKind kind,

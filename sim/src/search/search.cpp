@@ -230,6 +230,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   using MemKey = std::tuple<const void*, const void*, std::int32_t, std::int32_t, bool, int>;
   std::map<MemKey, std::shared_ptr<const sched::LoweredPlan>> sharded_plans;  // ZeRO-3
   std::map<MemKey, std::int64_t> peaks;
+  std::map<MemKey, std::int64_t> pk_least;  // ZeRO-3 at kCompute: the least any placement holds
   std::map<std::tuple<MemKey, std::size_t>, Timing> timings;  // Note [Search cache]
   std::map<std::int32_t, Cluster> clusters;
   using TimeKey = std::tuple<MemKey, std::size_t>;  // + the data-parallel variant
@@ -472,6 +473,21 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
     try {
       if (x.zero_stage == 3 && x.dp > 1) {
         auto sit = sharded_plans.find(mkey);
+        if (sit == sharded_plans.end() && pk_least.count(mkey) == 0) {
+          // Note [Search bounds]: gathering around each compute action alone (kCompute) holds
+          // the least; if even that peak is ruled out, the placement that fits is not needed.
+          std::int64_t least = 0;
+          for (const auto& rm :
+               sched::peak_memory(sched::place_shards(*plan, sched::ShardPlacement::kCompute),
+                                  p.parted->costs, p.memory))
+            least = std::max(least, rm.peak_bytes);
+          pk_least.emplace(mkey, least);
+        }
+        if (sit == sharded_plans.end() && refs.excludes(pk_least[mkey], p.throughput_bound)) {
+          ++result.bounded;
+          advance(1);
+          continue;
+        }
         if (sit == sharded_plans.end()) {
           const sched::ShardFit fit{&p.parted->costs, p.memory, limit};
           sit = sharded_plans
