@@ -366,7 +366,7 @@ void setup_search(CLI::App& app) {
       ->default_str("auto")
       ->option_text("none,selective,full");
   cmd->add_option("--zero-stages", a->zero_stages,
-                  "ZeRO stages to try with DDP at dp > 1, each a candidate (default 0,1,2,3)")
+                  "the ZeRO stages to try with DDP at dp > 1, each a candidate (default 0,1,2,3)")
       ->delimiter(',');
   cmd->add_option("--gemm-fraction", a->gemm_fraction,
                   "achieved fraction of the device's peak that GEMMs reach (default: the cluster "
