@@ -182,6 +182,10 @@ Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Sl
   list = emit(ops, slots, step_windows(slots));
   if (rank_peak(plan, fit, rank) <= fit.limit_bytes) return list;
   std::vector<Window> windows = compute_windows(slots);
+  // Gathering around each compute action alone holds the least: when even that is over the
+  // limit, no merge or prefetch below can fit, and the placement is these windows.
+  list = emit(ops, slots, windows);
+  if (rank_peak(plan, fit, rank) > fit.limit_bytes) return list;
   // Merge candidates: (gap in slots, stage, first slot of the earlier window).
   bool merged = true;
   while (merged) {

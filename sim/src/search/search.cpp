@@ -488,14 +488,19 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
           advance(1);
           continue;
         }
-        if (sit == sharded_plans.end()) {
+        if (sit == sharded_plans.end() && limit > 0 && pk_least[mkey] > limit) {
+          // Note [Search bounds]: a rank whose least placement is over the limit keeps it under
+          // kFit (nothing merged or prefetched fits) and every other rank fits, so the exact
+          // peak is the least one and the fitting placement is not built.
+          peaks.emplace(mkey, pk_least[mkey]);
+        } else if (sit == sharded_plans.end()) {
           const sched::ShardFit fit{&p.parted->costs, p.memory, limit};
           sit = sharded_plans
                     .emplace(mkey, std::make_shared<const sched::LoweredPlan>(sched::place_shards(
                                        *plan, sched::ShardPlacement::kFit, &fit)))
                     .first;
         }
-        run_plan = sit->second;
+        if (sit != sharded_plans.end()) run_plan = sit->second;
       }
       auto pk = peaks.find(mkey);
       if (pk == peaks.end()) {
