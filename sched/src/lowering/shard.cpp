@@ -51,6 +51,7 @@ struct Window {
   std::size_t first = 0;
   std::size_t last = 0;
   std::size_t fetch = 0;
+  bool closed = false;  // kFit: merging it into its stage's previous window did not fit
 };
 
 // Whether window w's UNSHARD may go one slot early: not before the rank's first slot, nor where
@@ -186,30 +187,34 @@ Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Sl
   // limit, no merge or prefetch below can fit, and the placement is these windows.
   list = emit(ops, slots, windows);
   if (rank_peak(plan, fit, rank) > fit.limit_bytes) return list;
-  // Merge candidates: (gap in slots, stage, first slot of the earlier window).
+  // Merge candidates: (gap in slots, stage, first slot of the earlier window). Merging only
+  // holds more (the list loses a RESHARD and an UNSHARD, and every check point between them holds
+  // the stage's parameters too), so a merge that did not fit never fits after other merges: it
+  // is closed, not tried again (each gap is tried once until it fits or is closed).
   bool merged = true;
   while (merged) {
     merged = false;
-    std::vector<std::pair<std::size_t, std::size_t>> pairs;  // (gap, index of the earlier window)
+    // (gap, index of the earlier window). The windows stay ordered by their first slot and a
+    // stage's windows are disjoint, so a window's successor (its stage's window with the least
+    // first slot after it) is the next window of its stage in the list: one pass from the back.
+    std::vector<std::pair<std::size_t, std::size_t>> pairs;
+    std::vector<std::size_t> following;  // per stage: the index of its nearest later window
+    std::vector<std::size_t> successor(windows.size(), windows.size());
+    for (std::size_t i = windows.size(); i-- > 0;) {
+      const auto s = idx(windows[i].stage);
+      if (s >= following.size()) following.resize(s + 1, windows.size());
+      successor[i] = following[s];
+      following[s] = i;
+    }
     for (std::size_t i = 0; i < windows.size(); ++i) {
-      std::size_t best = windows.size();
-      for (std::size_t j = 0; j < windows.size(); ++j) {
-        if (windows[j].stage != windows[i].stage || windows[j].first <= windows[i].last) continue;
-        if (best == windows.size() || windows[j].first < windows[best].first) best = j;
-      }
-      if (best != windows.size()) pairs.emplace_back(windows[best].first - windows[i].last, i);
+      const std::size_t best = successor[i];
+      if (best != windows.size() && !windows[best].closed)
+        pairs.emplace_back(windows[best].first - windows[i].last, i);
     }
     std::stable_sort(pairs.begin(), pairs.end());
     for (const auto& [gap, i] : pairs) {
       std::vector<Window> trial = windows;
-      const std::int32_t s = trial[i].stage;
-      std::size_t next = trial.size();
-      for (std::size_t j = 0; j < trial.size(); ++j) {
-        if (trial[j].stage == s && trial[j].first > trial[i].last &&
-            (next == trial.size() || trial[j].first < trial[next].first)) {
-          next = j;
-        }
-      }
+      const std::size_t next = successor[i];
       trial[i].last = trial[next].last;
       trial.erase(trial.begin() + static_cast<std::ptrdiff_t>(next));
       list = emit(ops, slots, trial);
@@ -218,6 +223,7 @@ Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Sl
         merged = true;
         break;
       }
+      windows[next].closed = true;
     }
   }
   // Then prefetch (UNSHARD one slot early, overlapping the all-gather) where it still fits.
