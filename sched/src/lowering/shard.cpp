@@ -186,7 +186,7 @@ Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Sl
   // Gathering around each compute action alone holds the least: when even that is over the
   // limit, no merge or prefetch below can fit, and the placement is these windows.
   list = emit(ops, slots, windows);
-  if (rank_peak(plan, fit, rank) > fit.limit_bytes) return list;
+  if (!fit.plain && rank_peak(plan, fit, rank) > fit.limit_bytes) return list;
   // Merge candidates: (gap in slots, stage, first slot of the earlier window). Merging only
   // holds more (the list loses a RESHARD and an UNSHARD, and every check point between them holds
   // the stage's parameters too), so a merge that did not fit never fits after other merges: it
@@ -223,7 +223,7 @@ Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Sl
         merged = true;
         break;
       }
-      windows[next].closed = true;
+      windows[next].closed = !fit.plain;
     }
   }
   // Then prefetch (UNSHARD one slot early, overlapping the all-gather) where it still fits.
