@@ -96,21 +96,25 @@ std::vector<Window> compute_windows(const std::vector<Slot>& slots) {
 
 // The rank's list with the windows' UNSHARD / RESHARD inserted: UNSHARDs right before their fetch
 // slot's first action, RESHARDs right after their last slot's last action.
-Ops emit(const Ops& ops, const std::vector<Slot>& slots, std::vector<Window> windows) {
-  std::vector<std::vector<std::int32_t>> before(ops.size() + 1), after(ops.size() + 1);
-  std::stable_sort(windows.begin(), windows.end(), [](const Window& x, const Window& y) {
+// Slots are in list order, so sorted by fetch (then first) the UNSHARDs come in list order, and
+// sorted by last the RESHARDs do: both are merged into the list in one pass.
+Ops emit(const Ops& ops, const std::vector<Slot>& slots, const std::vector<Window>& windows) {
+  std::vector<Window> fetched = windows;
+  std::stable_sort(fetched.begin(), fetched.end(), [](const Window& x, const Window& y) {
     return std::make_pair(x.fetch, x.first) < std::make_pair(y.fetch, y.first);
   });
-  for (const Window& w : windows) before[slots[w.fetch].begin].push_back(w.stage);
-  std::stable_sort(windows.begin(), windows.end(),
+  std::vector<Window> released = windows;
+  std::stable_sort(released.begin(), released.end(),
                    [](const Window& x, const Window& y) { return x.last < y.last; });
-  for (const Window& w : windows) after[slots[w.last].end - 1].push_back(w.stage);
   Ops out;
   out.reserve(ops.size() + 2 * windows.size());
+  std::size_t u = 0, r = 0;
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    for (std::int32_t s : before[i]) out.push_back(Action::stage_only(s, ActionKind::kUnshard));
+    for (; u < fetched.size() && slots[fetched[u].fetch].begin == i; ++u)
+      out.push_back(Action::stage_only(fetched[u].stage, ActionKind::kUnshard));
     out.push_back(ops[i]);
-    for (std::int32_t s : after[i]) out.push_back(Action::stage_only(s, ActionKind::kReshard));
+    for (; r < released.size() && slots[released[r].last].end - 1 == i; ++r)
+      out.push_back(Action::stage_only(released[r].stage, ActionKind::kReshard));
   }
   return out;
 }
