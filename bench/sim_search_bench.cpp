@@ -9,6 +9,10 @@
 //   candidates, candidates_per_s (over the CPU time), simulated, pruned (by the closed-form memory
 //   bound), bounded (provably outside the top rows and the Pareto front, Note [Search bounds]),
 //   cache hits, fit. The target is 10^5 candidates in < 10 s (10^4 per second).
+// BM_Search175BOn1024: the target's workload, 136,320 candidates: GPT-3 175B (96 layers, h 12288)
+//   on 1024 A100s (128 DGX nodes, 80 GB), the CLI's default microbatch sweep (m = pp x 1, 2, 4, 8,
+//   16), tp 1, 2, 4, 8, micro-batch size 1, 2, 4, 8, every named schedule, zero stage 0-3, three
+//   recompute modes, fp32 and bf16, with Adam, top 10.
 #include <benchmark/benchmark.h>
 
 #include "pipewright/graph/generators.hpp"
@@ -88,8 +92,40 @@ void BM_SearchAllDimensions(benchmark::State& state) {
   state.counters["bounded"] = static_cast<double>(r.bounded);
 }
 
+void BM_Search175BOn1024(benchmark::State& state) {
+  graph::GptSpec spec;
+  spec.layers = 96;
+  spec.hidden = 12288;
+  spec.heads = 96;
+  spec.seq = 2048;
+  spec.vocab = 51200;
+  const auto model = graph::make_gpt(spec);
+  sim::Cluster cluster;  // examples/cluster-dgx-a100-80gb.json's figures
+  cluster.nodes = 128;
+  cluster.ranks_per_node = 8;
+  cluster.device_memory_bytes = 80LL << 30;
+  cluster.intra_node = sim::Link{0.005, 300};
+  cluster.inter_node = sim::Link{0.012, 25};
+  cluster.device = sim::Device{"A100-SXM4-80GB", 312, 2039, 0.6213, ""};
+  sim::SearchOptions opt;
+  opt.devices = 1024;
+  opt.tps = {1, 2, 4, 8};
+  opt.micro_batch_sizes = {1, 2, 4, 8};
+  opt.optimizer = sched::Optimizer::kAdam;
+  opt.precisions = {sched::Precision::kFp32, sched::Precision::kBf16};
+  opt.try_auto = false;
+  sim::SearchResult r;
+  for (auto _ : state) {
+    r = sim::search(model, cluster, opt);
+    benchmark::DoNotOptimize(r.simulated);
+  }
+  counters(state, r);
+  state.counters["bounded"] = static_cast<double>(r.bounded);
+}
+
 BENCHMARK(BM_SearchGpt32On64)->Unit(benchmark::kSecond)->Iterations(1);
 BENCHMARK(BM_SearchAllDimensions)->Unit(benchmark::kSecond)->Iterations(1);
+BENCHMARK(BM_Search175BOn1024)->Unit(benchmark::kSecond)->Iterations(1);
 
 }  // namespace
 
