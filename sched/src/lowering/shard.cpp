@@ -2,6 +2,7 @@
 // a plan's rank lists.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -169,14 +170,40 @@ Ops torch_lookahead(const Ops& ops, const std::vector<Slot>& slots, int lookahea
   return out;
 }
 
-template <typename Plan>
-std::int64_t rank_peak(const Plan& plan, const ShardFit& fit, std::int32_t rank) {
-  LoweredPlan view;
-  view.shape = plan.shape;
-  view.per_rank.assign(plan.per_rank.size(), {});
-  view.per_rank[idx(rank)] = plan.per_rank[idx(rank)];
-  return peak_memory(view, *fit.costs, fit.memory)[idx(rank)].peak_bytes;
-}
+// One rank's peak_memory (memory.cpp's walk over the rank's list, the same sums in the same
+// order), with the memory model built once and each (kind, stage)'s change computed once.
+class RankPeak {
+ public:
+  RankPeak(const PlanShape& shape, const ShardFit& fit, std::int32_t rank)
+      : model_(shape, *fit.costs, fit.memory),
+        base_(model_.runtime_bytes() + model_.static_bytes(rank) +
+              model_.autocast_cache_bytes(rank)) {}
+  std::int64_t operator()(const Ops& list) {
+    std::int64_t bytes = 0, peak = 0;
+    for (const Action& a : list) {
+      const MemoryChange& c = change(a.kind, a.stage);
+      bytes += c.at_start;
+      if (bytes > peak) peak = bytes;
+      bytes += c.at_end;
+    }
+    return base_ + peak;
+  }
+
+ private:
+  const MemoryChange& change(ActionKind kind, std::int32_t stage) {
+    const auto k = static_cast<std::size_t>(kind);
+    const auto s = static_cast<std::size_t>(stage < 0 ? 0 : stage + 1);  // all stages < 0 alike
+    if (s >= changes_.size()) changes_.resize(s + 1);
+    auto& row = changes_[s];
+    if (k >= row.size()) row.resize(k + 1);
+    auto& slot = row[k];
+    if (!slot) slot = model_.change(kind, stage);
+    return *slot;
+  }
+  MemoryModel model_;
+  std::int64_t base_;
+  std::vector<std::vector<std::optional<MemoryChange>>> changes_;  // [stage + 1][kind]
+};
 
 // kFit on one rank: the step windows if they fit; else from one window per slot, merge the
 // consecutive windows of a stage with the shortest gaps first while the rank's peak fits.
@@ -184,13 +211,14 @@ template <typename Plan>
 Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Slot>& slots,
              const ShardFit& fit) {
   auto& list = plan.per_rank[idx(rank)];
+  RankPeak rank_peak(plan.shape, fit, rank);
   list = emit(ops, slots, step_windows(slots));
-  if (rank_peak(plan, fit, rank) <= fit.limit_bytes) return list;
+  if (rank_peak(list) <= fit.limit_bytes) return list;
   std::vector<Window> windows = compute_windows(slots);
   // Gathering around each compute action alone holds the least: when even that is over the
   // limit, no merge or prefetch below can fit, and the placement is these windows.
   list = emit(ops, slots, windows);
-  if (!fit.plain && rank_peak(plan, fit, rank) > fit.limit_bytes) return list;
+  if (!fit.plain && rank_peak(list) > fit.limit_bytes) return list;
   // Merge candidates: (gap in slots, stage, first slot of the earlier window). Merging only
   // holds more (the list loses a RESHARD and an UNSHARD, and every check point between them holds
   // the stage's parameters too), so a merge that did not fit never fits after other merges: it
@@ -222,7 +250,7 @@ Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Sl
       trial[i].last = trial[next].last;
       trial.erase(trial.begin() + static_cast<std::ptrdiff_t>(next));
       list = emit(ops, slots, trial);
-      if (rank_peak(plan, fit, rank) <= fit.limit_bytes) {
+      if (rank_peak(list) <= fit.limit_bytes) {
         windows = std::move(trial);
         merged = true;
         break;
@@ -235,7 +263,7 @@ Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Sl
     if (!can_prefetch(windows, w)) continue;
     w.fetch = w.first - 1;
     list = emit(ops, slots, windows);
-    if (rank_peak(plan, fit, rank) > fit.limit_bytes) w.fetch = w.first;
+    if (rank_peak(list) > fit.limit_bytes) w.fetch = w.first;
   }
   list = emit(ops, slots, windows);
   return list;

@@ -289,7 +289,9 @@ void rank_candidates(std::vector<SearchCandidate> fitting, std::int32_t top_k,
 // front). Candidates are simulated in order of their bound, best first, so that strong
 // references come early. A candidate is first tested with its closed-form memory bound (Note
 // [Search pruning]), then (ZeRO-3) with the peak of gathering around each compute action alone,
-// which no placement undercuts, and only then with its exact peak. A synchronous candidate is
+// which no placement undercuts (when that peak is over the limit it is the exact one: kFit keeps
+// those windows on every rank they do not fit, and every other rank fits, so the fitting
+// placement is not built), and only then with its exact peak. A synchronous candidate is
 // measured against synchronous rows only, so
 // the best synchronous row is never ruled out by a local-step one. Ruled-out candidates are
 // counted (SearchResult::bounded), not ranked.
