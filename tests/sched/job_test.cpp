@@ -252,6 +252,12 @@ TEST(Job, PlanOutHoldsJobAndPlan) {
 TEST(Job, RecomputeForwardOnlyAndVSchedules) {
   EXPECT_EQ(parse_recompute("none"), RecomputeSpec{});
   EXPECT_EQ(parse_recompute("full").mode, RecomputeMode::kFull);
+  // Issue 46: selective recompute recomputes no stage (the simulator's block model does it).
+  const RecomputeSpec selective = parse_recompute("selective");
+  EXPECT_TRUE(selective.selective());
+  EXPECT_FALSE(selective.any());
+  EXPECT_FALSE(selective.recomputes(0));
+  EXPECT_EQ(to_string(selective), "selective");
   const RecomputeSpec list = parse_recompute("2,0,2");
   EXPECT_EQ(list.stages, (std::vector<int>{0, 2}));
   EXPECT_TRUE(list.recomputes(2));

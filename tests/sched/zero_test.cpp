@@ -279,6 +279,45 @@ TEST(ZeroPlacement, FitMergesWindowsUnderTheLimit) {
   EXPECT_EQ(place_shards(base, ShardPlacement::kFit, &fit), each);
 }
 
+// kFit's shortcuts (a merge that did not fit is closed; nothing merged when even the
+// least-memory windows are over the limit) give the plain greedy's placement, on every rank,
+// over a sweep of limits from below the least-memory peak to the step windows' peak.
+TEST(ZeroPlacement, FitShortcutsGiveThePlainGreedysPlacement) {
+  struct Case {
+    ScheduleKind kind;
+    int pp, m, v;
+  };
+  int merged = 0;  // limits where kFit is neither the step nor the compute windows
+  for (const Case c :
+       {Case{ScheduleKind::kInterleaved1F1B, 2, 8, 2},
+        Case{ScheduleKind::kInterleaved1F1B, 2, 6, 3}, Case{ScheduleKind::kZBVZeroBubble, 2, 6, 2},
+        Case{ScheduleKind::kLoopedBFS, 2, 4, 2}}) {
+    JobSpec j = job(c.pp, 4, 3, c.m, c.v, c.kind);
+    const CostTable t = costs(c.pp * c.v, 700);
+    ShardFit fit{&t, memory_options(j), 0};
+    const LoweredPlan base = make_plan(j, nullptr);
+    const auto peak_of = [&](const LoweredPlan& p) {
+      std::int64_t worst = 0;
+      for (const auto& m : peak_memory(p, t, fit.memory)) worst = std::max(worst, m.peak_bytes);
+      return worst;
+    };
+    const LoweredPlan step = place_shards(base, ShardPlacement::kStep);
+    const LoweredPlan each = place_shards(base, ShardPlacement::kCompute);
+    const std::int64_t high = peak_of(step), low = peak_of(each);
+    ASSERT_LT(low, high) << to_string(c.kind);
+    for (int k = -2; k <= 24; ++k) {
+      fit.limit_bytes = low + (high - low) * k / 22;
+      fit.plain = false;
+      const LoweredPlan fast = place_shards(base, ShardPlacement::kFit, &fit);
+      fit.plain = true;
+      const LoweredPlan plain = place_shards(base, ShardPlacement::kFit, &fit);
+      EXPECT_EQ(fast, plain) << to_string(c.kind) << " limit " << fit.limit_bytes;
+      if (!(fast == step) && !(fast == each)) ++merged;
+    }
+  }
+  EXPECT_GT(merged, 20);
+}
+
 // make_plan: zero stage 3 places windows; a plan file's own run as written; --shard-placement
 // needs zero stage 3.
 TEST(ZeroPlacement, MakePlan) {

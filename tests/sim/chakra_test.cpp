@@ -87,6 +87,58 @@ TEST(Chakra, ZeroPlansRoundTrip) {
   }
 }
 
+// Issue 46 (Note [Chakra tensor parallelism]): with tp > 1 one trace per GPU, each forward and
+// backward followed by its stage's TP collectives (all-reduces; with sequence parallelism a
+// reduce-scatter and an all-gather each), which the reader checks, counts and skips.
+TEST(Chakra, TensorParallelCollectivesRoundTrip) {
+  using K = sched::ScheduleKind;
+  for (const auto& plan :
+       {plan_of(K::k1F1B, 2, 4, 1), plan_of(K::kInterleavedZeroBubble, 2, 4, 2)}) {
+    const std::int32_t stages = plan.shape.model_stages();
+    const auto costs = testing::uniform_costs(stages, 1.0, 2.0);
+    for (const bool sp : {false, true}) {
+      ChakraTensorParallel tensor;
+      tensor.tp = 2;
+      tensor.sequence_parallel = sp;
+      tensor.stages.assign(static_cast<std::size_t>(stages), StageTpCollectives{4, 1000, 200});
+      SimOptions opt;
+      opt.dp.replicas = 2;
+      const auto traces = to_chakra(plan, costs, Cluster{}, opt, tensor);
+      ASSERT_EQ(traces.size(), static_cast<std::size_t>(plan.shape.ranks * 2 * 2));
+      ChakraTpSummary summary;
+      EXPECT_EQ(from_chakra(files_of(traces), &summary), plan) << plan.shape.schedule;
+      EXPECT_EQ(summary.tp, 2);
+      // Every GPU runs each stage's F and its backward (B, or I) m times: 4 collectives each.
+      std::int64_t passes = 0;
+      for (const auto& ops : plan.per_rank)
+        for (const auto& a : ops)
+          passes += a.kind == sched::ActionKind::kForward ||
+                    a.kind == sched::ActionKind::kFullBackward ||
+                    a.kind == sched::ActionKind::kBackwardInput;
+      const std::int64_t per_plan = passes * 4 * 2 * 2;  // x dp x tp traces
+      if (sp) {
+        EXPECT_EQ(summary.all_reduce, 0);
+        EXPECT_EQ(summary.reduce_scatter, per_plan);
+        EXPECT_EQ(summary.all_gather, per_plan);
+        EXPECT_EQ(summary.bytes, 2 * per_plan * 1000);
+      } else {
+        EXPECT_EQ(summary.all_reduce, per_plan);
+        EXPECT_EQ(summary.reduce_scatter + summary.all_gather, 0);
+        EXPECT_EQ(summary.bytes, per_plan * 1000);
+      }
+      // Without the TP information the traces are the plan's alone.
+      ChakraTpSummary none;
+      EXPECT_EQ(from_chakra(files_of(traces_of(plan, 2)), &none), plan);
+      EXPECT_EQ(none.all_reduce + none.reduce_scatter + none.all_gather, 0);
+    }
+  }
+  // Data-parallel groups per (pipeline rank, k), then the TP groups.
+  EXPECT_EQ(chakra_comm_groups(2, 2, 2),
+            "{\"1\": [0, 4], \"2\": [1, 5], \"3\": [2, 6], \"4\": [3, 7], \"5\": [0, 1], "
+            "\"6\": [2, 3], \"7\": [4, 5], \"8\": [6, 7]}\n");
+  EXPECT_EQ(chakra_comm_groups(2, 2), "{\"1\": [0, 2], \"2\": [1, 3]}\n");
+}
+
 // Issue 44: message and gradient sizes follow --precision and --reduce-dtype as the simulator's
 // (Note [Precision bytes]): a bf16 job over an fp32 table writes exactly the traces of an fp32
 // job over the table with half the activation and parameter bytes.

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -13,14 +14,47 @@
 namespace pipewright::sim {
 namespace {
 
-graph::Model small_gpt() {
+graph::Model small_gpt(std::int64_t micro_batch_size = 1) {
   graph::GptSpec spec;
   spec.layers = 6;
   spec.hidden = 256;
   spec.heads = 4;
   spec.seq = 128;
   spec.vocab = 1000;
+  spec.micro_batch_size = micro_batch_size;
   return graph::make_gpt(spec);
+}
+
+// A cluster of `nodes` x `per_node` ranks with NVLink-like links inside a node and slower ones
+// between nodes.
+Cluster nodes_of(std::int32_t nodes, std::int32_t per_node) {
+  Cluster c;
+  c.nodes = nodes;
+  c.ranks_per_node = per_node;
+  c.intra_node = Link{0.005, 100};
+  c.inter_node = Link{0.02, 1};
+  return c;
+}
+
+// The options most tests start from: `devices`, a global batch, every row kept; zero stages and
+// recompute at their plain values unless a test sweeps them.
+SearchOptions options(std::int32_t devices, std::optional<std::int64_t> global_batch = {}) {
+  SearchOptions opt;
+  opt.devices = devices;
+  opt.global_batch = global_batch;
+  opt.top_k = 100000;
+  opt.zero_stages = {0};
+  opt.recomputes = {LayerRecompute::kNone};
+  return opt;
+}
+
+// One schedule, one micro-batch size, no Auto: a small fixed set of shapes.
+SearchOptions one_schedule(std::int32_t devices, std::int64_t global_batch) {
+  SearchOptions opt = options(devices, global_batch);
+  opt.schedules = {sched::ScheduleKind::k1F1B};
+  opt.micro_batch_sizes = {1};
+  opt.try_auto = false;
+  return opt;
 }
 
 TEST(Search, RanksFittingConfigurationsByThroughput) {
@@ -29,9 +63,7 @@ TEST(Search, RanksFittingConfigurationsByThroughput) {
   c.nodes = 1;
   c.ranks_per_node = 8;
   c.intra_node = Link{0.005, 50};
-  SearchOptions opt;
-  opt.devices = 8;
-  opt.top_k = 1000;
+  const SearchOptions opt = options(8);
   std::int64_t calls = 0, last_total = 0;
   const auto r = search(model, c, opt, [&](std::int64_t done, std::int64_t total) {
     ++calls;
@@ -40,7 +72,7 @@ TEST(Search, RanksFittingConfigurationsByThroughput) {
   });
   EXPECT_EQ(calls, r.enumerated);
   EXPECT_EQ(last_total, r.enumerated);
-  EXPECT_EQ(r.simulated + r.rejected_shape, r.enumerated);
+  EXPECT_EQ(r.simulated + r.cache_hits + r.bounded + r.rejected_shape, r.enumerated);
   EXPECT_GT(r.simulated, 100);
   ASSERT_FALSE(r.ranked.empty());
   for (std::size_t i = 1; i < r.ranked.size(); ++i)
@@ -55,13 +87,11 @@ TEST(Search, RanksFittingConfigurationsByThroughput) {
 
 TEST(Search, MemoryLimitDropsConfigurations) {
   const auto model = small_gpt();
-  SearchOptions opt;
-  opt.devices = 4;
+  SearchOptions opt = options(4);
   const auto unlimited = search(model, Cluster{}, opt);
   EXPECT_EQ(unlimited.dropped_memory, 0);
   std::int64_t smallest = INT64_MAX, largest = 0;
-  opt.top_k = 100000;
-  for (const auto& c : search(model, Cluster{}, opt).ranked) {
+  for (const auto& c : unlimited.ranked) {
     smallest = std::min(smallest, c.peak_memory_bytes);
     largest = std::max(largest, c.peak_memory_bytes);
   }
@@ -71,48 +101,162 @@ TEST(Search, MemoryLimitDropsConfigurations) {
   for (const auto& c : limited.ranked) EXPECT_LE(c.peak_memory_bytes, *opt.memory_limit_bytes);
 }
 
-// Issue 43: a DDP configuration over the limit at zero stage 0 that fits at 1 is found and
-// ranked, marked with its zero stage.
-TEST(Search, ShardsTheStateWhenOverTheLimit) {
+// Issue 46 item 1 (issue 43 item 5): zero stage and recompute are dimensions of the search; a
+// DDP configuration over the limit at zero stage 0 that fits at 1 is found and ranked, marked
+// with its zero stage; without a limit every zero stage and recompute mode is a row.
+TEST(Search, ZeroStageAndRecomputeAreDimensions) {
   const auto model = small_gpt();
-  SearchOptions opt;
-  opt.devices = 2;
+  SearchOptions opt = one_schedule(2, 4);
   opt.optimizer = Optimizer::kAdamW;
-  opt.schedules = {sched::ScheduleKind::k1F1B};
-  opt.microbatch_factors = {2};
-  opt.micro_batch_sizes = {1};
-  opt.dp_variants = {DpVariant{}};  // DDP
-  opt.top_k = 100;
-  opt.try_zero = false;
-  opt.try_auto = false;  // Auto fits a memory cap by its own order: not what this test is about
+  opt.zero_stages = {};  // 0, 1, 2, 3
+  opt.recomputes = {};   // none, selective, full
+  const auto all = search(model, Cluster{}, opt);
+  std::set<std::pair<std::int32_t, LayerRecompute>> seen;
   std::int64_t ddp_peak = 0;
-  for (const auto& c : search(model, Cluster{}, opt).ranked) {
-    if (c.dp == 2) ddp_peak = c.peak_memory_bytes;
+  for (const auto& c : all.ranked) {
+    if (c.dp == 2) seen.insert({c.zero_stage, c.recompute});
+    if (c.dp == 2 && c.zero_stage == 0 && c.recompute == LayerRecompute::kNone)
+      ddp_peak = c.peak_memory_bytes;
+    if (c.dp == 1) {
+      EXPECT_EQ(c.zero_stage, 0) << describe(c);  // nothing to shard over
+    }
   }
+  EXPECT_EQ(seen.size(), 12u);
   ASSERT_GT(ddp_peak, 0);
+  opt.recomputes = {LayerRecompute::kNone};
   opt.memory_limit_bytes = ddp_peak - 1;
-  const auto unsharded = search(model, Cluster{}, opt);
-  for (const auto& c : unsharded.ranked) EXPECT_NE(c.dp, 2);
-  opt.try_zero = true;
-  const auto sharded = search(model, Cluster{}, opt);
-  EXPECT_EQ(sharded.sharded, 1);
-  bool found = false;
-  for (const auto& c : sharded.ranked) {
-    if (c.dp != 2) continue;
-    found = true;
-    EXPECT_EQ(c.zero_stage, 1);
+  const auto limited = search(model, Cluster{}, opt);
+  bool zero1 = false;
+  for (const auto& c : limited.ranked) {
+    EXPECT_FALSE(c.dp == 2 && c.zero_stage == 0) << describe(c);
     EXPECT_LE(c.peak_memory_bytes, *opt.memory_limit_bytes);
-    EXPECT_NE(describe(c).find("zero=1"), std::string::npos) << describe(c);
+    if (c.dp == 2 && c.zero_stage == 1) {
+      zero1 = true;
+      EXPECT_NE(describe(c).find("zero=1"), std::string::npos) << describe(c);
+    }
   }
-  EXPECT_TRUE(found);
+  EXPECT_TRUE(zero1);
+}
+
+// Selective recompute keeps less than none and, with two microbatches in flight on the first
+// rank, more than full (which keeps stage inputs only), and costs less time than full:
+// Korthikanti's trade.
+TEST(Search, SelectiveRecomputeSitsBetweenNoneAndFull) {
+  SearchOptions opt = one_schedule(2, 8);
+  opt.recomputes = {};
+  const auto r = search(small_gpt(), Cluster{}, opt);
+  std::map<LayerRecompute, const SearchCandidate*> by;
+  for (const auto& c : r.ranked)
+    if (c.pp == 2) by[c.recompute] = &c;
+  ASSERT_EQ(by.size(), 3u);
+  const auto& none = *by[LayerRecompute::kNone];
+  const auto& sel = *by[LayerRecompute::kSelective];
+  const auto& full = *by[LayerRecompute::kFull];
+  EXPECT_LT(sel.peak_memory_bytes, none.peak_memory_bytes);
+  EXPECT_GT(sel.peak_memory_bytes, full.peak_memory_bytes);
+  EXPECT_GT(sel.step_ns, none.step_ns);
+  EXPECT_LT(sel.step_ns, full.step_ns);
+  EXPECT_NE(describe(sel).find("recompute=selective"), std::string::npos);
+}
+
+// Note [Search pruning]: what the closed-form bound drops would be over the limit by the exact
+// peak too (the bound is below every plan's peak), and it drops something.
+TEST(Search, PruningDropsOnlyWhatCannotFit) {
+  SearchOptions opt = options(4, 16);
+  opt.try_auto = false;  // Auto's plan is built for the limit: another plan under each
+  opt.optimizer = Optimizer::kAdam;
+  opt.zero_stages = {};
+  opt.recomputes = {};
+  opt.precisions = {sched::Precision::kFp32, sched::Precision::kBf16};
+  const auto unlimited = search(small_gpt(), Cluster{}, opt);
+  std::map<std::string, std::int64_t> peak;
+  for (const auto& c : unlimited.ranked) peak[describe(c)] = c.peak_memory_bytes;
+  std::vector<std::int64_t> peaks;
+  for (const auto& [d, p] : peak) peaks.push_back(p);
+  std::sort(peaks.begin(), peaks.end());
+  opt.memory_limit_bytes = peaks[peaks.size() / 3];
+  const auto limited = search(small_gpt(), Cluster{}, opt);
+  EXPECT_GT(limited.pruned_memory, 0);
+  EXPECT_LT(limited.simulated, unlimited.simulated);
+  int checked = 0;
+  for (const auto& x : limited.rejections) {
+    if (x.reason.find("closed-form bound") == std::string::npos) continue;
+    const auto it = peak.find(x.configuration);
+    if (it == peak.end()) continue;  // collapsed in the unlimited ranking
+    ++checked;
+    EXPECT_GT(it->second, *opt.memory_limit_bytes) << x.configuration;
+  }
+  EXPECT_GT(checked, 0);
+  // The same fitting rows either way, but for ZeRO-3, whose all-gathers are placed to fit the
+  // limit (more fit with it).
+  std::set<std::string> fit;
+  for (const auto& c : unlimited.ranked)
+    if (c.peak_memory_bytes <= *opt.memory_limit_bytes && c.zero_stage < 3) fit.insert(describe(c));
+  std::set<std::string> got;
+  for (const auto& c : limited.ranked)
+    if (c.zero_stage < 3) got.insert(describe(c));
+  for (const auto& d : got) EXPECT_TRUE(fit.count(d)) << "only with the limit: " << d;
+  for (const auto& d : fit) EXPECT_TRUE(got.count(d)) << "only without the limit: " << d;
+}
+
+// Note [Search cache]: without a cluster communication is free, so precision and zero stages
+// 0-2 share one simulation; with one they do not.
+TEST(Search, CandidatesTheTimingDoesNotSeeShareASimulation) {
+  SearchOptions opt = one_schedule(2, 8);
+  opt.zero_stages = {0, 1, 2};
+  opt.precisions = {sched::Precision::kFp32, sched::Precision::kBf16};
+  const auto free = search(small_gpt(), Cluster{}, opt);
+  EXPECT_GT(free.cache_hits, 0);
+  EXPECT_EQ(free.simulated + free.cache_hits + free.bounded + free.rejected_shape, free.enumerated);
+  std::map<std::int32_t, std::set<std::int64_t>> steps;  // pp -> step times
+  for (const auto& c : free.ranked) steps[c.pp].insert(c.step_ns);
+  for (const auto& [pp, s] : steps) EXPECT_EQ(s.size(), 1u) << "pp " << pp;
+  const auto timed = search(small_gpt(), nodes_of(1, 2), opt);
+  EXPECT_EQ(timed.cache_hits, 0);
+}
+
+// Issue 46 item 4: the Pareto front of throughput against peak memory.
+TEST(Search, ParetoFrontOfThroughputAndMemory) {
+  SearchOptions opt = options(4, 16);
+  opt.zero_stages = {};
+  opt.recomputes = {};
+  opt.top_k = 5;
+  const auto r = search(small_gpt(), Cluster{}, opt);
+  ASSERT_GE(r.pareto.size(), 2u);
+  for (std::size_t i = 1; i < r.pareto.size(); ++i) {
+    EXPECT_GE(r.pareto[i - 1].throughput_samples_per_s, r.pareto[i].throughput_samples_per_s);
+    EXPECT_GE(r.pareto[i - 1].peak_memory_bytes, r.pareto[i].peak_memory_bytes);
+  }
+  EXPECT_EQ(describe(r.pareto.front()), describe(r.ranked.front()));  // the fastest is on it
+  EXPECT_TRUE(r.ranked.front().pareto);
+  // No fitting row beats a front row in both; every other row is beaten by a front row.
+  opt.top_k = 100000;
+  const auto all = search(small_gpt(), Cluster{}, opt);
+  EXPECT_EQ(all.bounded, 0);
+  // Note [Search bounds]: with --top 5 candidates that cannot reach the top rows or the front
+  // are not simulated; the top rows and the front are the same.
+  EXPECT_GT(r.bounded, 0);
+  EXPECT_LT(r.simulated, all.simulated);
+  ASSERT_EQ(r.pareto.size(), all.pareto.size());
+  for (std::size_t i = 0; i < r.pareto.size(); ++i)
+    EXPECT_EQ(describe(r.pareto[i]), describe(all.pareto[i]));
+  for (std::size_t i = 0; i < r.ranked.size(); ++i)
+    EXPECT_EQ(describe(r.ranked[i]), describe(all.ranked[i]));
+  for (const auto& c : all.ranked) {
+    bool dominated = false;
+    for (const auto& f : all.pareto) {
+      const bool beats = f.throughput_samples_per_s >= c.throughput_samples_per_s &&
+                         f.peak_memory_bytes <= c.peak_memory_bytes &&
+                         (f.throughput_samples_per_s > c.throughput_samples_per_s ||
+                          f.peak_memory_bytes < c.peak_memory_bytes);
+      dominated = dominated || beats;
+    }
+    EXPECT_EQ(c.pareto, !dominated) << describe(c);
+  }
 }
 
 TEST(Search, GlobalBatchFixesMicrobatches) {
-  SearchOptions opt;
-  opt.devices = 4;
-  opt.global_batch = 32;
-  opt.top_k = 1000;
-  const auto r = search(small_gpt(), Cluster{}, opt);
+  const auto r = search(small_gpt(), Cluster{}, options(4, 32));
   ASSERT_FALSE(r.ranked.empty());
   for (const auto& c : r.ranked) EXPECT_EQ(c.microbatches * c.dp * c.micro_batch_size, 32);
 }
@@ -120,13 +264,8 @@ TEST(Search, GlobalBatchFixesMicrobatches) {
 // Issue 46: a shape whose plan fails (Chimera with one microbatch per replica: REDUCE_GRAD before
 // the last backward) is a counted rejection with its reason; the search goes on.
 TEST(Search, AFailingCandidateIsARejection) {
-  SearchOptions opt;
-  opt.devices = 4;
-  opt.global_batch = 2;
-  opt.micro_batch_sizes = {1};
+  SearchOptions opt = one_schedule(4, 2);
   opt.schedules = {sched::ScheduleKind::kChimera, sched::ScheduleKind::kGPipe};
-  opt.try_auto = false;
-  opt.top_k = 100;
   const auto r = search(small_gpt(), Cluster{}, opt);
   EXPECT_GT(r.rejected_shape, 0);
   ASSERT_FALSE(r.rejections.empty());
@@ -137,26 +276,14 @@ TEST(Search, AFailingCandidateIsARejection) {
   }
   EXPECT_TRUE(chimera);
   ASSERT_FALSE(r.ranked.empty());  // pp = 1 (and GPipe at pp = 2 with m = 1) still rank
-  EXPECT_EQ(r.simulated + r.rejected_shape, r.enumerated);
+  EXPECT_EQ(r.simulated + r.cache_hits + r.bounded + r.rejected_shape, r.enumerated);
 }
 
 // Issue 46: the micro-batch size is swept, so a schedule that needs m >= pp finds shapes even
 // when the model file's micro-batch size leaves too few microbatches; costs scale with it.
 TEST(Search, SweepsTheMicroBatchSize) {
-  graph::GptSpec spec;
-  spec.layers = 6;
-  spec.hidden = 256;
-  spec.heads = 4;
-  spec.seq = 128;
-  spec.vocab = 1000;
-  spec.micro_batch_size = 8;
-  const auto model = graph::make_gpt(spec);
-  SearchOptions opt;
-  opt.devices = 4;
-  opt.global_batch = 16;
-  opt.schedules = {sched::ScheduleKind::k1F1B};
-  opt.try_auto = false;
-  opt.top_k = 1000;
+  const auto model = small_gpt(8);
+  SearchOptions opt = one_schedule(4, 16);
   opt.micro_batch_sizes = {8};
   const auto fixed = search(model, Cluster{}, opt);
   for (const auto& c : fixed.ranked) EXPECT_LT(c.pp, 4) << describe(c);  // m = 2 at pp 4
@@ -181,11 +308,7 @@ TEST(Search, SweepsTheMicroBatchSize) {
 // Issue 46: at pp = 1 every schedule is the same run: one row, 1F1B; rows equal but for the
 // schedule collapse.
 TEST(Search, EquivalentConfigurationsAreOneRow) {
-  SearchOptions opt;
-  opt.devices = 4;
-  opt.global_batch = 32;
-  opt.top_k = 100000;
-  const auto r = search(small_gpt(), Cluster{}, opt);
+  const auto r = search(small_gpt(), Cluster{}, options(4, 32));
   std::set<std::string> seen;
   for (const auto& c : r.ranked) {
     if (c.pp == 1) {
@@ -204,15 +327,8 @@ TEST(Search, EquivalentConfigurationsAreOneRow) {
 // Issue 46: synchronous training unless local-step algorithms are named; then they are marked,
 // and the best synchronous configuration is kept apart.
 TEST(Search, SynchronousUnlessLocalStepAlgorithmsAreNamed) {
-  Cluster c;
-  c.nodes = 2;
-  c.ranks_per_node = 2;
-  c.intra_node = Link{0.005, 100};
-  c.inter_node = Link{0.02, 1};
-  SearchOptions opt;
-  opt.devices = 4;
-  opt.global_batch = 32;
-  opt.top_k = 100000;
+  const Cluster c = nodes_of(2, 2);
+  SearchOptions opt = options(4, 32);
   const auto sync = search(small_gpt(), c, opt);
   ASSERT_FALSE(sync.ranked.empty());
   for (const auto& x : sync.ranked) EXPECT_TRUE(x.synchronous()) << describe(x);
@@ -236,10 +352,7 @@ TEST(Search, SearchesTensorParallelSizes) {
   c.ranks_per_node = 4;
   c.intra_node = Link{0.002, 300};
   c.inter_node = Link{0.01, 25};
-  SearchOptions opt;
-  opt.devices = 8;
-  opt.global_batch = 16;
-  opt.top_k = 100000;
+  SearchOptions opt = options(8, 16);
   opt.tps = {1, 2, 4, 8};
   const auto r = search(small_gpt(), c, opt);
   std::set<std::int32_t> tps;
@@ -257,10 +370,7 @@ TEST(Search, SearchesTensorParallelSizes) {
 // Each configuration at each precision: bf16 candidates hold other memory (16-bit activations,
 // autocast's parameter copy) and are described with their precision.
 TEST(Search, SearchesOverPrecision) {
-  SearchOptions opt;
-  opt.devices = 4;
-  opt.global_batch = 32;
-  opt.top_k = 100000;
+  SearchOptions opt = options(4, 32);
   const auto fp32 = search(small_gpt(), Cluster{}, opt);
   opt.precisions = {sched::Precision::kFp32, sched::Precision::kBf16};
   const auto both = search(small_gpt(), Cluster{}, opt);
@@ -287,14 +397,14 @@ TEST(Search, SearchesOverPrecision) {
 }
 
 TEST(Search, BadOptions) {
-  SearchOptions opt;
-  opt.devices = 0;
+  SearchOptions opt = options(0);
   EXPECT_THROW((void)search(small_gpt(), Cluster{}, opt), ConfigError);
-  Cluster c;
-  c.nodes = 1;
-  c.ranks_per_node = 2;
   opt.devices = 4;
-  EXPECT_THROW((void)search(small_gpt(), c, opt), ConfigError);
+  EXPECT_THROW((void)search(small_gpt(), nodes_of(1, 2), opt), ConfigError);
+  opt.devices = 2;
+  opt.zero_stages = {4};
+  EXPECT_THROW((void)search(small_gpt(), Cluster{}, opt), ConfigError);
+  EXPECT_THROW((void)parse_layer_recompute("partial"), ConfigError);
 }
 
 }  // namespace

@@ -161,6 +161,38 @@ def chakra_checks() -> None:
     if deps != {ids["0F0"], ids["0RECV_B0"]}:
         fail(f"0B0 data_deps {deps}, expected 0F0 and 0RECV_B0 ({ids['0F0']}, {ids['0RECV_B0']}):\n{b0}")
 
+    # Issue 46: with --tp 2 one trace per GPU, each F and B followed by its blocks' TP
+    # collectives on the TP group (reduce-scatter + all-gather with sequence parallelism).
+    tp_out = os.path.join(WORK, "gpt-tp")
+    shutil.rmtree(tp_out, ignore_errors=True)
+    expect(["export-chakra", "--schedule", "1F1B", "-p", "2", "-m", "2", "--model", GPT, "--tp", "2",
+            "--sequence-parallel", "--dp", "2", "-o", tp_out], 0)
+    files = sorted(f for f in os.listdir(tp_out) if f.endswith(".et"))
+    if len(files) != 8:
+        fail(f"--tp 2 --dp 2 -p 2: {len(files)} traces, expected 8")
+    groups = json.load(open(os.path.join(tp_out, "pipewright.comm_groups.json")))
+    if groups.get("5") != [0, 1] or groups.get("1") != [0, 4]:
+        fail(f"--tp 2 communicator groups {groups}")
+    meta, nodes = decoded_trace(os.path.join(tp_out, "pipewright.1.et"))
+    tp_nodes = [n for n in nodes if "pw_tp_collective" in n]
+    # GPU 1 is k = 1 of pipeline rank 0's group (TP group 5): stage 0's blocks, in F and B of
+    # 2 microbatches, 2 per block, a reduce-scatter and an all-gather each.
+    kinds = {layer["name"]: layer["kind"] for layer in json.load(open(GPT))["layers"]}
+    part = json.loads(run(["partition", GPT, "-s", "2", "--tp", "2", "--sequence-parallel"]).stdout)
+    blocks = sum(1 for n in part["stages"][0]["nodes"] if kinds.get(n) == "transformer_block")
+    if not tp_nodes or any("type: COMM_COLL_NODE" not in n or 'string_val: "5"' not in n
+                           for n in tp_nodes):
+        fail(f"--tp 2: TP collectives of GPU 1 are not COMM_COLL nodes on group 5:\n{tp_nodes[:1]}")
+    if blocks == 0 or len(tp_nodes) != blocks * 2 * 2 * 2 * 2:
+        fail(f"--tp 2: {len(tp_nodes)} TP collectives on GPU 1, stage 0 has {blocks} blocks")
+    reduce_scatter = [n for n in tp_nodes  # REDUCE_SCATTER = 7 in et_def.proto's CollectiveCommType
+                      if re.search(r'name: "comm_type"\s+int64_val: 7\n', n)]
+    if len(reduce_scatter) != len(tp_nodes) // 2:
+        fail("--tp 2 --sequence-parallel: not one reduce-scatter per all-gather")
+    if "pw_tp" not in meta:
+        fail(f"--tp 2: metadata without pw_tp:\n{meta}")
+    expect(["import-chakra", tp_out, "-f", "json", "-o", os.path.join(WORK, "tp-back.json")], 0)
+
     # Bad traces: exit 2 naming the file and the position.
     bad = os.path.join(WORK, "bad")
     shutil.rmtree(bad, ignore_errors=True)

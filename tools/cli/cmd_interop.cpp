@@ -113,8 +113,20 @@ void run_export(const ExportArgs& a) {
   sources.partition = r.partition ? &*r.partition : nullptr;
   sources.precision = r.job.precision;  // a profile of another precision is refused, as simulate
   const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
+  // Note [Chakra tensor parallelism]: one trace per GPU, Megatron's collectives as nodes.
+  sim::ChakraTensorParallel tensor;
+  tensor.tp = r.job.tp;
+  tensor.sequence_parallel = r.job.sequence_parallel;
+  if (r.job.tp > 1 && r.model && r.partition) {
+    sim::ParallelModelSpec ps;
+    ps.tp = r.job.tp;
+    ps.sequence_parallel = r.job.sequence_parallel;
+    ps.element_bytes = r.job.precision == sched::Precision::kFp32 ? 4 : 2;
+    ps.tp_link = cluster.collective_link(false);
+    tensor.stages = sim::tp_collectives_per_stage(*r.model, *r.partition, ps);
+  }
   const std::vector<std::string> traces =
-      sim::to_chakra(plan, costs, cluster, sim::sim_options(r.job));
+      sim::to_chakra(plan, costs, cluster, sim::sim_options(r.job), tensor);
   std::error_code ec;
   fs::create_directories(a.output, ec);
   PW_CHECK(!ec && fs::is_directory(a.output), ConfigError,
@@ -124,9 +136,9 @@ void run_export(const ExportArgs& a) {
         (fs::path(a.output) / (a.prefix + "." + std::to_string(g) + ".et")).string(), traces[g]);
   }
   write_file_atomically((fs::path(a.output) / (a.prefix + ".comm_groups.json")).string(),
-                        sim::chakra_comm_groups(plan.shape.ranks, r.job.dp));
-  spdlog::info("wrote {} Chakra traces {}/{}.<rank>.et ({} ranks x dp {})", traces.size(), a.output,
-               a.prefix, plan.shape.ranks, r.job.dp);
+                        sim::chakra_comm_groups(plan.shape.ranks, r.job.dp, r.job.tp));
+  spdlog::info("wrote {} Chakra traces {}/{}.<rank>.et ({} ranks x dp {} x tp {})", traces.size(),
+               a.output, a.prefix, plan.shape.ranks, r.job.dp, r.job.tp);
 }
 
 void setup_export_chakra(CLI::App& app) {

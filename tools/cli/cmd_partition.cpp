@@ -59,8 +59,9 @@ void run_partition(const PartitionArgs& args) {
              "--in-flight: expected 1f1b or an integer >= 1, got '" << args.in_flight << "'");
     options.in_flight_microbatches = n;
   }
-  PW_CHECK(args.recompute == "none" || args.recompute == "full", ConfigError,
-           "--recompute: partition takes none or full, got '" << args.recompute << "'");
+  PW_CHECK(args.recompute == "none" || args.recompute == "selective" || args.recompute == "full",
+           ConfigError,
+           "--recompute: partition takes none, selective or full, got '" << args.recompute << "'");
   options.recompute = args.recompute == "full";
   // Note [Sharded state] (sched/memory.hpp) as the partitioner's per-parameter-byte factors
   // (memory = params x (1 + gradients + optimizer) + activations): ZeRO-1 shards the optimizer
@@ -91,12 +92,15 @@ void run_partition(const PartitionArgs& args) {
   // Note [Stage memory]: bf16/fp16 keep 16-bit activations (and autocast's parameter copies).
   options.activation_element_bytes = sched::element_bytes(sched::parse_precision(args.precision));
   graph::Model model = graph::load_model(args.model);
-  if (args.tp > 1 || args.sequence_parallel) {
+  if (args.tp > 1 || args.sequence_parallel || args.recompute == "selective") {
     // One GPU of the TP group: its compute, parameters and activations (the TP collectives are
-    // timed by simulate with a cluster; here, without one, they are free).
+    // timed by simulate with a cluster; here, without one, they are free). Selective recompute:
+    // each block keeps Korthikanti's activations without the attention core and re-runs it in
+    // the backward (Note [Tensor parallelism as costs]).
     sim::ParallelModelSpec ps;
     ps.tp = args.tp;
     ps.sequence_parallel = args.sequence_parallel;
+    if (args.recompute == "selective") ps.recompute = sim::LayerRecompute::kSelective;
     model = sim::parallelize_model(model, ps);
   }
   PW_CHECK(args.tp >= 1, ConfigError, "--tp must be >= 1, got " << args.tp);
@@ -153,9 +157,12 @@ void setup_partition(CLI::App& app) {
                   "microbatches whose activations a stage holds: 1f1b (stage s of p: p - s) or "
                   "a number for every stage (GPipe: the microbatch count)")
       ->capture_default_str();
-  cmd->add_option("--recompute", args->recompute,
-                  "none | full: every stage recomputes its activations in the backward, so it "
-                  "keeps only its inputs per in-flight microbatch (docs/partitioning.md)")
+  cmd->add_option(
+         "--recompute", args->recompute,
+         "none | selective (each transformer block keeps its activations without the attention "
+         "core and redoes it in the backward) | full: every stage recomputes its activations in "
+         "the backward, so it "
+         "keeps only its inputs per in-flight microbatch (docs/partitioning.md)")
       ->capture_default_str();
   cmd->add_option("--precision", args->precision,
                   "fp32 | bf16 | fp16: activations (and autocast's parameter copies) at 16 bits "

@@ -223,6 +223,10 @@ void setup_run(CLI::App& app) {
                      << (flags->config.sequence_parallel ? " --sequence-parallel" : "")
                      << ": tensor parallelism is simulation only (pipewright simulate / search / "
                         "report / export-chakra --tp); run executes --tp 1");
+    PW_CHECK(!flags->config.recompute.selective(), ConfigError,
+             "--recompute selective: selective recompute (of each transformer block's attention "
+             "core) is simulation only (pipewright simulate / search / partition); run "
+             "recomputes whole stages: --recompute full or a stage list");
     auto cfg = flags->config;
     cfg.shuffle = !flags->no_shuffle;
     if (flags->rank >= 0) cfg.world.rank = flags->rank;

@@ -20,6 +20,7 @@
 
 #include "commands.hpp"
 #include "flags.hpp"
+#include "job_flags.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/model.hpp"
 #include "pipewright/sched/schedule.hpp"
@@ -44,7 +45,10 @@ struct SearchArgs {
   std::string format = "text";
   bool no_progress = false;
   bool progress = false;
-  std::string recompute = "none";
+  std::string recompute;         // comma-separated modes; empty: none, selective, full
+  std::vector<int> zero_stages;  // empty: 0, 1, 2, 3
+  bool pareto = false;
+  std::optional<double> gemm_fraction;
   std::vector<std::string> precisions = {"fp32"};
   std::string output = "-";
   std::vector<std::string> dp_algorithms;
@@ -58,7 +62,6 @@ double gib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1
 
 std::string dp_text(const sim::SearchCandidate& c) {
   std::string dp = (c.dp > 1 ? sim::describe(c.dp_variant) : std::string("-")) +
-                   (c.recompute ? " +recompute" : "") +
                    (c.zero_stage > 0 ? " zero" + std::to_string(c.zero_stage) : "");
   if (c.precision != sched::Precision::kFp32)
     dp += " " + std::string(sched::to_string(c.precision));
@@ -66,39 +69,47 @@ std::string dp_text(const sim::SearchCandidate& c) {
   return dp;
 }
 
-std::string row(int k, const sim::SearchCandidate& c) {
-  char line[320];
+std::string row(int k, const sim::SearchCandidate& c, bool pareto) {
+  char line[360];
   const std::string tp = std::to_string(c.tp) + (c.sequence_parallel ? "sp" : "");
   const std::string mfu =
       c.mfu > 0 ? std::to_string(static_cast<int>(std::lround(100 * c.mfu))) + "%" : "-";
   std::snprintf(line, sizeof line,
-                "%4d  %-22s %4d %4s %4d %3d %5d %4lld  %-28s %11.3f %12.1f %7.1f%% %9.2f %8.1f "
-                "%5s\n",
-                k, sim::schedule_name(c).c_str(), c.pp, tp.c_str(), c.dp, c.v, c.microbatches,
-                static_cast<long long>(c.micro_batch_size), dp_text(c).c_str(),
+                "%4d%s %-22s %4d %4s %4d %3d %5d %4lld %-9s %-28s %11.3f %12.1f %7.1f%% %9.2f "
+                "%8.1f %5s\n",
+                k, pareto && c.pareto ? "*" : " ", sim::schedule_name(c).c_str(), c.pp, tp.c_str(),
+                c.dp, c.v, c.microbatches, static_cast<long long>(c.micro_batch_size),
+                sim::to_string(c.recompute).c_str(), dp_text(c).c_str(),
                 static_cast<double>(c.step_ns) / 1e6, c.throughput_samples_per_s,
                 100 * c.bubble_fraction, gib(c.peak_memory_bytes), c.model_tflops_per_gpu,
                 mfu.c_str());
   return line;
 }
 
-std::string table(const sim::SearchResult& r, bool communication_free, bool explain) {
+std::string table(const sim::SearchResult& r, bool communication_free, bool explain, bool pareto) {
   std::ostringstream os;
-  char line[320];
+  char line[360];
   if (communication_free)
     os << "note: no --cluster: communication is free (every link infinitely fast), so "
           "data-parallel algorithms, tensor parallelism and placements are not timed; pass "
           "--cluster FILE (e.g. examples/cluster-2x8-ib.json)\n";
   std::snprintf(line, sizeof line,
-                "%4s  %-22s %4s %4s %4s %3s %5s %4s  %-28s %11s %12s %8s %9s %8s %5s\n", "#",
-                "schedule", "pp", "tp", "dp", "v", "m", "mbs", "dp algorithm", "step ms",
-                "samples/s", "bubble", "peak GiB", "TFLOP/s", "MFU");
+                "%4s  %-22s %4s %4s %4s %3s %5s %4s %-9s %-28s %11s %12s %8s %9s %8s %5s\n", "#",
+                "schedule", "pp", "tp", "dp", "v", "m", "mbs", "recompute", "dp algorithm",
+                "step ms", "samples/s", "bubble", "peak GiB", "TFLOP/s", "MFU");
   os << line;
   int k = 0;
   bool local = false;
   for (const auto& c : r.ranked) {
-    os << row(++k, c);
+    os << row(++k, c, pareto);
     local = local || !c.synchronous();
+  }
+  if (pareto) {
+    // The whole front, whatever --top kept: the fastest configuration for each memory budget.
+    os << "Pareto front (throughput against peak memory; * marks its rows above): "
+       << r.pareto.size() << " configurations, fastest first\n";
+    int f = 0;
+    for (const auto& c : r.pareto) os << row(++f, c, false);
   }
   if (local)
     os << "[local-step]: LocalSGD / SlowMo / DiLoCo / SGP train with another algorithm than "
@@ -110,11 +121,14 @@ std::string table(const sim::SearchResult& r, bool communication_free, bool expl
     os << "best synchronous: none fits\n";
   }
   std::snprintf(line, sizeof line,
-                "%lld configurations: %lld simulated, %lld over the memory limit, %lld rejected "
-                "(schedule, partitioner, plan or tp), %lld equivalent rows collapsed%s\n",
+                "%lld configurations: %lld simulated (%lld more timed by an equal simulation, "
+                "%lld provably outside the top rows and the Pareto front, not simulated), %lld "
+                "over the memory limit (%lld by the closed-form bound, not built), %lld "
+                "rejected (schedule, partitioner, plan or tp), %lld equivalent rows collapsed%s\n",
                 static_cast<long long>(r.enumerated), static_cast<long long>(r.simulated),
-                static_cast<long long>(r.dropped_memory), static_cast<long long>(r.rejected_shape),
-                static_cast<long long>(r.collapsed),
+                static_cast<long long>(r.cache_hits), static_cast<long long>(r.bounded),
+                static_cast<long long>(r.dropped_memory), static_cast<long long>(r.pruned_memory),
+                static_cast<long long>(r.rejected_shape), static_cast<long long>(r.collapsed),
                 explain ? "" : " (--explain lists the rejections)");
   os << line;
   if (explain) {
@@ -144,7 +158,8 @@ nlohmann::json candidate_json(const sim::SearchCandidate& c) {
           {"throughput_samples_per_s", c.throughput_samples_per_s},
           {"bubble_fraction", c.bubble_fraction},
           {"peak_memory_bytes", c.peak_memory_bytes},
-          {"recompute", c.recompute ? "full" : "none"},
+          {"recompute", sim::to_string(c.recompute)},
+          {"pareto", c.pareto},
           {"precision", std::string(sched::to_string(c.precision))},
           {"zero_stage", c.zero_stage},
           {"model_tflops_per_gpu", c.model_tflops_per_gpu},
@@ -160,11 +175,17 @@ std::string to_json(const sim::SearchResult& r, bool communication_free) {
   j["enumerated"] = r.enumerated;
   j["simulated"] = r.simulated;
   j["dropped_memory"] = r.dropped_memory;
+  j["pruned_memory"] = r.pruned_memory;
+  j["cache_hits"] = r.cache_hits;
+  j["bounded"] = r.bounded;
   j["rejected_shape"] = r.rejected_shape;
   j["collapsed"] = r.collapsed;
   nlohmann::json ranked = nlohmann::json::array();
   for (const auto& c : r.ranked) ranked.push_back(candidate_json(c));
   j["ranked"] = std::move(ranked);
+  nlohmann::json front = nlohmann::json::array();
+  for (const auto& c : r.pareto) front.push_back(candidate_json(c));
+  j["pareto_front"] = std::move(front);
   j["best_synchronous"] =
       r.best_synchronous ? candidate_json(*r.best_synchronous) : nlohmann::json();
   nlohmann::json rejections = nlohmann::json::array();
@@ -178,6 +199,7 @@ void run_search(const SearchArgs& a) {
   const graph::Model model = graph::load_model(a.model_file);
   sim::Cluster cluster;
   if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);
+  apply_gemm_fraction(cluster, a.gemm_fraction);
   sim::SearchOptions opt;
   opt.devices = a.devices;
   if (!a.memory_limit.empty())
@@ -200,11 +222,27 @@ void run_search(const SearchArgs& a) {
     PW_CHECK(v >= 1, ConfigError, "--stages-per-rank values must be >= 1, got " << v);
   opt.optimizer = sched::parse_optimizer(a.optimizer);
   opt.momentum = a.momentum;
-  PW_CHECK(a.recompute == "none" || a.recompute == "auto", ConfigError,
-           "--recompute: search takes none or auto (over the memory limit, try --recompute "
-           "full), got '"
-               << a.recompute << "'");
-  opt.try_recompute = a.recompute == "auto";
+  // Earlier versions' "auto" (recompute when over the limit) is every mode now.
+  std::vector<std::string> modes;
+  for (std::size_t start = 0; !a.recompute.empty() && start <= a.recompute.size();) {
+    const std::size_t end = std::min(a.recompute.find(',', start), a.recompute.size());
+    modes.push_back(a.recompute.substr(start, end - start));
+    start = end + 1;
+  }
+  for (const auto& r : modes) {
+    if (r == "auto") {
+      opt.recomputes = {sim::LayerRecompute::kNone, sim::LayerRecompute::kSelective,
+                        sim::LayerRecompute::kFull};
+      continue;
+    }
+    const auto mode = sim::parse_layer_recompute(r);
+    if (std::find(opt.recomputes.begin(), opt.recomputes.end(), mode) == opt.recomputes.end())
+      opt.recomputes.push_back(mode);
+  }
+  for (int z : a.zero_stages) {
+    PW_CHECK(z >= 0 && z <= 3, ConfigError, "--zero-stages values must be 0, 1, 2 or 3, got " << z);
+    opt.zero_stages.push_back(z);
+  }
   for (const auto& p : a.precisions) {
     const sched::Precision precision = sched::parse_precision(p);
     PW_CHECK(
@@ -252,21 +290,21 @@ void run_search(const SearchArgs& a) {
   const bool free = a.cluster_file.empty();
   if (!json && result.ranked.empty()) {
     // Say why, with the reasons, before failing.
-    std::string why = table(result, free, true);
+    std::string why = table(result, free, true, false);
     PW_CHECK(false, ConfigError,
              "no configuration fits: " << result.dropped_memory << " over the memory limit, "
                                        << result.rejected_shape << " rejected\n"
                                        << why);
   }
-  write_output(a.output, json ? to_json(result, free) : table(result, free, a.explain));
+  write_output(a.output, json ? to_json(result, free) : table(result, free, a.explain, a.pareto));
 }
 
 void setup_search(CLI::App& app) {
   auto a = std::make_shared<SearchArgs>();
   auto* cmd = app.add_subcommand(
       "search",
-      "Search pp x tp x dp x v x m x micro-batch size x schedule x DP algorithm by simulation; "
-      "rank by speed");
+      "Search pp x tp x dp x v x m x micro-batch size x schedule x DP algorithm x zero stage x "
+      "recompute by simulation; rank by speed");
   cmd->add_option("--model", a->model_file, "model JSON (graph/)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -297,8 +335,8 @@ void setup_search(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--dp-algorithms", a->dp_algorithms,
-                  "data-parallel algorithms to try (default ddp: synchronous training, with ZeRO "
-                  "stages when over the memory limit); localsgd, slowmo, diloco, sgp are "
+                  "data-parallel algorithms to try (default ddp: synchronous training, with its "
+                  "ZeRO stages, --zero-stages); localsgd, slowmo, diloco, sgp are "
                   "local-step algorithms, marked [local-step] in the table")
       ->delimiter(',');
   cmd->add_option("--micro-batch-sizes", a->micro_batch_sizes,
@@ -319,14 +357,24 @@ void setup_search(CLI::App& app) {
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   add_deprecated_flag(cmd, "--json", "--format json", [a] { a->format = "json"; });
-  // A bare --recompute (the flag of earlier versions) means auto.
   cmd->add_option("--recompute", a->recompute,
-                  "none (default) | auto: a configuration over the memory limit is tried again "
-                  "with --recompute full (activation recompute of every stage); bare: auto")
+                  "activation recompute modes to try, each a candidate: none, selective "
+                  "(Korthikanti's: each transformer block redoes its attention core), full (every "
+                  "stage keeps its inputs only); default all three (auto, or the bare flag: the "
+                  "same)")
       ->expected(0, 1)
       ->default_str("auto")
-      ->check(CLI::IsMember({"none", "auto"}))
-      ->option_text("none|auto");
+      ->option_text("none,selective,full");
+  cmd->add_option("--zero-stages", a->zero_stages,
+                  "the ZeRO stages to try with DDP at dp > 1, each a candidate (default 0,1,2,3)")
+      ->delimiter(',');
+  cmd->add_option("--gemm-fraction", a->gemm_fraction,
+                  "achieved fraction of the device's peak that GEMMs reach (default: the cluster "
+                  "file's device; simulate's flag)");
+  cmd->add_flag("--pareto", a->pareto,
+                "also print the Pareto front of throughput against peak memory (every "
+                "configuration no other beats in both), marking its rows with * (JSON: always, "
+                "\"pareto_front\" and each row's \"pareto\")");
   cmd->add_flag("--no-progress", a->no_progress, "no progress bar on stderr");
   cmd->add_flag("--progress", a->progress,
                 "a progress bar on stderr also when it is not a terminal (default: only on a TTY)");

@@ -120,14 +120,7 @@ std::string describe_precision(const sched::JobSpec& job) {
 void run_simulate(const SimulateArgs& a) {
   sim::Cluster cluster;
   if (!a.cluster_file.empty()) cluster = sim::load_cluster(a.cluster_file);
-  if (a.gemm_fraction) {
-    PW_CHECK(cluster.device, ConfigError,
-             "--gemm-fraction sets the achieved-GEMM fraction of the cluster's device: it needs a "
-             "--cluster file with a \"device\" (e.g. examples/cluster-dgx-a100-80gb.json)");
-    PW_CHECK(*a.gemm_fraction > 0 && *a.gemm_fraction <= 1, ConfigError,
-             "--gemm-fraction must be in (0, 1], got " << *a.gemm_fraction);
-    cluster.device->achieved_gemm_fraction = *a.gemm_fraction;
-  }
+  apply_gemm_fraction(cluster, a.gemm_fraction);
   ResolvedJob resolved = resolve_job(a.job, a.plan_file, &cluster);
   // With --tp each simulated rank is a TP group inside one node (sim/parallel_model.hpp).
   cluster = sim::tp_cluster(cluster, resolved.job.tp);
@@ -167,6 +160,7 @@ void run_simulate(const SimulateArgs& a) {
 
   sim::SimResult result = sim::simulate(plan, costs, cluster, opt);
   result.model_flops_per_step = resolved.model_flops_per_step;
+  result.hardware_flops_per_step = resolved.hardware_flops_per_step;
   result.gpus_per_rank = job.tp;
   if (cluster.device) result.device_peak_tflops = cluster.device->peak_tflops;
 

@@ -176,9 +176,10 @@ void add_job_flags(CLI::App* cmd, sched::JobSpec& job) {
       ->group(g);
   cmd->add_option_function<std::string>(
          "--recompute", [&job](const std::string& s) { job.recompute = sched::parse_recompute(s); },
-         "activation recompute (Megatron's --recompute-granularity full): none | full | a stage "
-         "list such as 0,2 (recomputed stages keep only their inputs and redo the forward in "
-         "the backward)")
+         "activation recompute (Megatron's --recompute-granularity): none | selective "
+         "(Korthikanti's: each transformer block redoes its attention core in the backward; "
+         "simulation only) | full | a stage list such as 0,2 (recomputed stages keep only their "
+         "inputs and redo the forward in the backward)")
       ->default_str("none")
       ->group(g);
 
@@ -306,14 +307,27 @@ ResolvedJob resolve_job(sched::JobSpec job, const std::string& plan_file,
            "--tp " << job.tp
                    << " splits a model's layers over the tensor-parallel group: it needs --model "
                       "(a profile or what-if costs describe one GPU already)");
+  PW_CHECK(!job.recompute.selective() || !job.model_path.empty(), ConfigError,
+           "--recompute selective recomputes the attention core of each transformer block: it "
+           "needs --model (a profile's or what-if costs have no blocks to split)");
   if (!job.model_path.empty()) {
     out.model = graph::load_model(job.model_path);
-    out.model_flops_per_step = sim::model_flops_per_iteration(
-        *out.model,
+    const double samples =
         static_cast<double>(job.batch_size > 0 ? job.batch_size
                                                : out.model->micro_batch_size * job.microbatches) *
-            job.dp);
-    if (job.tp > 1 || (cluster && cluster->device)) {
+        job.dp;
+    out.model_flops_per_step = sim::model_flops_per_iteration(*out.model, samples);
+    // Hardware FLOPs: full recompute of every stage, or selective, re-runs blocks' forwards (a
+    // stage list: below, once the partition is known).
+    out.hardware_flops_per_step =
+        out.model_flops_per_step +
+        (out.model_flops_per_step > 0 && job.recompute.mode == sched::RecomputeMode::kFull
+             ? sim::recompute_flops_per_iteration(*out.model, samples, sim::LayerRecompute::kFull)
+         : out.model_flops_per_step > 0 && job.recompute.selective()
+             ? sim::recompute_flops_per_iteration(*out.model, samples,
+                                                  sim::LayerRecompute::kSelective)
+             : 0.0);
+    if (job.tp > 1 || job.recompute.selective() || (cluster && cluster->device)) {
       // Note [Tensor parallelism as costs] (sim/parallel_model.hpp): the model one GPU of the
       // group runs; its TP collectives on the cluster's link inside a node; with the cluster's
       // device, its transformer layers timed op by op (Note [Roofline layer]).
@@ -321,16 +335,39 @@ ResolvedJob resolve_job(sched::JobSpec job, const std::string& plan_file,
       if (cluster) ps.device = cluster->device;
       ps.tp = job.tp;
       ps.sequence_parallel = job.sequence_parallel;
+      if (job.recompute.selective()) ps.recompute = sim::LayerRecompute::kSelective;
       ps.element_bytes = job.precision == sched::Precision::kFp32 ? 4 : 2;
       if (cluster) ps.tp_link = cluster->collective_link(false);
       out.model = sim::parallelize_model(*out.model, ps);
     }
     out.partition = sched::resolve_partition(job, *out.model);
+    if (job.recompute.mode == sched::RecomputeMode::kStages && out.model_flops_per_step > 0) {
+      // The listed stages' blocks re-run their forwards.
+      graph::Model recomputed = *out.model;
+      recomputed.nodes.clear();
+      for (const auto& st : out.partition->graph.stages) {
+        if (!job.recompute.recomputes(st.index)) continue;
+        for (auto n : st.nodes)
+          recomputed.nodes.push_back(out.model->nodes[static_cast<std::size_t>(n)]);
+      }
+      out.hardware_flops_per_step +=
+          sim::recompute_flops_per_iteration(recomputed, samples, sim::LayerRecompute::kFull);
+    }
   }
   out.plan =
       sched::make_plan(job, out.partition ? &*out.partition : nullptr, loaded ? &*loaded : nullptr);
   out.job = std::move(job);
   return out;
+}
+
+void apply_gemm_fraction(sim::Cluster& cluster, const std::optional<double>& fraction) {
+  if (!fraction) return;
+  PW_CHECK(cluster.device, ConfigError,
+           "--gemm-fraction sets the achieved-GEMM fraction of the cluster's device: it needs a "
+           "--cluster file with a \"device\" (e.g. examples/cluster-dgx-a100-80gb.json)");
+  PW_CHECK(*fraction > 0 && *fraction <= 1, ConfigError,
+           "--gemm-fraction must be in (0, 1], got " << *fraction);
+  cluster.device->achieved_gemm_fraction = *fraction;
 }
 
 void write_plan_out(const std::string& path, const sched::JobSpec& job,

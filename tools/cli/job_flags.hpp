@@ -43,9 +43,13 @@ struct ResolvedJob {
   sched::JobSpec job;
   std::optional<graph::Model> model;
   double model_flops_per_step = 0;
+  double hardware_flops_per_step = 0;  // + what recompute re-runs (SimResult's)
   std::optional<graph::Partition> partition;
   sched::LoweredPlan plan;
 };
+// `--gemm-fraction F` (simulate, search): the cluster device's achieved-GEMM fraction (Note
+// [Roofline layer]); ConfigError without a device or outside (0, 1]. Nothing when unset.
+void apply_gemm_fraction(sim::Cluster& cluster, const std::optional<double>& fraction);
 [[nodiscard]] ResolvedJob resolve_job(sched::JobSpec job, const std::string& plan_file,
                                       const sim::Cluster* cluster = nullptr);
 

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "commands.hpp"
@@ -186,6 +187,14 @@ int main(int argc, char** argv) {
   }
   add_exec_placeholders(app);
   if (const int sub = subcommand_index(argc, argv); sub > 0) {
+    // `calibrate gemm` fits the device model offline (cmd_calibrate_gemm.cpp): no executor.
+    static char calibrate_gemm[] = "calibrate-gemm";
+    if (std::string_view(argv[sub]) == "calibrate" && sub + 1 < argc &&
+        std::string_view(argv[sub + 1]) == "gemm") {
+      argv[sub] = calibrate_gemm;
+      for (int k = sub + 1; k + 1 < argc; ++k) argv[k] = argv[k + 1];
+      argv[--argc] = nullptr;
+    }
     for (const auto& c : pipewright::cli::kExecCommands) {
       if (c.name == argv[sub]) return forward_to_exec_binary(argv[sub], argv);
     }

@@ -214,7 +214,7 @@ std::string_view to_string(NanPolicy policy) noexcept {
 
 bool RecomputeSpec::recomputes(int model_stage) const noexcept {
   if (mode == RecomputeMode::kFull) return true;
-  if (mode == RecomputeMode::kNone) return false;
+  if (mode != RecomputeMode::kStages) return false;  // none, selective
   return std::binary_search(stages.begin(), stages.end(), model_stage);
 }
 
@@ -225,10 +225,15 @@ RecomputeSpec parse_recompute(std::string_view text) {
     out.mode = RecomputeMode::kFull;
     return out;
   }
+  if (text == "selective") {
+    out.mode = RecomputeMode::kSelective;
+    return out;
+  }
   auto bad = [&]() {
-    return ConfigError("--recompute: '" + std::string(text) +
-                       "' is not none, full or a comma-separated list of stage indices (e.g. "
-                       "0,2)");
+    return ConfigError(
+        "--recompute: '" + std::string(text) +
+        "' is not none, selective, full or a comma-separated list of stage indices (e.g. "
+        "0,2)");
   };
   std::size_t start = 0;
   while (start <= text.size()) {
@@ -253,6 +258,7 @@ RecomputeSpec parse_recompute(std::string_view text) {
 std::string to_string(const RecomputeSpec& r) {
   if (r.mode == RecomputeMode::kNone) return "none";
   if (r.mode == RecomputeMode::kFull) return "full";
+  if (r.mode == RecomputeMode::kSelective) return "selective";
   std::string out;
   for (int s : r.stages) out += (out.empty() ? "" : ",") + std::to_string(s);
   return out;

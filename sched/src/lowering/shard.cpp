@@ -2,6 +2,7 @@
 // a plan's rank lists.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,6 +52,7 @@ struct Window {
   std::size_t first = 0;
   std::size_t last = 0;
   std::size_t fetch = 0;
+  bool closed = false;  // kFit: merging it into its stage's previous window did not fit
 };
 
 // Whether window w's UNSHARD may go one slot early: not before the rank's first slot, nor where
@@ -95,21 +97,25 @@ std::vector<Window> compute_windows(const std::vector<Slot>& slots) {
 
 // The rank's list with the windows' UNSHARD / RESHARD inserted: UNSHARDs right before their fetch
 // slot's first action, RESHARDs right after their last slot's last action.
-Ops emit(const Ops& ops, const std::vector<Slot>& slots, std::vector<Window> windows) {
-  std::vector<std::vector<std::int32_t>> before(ops.size() + 1), after(ops.size() + 1);
-  std::stable_sort(windows.begin(), windows.end(), [](const Window& x, const Window& y) {
+// Slots are in list order, so sorted by fetch (then first) the UNSHARDs come in list order, and
+// sorted by last the RESHARDs do: both are merged into the list in one pass.
+Ops emit(const Ops& ops, const std::vector<Slot>& slots, const std::vector<Window>& windows) {
+  std::vector<Window> fetched = windows;
+  std::stable_sort(fetched.begin(), fetched.end(), [](const Window& x, const Window& y) {
     return std::make_pair(x.fetch, x.first) < std::make_pair(y.fetch, y.first);
   });
-  for (const Window& w : windows) before[slots[w.fetch].begin].push_back(w.stage);
-  std::stable_sort(windows.begin(), windows.end(),
+  std::vector<Window> released = windows;
+  std::stable_sort(released.begin(), released.end(),
                    [](const Window& x, const Window& y) { return x.last < y.last; });
-  for (const Window& w : windows) after[slots[w.last].end - 1].push_back(w.stage);
   Ops out;
   out.reserve(ops.size() + 2 * windows.size());
+  std::size_t u = 0, r = 0;
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    for (std::int32_t s : before[i]) out.push_back(Action::stage_only(s, ActionKind::kUnshard));
+    for (; u < fetched.size() && slots[fetched[u].fetch].begin == i; ++u)
+      out.push_back(Action::stage_only(fetched[u].stage, ActionKind::kUnshard));
     out.push_back(ops[i]);
-    for (std::int32_t s : after[i]) out.push_back(Action::stage_only(s, ActionKind::kReshard));
+    for (; r < released.size() && slots[released[r].last].end - 1 == i; ++r)
+      out.push_back(Action::stage_only(released[r].stage, ActionKind::kReshard));
   }
   return out;
 }
@@ -164,14 +170,40 @@ Ops torch_lookahead(const Ops& ops, const std::vector<Slot>& slots, int lookahea
   return out;
 }
 
-template <typename Plan>
-std::int64_t rank_peak(const Plan& plan, const ShardFit& fit, std::int32_t rank) {
-  LoweredPlan view;
-  view.shape = plan.shape;
-  view.per_rank.assign(plan.per_rank.size(), {});
-  view.per_rank[idx(rank)] = plan.per_rank[idx(rank)];
-  return peak_memory(view, *fit.costs, fit.memory)[idx(rank)].peak_bytes;
-}
+// One rank's peak_memory (memory.cpp's walk over the rank's list, the same sums in the same
+// order), with the memory model built once and each (kind, stage)'s change computed once.
+class RankPeak {
+ public:
+  RankPeak(const PlanShape& shape, const ShardFit& fit, std::int32_t rank)
+      : model_(shape, *fit.costs, fit.memory),
+        base_(model_.runtime_bytes() + model_.static_bytes(rank) +
+              model_.autocast_cache_bytes(rank)) {}
+  std::int64_t operator()(const Ops& list) {
+    std::int64_t bytes = 0, peak = 0;
+    for (const Action& a : list) {
+      const MemoryChange& c = change(a.kind, a.stage);
+      bytes += c.at_start;
+      if (bytes > peak) peak = bytes;
+      bytes += c.at_end;
+    }
+    return base_ + peak;
+  }
+
+ private:
+  const MemoryChange& change(ActionKind kind, std::int32_t stage) {
+    const auto k = static_cast<std::size_t>(kind);
+    const auto s = static_cast<std::size_t>(stage < 0 ? 0 : stage + 1);  // all stages < 0 alike
+    if (s >= changes_.size()) changes_.resize(s + 1);
+    auto& row = changes_[s];
+    if (k >= row.size()) row.resize(k + 1);
+    auto& slot = row[k];
+    if (!slot) slot = model_.change(kind, stage);
+    return *slot;
+  }
+  MemoryModel model_;
+  std::int64_t base_;
+  std::vector<std::vector<std::optional<MemoryChange>>> changes_;  // [stage + 1][kind]
+};
 
 // kFit on one rank: the step windows if they fit; else from one window per slot, merge the
 // consecutive windows of a stage with the shortest gaps first while the rank's peak fits.
@@ -179,41 +211,51 @@ template <typename Plan>
 Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Slot>& slots,
              const ShardFit& fit) {
   auto& list = plan.per_rank[idx(rank)];
+  RankPeak rank_peak(plan.shape, fit, rank);
   list = emit(ops, slots, step_windows(slots));
-  if (rank_peak(plan, fit, rank) <= fit.limit_bytes) return list;
+  if (rank_peak(list) <= fit.limit_bytes) return list;
   std::vector<Window> windows = compute_windows(slots);
-  // Merge candidates: (gap in slots, stage, first slot of the earlier window).
+  // Gathering around each compute action alone holds the least: when even that is over the
+  // limit, no merge or prefetch below can fit, and the placement is these windows.
+  list = emit(ops, slots, windows);
+  if (!fit.plain && rank_peak(list) > fit.limit_bytes) return list;
+  // Merge candidates: (gap in slots, stage, first slot of the earlier window). Merging only
+  // holds more (the list loses a RESHARD and an UNSHARD, and every check point between them holds
+  // the stage's parameters too), so a merge that did not fit never fits after other merges: it
+  // is closed, not tried again (each gap is tried once until it fits or is closed).
   bool merged = true;
   while (merged) {
     merged = false;
-    std::vector<std::pair<std::size_t, std::size_t>> pairs;  // (gap, index of the earlier window)
+    // (gap, index of the earlier window). The windows stay ordered by their first slot and a
+    // stage's windows are disjoint, so a window's successor (its stage's window with the least
+    // first slot after it) is the next window of its stage in the list: one pass from the back.
+    std::vector<std::pair<std::size_t, std::size_t>> pairs;
+    std::vector<std::size_t> following;  // per stage: the index of its nearest later window
+    std::vector<std::size_t> successor(windows.size(), windows.size());
+    for (std::size_t i = windows.size(); i-- > 0;) {
+      const auto s = idx(windows[i].stage);
+      if (s >= following.size()) following.resize(s + 1, windows.size());
+      successor[i] = following[s];
+      following[s] = i;
+    }
     for (std::size_t i = 0; i < windows.size(); ++i) {
-      std::size_t best = windows.size();
-      for (std::size_t j = 0; j < windows.size(); ++j) {
-        if (windows[j].stage != windows[i].stage || windows[j].first <= windows[i].last) continue;
-        if (best == windows.size() || windows[j].first < windows[best].first) best = j;
-      }
-      if (best != windows.size()) pairs.emplace_back(windows[best].first - windows[i].last, i);
+      const std::size_t best = successor[i];
+      if (best != windows.size() && !windows[best].closed)
+        pairs.emplace_back(windows[best].first - windows[i].last, i);
     }
     std::stable_sort(pairs.begin(), pairs.end());
     for (const auto& [gap, i] : pairs) {
       std::vector<Window> trial = windows;
-      const std::int32_t s = trial[i].stage;
-      std::size_t next = trial.size();
-      for (std::size_t j = 0; j < trial.size(); ++j) {
-        if (trial[j].stage == s && trial[j].first > trial[i].last &&
-            (next == trial.size() || trial[j].first < trial[next].first)) {
-          next = j;
-        }
-      }
+      const std::size_t next = successor[i];
       trial[i].last = trial[next].last;
       trial.erase(trial.begin() + static_cast<std::ptrdiff_t>(next));
       list = emit(ops, slots, trial);
-      if (rank_peak(plan, fit, rank) <= fit.limit_bytes) {
+      if (rank_peak(list) <= fit.limit_bytes) {
         windows = std::move(trial);
         merged = true;
         break;
       }
+      windows[next].closed = !fit.plain;
     }
   }
   // Then prefetch (UNSHARD one slot early, overlapping the all-gather) where it still fits.
@@ -221,7 +263,7 @@ Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Sl
     if (!can_prefetch(windows, w)) continue;
     w.fetch = w.first - 1;
     list = emit(ops, slots, windows);
-    if (rank_peak(plan, fit, rank) > fit.limit_bytes) w.fetch = w.first;
+    if (rank_peak(list) > fit.limit_bytes) w.fetch = w.first;
   }
   list = emit(ops, slots, windows);
   return list;

@@ -169,6 +169,19 @@ double model_flops_per_iteration(const graph::Model& model, double samples) {
   return 3.0 * forward * samples;
 }
 
+double recompute_flops_per_iteration(const graph::Model& model, double samples,
+                                     LayerRecompute recompute) {
+  if (recompute == LayerRecompute::kNone) return 0;
+  const double s = seq_of(model);
+  double per_sample = 0;
+  for (const auto& n : model.nodes) {
+    if (n.kind != graph::NodeKind::kTransformerBlock) continue;
+    const auto h = static_cast<double>(param(n, "hidden"));
+    per_sample += (recompute == LayerRecompute::kFull ? 24.0 * s * h * h : 0.0) + 4.0 * s * s * h;
+  }
+  return per_sample * samples;
+}
+
 graph::Model parallelize_model(const graph::Model& model, const ParallelModelSpec& spec) {
   using graph::NodeKind;
   PW_CHECK(spec.tp >= 1, ConfigError, "--tp must be >= 1, got " << spec.tp);
@@ -310,6 +323,31 @@ graph::Model parallelize_model(const graph::Model& model, const ParallelModelSpe
     c.param_bytes = round_bytes(static_cast<double>(c.param_bytes) * param_ratio);
     c.activation_bytes = round_bytes(static_cast<double>(c.activation_bytes) * r * act_ratio);
     c.output_bytes = round_bytes(static_cast<double>(c.output_bytes) * r / t);
+  }
+  return out;
+}
+
+std::vector<StageTpCollectives> tp_collectives_per_stage(const graph::Model& model,
+                                                         const graph::Partition& partition,
+                                                         const ParallelModelSpec& spec) {
+  std::vector<StageTpCollectives> out(partition.graph.stages.size());
+  if (spec.tp <= 1) return out;
+  const std::int64_t mbs = spec.micro_batch_size > 0
+                               ? spec.micro_batch_size
+                               : std::max<std::int64_t>(model.micro_batch_size, 1);
+  const double s = seq_of(model);
+  for (const auto& st : partition.graph.stages) {
+    StageTpCollectives& c = out[static_cast<std::size_t>(st.index)];
+    for (const auto n : st.nodes) {
+      const graph::Node& node = model.nodes[static_cast<std::size_t>(n)];
+      if (node.kind != graph::NodeKind::kTransformerBlock) continue;
+      const double bytes = s * static_cast<double>(mbs) *
+                           static_cast<double>(param(node, "hidden")) *
+                           static_cast<double>(spec.element_bytes);
+      c.per_pass += 2;
+      c.bytes = round_bytes(bytes);
+      c.ns = tp_collective_ns(spec.tp_link, spec.tp, bytes);
+    }
   }
   return out;
 }

@@ -15,6 +15,11 @@ double SimResult::model_tflops_per_gpu() const noexcept {
   return model_flops_per_step / step_s / gpus / 1e12;
 }
 
+double SimResult::hardware_tflops_per_gpu() const noexcept {
+  if (hardware_flops_per_step <= 0 || model_flops_per_step <= 0) return 0.0;
+  return model_tflops_per_gpu() * hardware_flops_per_step / model_flops_per_step;
+}
+
 double SimResult::mfu() const noexcept {
   return device_peak_tflops > 0 ? model_tflops_per_gpu() / device_peak_tflops : 0.0;
 }

@@ -16,12 +16,12 @@ namespace {
 }  // namespace
 
 std::vector<std::string> to_chakra(const sched::LoweredPlan&, const sched::CostTable&,
-                                   const Cluster&, const SimOptions&) {
+                                   const Cluster&, const SimOptions&, const ChakraTensorParallel&) {
   absent();
 }
 
-std::string chakra_comm_groups(std::int32_t, std::int32_t) { absent(); }
+std::string chakra_comm_groups(std::int32_t, std::int32_t, std::int32_t) { absent(); }
 
-sched::LoweredPlan from_chakra(const std::vector<ChakraFile>&) { absent(); }
+sched::LoweredPlan from_chakra(const std::vector<ChakraFile>&, ChakraTpSummary*) { absent(); }
 
 }  // namespace pipewright::sim

@@ -30,6 +30,7 @@ struct ReadNode {
 struct ReadFile {
   ChakraProtoMsg::GlobalMetadata metadata;
   std::vector<ReadNode> nodes;
+  ChakraTpSummary tp;  // Note [Chakra tensor parallelism]: the TP collectives, checked
 };
 
 const ChakraProtoMsg::AttributeProto* find_attr(
@@ -85,6 +86,35 @@ ReadFile read_file(const ChakraFile& file) {
     }
     const std::string where = file.name + ": node " + std::to_string(i) + " (id " +
                               std::to_string(node.id()) + ", byte " + std::to_string(at) + ")";
+    if (const auto* tp = find_attr(node.attr(), chakra::kTpCollective); tp && tp->bool_val()) {
+      // Note [Chakra tensor parallelism]: a TP collective after its action; not an action.
+      const auto* type = find_attr(node.attr(), "comm_type");
+      const auto* size = find_attr(node.attr(), "comm_size");
+      PW_CHECK(node.type() == ChakraProtoMsg::COMM_COLL_NODE && type != nullptr &&
+                   size != nullptr && find_attr(node.attr(), "pg_name") != nullptr &&
+                   node.id() >= idx(out.nodes.size()) && !out.nodes.empty(),
+               ParseError,
+               where << ": a TP collective must be a COMM_COLL_NODE with comm_type, comm_size and "
+                        "pg_name, after the action it follows");
+      switch (type->int64_val()) {
+        case ChakraProtoMsg::ALL_REDUCE:
+          ++out.tp.all_reduce;
+          break;
+        case ChakraProtoMsg::REDUCE_SCATTER:
+          ++out.tp.reduce_scatter;
+          break;
+        case ChakraProtoMsg::ALL_GATHER:
+          ++out.tp.all_gather;
+          break;
+        default:
+          throw ParseError(where +
+                           ": a TP collective's comm_type must be ALL_REDUCE, "
+                           "REDUCE_SCATTER or ALL_GATHER");
+      }
+      out.tp.bytes += size->int64_val();
+      --i;  // the action index does not move
+      continue;
+    }
     PW_CHECK(node.id() == i, ParseError,
              where << ": node ids must be 0, 1, 2, ... in file order (the rank's action order)");
     std::string error;
@@ -147,51 +177,73 @@ sched::DeclaredShape declared_shape(const ChakraProtoMsg::GlobalMetadata& m) {
 
 }  // namespace
 
-sched::LoweredPlan from_chakra(const std::vector<ChakraFile>& files) {
+sched::LoweredPlan from_chakra(const std::vector<ChakraFile>& files, ChakraTpSummary* tp_summary) {
   PW_CHECK(!files.empty(), ParseError, "no Chakra traces to read");
   std::vector<ReadFile> read;
   read.reserve(files.size());
   for (const ChakraFile& f : files) read.push_back(read_file(f));
   const sched::DeclaredShape declared = declared_shape(read.front().metadata);
-  const std::size_t pp = declared.ranks ? idx(*declared.ranks) : files.size();
-  PW_CHECK(pp >= 1 && files.size() % pp == 0, ParseError,
+  // Note [Chakra tensor parallelism]: file g is GPU g % tp of group g / tp.
+  const auto tp_attr = int_attr(read.front().metadata, chakra::kTp);
+  const std::size_t tp = tp_attr && *tp_attr > 1 ? idx(*tp_attr) : 1;
+  PW_CHECK(files.size() % tp == 0, ParseError,
+           files.front().name << ": the metadata says tp " << tp << ", but there are "
+                              << files.size() << " traces (pipeline ranks x replicas x tp)");
+  const std::size_t groups = files.size() / tp;
+  const std::size_t pp = declared.ranks ? idx(*declared.ranks) : groups;
+  PW_CHECK(pp >= 1 && groups % pp == 0, ParseError,
            files.front().name << ": the metadata says " << pp << " pipeline ranks, but there are "
                               << files.size()
-                              << " traces (pipeline ranks x data-parallel replicas)");
-  // Every data-parallel replica runs the pipeline ranks' actions.
-  for (std::size_t g = pp; g < files.size(); ++g) {
-    const ReadFile& base = read[g % pp];
+                              << " traces (pipeline ranks x data-parallel replicas x tp)");
+  // Every data-parallel replica, and every GPU of a TP group, runs the pipeline rank's actions.
+  const auto base_of = [&](std::size_t g) { return (g / tp) % pp * tp; };
+  for (std::size_t g = 0; g < files.size(); ++g) {
+    const ReadFile& base = read[base_of(g)];
     const ReadFile& other = read[g];
+    if (&base == &other) continue;
     for (std::size_t i = 0; i < std::max(base.nodes.size(), other.nodes.size()); ++i) {
       PW_CHECK(i < base.nodes.size() && i < other.nodes.size() &&
                    base.nodes[i].action == other.nodes[i].action,
                ParseError,
                (i < other.nodes.size() ? other.nodes[i].where : files[g].name + ": end")
-                   << ": differs from " << files[g % pp].name
-                   << " (a data-parallel replica runs the same actions)");
+                   << ": differs from " << files[base_of(g)].name
+                   << " (a data-parallel replica, or a GPU of a TP group, runs the same actions)");
+    }
+  }
+  if (tp_summary != nullptr) {
+    *tp_summary = ChakraTpSummary{};
+    tp_summary->tp = static_cast<std::int32_t>(tp);
+    for (const ReadFile& f : read) {
+      tp_summary->all_reduce += f.tp.all_reduce;
+      tp_summary->reduce_scatter += f.tp.reduce_scatter;
+      tp_summary->all_gather += f.tp.all_gather;
+      tp_summary->bytes += f.tp.bytes;
     }
   }
   std::vector<std::vector<Action>> per_rank(pp);
   for (std::size_t r = 0; r < pp; ++r) {
-    for (const ReadNode& n : read[r].nodes) per_rank[r].push_back(n.action);
+    for (const ReadNode& n : read[r * tp].nodes) per_rank[r].push_back(n.action);
   }
   sched::DeclaredShape d = declared;
   if (d.stage_to_rank && d.stage_to_rank->empty()) d.stage_to_rank.reset();
   if (d.stage_to_model_stage && d.stage_to_model_stage->empty()) d.stage_to_model_stage.reset();
-  sched::AnyPlan any =
-      sched::assemble_plan(per_rank, d, files.front().name,
-                           [&](std::size_t r, std::size_t i) { return read[r].nodes[i].where; });
+  sched::AnyPlan any = sched::assemble_plan(
+      per_rank, d, files.front().name,
+      [&](std::size_t r, std::size_t i) { return read[r * tp].nodes[i].where; });
   sched::LoweredPlan plan = std::get<sched::LoweredPlan>(std::move(any));
   // The peers the messages name agree with where the plan places the stages.
   for (std::size_t g = 0; g < files.size(); ++g) {
-    const auto replica = static_cast<std::int32_t>(g / pp);
+    const auto replica = static_cast<std::int32_t>(g / tp / pp);
+    const auto k = static_cast<std::int32_t>(g % tp);
     for (const ReadNode& n : read[g].nodes) {
       if (!n.peer || n.action.peer_stage < 0 ||
           n.action.peer_stage >= static_cast<std::int32_t>(plan.shape.stage_to_rank.size())) {
         continue;
       }
-      const std::int32_t want = replica * static_cast<std::int32_t>(pp) +
-                                plan.shape.stage_to_rank[idx(n.action.peer_stage)];
+      const std::int32_t want = (replica * static_cast<std::int32_t>(pp) +
+                                 plan.shape.stage_to_rank[idx(n.action.peer_stage)]) *
+                                    static_cast<std::int32_t>(tp) +
+                                k;
       PW_CHECK(*n.peer == want, ParseError,
                n.where << ": " << sched::to_string(n.action) << " names rank " << *n.peer
                        << ", but stage " << n.action.peer_stage << " runs on rank " << want);

@@ -92,6 +92,9 @@ std::string metrics_json(const SimResult& r) {
   j["model_tflops_per_gpu"] =
       r.model_tflops_per_gpu() > 0 ? json(r.model_tflops_per_gpu()) : json(nullptr);
   j["mfu"] = r.mfu() > 0 ? json(r.mfu()) : json(nullptr);
+  // With recompute: the FLOPs the GPUs execute (Megatron-LM 2021's published figures count them).
+  j["hardware_tflops_per_gpu"] =
+      r.hardware_tflops_per_gpu() > 0 ? json(r.hardware_tflops_per_gpu()) : json(nullptr);
   std::int64_t send = 0, recv_wait = 0, dp = 0, dp_exposed_max = 0, dp_exposed = 0;
   bool fits = true;
   json ranks = json::array();

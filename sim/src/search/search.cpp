@@ -1,10 +1,10 @@
 #include "pipewright/sim/search.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <tuple>
 
@@ -16,131 +16,44 @@
 #include "pipewright/sim/cost_inputs.hpp"
 #include "pipewright/sim/parallel_model.hpp"
 #include "pipewright/sim/synthesis.hpp"
+#include "search/rank.hpp"
 
 namespace pipewright::sim {
 namespace {
 
 using sched::ScheduleKind;
+using search_detail::communication_free;
+using search_detail::has_shaped_blocks;
+using search_detail::is_chain;
+using search_detail::steps_for;
+using search_detail::tp_divides;
 
 bool is_looped(ScheduleKind k) { return k != ScheduleKind::kGPipe && k != ScheduleKind::k1F1B; }
 
-// Steps needed to see each periodic collective at least once (amortised step time).
-std::int32_t steps_for(const DpVariant& d) {
-  switch (d.algorithm) {
-    case DpAlgorithm::kDdp:
-      return 1;
-    case DpAlgorithm::kLocalSgd:
-      return d.localsgd_frequency;
-    case DpAlgorithm::kSlowMo:
-      return std::max(d.localsgd_frequency, d.slowmo_frequency);
-    case DpAlgorithm::kDiLoCo:
-      return d.sync_every;
-    case DpAlgorithm::kSgp:
-      return 1;
-  }
-  return 1;
-}
-
-struct Config {
+// A shape: what the plan and the per-GPU model are built from.
+struct Shape {
   std::int32_t pp, dp, tp, v, m;
   std::int64_t mbs;
   ScheduleKind kind;
   bool automatic = false;  // Auto (synthesize) with the memory limit as its cap; kind is 1F1B's
 };
 
-// Whether a transformer block's heads and hidden size split over tp.
-bool tp_divides(const graph::Model& model, std::int32_t tp) {
-  for (const auto& n : model.nodes) {
-    if (n.kind != graph::NodeKind::kTransformerBlock) continue;
-    for (const char* key : {"heads", "hidden"}) {
-      const auto it = n.params.find(key);
-      if (it != n.params.end() && it->second % tp != 0) return false;
-    }
-  }
-  return true;
-}
+// What a simulation returned that a candidate keeps.
+struct Timing {
+  std::int64_t step_ns = 0;
+  double throughput = 0;
+  double bubble = 0;
+};
 
 }  // namespace
 
-std::vector<DpVariant> default_dp_variants() { return {DpVariant{DpAlgorithm::kDdp, 25.0, 1, 1}}; }
-
-std::vector<DpVariant> dp_variants_for(const std::vector<DpAlgorithm>& algorithms) {
-  std::vector<DpVariant> out;
-  for (auto a : algorithms) {
-    switch (a) {
-      case DpAlgorithm::kDdp:
-        out.push_back(DpVariant{DpAlgorithm::kDdp, 25.0, 1, 1});
-        break;
-      case DpAlgorithm::kLocalSgd:
-        out.push_back(DpVariant{DpAlgorithm::kLocalSgd, 25.0, 2, 1});
-        break;
-      case DpAlgorithm::kSlowMo:
-        out.push_back(DpVariant{DpAlgorithm::kSlowMo, 25.0, 2, 4});
-        break;
-      case DpAlgorithm::kDiLoCo:
-        out.push_back(DpVariant{DpAlgorithm::kDiLoCo, 25.0, 1, 1, 8, 1});
-        out.push_back(DpVariant{DpAlgorithm::kDiLoCo, 25.0, 1, 1, 8, 2});
-        break;
-      case DpAlgorithm::kSgp:
-        out.push_back(DpVariant{DpAlgorithm::kSgp, 25.0, 1, 1});
-        break;
-    }
-  }
-  return out;
-}
-
-std::string describe(const DpVariant& d) {
-  char dp[64];
-  switch (d.algorithm) {
-    case DpAlgorithm::kDdp:
-      std::snprintf(dp, sizeof dp, "ddp(%gMiB)", d.bucket_cap_mb);
-      break;
-    case DpAlgorithm::kLocalSgd:
-      std::snprintf(dp, sizeof dp, "localsgd(every %d)", d.localsgd_frequency);
-      break;
-    case DpAlgorithm::kSlowMo:
-      std::snprintf(dp, sizeof dp, "slowmo(avg %d, slow %d)", d.localsgd_frequency,
-                    d.slowmo_frequency);
-      break;
-    case DpAlgorithm::kDiLoCo:
-      if (d.fragments > 1) {
-        std::snprintf(dp, sizeof dp, "streaming-diloco(every %d, %d fragments)", d.sync_every,
-                      d.fragments);
-      } else {
-        std::snprintf(dp, sizeof dp, "diloco(every %d)", d.sync_every);
-      }
-      break;
-    case DpAlgorithm::kSgp:
-      std::snprintf(dp, sizeof dp, "sgp");
-      break;
-  }
-  return dp;
-}
-
-std::string schedule_name(const SearchCandidate& c) {
-  return c.auto_schedule ? "Auto" : std::string(sched::to_string(c.schedule));
-}
-
-std::string describe(const SearchCandidate& c) {
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "%s pp=%d dp=%d v=%d m=%d mbs=%lld %s", schedule_name(c).c_str(),
-                c.pp, c.dp, c.v, c.microbatches, static_cast<long long>(c.micro_batch_size),
-                c.dp == 1 ? "-" : describe(c.dp_variant).c_str());
-  std::string out = buf;
-  if (c.tp > 1) out += " tp=" + std::to_string(c.tp) + (c.sequence_parallel ? " sp" : "");
-  if (c.recompute) out += " recompute=full";
-  if (c.precision != sched::Precision::kFp32)
-    out += " precision=" + std::string(sched::to_string(c.precision));
-  if (c.zero_stage > 0) out += " zero=" + std::to_string(c.zero_stage);
-  return out;
-}
-
 // Note [Search]
 // Shapes are enumerated first, in a fixed order (tp, pp, micro-batch size, schedule, v, m), so
-// the progress total is known and results are deterministic; each is built as a job
-// (sched::make_plan over the partition of the per-GPU model, parallelize_model) and simulated
-// under each data-parallel variant and precision. What the issue asked of a search a user can
-// trust:
+// the progress total is known and results are deterministic. Each shape is tried under every
+// recompute mode (none; selective: a per-GPU model whose blocks keep Korthikanti's activations
+// without the attention core; full: every stage keeps its inputs), precision, zero stage (DDP at
+// dp > 1) and data-parallel variant: each combination is one candidate. What the issues asked of
+// a search a user can trust:
 //   - a shape whose plan cannot be built (a generator, the partitioner, the plan checks, a tp
 //     that does not divide the heads) or whose simulation fails is a counted rejection with its
 //     reason, never the end of the search;
@@ -149,7 +62,17 @@ std::string describe(const SearchCandidate& c) {
 //     equal to a better-ranked one in everything but the schedule name (same step time and
 //     peak) is dropped and counted in `collapsed`;
 //   - synchronous training (DDP, its ZeRO stages) unless local-step algorithms are named; those
-//     are marked (SearchCandidate::synchronous) and the best synchronous row is kept apart.
+//     are marked (SearchCandidate::synchronous) and the best synchronous row is kept apart;
+//   - memory first (Note [Search pruning]): a candidate over the limit by the closed-form bound
+//     is dropped without a plan; then the plan's exact peak (sched::peak_memory, which the
+//     simulator reports too) drops the rest over it, still without simulating;
+// Note [Search cache]: what is built is cached by what it depends on: the per-GPU model by
+// (micro-batch size, tp, selective), its partition and cost table by that and the stage count,
+// a named schedule's plan by (schedule, pp, v, m) alone (make_plan reads no costs for a chain of
+// stages), Auto's by its partition too, the exact peak by (plan, costs, precision, zero stage,
+// recompute), and a simulation by what the timing reads: plan, costs, zero stage, recompute,
+// precision (message bytes) and the data-parallel variant; without a cluster (free
+// communication) precision and zero stages 0-2 do not change any time and share one simulation.
 SearchResult search(const graph::Model& model, const Cluster& cluster, const SearchOptions& opt,
                     const std::function<void(std::int64_t, std::int64_t)>& progress) {
   PW_CHECK(opt.devices >= 1, ConfigError, "--devices must be >= 1, got " << opt.devices);
@@ -162,6 +85,8 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   for (auto mbs : opt.micro_batch_sizes)
     PW_CHECK(mbs >= 1, ConfigError, "--micro-batch-sizes values must be >= 1, got " << mbs);
   for (auto tp : opt.tps) PW_CHECK(tp >= 1, ConfigError, "--tp values must be >= 1, got " << tp);
+  for (auto z : opt.zero_stages)
+    PW_CHECK(z >= 0 && z <= 3, ConfigError, "--zero-stages values must be 0..3, got " << z);
   const auto schedules = !opt.named_schedules    ? std::vector<sched::ScheduleKind>{}
                          : opt.schedules.empty() ? sched::all_schedule_kinds()
                                                  : opt.schedules;
@@ -169,7 +94,18 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   const auto precisions = opt.precisions.empty()
                               ? std::vector<sched::Precision>{sched::Precision::kFp32}
                               : opt.precisions;
-  const auto n_precisions = static_cast<std::int64_t>(precisions.size());
+  const std::vector<std::int32_t> zeros =
+      opt.zero_stages.empty() ? std::vector<std::int32_t>{0, 1, 2, 3} : opt.zero_stages;
+  std::vector<LayerRecompute> recomputes =
+      opt.recomputes.empty()
+          ? std::vector<LayerRecompute>{LayerRecompute::kNone, LayerRecompute::kSelective,
+                                        LayerRecompute::kFull}
+          : opt.recomputes;
+  // Selective recompute of a model without shaped blocks is no recompute: not a candidate.
+  if (!has_shaped_blocks(model))
+    recomputes.erase(std::remove(recomputes.begin(), recomputes.end(), LayerRecompute::kSelective),
+                     recomputes.end());
+  const bool free_comm = communication_free(cluster);
   const auto nodes = static_cast<std::int32_t>(model.nodes.size());
   const std::int64_t model_mbs = std::max<std::int64_t>(model.micro_batch_size, 1);
   std::vector<std::int64_t> mbss = opt.micro_batch_sizes;
@@ -181,11 +117,11 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   const std::vector<std::int32_t> tps = opt.tps.empty() ? std::vector<std::int32_t>{1} : opt.tps;
 
   SearchResult result;
-  const auto reject = [&result](std::string configuration, std::string reason) {
+  const auto reject = [&result](const std::string& configuration, const std::string& reason) {
     if (result.rejections.size() < SearchResult::kMaxRejections)
-      result.rejections.push_back(SearchRejection{std::move(configuration), std::move(reason)});
+      result.rejections.push_back(SearchRejection{configuration, reason});
   };
-  const auto shape_text = [](const Config& c) {
+  const auto shape_text = [](const Shape& c) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "%s pp=%d dp=%d tp=%d v=%d m=%d mbs=%lld",
                   c.automatic ? "Auto" : std::string(sched::to_string(c.kind)).c_str(), c.pp, c.dp,
@@ -194,25 +130,21 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   };
 
   // Enumerate shapes first (deterministic order), so the progress total is known.
-  std::vector<Config> configs;
+  std::vector<Shape> shapes;
   for (auto tp : tps) {
+    std::string why;
     if (opt.devices % tp != 0) {
-      reject("tp=" + std::to_string(tp), "--tp " + std::to_string(tp) + " does not divide the " +
-                                             std::to_string(opt.devices) + " devices");
-      ++result.rejected_shape;
-      continue;
+      why = "--tp " + std::to_string(tp) + " does not divide the " + std::to_string(opt.devices) +
+            " devices";
+    } else if (tp > 1 && cluster.ranks_per_node > 0 && cluster.ranks_per_node % tp != 0) {
+      why = "a TP group must lie inside a node: --tp " + std::to_string(tp) +
+            " does not divide ranks_per_node " + std::to_string(cluster.ranks_per_node);
+    } else if (!tp_divides(model, tp)) {
+      why = "--tp " + std::to_string(tp) +
+            " does not divide a transformer block's heads or hidden size";
     }
-    if (tp > 1 && cluster.ranks_per_node > 0 && cluster.ranks_per_node % tp != 0) {
-      reject("tp=" + std::to_string(tp),
-             "a TP group must lie inside a node: --tp " + std::to_string(tp) +
-                 " does not divide ranks_per_node " + std::to_string(cluster.ranks_per_node));
-      ++result.rejected_shape;
-      continue;
-    }
-    if (!tp_divides(model, tp)) {
-      reject("tp=" + std::to_string(tp), "--tp " + std::to_string(tp) +
-                                             " does not divide a transformer block's heads or "
-                                             "hidden size");
+    if (!why.empty()) {
+      reject("tp=" + std::to_string(tp), why);
       ++result.rejected_shape;
       continue;
     }
@@ -243,34 +175,36 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
                                                                    : std::vector<std::int32_t>{1};
             for (auto v : vs) {
               if (pp * v > nodes) continue;  // a stage needs at least one node
-              for (auto m : ms) configs.push_back(Config{pp, dp, tp, v, m, mbs, kind});
+              for (auto m : ms) shapes.push_back(Shape{pp, dp, tp, v, m, mbs, kind});
             }
           }
         }
         if (opt.try_auto && pp > 1 && pp <= nodes) {
           for (auto m : ms)
-            configs.push_back(Config{pp, dp, tp, 1, m, mbs, ScheduleKind::k1F1B, true});
+            shapes.push_back(Shape{pp, dp, tp, 1, m, mbs, ScheduleKind::k1F1B, true});
         }
       }
     }
   }
 
-  std::vector<SearchCandidate> fitting;
-  struct Partitioned {
-    graph::Partition partition;
-    sched::CostTable costs;
-  };
-  // The per-GPU model (micro-batch size, tp) and its partitions, cached by shape.
-  std::map<std::tuple<std::int64_t, std::int32_t, std::int32_t>, std::shared_ptr<const Partitioned>>
-      by_shape;
-  std::map<std::tuple<std::int64_t, std::int32_t>, std::shared_ptr<const graph::Model>> models;
-  std::map<std::int32_t, Cluster> clusters;
-  const auto n_variants_of = [&](const Config& c) {
-    return (c.dp > 1 ? static_cast<std::int64_t>(variants.size()) : 1) * n_precisions;
+  // The data-parallel variants a (shape, zero stage) is tried with: at dp 1 one (none), once
+  // (with the first zero stage listed, as 0: nothing to shard); DDP only from zero stage 1 on.
+  const auto variants_of = [&](const Shape& c, std::int32_t zero) {
+    std::vector<std::size_t> out;
+    if (c.dp == 1) {
+      if (zero == zeros.front()) out.push_back(SIZE_MAX);
+      return out;
+    }
+    for (std::size_t k = 0; k < variants.size(); ++k)
+      if (zero == 0 || variants[k].algorithm == DpAlgorithm::kDdp) out.push_back(k);
+    return out;
   };
   const std::int64_t total = [&] {
     std::int64_t t = 0;
-    for (const auto& c : configs) t += n_variants_of(c);
+    for (const auto& c : shapes)
+      for (auto z : zeros)
+        t += static_cast<std::int64_t>(variants_of(c, z).size() * recomputes.size() *
+                                       precisions.size());
     return t;
   }();
   std::int64_t done = 0;
@@ -280,60 +214,68 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       if (progress) progress(done, total);
     }
   };
-  for (const auto& c : configs) {
-    const std::int64_t n_variants = n_variants_of(c);
-    result.enumerated += n_variants;
-    // The configuration as a job (its plan built as `run` builds it, over the partition's stage
-    // DAG); the partition is cached per shape. Shapes that cannot be built are rejections.
-    sched::JobSpec job;
-    job.schedule = c.kind;
-    job.pp = c.pp;
-    job.dp = c.dp;
-    job.stages_per_rank = c.v;
-    job.microbatches = c.m;
-    job.batch_size = c.mbs * c.m;
-    job.optimizer = opt.optimizer;
-    job.momentum = opt.momentum;
+
+  // Note [Search cache].
+  struct Partitioned {
+    graph::Partition partition;
+    sched::CostTable costs;
+  };
+  using ModelKey = std::tuple<std::int64_t, std::int32_t, bool>;  // mbs, tp, selective
+  std::map<ModelKey, std::shared_ptr<const graph::Model>> models;
+  std::map<std::tuple<ModelKey, std::int32_t>, std::shared_ptr<const Partitioned>> partitions;
+  std::map<std::tuple<int, std::int32_t, std::int32_t, std::int32_t, const void*>,
+           std::shared_ptr<const sched::LoweredPlan>>
+      plans;  // schedule, pp, v, m, Auto's partition (else null)
+  // plan, costs, dp, zero stage, full recompute, precision
+  using MemKey = std::tuple<const void*, const void*, std::int32_t, std::int32_t, bool, int>;
+  std::map<MemKey, std::shared_ptr<const sched::LoweredPlan>> sharded_plans;  // ZeRO-3
+  std::map<MemKey, std::int64_t> peaks;
+  std::map<MemKey, std::int64_t> pk_least;  // ZeRO-3 at kCompute: the least any placement holds
+  std::map<std::tuple<MemKey, std::size_t>, Timing> timings;  // Note [Search cache]
+  std::map<std::int32_t, Cluster> clusters;
+  using TimeKey = std::tuple<MemKey, std::size_t>;  // + the data-parallel variant
+  // A fitting candidate waiting to be timed (Note [Search bounds]).
+  struct Pending {
+    SearchCandidate cand;
+    Shape shape;  // its plan is built when it is needed, once per shape
     std::shared_ptr<const Partitioned> parted;
-    sched::LoweredPlan plan;
-    Cluster* tp_cl = nullptr;
+    const Cluster* cluster;
+    sched::MemoryOptions memory;
+    std::int64_t memory_bound;  // Note [Search pruning]
+    double throughput_bound;    // samples / the step's lower bound (Note [Search bounds])
+    double model_flops;
+    std::size_t variant;  // index into the variants; SIZE_MAX at dp 1
+  };
+  std::vector<Pending> pending;
+  std::vector<SearchCandidate> fitting;
+
+  // The plan of a shape (cached, Note [Search cache]); an error string when it cannot be built.
+  std::map<std::tuple<int, std::int32_t, std::int32_t, std::int32_t, const void*>, std::string>
+      plan_errors;
+  const auto plan_of = [&](const Shape& c, const std::shared_ptr<const Partitioned>& parted,
+                           const Cluster& cl,
+                           std::string& error) -> std::shared_ptr<const sched::LoweredPlan> {
+    // Auto's plan, and a plan over a stage DAG that is not a chain, read the partition.
+    const void* auto_key = c.automatic || !is_chain(parted->partition)
+                               ? static_cast<const void*>(parted.get())
+                               : nullptr;
+    const auto key = std::make_tuple(static_cast<int>(c.kind), c.pp, c.v, c.m, auto_key);
+    if (auto it = plans.find(key); it != plans.end()) return it->second;
+    if (auto it = plan_errors.find(key); it != plan_errors.end()) {
+      error = it->second;
+      return nullptr;
+    }
     try {
-      auto cit = clusters.find(c.tp);
-      if (cit == clusters.end()) {
-        Cluster cl = tp_cluster(cluster, c.tp);
-        cl.device_memory_bytes = limit;
-        cit = clusters.emplace(c.tp, std::move(cl)).first;
-      }
-      tp_cl = &cit->second;
-      const std::int32_t stages = c.pp * c.v;
-      // The per-GPU model; its TP collectives move 16-bit activations (mixed precision, as
-      // every tensor-parallel run does).
-      auto mit = models.find({c.mbs, c.tp});
-      if (mit == models.end()) {
-        ParallelModelSpec ps;
-        ps.micro_batch_size = c.mbs;
-        ps.tp = c.tp;
-        ps.sequence_parallel = opt.sequence_parallel && c.tp > 1;
-        ps.element_bytes = 2;
-        ps.tp_link = cluster.collective_link(false);
-        ps.device = cluster.device;  // Note [Roofline layer] when the cluster names its device
-        mit = models
-                  .emplace(std::make_tuple(c.mbs, c.tp),
-                           std::make_shared<const graph::Model>(parallelize_model(model, ps)))
-                  .first;
-      }
-      const graph::Model& gpu_model = *mit->second;
-      auto it = by_shape.find({c.mbs, c.tp, stages});
-      if (it == by_shape.end()) {
-        auto part = sched::resolve_partition(job, gpu_model);
-        auto costs = sched::costs_from_partition(gpu_model, part);
-        it = by_shape
-                 .emplace(std::make_tuple(c.mbs, c.tp, stages),
-                          std::make_shared<const Partitioned>(
-                              Partitioned{std::move(part), std::move(costs)}))
-                 .first;
-      }
-      parted = it->second;
+      sched::JobSpec job;
+      job.schedule = c.kind;
+      job.pp = c.pp;
+      job.dp = c.dp;
+      job.stages_per_rank = c.v;
+      job.microbatches = c.m;
+      job.batch_size = c.mbs * c.m;
+      job.optimizer = opt.optimizer;
+      job.momentum = opt.momentum;
+      sched::LoweredPlan built;
       if (c.automatic) {
         // Note [Auto method] (sim/synthesis.hpp): the plan for this partition's costs with the
         // memory limit as the cap (none when the limit is 0); its memory at fp32.
@@ -345,174 +287,318 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
         ao.memory.momentum = opt.momentum;
         ao.sim = sim_options(job);
         ao.sim.micro_batch_size = c.mbs;
-        ao.cluster = *tp_cl;
-        plan = sched::lower_for_run(synthesize(parted->costs, ao).plan);
+        ao.cluster = cl;
+        built = sched::lower_for_run(synthesize(parted->costs, ao).plan);
       } else {
-        plan = sched::make_plan(job, &parted->partition);
+        built = sched::make_plan(job, &parted->partition);
       }
+      return plans.emplace(key, std::make_shared<const sched::LoweredPlan>(std::move(built)))
+          .first->second;
     } catch (const Error& e) {
-      // Any failure to build the shape (a generator or partitioner refusing it, a plan check,
-      // a cluster that cannot place the TP group) rejects this shape only.
-      result.rejected_shape += n_variants;
-      reject(shape_text(c), e.what());
-      advance(n_variants);
+      // A generator, the plan checks or Auto refusing the shape.
+      error = plan_errors.emplace(key, e.what()).first->second;
+      return nullptr;
+    }
+  };
+  for (const auto& c : shapes) {
+    auto cit = clusters.find(c.tp);
+    bool shape_rejected = false;  // its plan failed: one rejection names the shape
+    std::int64_t shape_n = 0;
+    for (auto z : zeros)
+      shape_n += static_cast<std::int64_t>(variants_of(c, z).size() * precisions.size());
+    for (const LayerRecompute rc : recomputes) {
+      const bool selective = rc == LayerRecompute::kSelective;
+      const bool full = rc == LayerRecompute::kFull;
+      const ModelKey mkey{c.mbs, c.tp, selective};
+      sched::JobSpec job;
+      job.schedule = c.kind;
+      job.pp = c.pp;
+      job.dp = c.dp;
+      job.stages_per_rank = c.v;
+      job.microbatches = c.m;
+      job.batch_size = c.mbs * c.m;
+      job.optimizer = opt.optimizer;
+      job.momentum = opt.momentum;
+      if (full) job.recompute = sched::parse_recompute("full");
+      std::shared_ptr<const Partitioned> parted;
+      try {
+        if (cit == clusters.end()) {
+          Cluster cl = tp_cluster(cluster, c.tp);
+          cl.device_memory_bytes = limit;
+          cit = clusters.emplace(c.tp, std::move(cl)).first;
+        }
+        auto mit = models.find(mkey);
+        if (mit == models.end()) {
+          // The per-GPU model; its TP collectives move 16-bit activations (mixed precision, as
+          // every tensor-parallel run does).
+          ParallelModelSpec ps;
+          ps.micro_batch_size = c.mbs;
+          ps.tp = c.tp;
+          ps.sequence_parallel = opt.sequence_parallel && c.tp > 1;
+          ps.element_bytes = 2;
+          ps.tp_link = cluster.collective_link(false);
+          ps.device = cluster.device;  // Note [Roofline layer] when the cluster names its device
+          ps.recompute = selective ? LayerRecompute::kSelective : LayerRecompute::kNone;
+          mit =
+              models
+                  .emplace(mkey, std::make_shared<const graph::Model>(parallelize_model(model, ps)))
+                  .first;
+        }
+        const std::int32_t stages = c.pp * c.v;
+        auto pit = partitions.find({mkey, stages});
+        if (pit == partitions.end()) {
+          auto part = sched::resolve_partition(job, *mit->second);
+          auto costs = sched::costs_from_partition(*mit->second, part);
+          pit = partitions
+                    .emplace(std::make_tuple(mkey, stages),
+                             std::make_shared<const Partitioned>(
+                                 Partitioned{std::move(part), std::move(costs)}))
+                    .first;
+        }
+        parted = pit->second;
+      } catch (const Error& e) {
+        // The per-GPU model or the partition refuses the shape: every candidate of it.
+        result.enumerated += shape_n;
+        result.rejected_shape += shape_n;
+        reject(shape_text(c) + (rc == LayerRecompute::kNone ? "" : " recompute=" + to_string(rc)),
+               e.what());
+        advance(shape_n);
+        continue;
+      }
+      const Cluster& cl = cit->second;
+      const double model_flops =
+          model_flops_per_iteration(model, static_cast<double>(c.mbs * c.m * c.dp));
+      for (const auto precision : precisions) {
+        for (const auto listed : zeros) {
+          const auto ks = variants_of(c, listed);
+          const std::int32_t zero = c.dp == 1 ? 0 : listed;
+          if (ks.empty()) continue;
+          const auto n = static_cast<std::int64_t>(ks.size());
+          result.enumerated += n;
+          SearchCandidate cand;
+          cand.precision = precision;
+          cand.pp = c.pp;
+          cand.dp = c.dp;
+          cand.tp = c.tp;
+          cand.sequence_parallel = opt.sequence_parallel && c.tp > 1;
+          cand.micro_batch_size = c.mbs;
+          cand.v = c.v;
+          cand.microbatches = c.m;
+          cand.schedule = c.kind;
+          cand.auto_schedule = c.automatic;
+          cand.recompute = rc;
+          cand.zero_stage = zero;
+          const auto each = [&](const std::function<void(SearchCandidate&)>& f) {
+            for (auto k : ks) {
+              SearchCandidate x = cand;
+              x.dp_variant = k == SIZE_MAX ? DpVariant{} : variants[k];
+              f(x);
+            }
+          };
+          sched::JobSpec zjob = job;
+          zjob.precision = precision;
+          zjob.zero_stage = zero;
+          const sched::MemoryOptions mo = sched::memory_options(zjob);
+          // Note [Search pruning]: the closed-form bound, before any plan.
+          const std::int64_t bound = peak_memory_lower_bound(parted->costs, c.pp, mo);
+          if (limit > 0 && bound > limit) {
+            result.dropped_memory += n;
+            result.pruned_memory += n;
+            char why[160];
+            std::snprintf(why, sizeof why,
+                          "over the memory limit: peak at least %.2f GiB (closed-form bound) > "
+                          "%.2f GiB",
+                          static_cast<double>(bound) / (1 << 30),
+                          static_cast<double>(limit) / (1 << 30));
+            each([&](SearchCandidate& x) { reject(describe(x), why); });
+            advance(n);
+            continue;
+          }
+          {
+            std::string plan_error;
+            if (!plan_of(c, parted, cit->second, plan_error)) {
+              // A generator, the plan checks or Auto refusing the shape.
+              result.rejected_shape += n;
+              if (!shape_rejected) reject(shape_text(c), plan_error);
+              shape_rejected = true;
+              advance(n);
+              continue;
+            }
+          }
+          // Fits by the bound: its exact peak and its time come below, best bound first (Note
+          // [Search bounds]).
+          const std::int64_t step_bound =
+              search_detail::step_lower_bound_ns(parted->costs, c.kind, c.automatic, c.pp, c.v, c.m,
+                                                 full, is_chain(parted->partition));
+          const double samples = static_cast<double>(c.mbs) * c.m * c.dp;
+          for (auto k : ks) {
+            SearchCandidate x = cand;
+            x.dp_variant = k == SIZE_MAX ? DpVariant{} : variants[k];
+            pending.push_back(Pending{
+                std::move(x), c, parted, &cl, mo, bound,
+                step_bound > 0 ? samples / (static_cast<double>(step_bound) * 1e-9) : HUGE_VAL,
+                model_flops, k});
+          }
+        }
+      }
+    }
+  }
+  // Note [Search bounds]: best bound first; a candidate that can be neither in the top rows nor
+  // on the Pareto front is not simulated.
+  std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+    return a.throughput_bound > b.throughput_bound;
+  });
+  search_detail::References all(opt.top_k), synchronous(opt.top_k);
+  for (auto& p : pending) {
+    SearchCandidate& x = p.cand;
+    const auto& refs = x.synchronous() ? synchronous : all;
+    if (refs.excludes(p.memory_bound, p.throughput_bound)) {  // whatever its exact peak
+      ++result.bounded;
+      advance(1);
       continue;
     }
-    const double model_flops =
-        model_flops_per_iteration(model, static_cast<double>(c.mbs * c.m * c.dp));
-    for (std::int64_t k = 0; k < n_variants; ++k) {
-      const auto k_variant = static_cast<std::size_t>(k / n_precisions);
-      const DpVariant variant = c.dp > 1 ? variants[k_variant] : DpVariant{};
-      sched::JobSpec vjob = job;
-      vjob.precision = precisions[static_cast<std::size_t>(k % n_precisions)];
-      auto& d = vjob.data_parallel;
-      d.algorithm = variant.algorithm;
-      d.bucket_cap_mb = variant.bucket_cap_mb;
-      if (variant.algorithm == DpAlgorithm::kLocalSgd || variant.algorithm == DpAlgorithm::kSlowMo)
-        d.localsgd_frequency = variant.localsgd_frequency;
-      if (variant.algorithm == DpAlgorithm::kDiLoCo) {
-        d.sync_every = variant.sync_every;
-        d.fragments = variant.fragments;
+    std::string plan_error;
+    const auto plan = plan_of(p.shape, p.parted, *p.cluster, plan_error);
+    if (!plan) {
+      ++result.rejected_shape;
+      reject(describe(x), plan_error);
+      advance(1);
+      continue;
+    }
+    // The exact peak (sched's memory model, with ZeRO-3's all-gathers placed to fit the limit).
+    const bool full = x.recompute == LayerRecompute::kFull;
+    const MemKey mkey{plan.get(),   p.parted.get(), x.dp,
+                      x.zero_stage, full,           static_cast<int>(x.precision)};
+    std::shared_ptr<const sched::LoweredPlan> run_plan = plan;
+    try {
+      if (x.zero_stage == 3 && x.dp > 1) {
+        auto sit = sharded_plans.find(mkey);
+        if (sit == sharded_plans.end() && pk_least.count(mkey) == 0) {
+          // Note [Search bounds]: gathering around each compute action alone (kCompute) holds
+          // the least; if even that peak is ruled out, the placement that fits is not needed.
+          std::int64_t least = 0;
+          for (const auto& rm :
+               sched::peak_memory(sched::place_shards(*plan, sched::ShardPlacement::kCompute),
+                                  p.parted->costs, p.memory))
+            least = std::max(least, rm.peak_bytes);
+          pk_least.emplace(mkey, least);
+        }
+        if (sit == sharded_plans.end() && refs.excludes(pk_least[mkey], p.throughput_bound)) {
+          ++result.bounded;
+          advance(1);
+          continue;
+        }
+        if (sit == sharded_plans.end() && limit > 0 && pk_least[mkey] > limit) {
+          // Note [Search bounds]: a rank whose least placement is over the limit keeps it under
+          // kFit (nothing merged or prefetched fits) and every other rank fits, so the exact
+          // peak is the least one and the fitting placement is not built.
+          peaks.emplace(mkey, pk_least[mkey]);
+        } else if (sit == sharded_plans.end()) {
+          const sched::ShardFit fit{&p.parted->costs, p.memory, limit};
+          sit = sharded_plans
+                    .emplace(mkey, std::make_shared<const sched::LoweredPlan>(sched::place_shards(
+                                       *plan, sched::ShardPlacement::kFit, &fit)))
+                    .first;
+        }
+        if (sit != sharded_plans.end()) run_plan = sit->second;
       }
-      if (variant.algorithm == DpAlgorithm::kSlowMo) d.slowmo_frequency = variant.slowmo_frequency;
-      SearchCandidate cand;
-      cand.precision = vjob.precision;
-      cand.pp = c.pp;
-      cand.dp = c.dp;
-      cand.tp = c.tp;
-      cand.sequence_parallel = opt.sequence_parallel && c.tp > 1;
-      cand.micro_batch_size = c.mbs;
-      cand.v = c.v;
-      cand.microbatches = c.m;
-      cand.schedule = c.kind;
-      cand.auto_schedule = c.automatic;
-      cand.dp_variant = variant;
+      auto pk = peaks.find(mkey);
+      if (pk == peaks.end()) {
+        std::int64_t peak = 0;
+        for (const auto& rm : sched::peak_memory(*run_plan, p.parted->costs, p.memory))
+          peak = std::max(peak, rm.peak_bytes);
+        pk = peaks.emplace(mkey, peak).first;
+      }
+      x.peak_memory_bytes = pk->second;
+    } catch (const Error& e) {
+      ++result.rejected_shape;
+      reject(describe(x), e.what());
+      advance(1);
+      continue;
+    }
+    if (limit > 0 && x.peak_memory_bytes > limit) {
+      ++result.dropped_memory;
+      x.fits_memory = false;
+      char why[128];
+      std::snprintf(why, sizeof why, "over the memory limit: peak %.2f GiB > %.2f GiB",
+                    static_cast<double>(x.peak_memory_bytes) / (1 << 30),
+                    static_cast<double>(limit) / (1 << 30));
+      reject(describe(x), why);
+      advance(1);
+      continue;
+    }
+    if (refs.excludes(x.peak_memory_bytes, p.throughput_bound)) {
+      ++result.bounded;
+      advance(1);
+      continue;
+    }
+    // What the timing reads (Note [Search cache]).
+    const bool ddp = x.dp_variant.algorithm == DpAlgorithm::kDdp;
+    const TimeKey tkey{MemKey{run_plan.get(), p.parted.get(), x.dp,
+                              free_comm && x.zero_stage < 3 ? 0 : (ddp ? x.zero_stage : 0), full,
+                              free_comm ? 0 : static_cast<int>(x.precision)},
+                       p.variant};
+    auto ti = timings.find(tkey);
+    if (ti != timings.end()) {
+      ++result.cache_hits;
+    } else {
       try {
+        // The candidate as a job (Note [Search]).
+        sched::JobSpec vjob;
+        vjob.schedule = x.schedule;
+        vjob.pp = x.pp;
+        vjob.dp = x.dp;
+        vjob.stages_per_rank = x.v;
+        vjob.microbatches = x.microbatches;
+        vjob.batch_size = x.micro_batch_size * x.microbatches;
+        vjob.optimizer = opt.optimizer;
+        vjob.momentum = opt.momentum;
+        if (x.recompute == LayerRecompute::kFull) vjob.recompute = sched::parse_recompute("full");
+        vjob.precision = x.precision;
+        auto& d = vjob.data_parallel;
+        d.algorithm = x.dp_variant.algorithm;
+        d.bucket_cap_mb = x.dp_variant.bucket_cap_mb;
+        if (d.algorithm == DpAlgorithm::kLocalSgd || d.algorithm == DpAlgorithm::kSlowMo)
+          d.localsgd_frequency = x.dp_variant.localsgd_frequency;
+        if (d.algorithm == DpAlgorithm::kDiLoCo) {
+          d.sync_every = x.dp_variant.sync_every;
+          d.fragments = x.dp_variant.fragments;
+        }
+        if (d.algorithm == DpAlgorithm::kSlowMo) d.slowmo_frequency = x.dp_variant.slowmo_frequency;
+        vjob.zero_stage = d.algorithm == DpAlgorithm::kDdp ? x.zero_stage : 0;
         SimOptions so = sim_options(vjob);
-        so.steps = steps_for(variant);
-        so.micro_batch_size = c.mbs;
+        so.steps = steps_for(x.dp_variant);
+        so.micro_batch_size = x.micro_batch_size;
         so.record_actions = false;
-        const Cluster& cl = *tp_cl;
-        SimResult r = simulate(plan, parted->costs, cl, so);
+        const SimResult r = simulate(*run_plan, p.parted->costs, *p.cluster, so);
         ++result.simulated;
         result.simulated_actions += r.simulated_actions;
-        // Memory is the constraint: try again with every stage recomputing its activations
-        // (--recompute full), which trades a forward per backward for keeping stage inputs only.
-        const auto over = [](const SimResult& x) {
-          return std::any_of(x.per_rank.begin(), x.per_rank.end(),
-                             [](const RankResult& rr) { return rr.exceeds_memory; });
-        };
-        // Issue 43: shard the state, the least sharding that fits (ZeRO-3 placed to fit).
-        if (opt.try_zero && over(r) && c.dp > 1 && variant.algorithm == DpAlgorithm::kDdp) {
-          for (std::int32_t z = 1; z <= 3; ++z) {
-            sched::JobSpec zjob = vjob;
-            zjob.zero_stage = z;
-            SimOptions zo = sim_options(zjob);
-            zo.steps = so.steps;
-            zo.micro_batch_size = c.mbs;
-            zo.record_actions = false;
-            sched::LoweredPlan zplan;
-            if (z == 3) {
-              const sched::ShardFit fit{&parted->costs, sched::memory_options(zjob), limit};
-              zplan = sched::place_shards(plan, sched::ShardPlacement::kFit, &fit);
-            }
-            SimResult again = simulate(z == 3 ? zplan : plan, parted->costs, cl, zo);
-            ++result.simulated;
-            result.simulated_actions += again.simulated_actions;
-            if (!over(again)) {
-              r = std::move(again);
-              so = zo;
-              cand.zero_stage = z;
-              ++result.sharded;
-              break;
-            }
-          }
-        }
-        if (opt.try_recompute && over(r)) {
-          so.recompute = sched::parse_recompute("full");
-          SimResult again = simulate(plan, parted->costs, cl, so);
-          ++result.simulated;
-          result.simulated_actions += again.simulated_actions;
-          if (!over(again)) {
-            r = std::move(again);
-            cand.recompute = true;
-            ++result.recomputed;
-          }
-        }
-        cand.step_ns = r.makespan_ns / std::max(r.steps, 1);
-        cand.throughput_samples_per_s = r.throughput_samples_per_s();
-        cand.bubble_fraction = r.bubble_fraction();
-        for (const auto& rr : r.per_rank) {
-          cand.peak_memory_bytes = std::max(cand.peak_memory_bytes, rr.peak_memory_bytes);
-          cand.fits_memory = cand.fits_memory && !rr.exceeds_memory;
-        }
+        ti = timings
+                 .emplace(tkey, Timing{r.makespan_ns / std::max(r.steps, 1),
+                                       r.throughput_samples_per_s(), r.bubble_fraction()})
+                 .first;
       } catch (const Error& e) {
         ++result.rejected_shape;
-        reject(describe(cand), e.what());
+        reject(describe(x), e.what());
         advance(1);
         continue;
       }
-      if (cand.step_ns > 0 && model_flops > 0) {
-        cand.model_tflops_per_gpu = model_flops / (static_cast<double>(cand.step_ns) * 1e-9) /
-                                    static_cast<double>(opt.devices) / 1e12;
-        if (cluster.device && cluster.device->peak_tflops > 0)
-          cand.mfu = cand.model_tflops_per_gpu / cluster.device->peak_tflops;
-      }
-      if (cand.fits_memory) {
-        fitting.push_back(cand);
-      } else {
-        ++result.dropped_memory;
-        char why[128];
-        std::snprintf(why, sizeof why, "over the memory limit: peak %.2f GiB > %.2f GiB",
-                      static_cast<double>(cand.peak_memory_bytes) / (1 << 30),
-                      static_cast<double>(limit) / (1 << 30));
-        reject(describe(cand), why);
-      }
-      advance(1);
     }
-  }
-  // Best throughput first; ties by shorter step, then by lower peak memory, then by the
-  // enumeration order (stable sort).
-  std::stable_sort(fitting.begin(), fitting.end(),
-                   [](const SearchCandidate& a, const SearchCandidate& b) {
-                     if (a.throughput_samples_per_s != b.throughput_samples_per_s)
-                       return a.throughput_samples_per_s > b.throughput_samples_per_s;
-                     if (a.step_ns != b.step_ns) return a.step_ns < b.step_ns;
-                     return a.peak_memory_bytes < b.peak_memory_bytes;
-                   });
-  // Equivalent rows: equal but for the schedule (and v) in what a user runs and gets.
-  std::vector<SearchCandidate> distinct;
-  {
-    using Key =
-        std::tuple<std::int32_t, std::int32_t, std::int32_t, bool, std::int64_t, std::int32_t,
-                   std::string, std::int32_t, bool, int, std::int64_t, std::int64_t>;
-    std::set<Key> seen;
-    for (auto& cand : fitting) {
-      const Key key{cand.pp,
-                    cand.dp,
-                    cand.tp,
-                    cand.sequence_parallel,
-                    cand.micro_batch_size,
-                    cand.microbatches,
-                    cand.dp == 1 ? std::string("-") : describe(cand.dp_variant),
-                    cand.zero_stage,
-                    cand.recompute,
-                    static_cast<int>(cand.precision),
-                    cand.step_ns,
-                    cand.peak_memory_bytes};
-      if (!seen.insert(key).second) {
-        ++result.collapsed;
-        continue;
-      }
-      distinct.push_back(std::move(cand));
+    x.step_ns = ti->second.step_ns;
+    x.throughput_samples_per_s = ti->second.throughput;
+    x.bubble_fraction = ti->second.bubble;
+    if (x.step_ns > 0 && p.model_flops > 0) {
+      x.model_tflops_per_gpu = p.model_flops / (static_cast<double>(x.step_ns) * 1e-9) /
+                               static_cast<double>(opt.devices) / 1e12;
+      if (cluster.device && cluster.device->peak_tflops > 0)
+        x.mfu = x.model_tflops_per_gpu / cluster.device->peak_tflops;
     }
+    all.add(x.peak_memory_bytes, x.throughput_samples_per_s);
+    if (x.synchronous()) synchronous.add(x.peak_memory_bytes, x.throughput_samples_per_s);
+    fitting.push_back(std::move(x));
+    advance(1);
   }
-  const auto sync = std::find_if(distinct.begin(), distinct.end(),
-                                 [](const SearchCandidate& x) { return x.synchronous(); });
-  if (sync != distinct.end()) result.best_synchronous = *sync;
-  if (opt.top_k > 0 && distinct.size() > static_cast<std::size_t>(opt.top_k))
-    distinct.resize(static_cast<std::size_t>(opt.top_k));
-  result.ranked = std::move(distinct);
+  search_detail::rank_candidates(std::move(fitting), opt.top_k, result);
   return result;
 }
 

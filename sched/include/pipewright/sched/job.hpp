@@ -141,22 +141,31 @@ struct DataParallelSpec {
 //   "none"  (default) keep every activation;
 //   "full"  recompute every stage;
 //   "0,2"   recompute the listed model stages (partition stages, 0-based; replicas of a model
-//           stage, Chimera's, follow it).
-enum class RecomputeMode : std::uint8_t { kNone, kFull, kStages };
+//           stage, Chimera's, follow it);
+//   "selective"  Korthikanti et al. 2022's selective recompute inside each transformer block
+//           (the attention core: softmax, dropout, scores x values): no stage is recomputed
+//           (recomputes() is false); the simulator's per-GPU model drops that part of a block's
+//           activations and re-runs its forward in the backward (sim/parallel_model.hpp).
+//           Simulation only: `run` refuses it.
+enum class RecomputeMode : std::uint8_t { kNone, kFull, kStages, kSelective };
 struct RecomputeSpec {
   RecomputeMode mode = RecomputeMode::kNone;
   std::vector<int> stages;  // kStages only: ascending, unique, non-empty
 
-  [[nodiscard]] bool any() const noexcept { return mode != RecomputeMode::kNone; }
+  // Whether whole stages are recomputed (full or a stage list; not selective).
+  [[nodiscard]] bool any() const noexcept {
+    return mode == RecomputeMode::kFull || mode == RecomputeMode::kStages;
+  }
+  [[nodiscard]] bool selective() const noexcept { return mode == RecomputeMode::kSelective; }
   [[nodiscard]] bool recomputes(int model_stage) const noexcept;
   friend bool operator==(const RecomputeSpec& a, const RecomputeSpec& b) noexcept {
     return a.mode == b.mode && a.stages == b.stages;
   }
 };
 // Parses the text form; throws ConfigError naming --recompute (e.g. "--recompute: '0,x' is not
-// none, full or a comma-separated list of stage indices").
+// none, selective, full or a comma-separated list of stage indices").
 [[nodiscard]] RecomputeSpec parse_recompute(std::string_view text);
-// "none", "full" or "0,2".
+// "none", "selective", "full" or "0,2".
 [[nodiscard]] std::string to_string(const RecomputeSpec& recompute);
 // Stage indices in [0, stages): ConfigError naming --recompute otherwise.
 void validate_recompute(const RecomputeSpec& recompute, int stages);

@@ -50,9 +50,11 @@
 //             windows, the two consecutive windows of a stage with the shortest gap between them
 //             are merged, one merge at a time, as long as the rank's peak (peak_memory) stays
 //             within the limit, then each window prefetches where the peak still fits: the fewest
-//             all-gathers this greedy search finds whose peak fits.
-//             When even kCompute's windows do not fit they are the plan (the least memory), and
-//             the peak says by how much it is over.
+//             all-gathers this greedy search finds whose peak fits. A merge only holds more
+//             (the list loses a RESHARD and an UNSHARD; every point between them holds the stage
+//             too), so a merge that did not fit never fits after others: it is tried once.
+//             When even kCompute's windows do not fit they are the plan (the least memory, no
+//             merge tried), and the peak says by how much it is over.
 // A stage's gradients are reduce-scattered after every backward (ZeRO-2's rule) whatever the
 // placement; the all-gathers are the part the placement chooses. The pass drops the plan's
 // UNSHARD / RESHARD before placing its own; make_plan only calls it for a plan that has none

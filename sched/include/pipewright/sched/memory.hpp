@@ -123,6 +123,9 @@ struct ShardFit {
   const CostTable* costs = nullptr;
   MemoryOptions memory;
   std::int64_t limit_bytes = 0;
+  // Tests: the plain greedy, without kFit's shortcuts (a merge that did not fit is tried again
+  // after every other merge; no early stop when even the least-memory windows do not fit).
+  bool plain = false;
 };
 
 // How one compute action changes its rank's activation bytes, at its start and at its end, and

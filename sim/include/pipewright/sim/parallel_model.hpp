@@ -12,7 +12,10 @@
 #include <cstdint>
 #include <optional>
 
+#include <vector>
+
 #include "pipewright/graph/model.hpp"
+#include "pipewright/graph/partition.hpp"
 #include "pipewright/sim/cluster.hpp"
 
 namespace pipewright::sim {
@@ -86,11 +89,35 @@ struct LayerTimes {
 // node), so that no utilisation is claimed for a model whose work is not known.
 [[nodiscard]] double model_flops_per_iteration(const graph::Model& model, double samples);
 
+// FLOPs that activation recompute adds to one training iteration over `samples` samples, counted
+// as Megatron-LM counts them (transformer layers only): kFull re-runs every block's forward
+// (24 s h^2 + 4 s^2 h per sample), kSelective its attention core (4 s^2 h: scores and scores x
+// values); 0 for kNone or a model without shaped blocks. Model FLOPs + this = hardware FLOPs:
+// for a GPT with full recompute 96 B s l h^2 (1 + s/6h + V/16lh) (Narayanan et al. 2021, whose
+// published TFLOP/s count the recompute).
+[[nodiscard]] double recompute_flops_per_iteration(const graph::Model& model, double samples,
+                                                   LayerRecompute recompute);
+
 // The model one GPU of the group runs (Note [Tensor parallelism as costs]). Throws ConfigError
 // when tp < 1, tp does not divide a block's heads or hidden size, sequence parallelism without
 // tp > 1, or micro_batch_size < 0.
 [[nodiscard]] graph::Model parallelize_model(const graph::Model& model,
                                              const ParallelModelSpec& spec);
+
+// Megatron's TP collectives of one partition stage of the per-GPU model, per forward and per
+// backward (B, or I) of one microbatch (Chakra export, chakra.hpp): `per_pass` collectives
+// (2 per transformer block; all-reduces, or with sequence parallelism each a reduce-scatter +
+// an all-gather) over `bytes` each (s x b x h x element bytes), each taking `ns`
+// (tp_collective_ns on spec.tp_link), which parallelize_model added to the stage's F and B.
+struct StageTpCollectives {
+  std::int32_t per_pass = 0;
+  std::int64_t bytes = 0;
+  std::int64_t ns = 0;
+};
+// One per partition stage of `partition` (a partition of `model`, the model as the file gives it;
+// spec as parallelize_model takes it). All zero at tp 1.
+[[nodiscard]] std::vector<StageTpCollectives> tp_collectives_per_stage(
+    const graph::Model& model, const graph::Partition& partition, const ParallelModelSpec& spec);
 
 // The cluster of TP groups: each simulated rank stands for tp GPUs of one node, so a node holds
 // ranks_per_node / tp of them (explicit rank_nodes: rank g is the group of GPUs g tp .. g tp +

@@ -1,7 +1,10 @@
 // Configuration search: enumerates pipeline ranks x tensor-parallel size x data-parallel replicas
 // x stages per rank x micro-batch size x microbatches x schedule x data-parallel algorithm x
-// precision for a model on a cluster, partitions with graph/, simulates each, drops those that do
-// not fit memory and ranks the rest by throughput (Note [Search] in sim/src/search/search.cpp).
+// precision x zero stage x activation recompute for a model on a cluster, partitions with graph/,
+// prunes by a closed-form memory bound, checks the exact peak (sched's memory model), simulates
+// what fits (one simulation per distinct timing, Note [Search cache]) and ranks by throughput,
+// with the Pareto front of step time against peak memory (Note [Search] in
+// sim/src/search/search.cpp).
 #pragma once
 
 #include <cstdint>
@@ -11,8 +14,11 @@
 #include <vector>
 
 #include "pipewright/graph/model.hpp"
+#include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/memory.hpp"
 #include "pipewright/sched/schedule.hpp"
 #include "pipewright/sim/cluster.hpp"
+#include "pipewright/sim/parallel_model.hpp"
 #include "pipewright/sim/simulator.hpp"
 
 namespace pipewright::sim {
@@ -55,14 +61,15 @@ struct SearchOptions {
   Optimizer optimizer = Optimizer::kSgd;  // memory: optimizer state (sched::JobSpec's default)
   double momentum = 0.0;
   std::int32_t top_k = 10;
-  // A configuration over the memory limit is simulated again with activation recompute of every
-  // stage (--recompute full); when that fits it is ranked, marked recompute (issue 22; `search
-  // --recompute`). The re-simulations count in `simulated`.
-  bool try_recompute = false;
-  // Issue 43: a DDP configuration (dp > 1) over the memory limit is simulated again at zero
-  // stages 1, 2 and 3 in turn (ZeRO-3's UNSHARD / RESHARD placed by place_shards' kFit against
-  // the limit); the first that fits is ranked, with its zero stage. Before --recompute.
-  bool try_zero = true;
+  // ZeRO stages to try (issue 43; sched/memory.hpp, Note [Sharded state]) for DDP at dp > 1, each
+  // a candidate of its own (ZeRO-3's UNSHARD / RESHARD placed by place_shards' kFit against the
+  // limit); empty = {0, 1, 2, 3}. At dp 1 or with a local-step algorithm only 0.
+  std::vector<std::int32_t> zero_stages;
+  // Activation recompute to try (`search --recompute none,selective,full`), each a candidate:
+  // kSelective (Korthikanti's, inside each transformer block: parallel_model.hpp; only for models
+  // with shaped blocks), kFull (every stage keeps its inputs only, sched::RecomputeSpec full);
+  // empty = {kNone, kSelective, kFull}.
+  std::vector<LayerRecompute> recomputes;
   // Precisions to try (`search --precision fp32,bf16`): each configuration is simulated at each
   // (memory and message bytes by dtype, Note [Precision bytes] in sched/memory.hpp; compute
   // times are the model's in every precision). Empty = fp32 only.
@@ -95,9 +102,12 @@ struct SearchCandidate {
   double bubble_fraction = 0;
   std::int64_t peak_memory_bytes = 0;  // max over ranks
   bool fits_memory = true;
-  bool recompute = false;  // fits only with --recompute full
+  LayerRecompute recompute = LayerRecompute::kNone;
   sched::Precision precision = sched::Precision::kFp32;
-  std::int32_t zero_stage = 0;  // fits only with this zero stage (SearchOptions::try_zero)
+  std::int32_t zero_stage = 0;
+  // Not dominated: no other fitting candidate is at least as fast and uses at most as much memory,
+  // one of them strictly (SearchResult::pareto).
+  bool pareto = false;
   // Model FLOPs (model_flops_per_iteration) per second per GPU, TFLOP/s; 0 when unknown. mfu:
   // that over the cluster's device peak; 0 without a peak.
   double model_tflops_per_gpu = 0;
@@ -114,15 +124,28 @@ struct SearchRejection {
   std::string reason;         // the error, or "over the memory limit: ..."
 };
 
+// A lower bound of the peak memory of every plan over `ranks` pipeline ranks for these stage
+// costs (Note [Search pruning]): runtime bytes plus the larger of the heaviest stage's static
+// state (Note [Sharded state]) with one microbatch of its activations (at the memory options'
+// precision; a recomputed stage holds them during its backward too) and the ranks' average
+// static state. Closed form, no plan: the search drops a candidate over the limit by it before
+// building or simulating anything.
+[[nodiscard]] std::int64_t peak_memory_lower_bound(const sched::CostTable& costs,
+                                                   std::int32_t ranks,
+                                                   const sched::MemoryOptions& memory);
+
 struct SearchResult {
   std::vector<SearchCandidate> ranked;  // fitting configurations, best first, at most top_k
   std::int64_t enumerated = 0;          // configurations considered
   std::int64_t simulated = 0;           // configurations simulated
   std::int64_t rejected_shape = 0;      // schedule/partition/plan/tp cannot take the shape
   std::int64_t collapsed = 0;           // equal to a better-ranked row but for the schedule name
-  std::int64_t dropped_memory = 0;      // simulated but over the memory limit
-  std::int64_t recomputed = 0;          // over the limit without recompute, fit with it
-  std::int64_t sharded = 0;             // over the limit at zero stage 0, fit at a higher one
+  std::int64_t dropped_memory = 0;      // over the memory limit (pruned or by the exact peak)
+  std::int64_t pruned_memory = 0;       // of those, over it by the closed-form bound: no plan
+  std::int64_t cache_hits = 0;          // fitting candidates timed by an earlier equal simulation
+  // Fitting candidates not simulated: provably neither in the top_k rows nor on the Pareto front
+  // (Note [Search bounds] in sim/src/search/candidates.cpp). With top_k large, none.
+  std::int64_t bounded = 0;
   std::int64_t simulated_actions = 0;
   // Every rejected shape and every configuration over the memory limit, with its reason
   // (`search --explain`), at most kMaxRejections.
@@ -130,6 +153,9 @@ struct SearchResult {
   static constexpr std::size_t kMaxRejections = 100000;
   // The best synchronous configuration, when the ranked rows (top_k) miss it.
   std::optional<SearchCandidate> best_synchronous;
+  // The Pareto front of step time against peak memory over every fitting candidate (after
+  // collapsing equivalent rows), fastest first (so smallest memory last); whatever top_k is.
+  std::vector<SearchCandidate> pareto;
 };
 
 // `progress(done, total)` is called after each configuration (may be empty). Deterministic.
@@ -143,8 +169,11 @@ struct SearchResult {
 // "Auto" for an Auto candidate, else the schedule's name.
 [[nodiscard]] std::string schedule_name(const SearchCandidate& candidate);
 // "1F1B pp=4 dp=2 v=1 m=8 mbs=2 ddp(25MB)" ("-" for the DP algorithm when dp == 1), with " tp=2"
-// (" sp" with sequence parallelism) when tp > 1, " recompute=full" when the candidate fits only
-// with recompute, " precision=bf16" when it is not fp32 and " zero=1" for a ZeRO stage.
+// (" sp" with sequence parallelism) when tp > 1, " recompute=full" or " recompute=selective",
+// " precision=bf16" when it is not fp32 and " zero=1" for a ZeRO stage.
 [[nodiscard]] std::string describe(const SearchCandidate& candidate);
+// "none", "selective", "full"; parse_layer_recompute throws ConfigError naming --recompute.
+[[nodiscard]] std::string to_string(LayerRecompute recompute);
+[[nodiscard]] LayerRecompute parse_layer_recompute(const std::string& text);
 
 }  // namespace pipewright::sim

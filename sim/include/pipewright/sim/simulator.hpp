@@ -203,6 +203,10 @@ struct SimResult {
   // replicas (sim/parallel_model.hpp, model_flops_per_iteration; 0 unknown), the GPUs each
   // rank stands for (the tensor-parallel size) and the device's dense peak, TFLOP/s (0 unknown).
   double model_flops_per_step = 0;
+  // Hardware FLOPs: the model FLOPs plus what activation recompute computes again (the FLOPs
+  // Megatron-LM 2021's published TFLOP/s count: 96 B s l h^2 (1 + s/6h + V/16lh) with full
+  // recompute; parallel_model.hpp, recompute_flops_per_iteration); 0 unknown.
+  double hardware_flops_per_step = 0;
   std::int32_t gpus_per_rank = 1;
   double device_peak_tflops = 0;
 
@@ -211,6 +215,8 @@ struct SimResult {
   [[nodiscard]] double model_tflops_per_gpu() const noexcept;
   // model_tflops_per_gpu / device_peak_tflops; 0 when either is unknown.
   [[nodiscard]] double mfu() const noexcept;
+  // Hardware FLOPs (with recompute) per second per GPU, TFLOP/s; 0 when unknown.
+  [[nodiscard]] double hardware_tflops_per_gpu() const noexcept;
   // Samples per second over all steps (needs micro_batch_size); 0 when unknown.
   [[nodiscard]] double throughput_samples_per_s() const noexcept;
 };
