@@ -132,6 +132,7 @@ py::tuple simulate(const SimArgs& a) {
   opt.record_memory_timeline = a.memory_timeline;
   sim::SimResult result = sim::simulate(plan, costs, cluster, opt);
   result.model_flops_per_step = model_flops;
+  result.hardware_flops_per_step = model_flops;  // no recompute here: what the model runs once
   if (cluster.device) result.device_peak_tflops = cluster.device->peak_tflops;
 
   // Per rank: columns start_ns, end_ns, step, stage, microbatch, name, kind, stream.

@@ -223,9 +223,9 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   using ModelKey = std::tuple<std::int64_t, std::int32_t, bool>;  // mbs, tp, selective
   std::map<ModelKey, std::shared_ptr<const graph::Model>> models;
   std::map<std::tuple<ModelKey, std::int32_t>, std::shared_ptr<const Partitioned>> partitions;
-  std::map<std::tuple<int, std::int32_t, std::int32_t, std::int32_t, const void*>,
-           std::shared_ptr<const sched::LoweredPlan>>
-      plans;  // schedule, pp, v, m, Auto's partition (else null)
+  // schedule, pp, v, m, Auto's partition (else null)
+  using PlanKey = std::tuple<int, std::int32_t, std::int32_t, std::int32_t, const void*>;
+  std::map<PlanKey, std::shared_ptr<const sched::LoweredPlan>> plans;
   // plan, costs, dp, zero stage, full recompute, precision
   using MemKey = std::tuple<const void*, const void*, std::int32_t, std::int32_t, bool, int>;
   std::map<MemKey, std::shared_ptr<const sched::LoweredPlan>> sharded_plans;  // ZeRO-3
@@ -250,8 +250,19 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   std::vector<SearchCandidate> fitting;
 
   // The plan of a shape (cached, Note [Search cache]); an error string when it cannot be built.
-  std::map<std::tuple<int, std::int32_t, std::int32_t, std::int32_t, const void*>, std::string>
-      plan_errors;
+  std::map<PlanKey, std::string> plan_errors;
+  const auto job_of = [&](const Shape& c) {
+    sched::JobSpec job;
+    job.schedule = c.kind;
+    job.pp = c.pp;
+    job.dp = c.dp;
+    job.stages_per_rank = c.v;
+    job.microbatches = c.m;
+    job.batch_size = c.mbs * c.m;
+    job.optimizer = opt.optimizer;
+    job.momentum = opt.momentum;
+    return job;
+  };
   const auto plan_of = [&](const Shape& c, const std::shared_ptr<const Partitioned>& parted,
                            const Cluster& cl,
                            std::string& error) -> std::shared_ptr<const sched::LoweredPlan> {
@@ -266,15 +277,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       return nullptr;
     }
     try {
-      sched::JobSpec job;
-      job.schedule = c.kind;
-      job.pp = c.pp;
-      job.dp = c.dp;
-      job.stages_per_rank = c.v;
-      job.microbatches = c.m;
-      job.batch_size = c.mbs * c.m;
-      job.optimizer = opt.optimizer;
-      job.momentum = opt.momentum;
+      sched::JobSpec job = job_of(c);
       sched::LoweredPlan built;
       if (c.automatic) {
         // Note [Auto method] (sim/synthesis.hpp): the plan for this partition's costs with the
@@ -310,15 +313,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       const bool selective = rc == LayerRecompute::kSelective;
       const bool full = rc == LayerRecompute::kFull;
       const ModelKey mkey{c.mbs, c.tp, selective};
-      sched::JobSpec job;
-      job.schedule = c.kind;
-      job.pp = c.pp;
-      job.dp = c.dp;
-      job.stages_per_rank = c.v;
-      job.microbatches = c.m;
-      job.batch_size = c.mbs * c.m;
-      job.optimizer = opt.optimizer;
-      job.momentum = opt.momentum;
+      sched::JobSpec job = job_of(c);
       if (full) job.recompute = sched::parse_recompute("full");
       std::shared_ptr<const Partitioned> parted;
       try {
