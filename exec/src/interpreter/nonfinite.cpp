@@ -14,6 +14,7 @@
 // practice they agree.
 #include "interpreter/nonfinite.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -39,14 +40,29 @@ double checked_optimizer_step(torch::optim::Optimizer& optimizer, sched::NanPoli
   return norm;
 }
 
-double all_reduce_loss_checked(Communicator& world, double loss, const NonFinite& mine,
-                               std::int64_t step, std::chrono::milliseconds timeout,
-                               std::string* problem) {
+// Note [Loss all-reduce in shared memory]: the per-step loss all-reduce works on a buffer from
+// world.allocate_collective_buffer, allocated once before the first step, so that ranks of one
+// host sum it in shared memory (Note [Shared-memory all-reduce]) as DDP's buckets are. Through
+// Gloo's TCP (c10d's worker thread, then Gloo's device loop, then back) the same 40 bytes cost
+// 0.2-3.6 ms per step on this 2-core host, bimodally (ranks waking each other's threads), a
+// step-long wait that the trace did not show and the simulator could not know: a 5 ms DDP step
+// spent up to 3 ms in it. Across hosts the buffer is heap memory and the all-reduce goes over
+// TCP as before.
+std::size_t loss_sync_doubles(const Communicator& world) {
+  constexpr std::size_t kPerRank = 4;
+  return 1 + kPerRank * static_cast<std::size_t>(world.size());
+}
+
+double all_reduce_loss_checked(Communicator& world, double* scratch, double loss,
+                               const NonFinite& mine, std::int64_t step,
+                               std::chrono::milliseconds timeout, std::string* problem) {
   // [loss, then per rank: loss stage + 1, loss value, grad stage + 1, grad norm]; each rank
   // fills its own slots, so the sum is every rank's report.
   constexpr std::size_t kPerRank = 4;
   const auto n = static_cast<std::size_t>(world.size());
-  std::vector<double> buf(1 + kPerRank * n, 0.0);
+  double* buf = scratch;
+  const std::size_t count = loss_sync_doubles(world);
+  std::fill(buf, buf + count, 0.0);
   buf[0] = loss;
   double* own = &buf[1 + kPerRank * static_cast<std::size_t>(world.rank())];
   own[0] = mine.loss_stage + 1;
@@ -54,7 +70,7 @@ double all_reduce_loss_checked(Communicator& world, double loss, const NonFinite
   own[2] = mine.grad_stage + 1;
   own[3] = mine.grad_stage >= 0 ? mine.grad_norm : 0.0;
   world
-      .all_reduce(BufferView{buf.data(), buf.size(), DType::kFloat64, {}}, ReduceOp::kSum,
+      .all_reduce(BufferView{buf, count, DType::kFloat64, {}}, ReduceOp::kSum,
                   OpContext{step, -1, -1, "loss all_reduce"})
       ->wait(timeout);
   problem->clear();

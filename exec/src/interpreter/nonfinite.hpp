@@ -37,9 +37,13 @@ struct NonFinite {
 // all-reduce): sums `loss` over the ranks and gathers every rank's NonFinite. Returns the summed
 // loss and, in `problem`, "" when every rank was finite, else one line naming the step, the
 // first rank and its stage and value ("step 3: non-finite loss (nan) on rank 1, stage 1"; steps
-// counted from 1 as in the logs), the same on every rank.
-double all_reduce_loss_checked(Communicator& world, double loss, const NonFinite& mine,
-                               std::int64_t step, std::chrono::milliseconds timeout,
-                               std::string* problem);
+// counted from 1 as in the logs), the same on every rank. `scratch`: loss_sync_doubles(world)
+// doubles from world.allocate_collective_buffer (Note [Loss all-reduce in shared memory]).
+double all_reduce_loss_checked(Communicator& world, double* scratch, double loss,
+                               const NonFinite& mine, std::int64_t step,
+                               std::chrono::milliseconds timeout, std::string* problem);
+
+// The doubles all_reduce_loss_checked's scratch holds for `world`.
+[[nodiscard]] std::size_t loss_sync_doubles(const Communicator& world);
 
 }  // namespace pipewright::exec

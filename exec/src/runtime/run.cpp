@@ -363,6 +363,9 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   PredictionGather predictions;  // --forward-only --outputs
   // Per step, what the data-parallel algorithm communicated (the profile's data_parallel).
   std::vector<DataParallelStep> dp_steps;
+  // Note [Loss all-reduce in shared memory] (interpreter/nonfinite.cpp): allocated collectively.
+  const std::shared_ptr<void> loss_sync =
+      world->allocate_collective_buffer(loss_sync_doubles(*world) * sizeof(double));
   for (std::int64_t step = first_step; step < c.steps; ++step) {
     if (step > first_step) mb = loader.next(step);
     const auto t0 = Clock::now();
@@ -378,8 +381,9 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     }
     if (!c.outputs_path.empty()) predictions.add(step - first_step, interp.predictions());
     std::string nonfinite;  // Note [Non-finite steps]
-    const double loss = all_reduce_loss_checked(*world, r.has_loss ? r.loss : 0.0, r.nonfinite,
-                                                step, timeout, &nonfinite);
+    const double loss =
+        all_reduce_loss_checked(*world, static_cast<double*>(loss_sync.get()),
+                                r.has_loss ? r.loss : 0.0, r.nonfinite, step, timeout, &nonfinite);
     PW_CHECK(nonfinite.empty() || c.nan_policy != sched::NanPolicy::kError, NumericalError,
              nonfinite << " (--nan-policy error: stopped before the step was applied; lower --lr, "
                           "or --nan-policy skip-step to skip such steps)");
