@@ -59,6 +59,34 @@ TEST(DataParallel, BucketsLaunchDuringTheLastBackwardInReverseOrder) {
   EXPECT_EQ(buckets[1], std::make_pair(6 * kMs, 6 * kMs + 3000));
 }
 
+TEST(DataParallel, NoOverlapStartsEveryBucketAtReduceGrad) {
+  // --no-ddp-overlap: the executor launches every bucket at REDUCE_GRAD (exec/src/dp/ddp.cpp),
+  // so the bucket that overlapped B1 above ([4.5, 4.501] ms) now starts at 6 ms too: the two
+  // run back to back, 1000 + 3000 ns, all exposed.
+  auto plan = testing::gpipe(1, 2);
+  plan.per_rank[0].push_back(sched::Action::stage_only(0, sched::ActionKind::kReduceGrad));
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  opt.dp.first_bucket_bytes = 1000;
+  opt.dp.bucket_cap_mb = 0.001;
+  const auto overlapped = simulate(plan, one_stage({3000, 1000}), one_gb_per_s(), opt);
+  EXPECT_EQ(overlapped.makespan_ns, 6 * kMs + 3000);
+  opt.dp.overlap = false;
+  const auto r = simulate(plan, one_stage({3000, 1000}), one_gb_per_s(), opt);
+  EXPECT_EQ(r.makespan_ns, 6 * kMs + 4000);
+  EXPECT_EQ(r.per_rank[0].dp_comm_ns, 4000);
+  EXPECT_EQ(r.per_rank[0].dp_exposed_ns, 4000);
+  std::vector<std::int64_t> starts;
+  for (const auto& a : r.actions) {
+    if (a.collective == Collective::kDdpBucket) starts.push_back(a.start_ns);
+  }
+  EXPECT_EQ(starts, (std::vector<std::int64_t>{6 * kMs, 6 * kMs + 1000}));
+  // sim_options reads the job's flag.
+  sched::JobSpec job;
+  job.data_parallel.ddp_overlap = false;
+  EXPECT_FALSE(sim_options(job).dp.overlap);
+}
+
 TEST(DataParallel, ExplicitReduceGradBlocksThere) {
   auto plan = testing::gpipe(1, 2);
   plan.per_rank[0].push_back(sched::Action::stage_only(0, sched::ActionKind::kReduceGrad));

@@ -15,6 +15,7 @@ SimOptions sim_options(const sched::JobSpec& job) {
   o.dp.replicas = job.dp;
   o.dp.algorithm = d.algorithm;
   o.dp.bucket_cap_mb = d.bucket_cap_mb;
+  o.dp.overlap = d.ddp_overlap;
   o.dp.localsgd_frequency = static_cast<std::int32_t>(d.localsgd_frequency_or_default());
   o.dp.slowmo_frequency = static_cast<std::int32_t>(d.slowmo_frequency_or_default());
   o.dp.sync_every = static_cast<std::int32_t>(d.sync_every_or_default());

@@ -206,8 +206,17 @@ void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::in
   if (produces) set_slot(base + at(static_cast<std::size_t>(op.out_row), op.mb), end, idx);
   // DDP's buckets start with the stage's last gradients: after its last B, or its last W.
   const bool grads = op.kind == ActionKind::kFullBackward || op.kind == ActionKind::kBackwardWeight;
-  if (grads && op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp && zero_ < 2)
-    launch_ddp(r, st, op, step, start, end, idx);
+  if (grads && op.ddp_launch && dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp && zero_ < 2) {
+    // --no-ddp-overlap: buckets wait for the stage's REDUCE_GRAD (a plan without one: as before).
+    if (zero_ == 0 && !opt_.dp.overlap &&
+        prog_.explicit_reduce[static_cast<std::size_t>(r)][static_cast<std::size_t>(op.stage)] !=
+            0) {
+      ddp_done_[static_cast<std::size_t>(step) * S_ + static_cast<std::size_t>(op.stage)] =
+          kAtReduce;
+    } else {
+      launch_ddp(r, st, op, step, start, end, idx);
+    }
+  }
 }
 
 void Engine::complete(std::int32_t r, std::uint32_t version) {
@@ -312,7 +321,11 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       std::int64_t pred = st.last_compute;
       if (dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp &&
           !network_->bucket_ns(op.stage).empty()) {
-        const std::int64_t done = ddp_done_[static_cast<std::size_t>(step) * S_ + s];
+        std::int64_t done = ddp_done_[static_cast<std::size_t>(step) * S_ + s];
+        if (done == kAtReduce) {  // --no-ddp-overlap: every bucket starts here
+          launch_ddp(r, st, op, step, st.time, st.time, st.last_compute);
+          done = ddp_done_[static_cast<std::size_t>(step) * S_ + s];
+        }
         if (done == kPending) {  // Note [Shared links]: complete_dp resumes the rank
           st.ddp_wait = true;
           return false;

@@ -280,6 +280,8 @@ class Engine {
   std::vector<std::int64_t> ddp_done_;          // per (step, stage): all buckets reduced, or:
   static constexpr std::int64_t kUnknown = -1;  // not launched yet
   static constexpr std::int64_t kPending = -2;  // buckets queued on shared links
+  static constexpr std::int64_t kAtReduce =
+      -3;  // no overlap: gradients done, launched at REDUCE_GRAD
 
   std::vector<RankState> ranks_;
   std::int64_t now_ = 0;  // the event clock

@@ -40,6 +40,9 @@ struct DataParallelOptions {
   std::int32_t replicas = 1;  // dp
   DpAlgorithm algorithm = DpAlgorithm::kDdp;
   double bucket_cap_mb = 25.0;  // DDP (MiB, as torch's bucket_cap_mb)
+  // DDP: buckets start in backward as their gradients are ready; false (--no-ddp-overlap): all
+  // start at the stage's REDUCE_GRAD, as the executor runs them (ZeRO overlaps regardless).
+  bool overlap = true;
   std::int64_t first_bucket_bytes = 1024 * 1024;
   // Defaults as sched::DataParallelSpec's (fairscale's); sim_options(job) fills them from a job.
   std::int32_t localsgd_frequency = 3;  // LocalSGD / SlowMo: average parameters every N steps
