@@ -42,7 +42,8 @@ class Placer {
   }
   [[nodiscard]] std::int64_t cost(int kind, std::int32_t j) const {
     const auto s = at(j);
-    return kind == kF ? pr_.forward_ns[s] : (kind == kI ? pr_.input_grad_ns[s] : pr_.weight_grad_ns[s]);
+    return kind == kF ? pr_.forward_ns[s]
+                      : (kind == kI ? pr_.input_grad_ns[s] : pr_.weight_grad_ns[s]);
   }
   // The message time into stage j's F from j - 1 (kind kF) or into its I from j + 1 (kind kI).
   [[nodiscard]] std::int64_t message(int kind, std::int32_t j) const {
@@ -87,9 +88,9 @@ class Placer {
     if (kind == kI) held_[s] -= input_grad_frees(pr_, j);
     if (kind == kW) held_[s] -= weight_grad_frees(pr_, j);
     ++count_[kind][s];
-    const ActionKind k = kind == kF ? ActionKind::kForward
-                                    : (kind == kI ? ActionKind::kBackwardInput
-                                                  : ActionKind::kBackwardWeight);
+    const ActionKind k =
+        kind == kF ? ActionKind::kForward
+                   : (kind == kI ? ActionKind::kBackwardInput : ActionKind::kBackwardWeight);
     orders_[s].push_back(Action::compute(j, k, i));
     return true;
   }
@@ -131,8 +132,7 @@ bool warm_up(Placer& pl, const ListProblem& pr, const ZbPolicy& policy) {
     std::int64_t mem = pl.held(j);
     std::int64_t t = pl.free_at(j);
     const std::int64_t arrive = back + pl.message(kI, j);
-    while (pl.count(kF, j) + extra[uj] < pr.microbatches &&
-           mem + pr.activation[uj] <= pr.cap[uj]) {
+    while (pl.count(kF, j) + extra[uj] < pr.microbatches && mem + pr.activation[uj] <= pr.cap[uj]) {
       const bool stop = policy.bubble_before_first_b ? t + pl.cost(kF, j) > arrive : t >= arrive;
       if (stop) break;
       mem += pr.activation[uj];
@@ -174,9 +174,8 @@ bool wants_forward(const Placer& pl, const ListProblem& pr, const ZbPolicy& poli
   if (pl.free_at(j) >= back) return false;
   std::int64_t w_time = 0;
   std::int64_t mem = pl.held(j) + pr.activation[static_cast<std::size_t>(j)];
-  for (std::int32_t w = pl.count(kW, j); mem > pr.cap[static_cast<std::size_t>(j)] &&
-                                         w < pl.count(kI, j);
-       ++w) {
+  for (std::int32_t w = pl.count(kW, j);
+       mem > pr.cap[static_cast<std::size_t>(j)] && w < pl.count(kI, j); ++w) {
     w_time += pl.cost(kW, j);
     mem -= weight_grad_frees(pr, j);
   }
@@ -187,7 +186,7 @@ bool wants_forward(const Placer& pl, const ListProblem& pr, const ZbPolicy& poli
 }  // namespace
 
 std::optional<std::vector<std::vector<Action>>> zb_heuristic(const ListProblem& pr,
-                                                              const ZbPolicy& policy) {
+                                                             const ZbPolicy& policy) {
   const std::int32_t S = pr.stages;
   if (S != pr.ranks) return std::nullopt;  // one stage per rank, stage j on rank j
   for (std::int32_t j = 0; j < S; ++j) {
