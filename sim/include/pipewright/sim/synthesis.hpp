@@ -18,24 +18,32 @@
 // dry-run for deadlocks under both transports and simulated with the caller's simulator options
 // and cluster; the best under the objective wins (Note [Auto objective]; ties: the order
 // above). Then a local search (sim/src/synthesis/local_search.hpp, Note [Local search]) swaps
-// adjacent passes around W on the winner's ranks while the step on the greedy's clock shortens
-// and the cap holds; its result is one more candidate, kept only if the simulator agrees. The
-// greedy's own clock (exact F/I/W times, a fixed time per message) only orders actions; the
-// simulator decides.
-// Note [Auto objective]: kStep (the default) ranks by the simulated step, which ends when the
+// adjacent passes around W on the winner's ranks while the objective's key on the greedy's
+// clock gets better and the cap holds; its result is one more candidate, kept only if the simulator
+// agrees. The greedy's own clock (exact F/I/W times, a fixed time per message) only orders actions;
+// the simulator decides.
+//
+// Note [Auto objective]
+// ~~~~~~~~~~~~~~~~~~~~~
+// kStep (the default) ranks by the simulated step, which ends when the
 // last rank finishes: pipewright's executor synchronises every step (the loss all-reduce), so
 // that is the time a step takes there. kSpan ranks by the longest per-rank span (first compute
 // pass to last), the Zero Bubble paper's cost and the bubble rate issue 45 states its targets in:
 // the period of a runtime whose consecutive steps overlap (the paper's drops the sync between
-// steps). Ties go to the other measure; the local search shortens the same key on its clock.
-// Cost: each greedy is O(P V M x P V) (every pass scans the ranks' next passes), each
-// simulation O(actions log actions), the local search at most ~2e7 replayed passes; p = 32,
-// m = 256 takes about a second (bench/auto_schedule.sh).
-// Optimality: none is guaranteed. Each result carries lower_bound_ns, the largest over ranks of
-// (the forward chain before the rank's first stage + the rank's compute), which no schedule
-// beats; with T_F = T_I = T_W and free p2p the 2P-microbatch plan reaches it (gap 0).
-// Deterministic: the same inputs give the same plan; only a time limit that expires makes the
-// result depend on the machine's speed (then timed_out and note say so).
+// steps). Ties go to the other measure; the local search shortens the same key on its clock. On
+// the paper's 12 profiled settings both objectives pick plans with ZB-2p's rates, the step ones
+// also at the step's lower bound (docs/schedules.md, "Against the Zero Bubble paper's
+// evaluation").
+//
+// Cost: each greedy is O(P V M x P V) (every pass scans the ranks' next passes), the paper's
+// heuristic O(P^2 M), each simulation O(actions log actions), the local search at most ~2e7
+// replayed passes; p = 32, m = 256 takes under a second (bench/auto_schedule.sh).
+// Optimality: none is guaranteed (the paper follows its heuristic with an ILP; Auto does not). Each
+// result carries lower_bound_ns, the largest over ranks of (the forward chain before the rank's
+// first stage + the rank's compute), which no schedule beats; with T_F = T_I = T_W and free p2p the
+// 2P-microbatch plan reaches it (gap 0). Deterministic: the same inputs give the same plan; only a
+// time limit that expires makes the result depend on the machine's speed (then timed_out and note
+// say so).
 #pragma once
 
 #include <cstdint>
