@@ -26,7 +26,10 @@ struct ZbPolicy {
 // Note [Zero Bubble heuristic]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The heuristic of Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024, section 3.1; its
-// authors' scheduler, auto_schedule.py's manual_order), for one stage per rank, written for
+// authors' scheduler: github.com/sail-sg/zero-bubble-pipeline-parallelism, megatron/core/
+// pipeline_parallel/auto_schedule.py at 6229e79062d9cedc19da9127648b43e6d68ca504, manual_order
+// and initial_solution, which is what its efficiency.py prints as ZB-1p and ZB-2p; the paper's
+// ILP that may follow it is not done here), for one stage per rank, written for
 // pipewright's problem (per-stage costs and message times, activation that I partly frees). It
 // places passes rank by rank on its own clock, microbatch by microbatch:
 //   - microbatch 0: every rank's first forward, then, from the last rank back, as many more
