@@ -31,6 +31,7 @@ CostTable sample_table() {
   s1.stage = 1;
   s1.input_grad_ms = 1.0;
   s1.weight_grad_ms = 1.5;
+  s1.weight_grad_keeps = 0.375;
   s1.param_sizes_bytes.clear();
   s1.forward_stats.reset();
   s1.weight_grad_stats = KindStats{1.5, 1.4, 1.6, 8, {}, {}};
@@ -94,6 +95,8 @@ TEST(Costs, BadValuesNameTheJsonPointer) {
                      "/stages/0/backward_ms");
   expect_parse_error(replace(good, "\"weight_grad_ms\": 1.5", "\"weight_grad_ms\": -0.5"),
                      "/stages/1/weight_grad_ms");
+  expect_parse_error(replace(good, "\"weight_grad_keeps\": 0.375", "\"weight_grad_keeps\": 1.5"),
+                     "/stages/1/weight_grad_keeps must be in [0, 1], got 1.5");
   expect_parse_error(replace(good, "\"param_bytes\": 4096", "\"param_bytes\": -4"),
                      "/stages/0/param_bytes");
   expect_parse_error(replace(good, "\"format\": \"pipewright-profile\"", "\"format\": \"x\""),
@@ -219,7 +222,7 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
       replace(corr_text, "\"rank_step_correlation\": 0.5", "\"rank_step_correlation\": 1.5"),
       "/rank_step_correlation");
   expect_error(replace(corr_text, "\"step_correlation\": 0.25", "\"step_correlation\": -0.25"),
-               "c.json:143:23: at /step_correlation: must be a finite number >= 0, got -0.25");
+               "c.json:144:23: at /step_correlation: must be a finite number >= 0, got -0.25");
 }
 
 TEST(Costs, FromPartitionSumsStagesAndKeepsParameterSizes) {

@@ -6,8 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/sched/lower.hpp"
 
 namespace pipewright::sched {
 namespace {
@@ -108,6 +113,44 @@ TEST(Memory, SplitBackwardFreesAtW) {
     EXPECT_GT(rm.peak_activation_bytes, 0);
     EXPECT_EQ(rm.peak_activation_bytes % kActivations, 0);
   }
+}
+
+// Note [Weight-gradient activation]: with weight_grad_keeps k an I frees (1 - k) of the kept
+// bytes and its W the rest. One rank, order F0 F1 I0 F2 I1 I2 W0 W1 W2 (activation 100): k = 1
+// peaks at three microbatches (300) after F2, k = 0.25 at 100 + 100 + 25 after F2 = 225 (the
+// Zero Bubble paper's accounting, where B adds M_W - M_B), k = 0 at two microbatches (200).
+// Recomputed stages keep what they recompute until W whatever k says.
+TEST(Memory, WeightGradKeepsIsWhatIFreesNot) {
+  ComputePlan plan;
+  plan.shape.ranks = 1;
+  plan.shape.stages = 1;
+  plan.shape.microbatches = 3;
+  plan.shape.schedule = "test";
+  plan.shape.stage_to_rank = {0};
+  const auto f = [](int i) { return Action::compute(0, ActionKind::kForward, i); };
+  const auto in = [](int i) { return Action::compute(0, ActionKind::kBackwardInput, i); };
+  const auto w = [](int i) { return Action::compute(0, ActionKind::kBackwardWeight, i); };
+  plan.per_rank = {{f(0), f(1), in(0), f(2), in(1), in(2), w(0), w(1), w(2)}};
+  const LoweredPlan lowered = lower(plan, {});
+  for (const auto& [keeps, peak] : std::vector<std::pair<std::optional<double>, std::int64_t>>{
+           {std::nullopt, 300}, {1.0, 300}, {0.25, 225}, {0.0, 200}}) {
+    CostTable costs = uniform_costs(1);
+    costs.stages[0].weight_grad_keeps = keeps;
+    const MemoryModel model(plan.shape, costs, MemoryOptions{});
+    const std::int64_t kept = std::llround(keeps.value_or(1.0) * kActivations);
+    EXPECT_EQ(model.change(ActionKind::kBackwardInput, 0).at_end, kept - kActivations);
+    EXPECT_EQ(model.change(ActionKind::kBackwardWeight, 0).at_end, -kept);
+    EXPECT_EQ(model.change(ActionKind::kForward, 0).at_start, kActivations);
+    const auto mem = peak_memory(lowered, costs, MemoryOptions{});
+    EXPECT_EQ(mem[0].peak_activation_bytes, peak) << keeps.value_or(-1);
+    EXPECT_EQ(mem[0].peak_activation_microbatches, 3);  // held until W, whatever its bytes
+  }
+  MemoryOptions recompute;
+  recompute.recompute = parse_recompute("full");
+  CostTable costs = uniform_costs(1);
+  costs.stages[0].weight_grad_keeps = 0.25;
+  const MemoryModel model(plan.shape, costs, recompute);
+  EXPECT_EQ(model.change(ActionKind::kBackwardInput, 0).at_end, 0);
 }
 
 // Forward-only: one microbatch's activations at a time, parameters only.

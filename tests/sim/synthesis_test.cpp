@@ -1,6 +1,7 @@
 // Schedule synthesis (sim::synthesize, `schedule Auto`) and ZB-H2 on the simulator: the issue's
 // targets with T_F = T_I = T_W and free p2p (Auto at a cap of P matches ZB-H1's bubble rate, at
-// 2P it is <= 1% for M >= 3P; ZB-H2 has none for M >= 2P - 1), Auto plans as ordinary plans
+// 2P it is <= 1% for M >= 3P; ZB-H2 has none for M >= 2P - 1), the Zero Bubble paper's profiled
+// settings at its memory (Auto no worse than ZB-1p and ZB-2p), Auto plans as ordinary plans
 // (valid, deadlock-free under both transports, JSON round trip), uneven stages, the V placement,
 // determinism, and the bad inputs.
 #include <gtest/gtest.h>
@@ -232,64 +233,123 @@ TEST(Auto, TimeLimitGivesTheBestPlanSoFar) {
 }
 
 // The Zero Bubble paper's profiled settings (Qi et al., ICLR 2024, arXiv 2401.10241; its Table of
-// bubble rates): p, m, T_F, T_B (the paper's B is pipewright's I), T_W, T_comm in ms, and the
-// bubble rates its authors' script prints for ZB-H1, ZB-H2, ZB-1p (their automatic scheduler at
-// p M_B) and ZB-2p (at 2p M_B). Source: github.com/sail-sg/zero-bubble-pipeline-parallelism,
+// bubble rates): p, m, T_F, T_B (the paper's B is pipewright's I), T_W, T_comm in ms, the model's
+// hidden size h and attention heads a (sequence length s = 1024), and the bubble rates its
+// authors' script prints for ZB-H1, ZB-H2, ZB-1p (their automatic scheduler at p M_B) and ZB-2p
+// (at 2p M_B). Source: github.com/sail-sg/zero-bubble-pipeline-parallelism,
 // megatron/core/pipeline_parallel/efficiency.py at commit f68d38794764d7d937f4942dca3a1e9a07544898
-// (iclr_bubble_rates(): the settings, in us, and its printed table in the closing docstring;
-// columns 1F1B, ZB-H1, ZB-H2, ZB-1p, ZB-2p, the first three recomputed from the closed forms the
-// script asserts). Figures are rounded to 4 decimals, hence the 5e-5 slack.
+// (iclr_bubble_rates(): the settings, in us, mem_f = 34h + 5as, mem_w = -32h, mem_b = -mem_w -
+// mem_f, max_mem = 2p mem_f or p mem_f, and its printed table in the closing docstring; columns
+// 1F1B, ZB-H1, ZB-H2, ZB-1p, ZB-2p, the first three recomputed from the closed forms the script
+// asserts). Figures are rounded to 4 decimals, hence the 5e-5 slack.
 struct PaperSetting {
   int p, m;
   double f, b, w, c;
+  int h, a;
   double zbh1, zbh2, zb1p, zb2p;
 };
 constexpr PaperSetting kPaperSettings[] = {
-    {8, 24, 18.522, 18.086, 9.337, 0.601, 0.1585, 0.1083, 0.1585, 0.0433},
-    {8, 32, 18.513, 18.086, 9.331, 0.626, 0.1242, 0.0837, 0.1242, 0.0039},
-    {8, 64, 18.546, 18.097, 9.321, 0.762, 0.0674, 0.0444, 0.0674, 0.0026},
-    {8, 24, 29.718, 29.444, 19.927, 0.527, 0.1323, 0.0698, 0.1323, 0.0029},
-    {8, 32, 29.802, 29.428, 19.530, 0.577, 0.1045, 0.0559, 0.1045, 0.0022},
-    {8, 64, 29.935, 29.621, 19.388, 0.535, 0.0554, 0.0294, 0.0554, 0.0010},
-    {16, 48, 11.347, 11.248, 8.132, 0.377, 0.1397, 0.0672, 0.1397, 0.0066},
-    {16, 64, 11.307, 11.254, 8.101, 0.379, 0.1088, 0.0516, 0.1088, 0.0054},
-    {16, 128, 11.325, 11.308, 8.109, 0.378, 0.0576, 0.0266, 0.0576, 0.0028},
-    {32, 96, 10.419, 10.207, 7.715, 0.408, 0.1421, 0.0641, 0.1421, 0.0038},
-    {32, 128, 10.408, 10.204, 7.703, 0.408, 0.1106, 0.0490, 0.1106, 0.0029},
-    {32, 256, 10.402, 10.248, 7.698, 0.460, 0.0594, 0.0257, 0.0594, 0.0018},
+    {8, 24, 18.522, 18.086, 9.337, 0.601, 2304, 24, 0.1585, 0.1083, 0.1585, 0.0433},
+    {8, 32, 18.513, 18.086, 9.331, 0.626, 2304, 24, 0.1242, 0.0837, 0.1242, 0.0039},
+    {8, 64, 18.546, 18.097, 9.321, 0.762, 2304, 24, 0.0674, 0.0444, 0.0674, 0.0026},
+    {8, 24, 29.718, 29.444, 19.927, 0.527, 4096, 32, 0.1323, 0.0698, 0.1323, 0.0029},
+    {8, 32, 29.802, 29.428, 19.530, 0.577, 4096, 32, 0.1045, 0.0559, 0.1045, 0.0022},
+    {8, 64, 29.935, 29.621, 19.388, 0.535, 4096, 32, 0.0554, 0.0294, 0.0554, 0.0010},
+    {16, 48, 11.347, 11.248, 8.132, 0.377, 5120, 40, 0.1397, 0.0672, 0.1397, 0.0066},
+    {16, 64, 11.307, 11.254, 8.101, 0.379, 5120, 40, 0.1088, 0.0516, 0.1088, 0.0054},
+    {16, 128, 11.325, 11.308, 8.109, 0.378, 5120, 40, 0.0576, 0.0266, 0.0576, 0.0028},
+    {32, 96, 10.419, 10.207, 7.715, 0.408, 6144, 48, 0.1421, 0.0641, 0.1421, 0.0038},
+    {32, 128, 10.408, 10.204, 7.703, 0.408, 6144, 48, 0.1106, 0.0490, 0.1106, 0.0029},
+    {32, 256, 10.402, 10.248, 7.698, 0.460, 6144, 48, 0.0594, 0.0257, 0.0594, 0.0018},
 };
 
-// At the paper's p M_B Auto's bubble rate is no worse than ZB-1p's in every setting. At 2p M_B
-// Auto's step reaches the lower bound (within 0.1%: no plan runs a step faster under pipewright's
-// step, which ends when the last rank has finished) and its rate is no worse than ZB-H2's; it
-// does NOT reach ZB-2p's rates, which minimise the paper's span cost (a rank's first pass to its
-// last) for a runtime whose consecutive steps overlap, with W holding only its own inputs
-// (docs/schedules.md, "Auto against the Zero Bubble paper").
+// The paper's memory (Note [Weight-gradient activation]): a microbatch holds M_B = 34h + 5as
+// (per token and layer) from F to I, and M_W = 32h of it from I to W.
+double paper_weight_grad_keeps(const PaperSetting& s) {
+  const double seq = 1024;
+  return 32.0 * s.h / (34.0 * s.h + 5.0 * s.a * seq);
+}
+
+sched::CostTable paper_costs(const PaperSetting& s) {
+  WhatIfCosts w;
+  w.forward_ms = {s.f};
+  w.backward_ms = {s.b + s.w};
+  w.weight_ms = {s.w};
+  w.weight_grad_keeps = {paper_weight_grad_keeps(s)};
+  return what_if_costs(w, s.p);
+}
+
+// The best span bubble rate of the candidates whose name starts with `prefix` (1 when none fits).
+double best_rate_of(const AutoResult& r, const std::string& prefix) {
+  double best = 1;
+  for (const auto& c : r.candidates) {
+    if (c.fits && c.name.rfind(prefix, 0) == 0) best = std::min(best, c.span_bubble);
+  }
+  return best;
+}
+
+// Issue 45's target: at the paper's memory Auto's bubble rate is no worse than its automatic
+// schedules', ZB-1p at p M_B and ZB-2p at 2p M_B, in all 12 settings, under either objective
+// (Note [Auto objective]); the step objective also keeps the step within 0.1% of the lower bound.
+// The heuristic candidates alone reproduce the authors' printed rates (their scheduler's
+// initial_solution, which is what ZB-1p and ZB-2p are in that table).
 TEST(Auto, ZeroBubblePaperSettings) {
   for (const auto& s : kPaperSettings) {
     const std::string name =
         "p=" + std::to_string(s.p) + " m=" + std::to_string(s.m) + " F=" + std::to_string(s.f);
-    WhatIfCosts w;
-    w.forward_ms = {s.f};
-    w.backward_ms = {s.b + s.w};
-    w.weight_ms = {s.w};
-    const auto costs = what_if_costs(w, s.p);
+    const auto costs = paper_costs(s);
     AutoOptions o = auto_options(s.p, s.m, s.p);
     o.sim.p2p_override_ms = s.c;
     const AutoResult at_p = synthesize(costs, o);
     EXPECT_LE(at_p.span_bubble, s.zb1p + 5e-5) << name << " chose " << at_p.chosen;
     EXPECT_LE(at_p.span_bubble, s.zbh1 + 5e-5) << name;
+    EXPECT_NEAR(best_rate_of(at_p, "zero-bubble heuristic"), s.zb1p, 5e-5) << name;
     o.max_inflight = 2 * s.p;
     const AutoResult at_2p = synthesize(costs, o);
-    EXPECT_LE(at_2p.span_bubble, s.zbh2 + 5e-5)
-        << name << " chose " << at_2p.chosen << " (ZB-2p: " << s.zb2p << ")";
+    EXPECT_LE(at_2p.span_bubble, s.zb2p + 5e-5) << name << " chose " << at_2p.chosen;
+    EXPECT_LE(at_2p.span_bubble, s.zbh2 + 5e-5) << name;
+    EXPECT_NEAR(best_rate_of(at_2p, "zero-bubble heuristic"), s.zb2p, 5e-5) << name;
     EXPECT_GE(at_2p.step_ns, at_2p.lower_bound_ns) << name;
     EXPECT_LE(static_cast<double>(at_2p.step_ns), 1.001 * static_cast<double>(at_2p.lower_bound_ns))
         << name << " chose " << at_2p.chosen;
     for (std::size_t r = 0; r < at_2p.peak_activation.size(); ++r) {
       EXPECT_LE(at_2p.peak_activation[r], 2 * s.p) << name;
     }
+    check_ordinary(at_2p.plan, name);
+    o.objective = AutoObjective::kSpan;
+    const AutoResult by_span = synthesize(costs, o);
+    EXPECT_LE(by_span.span_bubble, s.zb2p + 5e-5) << name << " chose " << by_span.chosen;
+    EXPECT_LE(by_span.span_bubble, at_2p.span_bubble + 1e-12) << name;
   }
+}
+
+// Note [Weight-gradient activation] is what the paper's 2p M_B buys: with W holding the whole
+// activation (weight_grad_keeps absent, pipewright's conservative default) the same cap defers
+// fewer W and the first setting stays above ZB-2p's 4.33%; with the paper's share it does not.
+TEST(Auto, PaperMemoryAccountingIsWhatReachesZB2p) {
+  const PaperSetting& s = kPaperSettings[0];
+  AutoOptions o = auto_options(s.p, s.m, 2 * s.p);
+  o.sim.p2p_override_ms = s.c;
+  sched::CostTable costs = paper_costs(s);
+  const AutoResult paper = synthesize(costs, o);
+  for (auto& st : costs.stages) st.weight_grad_keeps.reset();
+  const AutoResult whole = synthesize(costs, o);
+  EXPECT_LE(paper.span_bubble, s.zb2p + 5e-5);
+  EXPECT_GT(whole.span_bubble, s.zb2p + 0.01) << whole.chosen;
+  for (std::size_t r = 0; r < whole.peak_activation.size(); ++r) {
+    EXPECT_LE(whole.peak_activation[r], 2 * s.p);
+    EXPECT_LE(paper.peak_activation[r], 2 * s.p);
+  }
+  // Under the paper's accounting the first rank holds more than 2p microbatches' worth of F
+  // passes before their W (the deferred W keep only their share).
+  std::int32_t most = 0;
+  std::int32_t open = 0;
+  for (const auto& a : paper.plan.per_rank[0]) {
+    if (a.kind == sched::ActionKind::kForward) ++open;
+    if (a.kind == sched::ActionKind::kBackwardWeight) --open;
+    most = std::max(most, open);
+  }
+  EXPECT_GT(most, 2 * s.p);
 }
 
 }  // namespace

@@ -47,6 +47,8 @@ struct ScheduleArgs {
   std::string memory_limit;
   std::optional<double> max_inflight;
   std::optional<double> time_limit_s;
+  std::string objective = "step";
+  std::vector<double> weight_grad_keeps;
   std::string optimizer = "sgd";
   sim::CostSources costs;
   std::string activation_bytes = "0", param_bytes = "0", output_bytes = "0";
@@ -129,6 +131,7 @@ void run_auto(const ScheduleArgs& args) {
     o.memory_limit_bytes = parse_size(args.memory_limit, "--memory-limit");
   o.max_inflight = args.max_inflight;
   o.time_limit_s = args.time_limit_s;
+  o.objective = args.objective == "span" ? sim::AutoObjective::kSpan : sim::AutoObjective::kStep;
   o.memory.optimizer = sched::parse_optimizer(args.optimizer);
   o.sim.p2p_override_ms = args.p2p_ms;
   if (!args.cluster_file.empty()) o.cluster = sim::load_cluster(args.cluster_file);
@@ -173,6 +176,7 @@ void run_auto(const ScheduleArgs& args) {
     costs = sim::stage_costs(sources, shape);
   }
   if (args.costs.compute_overhead_ms) costs.compute_overhead_ms = *args.costs.compute_overhead_ms;
+  sim::set_weight_grad_keeps(costs, args.weight_grad_keeps);
 
   const sim::AutoResult r = sim::synthesize(costs, o);
   sched::check_valid(r.plan, "Auto");
@@ -187,8 +191,8 @@ void run_auto(const ScheduleArgs& args) {
   }
   std::string peaks;
   for (std::size_t k = 0; k < r.peak_activation.size(); ++k) {
-    peaks += (peaks.empty() ? "" : " ") + std::to_string(r.peak_activation[k]) + "/" +
-             std::to_string(r.activation_cap[k]);
+    peaks += fmt::format("{}{:g}/{:g}", peaks.empty() ? "" : " ", r.peak_activation[k],
+                         r.activation_cap[k]);
   }
   const auto fit = std::count_if(r.candidates.begin(), r.candidates.end(),
                                  [](const sim::AutoCandidate& c) { return c.fits; });
@@ -207,9 +211,10 @@ void run_schedule(const ScheduleArgs& args) {
     return;
   }
   PW_CHECK(args.memory_limit.empty() && !args.max_inflight && !args.time_limit_s &&
-               args.costs.given() == 0 && args.model_path.empty(),
+               args.costs.given() == 0 && args.model_path.empty() &&
+               args.weight_grad_keeps.empty() && args.objective == "step",
            ConfigError,
-           "--memory-limit, --max-inflight, --time-limit and the cost options are for "
+           "--memory-limit, --max-inflight, --time-limit, --objective and the cost options are for "
            "`schedule Auto`; "
                << args.name << " is a fixed schedule");
   sched::ScheduleSpec spec;
@@ -270,6 +275,17 @@ void setup_schedule(CLI::App& app) {
   cmd->add_option("--max-inflight", args->max_inflight,
                   "per-rank cap in microbatches' activations (P: ZB-H1's memory, 2P: the "
                   "Zero Bubble paper's ZB-2p)")
+      ->group(g);
+  cmd->add_option("--objective", args->objective,
+                  "step: the shortest simulated step (pipewright's executor syncs every step); "
+                  "span: the longest per-rank span, the Zero Bubble paper's cost")
+      ->check(CLI::IsMember({"step", "span"}))
+      ->capture_default_str()
+      ->group(g);
+  cmd->add_option("--weight-grad-keeps", args->weight_grad_keeps,
+                  "share of a stage's activation W still needs after I (I frees the rest; "
+                  "one value or one per stage; default 1, or the profile's)")
+      ->delimiter(',')
       ->group(g);
   cmd->add_option("--time-limit", args->time_limit_s,
                   "seconds for the search; then the best plan so far, with a note")

@@ -43,6 +43,7 @@ struct SimulateArgs {
   // Costs.
   sim::CostSources costs;  // the flags fill it; the model and its partition are added later
   std::string activation_bytes = "0", param_bytes = "0", output_bytes = "0";  // sizes
+  std::vector<double> weight_grad_keeps;  // Note [Weight-gradient activation]
   std::optional<double> p2p_ms;
   // Cluster.
   std::string cluster_file;
@@ -144,7 +145,9 @@ void run_simulate(const SimulateArgs& a) {
     sources.table = sim::costs_from_trace(*measured, plan.shape.stages, a.compare);
     sources.table->precision = job.precision;  // measured by the run the flags describe
   }
-  const sched::CostTable costs = sim::stage_costs(sources, plan.shape);
+  sched::CostTable costs = sim::stage_costs(sources, plan.shape);
+  // Note [Weight-gradient activation]: the share given replaces any source's.
+  sim::set_weight_grad_keeps(costs, a.weight_grad_keeps);
 
   sim::SimOptions opt = sim::sim_options(job);
   if (opt.micro_batch_size == 0 && model) opt.micro_batch_size = model->micro_batch_size;
@@ -271,6 +274,11 @@ void add_simulate_flags(CLI::App* cmd, const std::shared_ptr<SimulateArgs>& a) {
   cmd->add_option("--activation-bytes", a->activation_bytes,
                   "what-if: activation memory kept per microbatch per stage (bytes or a size such "
                   "as 512KiB)")
+      ->group(g);
+  cmd->add_option("--weight-grad-keeps", a->weight_grad_keeps,
+                  "share of a stage's activation W still needs after I (I frees the rest; one "
+                  "value or one per stage; default 1, or the profile's)")
+      ->delimiter(',')
       ->group(g);
   cmd->add_option("--param-bytes", a->param_bytes, "what-if: parameter memory per stage (size)")
       ->group(g);

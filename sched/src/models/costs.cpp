@@ -146,6 +146,13 @@ void validate(const CostTable& t, std::string_view origin) {
     check_number(origin, p + "/activation_bytes", s.activation_bytes);
     check_number(origin, p + "/output_bytes", s.output_bytes);
     check_number(origin, p + "/activation_fp32_bytes", s.activation_fp32_bytes);
+    if (s.weight_grad_keeps) {
+      PW_CHECK(std::isfinite(*s.weight_grad_keeps) && *s.weight_grad_keeps >= 0 &&
+                   *s.weight_grad_keeps <= 1,
+               ParseError,
+               origin << ": " << p << "/weight_grad_keeps must be in [0, 1], got "
+                      << *s.weight_grad_keeps);
+    }
     PW_CHECK(s.activation_fp32_bytes <= s.activation_bytes, ParseError,
              origin << ": " << p << "/activation_fp32_bytes (" << s.activation_fp32_bytes
                     << ") exceeds activation_bytes (" << s.activation_bytes << ")");
@@ -250,6 +257,7 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
     s.output_bytes = r.has("output_bytes") ? r.integer("output_bytes") : 0;
     s.activation_fp32_bytes =
         r.has("activation_fp32_bytes") ? r.integer("activation_fp32_bytes") : 0;
+    s.weight_grad_keeps = r.opt_number("weight_grad_keeps");
     if (r.has("param_sizes_bytes")) {
       const At sizes = r.at("param_sizes_bytes");
       sizes.expect_array();
@@ -347,6 +355,7 @@ std::string to_json(const CostTable& t) {
             {"activation_bytes", s.activation_bytes},
             {"output_bytes", s.output_bytes}};
     if (s.activation_fp32_bytes > 0) js["activation_fp32_bytes"] = s.activation_fp32_bytes;
+    if (s.weight_grad_keeps) js["weight_grad_keeps"] = *s.weight_grad_keeps;
     if (s.input_grad_ms) js["input_grad_ms"] = *s.input_grad_ms;
     if (s.weight_grad_ms) js["weight_grad_ms"] = *s.weight_grad_ms;
     if (s.optimizer_ms) js["optimizer_ms"] = *s.optimizer_ms;

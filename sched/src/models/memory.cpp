@@ -138,6 +138,9 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
     grad_transient_.push_back(shape.forward_only || dp_ < 2 ? 0 : largest + low);
     kept_bytes_.push_back(kept);
     recompute_bytes_.push_back(redo);
+    // Note [Weight-gradient activation]: a recomputed stage keeps what it recomputed until W.
+    const double keeps = redo > 0 || !c.weight_grad_keeps ? 1.0 : *c.weight_grad_keeps;
+    input_grad_frees_.push_back(kept - std::llround(keeps * static_cast<double>(kept)));
   }
 }
 
@@ -215,13 +218,14 @@ MemoryChange MemoryModel::change(ActionKind kind, std::int32_t stage) const noex
       break;
     case ActionKind::kBackwardInput:
       c.at_start = recompute_bytes_[s];  // held until the W
+      c.at_end = -input_grad_frees_[s];  // Note [Weight-gradient activation]
       break;
     case ActionKind::kOptimizerStep:  // Note [Optimizer transient]
       c.transient_at_start = optimizer_transient_[s];
       c.transient_at_end = -optimizer_transient_[s];
       break;
     case ActionKind::kBackwardWeight:
-      c.at_end = -kept_bytes_[s] - recompute_bytes_[s];
+      c.at_end = -(kept_bytes_[s] - input_grad_frees_[s]) - recompute_bytes_[s];
       c.microbatches_at_end = -1;
       break;
     default:

@@ -53,7 +53,20 @@ sched::CostTable what_if_costs(const WhatIfCosts& w, std::int32_t stages) {
     c.output_bytes = w.output_bytes;
     t.stages.push_back(c);
   }
+  set_weight_grad_keeps(t, w.weight_grad_keeps);
   return t;
+}
+
+void set_weight_grad_keeps(sched::CostTable& table, const std::vector<double>& shares) {
+  if (shares.empty()) return;
+  const auto stages = static_cast<std::int32_t>(table.stages.size());
+  for (std::int32_t s = 0; s < stages; ++s) {
+    const double v = pick(shares, s, "--weight-grad-keeps", stages);
+    PW_CHECK(v <= 1, ConfigError,
+             "--weight-grad-keeps is a share of the activation, in [0, 1], got "
+                 << v << (shares.size() == 1 ? std::string() : " for stage " + std::to_string(s)));
+    table.stages[static_cast<std::size_t>(s)].weight_grad_keeps = v;
+  }
 }
 
 int CostSources::given() const noexcept {

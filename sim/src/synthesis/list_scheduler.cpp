@@ -23,6 +23,15 @@ struct Choice {
 
 }  // namespace
 
+std::int64_t input_grad_frees(const ListProblem& pr, std::int32_t stage) {
+  const auto s = static_cast<std::size_t>(stage);
+  return pr.input_grad_frees.empty() ? 0 : pr.input_grad_frees[s];
+}
+
+std::int64_t weight_grad_frees(const ListProblem& pr, std::int32_t stage) {
+  return pr.activation[static_cast<std::size_t>(stage)] - input_grad_frees(pr, stage);
+}
+
 std::vector<std::vector<Action>> list_schedule(const ListProblem& pr, const ListPolicy& policy) {
   const auto S = static_cast<std::size_t>(pr.stages);
   const auto M = static_cast<std::size_t>(pr.microbatches);
@@ -103,7 +112,7 @@ std::vector<std::vector<Action>> list_schedule(const ListProblem& pr, const List
       a = pending_w[r].front();
       pending_w[r].pop_front();
       duration = pr.weight_grad_ns[static_cast<std::size_t>(a.stage)];
-      held[r] -= pr.activation[static_cast<std::size_t>(a.stage)];
+      held[r] -= weight_grad_frees(pr, a.stage);
     } else {
       const auto us = static_cast<std::size_t>(best.stage);
       if (best.kind == ActionKind::kForward) {
@@ -118,6 +127,7 @@ std::vector<std::vector<Action>> list_schedule(const ListProblem& pr, const List
         a = Action::compute(best.stage, ActionKind::kBackwardInput, i);
         duration = pr.input_grad_ns[us];
         end_i[at(best.stage, i)] = best.start + duration;
+        held[r] -= input_grad_frees(pr, best.stage);
         pending_w[r].push_back(Action::compute(best.stage, ActionKind::kBackwardWeight, i));
       }
     }

@@ -17,9 +17,9 @@ int slot_of(ActionKind k) {
 bool under_cap(const ListProblem& pr, const std::vector<Action>& order, std::int64_t cap) {
   std::int64_t held = 0;
   for (const auto& a : order) {
-    const std::int64_t act = pr.activation[static_cast<std::size_t>(a.stage)];
-    if (a.kind == ActionKind::kForward) held += act;
-    if (a.kind == ActionKind::kBackwardWeight) held -= act;
+    if (a.kind == ActionKind::kForward) held += pr.activation[static_cast<std::size_t>(a.stage)];
+    if (a.kind == ActionKind::kBackwardInput) held -= input_grad_frees(pr, a.stage);
+    if (a.kind == ActionKind::kBackwardWeight) held -= weight_grad_frees(pr, a.stage);
     if (held > cap) return false;
   }
   return true;
@@ -27,7 +27,7 @@ bool under_cap(const ListProblem& pr, const std::vector<Action>& order, std::int
 
 }  // namespace
 
-std::int64_t replay_ns(const ListProblem& pr, const std::vector<std::vector<Action>>& orders) {
+Replay replay(const ListProblem& pr, const std::vector<std::vector<Action>>& orders) {
   const auto M = static_cast<std::size_t>(pr.microbatches);
   const auto cells = static_cast<std::size_t>(pr.stages) * M;
   std::vector<std::int64_t> end(3 * cells, -1);
@@ -38,6 +38,7 @@ std::int64_t replay_ns(const ListProblem& pr, const std::vector<std::vector<Acti
   const auto P = orders.size();
   std::vector<std::size_t> next(P, 0);
   std::vector<std::int64_t> free_at(P, 0);
+  std::vector<std::int64_t> first_start(P, -1);
   // Ranks waiting for an end time, by the slot they wait for.
   std::vector<std::vector<std::size_t>> waiters(3 * cells);
   std::vector<std::size_t> ready;
@@ -80,6 +81,7 @@ std::int64_t replay_ns(const ListProblem& pr, const std::vector<std::vector<Acti
       }
       const std::size_t slot = at(slot_of(a.kind), a.stage, a.microbatch);
       end[slot] = start + duration;
+      if (first_start[r] < 0) first_start[r] = start;
       free_at[r] = end[slot];
       makespan = std::max(makespan, end[slot]);
       ++next[r];
@@ -88,15 +90,27 @@ std::int64_t replay_ns(const ListProblem& pr, const std::vector<std::vector<Acti
       waiters[slot].clear();
     }
   }
-  return done == total ? makespan : -1;
+  Replay out;
+  if (done != total) return out;
+  out.step_ns = makespan;
+  out.span_ns = 0;
+  for (std::size_t r = 0; r < P; ++r) {
+    if (first_start[r] >= 0) out.span_ns = std::max(out.span_ns, free_at[r] - first_start[r]);
+  }
+  return out;
 }
 
 std::vector<std::vector<Action>> improve(const ListProblem& pr,
                                          std::vector<std::vector<Action>> orders,
-                                         std::int64_t max_evaluations,
+                                         SearchObjective objective, std::int64_t max_evaluations,
                                          std::chrono::steady_clock::time_point deadline) {
-  std::int64_t best = replay_ns(pr, orders);
-  if (best < 0) return orders;
+  // The objective's key: smaller is better; {-1, -1} for orders that cannot run.
+  const auto key = [objective](const Replay& r) {
+    return objective == SearchObjective::kStep ? std::pair{r.step_ns, r.span_ns}
+                                               : std::pair{r.span_ns, r.step_ns};
+  };
+  auto best = key(replay(pr, orders));
+  if (best.first < 0) return orders;
   std::int64_t evaluations = 0;
   bool improved = true;
   while (improved) {
@@ -111,9 +125,10 @@ std::vector<std::vector<Action>> improve(const ListProblem& pr,
           return orders;
         std::swap(order[k], order[k + 1]);
         ++evaluations;
-        const std::int64_t t =
-            under_cap(pr, order, pr.cap[r]) ? replay_ns(pr, orders) : std::int64_t{-1};
-        if (t >= 0 && t < best) {
+        const auto t = under_cap(pr, order, pr.cap[r])
+                           ? key(replay(pr, orders))
+                           : std::pair<std::int64_t, std::int64_t>{-1, -1};
+        if (t.first >= 0 && t < best) {
           best = t;
           improved = true;
         } else {

@@ -16,6 +16,7 @@
 #include "pipewright/sched/validate.hpp"
 #include "synthesis/list_scheduler.hpp"
 #include "synthesis/local_search.hpp"
+#include "synthesis/zb_heuristic.hpp"
 
 namespace pipewright::sim {
 namespace {
@@ -27,15 +28,21 @@ using sched::ScheduleKind;
 
 std::int64_t to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
 
+// Without activation bytes a microbatch's activation on a stage is one unit, counted in 2^20ths
+// so that what an I frees (a share, Note [Weight-gradient activation]) is exact enough.
+constexpr std::int64_t kUnit = std::int64_t{1} << 20;
+
 // A stage placement of P x V stages: the looping one (stage s on rank s mod P) or the V (V = 2).
 struct StagePlacement {
   std::string name;
   PlanShape shape;
-  std::vector<std::int64_t> activation;  // per stage, in the cap's unit
-  std::vector<std::int64_t> cap;         // per rank
-  std::vector<std::int64_t> unit;        // per rank: one microbatch over its stages
-  std::string infeasible;                // why not even one microbatch fits, or empty
-  std::int64_t min_bytes = 0;            // bytes mode: the least limit one microbatch needs
+  std::vector<std::int64_t> activation;        // per stage, in the cap's unit
+  std::vector<std::int64_t> input_grad_frees;  // per stage: what an I frees of `activation`
+  double unit_scale = 1;                       // the reported unit: bytes 1, microbatches kUnit
+  std::vector<std::int64_t> cap;               // per rank
+  std::vector<std::int64_t> unit;              // per rank: one microbatch over its stages
+  std::string infeasible;                      // why not even one microbatch fits, or empty
+  std::int64_t min_bytes = 0;                  // bytes mode: the least limit one microbatch needs
 };
 
 PlanShape shape_of(std::int32_t p, std::int32_t v, std::int32_t m, bool v_shaped) {
@@ -57,13 +64,22 @@ StagePlacement make_placement(const std::string& name, PlanShape shape,
   const auto S = static_cast<std::size_t>(pl.shape.stages);
   const auto P = static_cast<std::size_t>(pl.shape.ranks);
   pl.activation.resize(S);
+  pl.input_grad_frees.resize(S);
   bool any_bytes = false;
   for (std::size_t s = 0; s < S; ++s) {
-    pl.activation[s] = model.change(ActionKind::kForward, static_cast<std::int32_t>(s)).at_start;
+    const auto stage = static_cast<std::int32_t>(s);
+    pl.activation[s] = model.change(ActionKind::kForward, stage).at_start;
+    pl.input_grad_frees[s] = -model.change(ActionKind::kBackwardInput, stage).at_end;
     any_bytes = any_bytes || pl.activation[s] > 0;
   }
-  // Without activation bytes a microbatch's activation on a stage is one unit.
-  if (!any_bytes) std::fill(pl.activation.begin(), pl.activation.end(), 1);
+  if (!any_bytes) {  // one kUnit per stage; an I frees all but weight_grad_keeps of it
+    pl.unit_scale = static_cast<double>(kUnit);
+    for (std::size_t s = 0; s < S; ++s) {
+      const double keeps = costs.stages[s].weight_grad_keeps.value_or(1.0);
+      pl.activation[s] = kUnit;
+      pl.input_grad_frees[s] = kUnit - std::llround(keeps * static_cast<double>(kUnit));
+    }
+  }
   pl.unit.assign(P, 0);
   for (std::size_t s = 0; s < S; ++s) {
     pl.unit[static_cast<std::size_t>(pl.shape.stage_to_rank[s])] += pl.activation[s];
@@ -103,6 +119,7 @@ synthesis::ListProblem problem_of(const StagePlacement& pl, const sched::CostTab
   pr.microbatches = pl.shape.microbatches;
   pr.stage_to_rank = pl.shape.stage_to_rank;
   pr.activation = pl.activation;
+  pr.input_grad_frees = pl.input_grad_frees;
   pr.cap = pl.cap;
   const double overhead = costs.compute_overhead_ms;
   for (const auto& st : costs.stages) {
@@ -133,15 +150,19 @@ synthesis::ListProblem problem_of(const StagePlacement& pl, const sched::CostTab
   return pr;
 }
 
-// The most activation each rank holds in plan order (F adds at its start, W or B frees).
+// The most activation each rank holds in plan order (F adds at its start; B frees it, or I part
+// of it and W the rest).
 std::vector<std::int64_t> peak_activation(const ComputePlan& plan, const StagePlacement& pl) {
   std::vector<std::int64_t> peak(static_cast<std::size_t>(plan.shape.ranks), 0);
   for (std::size_t r = 0; r < plan.per_rank.size(); ++r) {
     std::int64_t held = 0;
     for (const auto& a : plan.per_rank[r]) {
-      const std::int64_t act = pl.activation[static_cast<std::size_t>(a.stage)];
+      const auto s = static_cast<std::size_t>(a.stage);
+      const std::int64_t act = pl.activation[s];
       if (a.kind == ActionKind::kForward) held += act;
-      if (a.kind == ActionKind::kBackwardWeight || a.kind == ActionKind::kFullBackward) held -= act;
+      if (a.kind == ActionKind::kFullBackward) held -= act;
+      if (a.kind == ActionKind::kBackwardInput) held -= pl.input_grad_frees[s];
+      if (a.kind == ActionKind::kBackwardWeight) held -= act - pl.input_grad_frees[s];
       peak[r] = std::max(peak[r], held);
     }
   }
@@ -180,7 +201,8 @@ Evaluated evaluate(const ComputePlan& plan, const StagePlacement& pl, const sche
   for (std::size_t r = 0; r < peak.size(); ++r) {
     if (peak[r] > pl.cap[r]) {
       std::ostringstream why;
-      why << "rank " << r << " holds " << peak[r] << " of activation, over its cap " << pl.cap[r];
+      why << "rank " << r << " holds " << static_cast<double>(peak[r]) / pl.unit_scale
+          << " of activation, over its cap " << static_cast<double>(pl.cap[r]) / pl.unit_scale;
       ev.why_not = why.str();
       return ev;
     }
@@ -327,8 +349,13 @@ AutoResult synthesize(const sched::CostTable& costs, const AutoOptions& o) {
     cand.step_ns = ev.step_ns;
     cand.span_bubble = ev.span_bubble;
     best.candidates.push_back(cand);
-    const bool better = !have || ev.step_ns < best.step_ns ||
-                        (ev.step_ns == best.step_ns && ev.span_bubble < best.span_bubble);
+    // Note [Auto objective]: the objective's measure, then the other one.
+    const bool by_span = o.objective == AutoObjective::kSpan;
+    const bool better =
+        !have || (by_span ? ev.span_bubble < best.span_bubble ||
+                                (ev.span_bubble == best.span_bubble && ev.step_ns < best.step_ns)
+                          : ev.step_ns < best.step_ns ||
+                                (ev.step_ns == best.step_ns && ev.span_bubble < best.span_bubble));
     if (ev.ok && better) {
       have = true;
       best.plan = std::move(plan);
@@ -363,7 +390,31 @@ AutoResult synthesize(const sched::CostTable& costs, const AutoOptions& o) {
       consider(std::move(name), std::move(plan), k);
     }
   }
-  // 2. The named schedules of this shape that fit.
+  // 2. The Zero Bubble paper's heuristic (one stage per rank), under its eight policies.
+  if (v == 1) {
+    const std::size_t k = placements.size() - 1;  // looping = stage s on rank s
+    const StagePlacement& pl = placements[k];
+    const auto problem = problem_of(pl, costs, o);
+    for (int bits = 0; bits < 8 && !stop && pl.infeasible.empty(); ++bits) {
+      if ((stop = expired())) break;
+      const synthesis::ZbPolicy policy{(bits & 1) != 0, (bits & 2) != 0, (bits & 4) == 0};
+      std::string name = std::string("zero-bubble heuristic(") +
+                         (policy.bubble_before_first_b ? "late" : "early") + " warm-up, " +
+                         (policy.prioritize_b ? "I first" : "F first") + ", " +
+                         (policy.fill_small_waits ? "fill" : "keep") + " small waits)";
+      auto orders = synthesis::zb_heuristic(problem, policy);
+      if (!orders) {
+        best.candidates.push_back(AutoCandidate{
+            name, false, "a pass waits for one not yet placed or does not fit the cap", 0, 0});
+        continue;
+      }
+      ComputePlan plan;
+      plan.shape = pl.shape;
+      plan.per_rank = std::move(*orders);
+      consider(std::move(name), std::move(plan), k);
+    }
+  }
+  // 3. The named schedules of this shape that fit.
   for (const auto& [kind, v_shaped] : named_seeds(v)) {
     if (stop || (stop = expired())) break;
     std::size_t k = placements.size() - 1;  // looping
@@ -379,7 +430,7 @@ AutoResult synthesize(const sched::CostTable& costs, const AutoOptions& o) {
     }
     consider(std::string(sched::to_string(kind)), std::move(plan), k);
   }
-  // 3. Note [Local search] from the best plan so far, on the greedy's clock; the simulator
+  // 4. Note [Local search] from the best plan so far, on the greedy's clock; the simulator
   // decides whether it is kept.
   if (have && !stop && !(stop = expired())) {
     const bool split_only =
@@ -402,7 +453,11 @@ AutoResult synthesize(const sched::CostTable& costs, const AutoOptions& o) {
                                                 std::chrono::duration<double>(*o.time_limit_s))
                                 : Clock::time_point::max();
       ComputePlan improved = best.plan;
-      improved.per_rank = synthesis::improve(problem, best.plan.per_rank, evaluations, deadline);
+      improved.per_rank = synthesis::improve(problem, best.plan.per_rank,
+                                             o.objective == AutoObjective::kSpan
+                                                 ? synthesis::SearchObjective::kSpan
+                                                 : synthesis::SearchObjective::kStep,
+                                             evaluations, deadline);
       if (improved.per_rank != best.plan.per_rank) {
         consider("local search from " + best.chosen, std::move(improved), best_placement);
       }
@@ -431,8 +486,10 @@ AutoResult synthesize(const sched::CostTable& costs, const AutoOptions& o) {
   best.span_bubble = span_bubble_rate(r);
   best.idle_share = r.bubble_fraction();
   best.lower_bound_ns = lower_bound(problem_of(pl, costs, o));
-  best.peak_activation = peak_activation(best.plan, pl);
-  best.activation_cap = pl.cap;
+  for (const std::int64_t held : peak_activation(best.plan, pl))
+    best.peak_activation.push_back(static_cast<double>(held) / pl.unit_scale);
+  for (const std::int64_t cap : pl.cap)
+    best.activation_cap.push_back(static_cast<double>(cap) / pl.unit_scale);
   return best;
 }
 

@@ -83,6 +83,9 @@ struct StageCost {
   // precision needs none (0).
   std::int64_t activation_fp32_bytes = 0;
   std::int64_t output_bytes = 0;  // activation crossing each outgoing cut, per microbatch
+  // Note [Weight-gradient activation] (memory.hpp): the share of activation_bytes a microbatch
+  // still holds from the end of its I to the end of its W (what W reads). Absent: 1, all of it.
+  std::optional<double> weight_grad_keeps;
   // Parameter sizes in registration order (DDP bucketing). Empty: one tensor of param_bytes.
   std::vector<std::int64_t> param_sizes_bytes;
   // Measured distributions (executor profiles only).
@@ -105,6 +108,7 @@ struct StageCost {
            a.optimizer_ms == b.optimizer_ms && a.optimizer_stats == b.optimizer_stats &&
            a.param_bytes == b.param_bytes && a.activation_bytes == b.activation_bytes &&
            a.activation_fp32_bytes == b.activation_fp32_bytes && a.output_bytes == b.output_bytes &&
+           a.weight_grad_keeps == b.weight_grad_keeps &&
            a.param_sizes_bytes == b.param_sizes_bytes && a.forward_stats == b.forward_stats &&
            a.backward_stats == b.backward_stats && a.input_grad_stats == b.input_grad_stats &&
            a.weight_grad_stats == b.weight_grad_stats;

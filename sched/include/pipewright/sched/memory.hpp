@@ -16,10 +16,22 @@
 //              profiles measure it, model and what-if costs have 0);
 // and, changing with its compute actions (MemoryModel::change), activations: an F adds the
 // stage's kept bytes (its activation_bytes) when it starts, held until the microbatch's B ends
-// (or its W, after an I).
+// (or, after an I, partly until its W: Note [Weight-gradient activation]).
 //   peak = runtime + static + autocast cache (bf16/fp16 only, Note [Precision bytes]) + the
 //          largest sum of activations over the rank's actions in plan order.
 // Every F's activations are freed within its step, so one step's peak is every step's.
+//
+// Note [Weight-gradient activation]: the split backward's I computes the input gradient and
+// frees what only it reads; W reads only the inputs of the stage's weight-bearing ops (their
+// saved inputs and the output gradients I passes on). StageCost::weight_grad_keeps is that
+// share of the kept bytes: an I frees (1 - share) x kept at its end, its W the rest. This is the
+// Zero Bubble paper's accounting (Qi et al., ICLR 2024, Table 1: F +M_B, B +M_W - M_B, W -M_W;
+// for a GPT layer M_B = 34bsh + 5as^2b and M_W = 32bsh, as its authors' efficiency.py
+// evaluates: share 32h / (34h + 5as)). Absent, the share is 1 (W frees everything): a cost table
+// says nothing about which tensors W reads, and the executor's split backward (Note [Split
+// backward] in exec/src/model/split_backward.hpp) frees the graph above its boundary nodes after
+// I but keeps the boundary nodes' saved tensors, whose share depends on the model; 1 never
+// understates the peak. Recomputed stages keep their recomputed activations until W (share 1).
 //
 // Note [Recompute]: a recomputed stage (JobSpec::recompute) keeps only its inputs (the output
 // bytes of the stages that feed it; the first stage's input batch is the data loader's) from F
@@ -161,6 +173,8 @@ class MemoryModel {
   const PlanShape& shape_;
   [[nodiscard]] std::int64_t share(double bytes) const noexcept;          // ceil(bytes / dp)
   std::vector<std::int64_t> param_bytes_, kept_bytes_, recompute_bytes_;  // per plan stage
+  // Note [Weight-gradient activation]: of kept_bytes_, what an I frees at its end (per stage).
+  std::vector<std::int64_t> input_grad_frees_;
   std::vector<std::int64_t> optimizer_transient_;  // Note [Optimizer transient], per plan stage
   std::vector<std::int64_t> grad_transient_;       // the same note: the largest parameter
   double state_factor_ = 0.0;

@@ -26,11 +26,19 @@ struct WhatIfCosts {
   std::int64_t activation_bytes = 0;
   std::int64_t param_bytes = 0;
   std::int64_t output_bytes = 0;
+  // Note [Weight-gradient activation] (sched/memory.hpp): the share of the activation W keeps
+  // after I, one value or one per stage; empty: absent (1).
+  std::vector<double> weight_grad_keeps;
 };
 
 // Throws ConfigError naming the flag (--forward-ms ...) for a wrong count, a negative or NaN
 // value, or a weight time larger than the backward time.
 [[nodiscard]] sched::CostTable what_if_costs(const WhatIfCosts& what_if, std::int32_t stages);
+
+// Sets every stage's StageCost::weight_grad_keeps from `shares` (one value or one per stage of
+// `table`; empty: leaves the table as it is). Throws ConfigError naming --weight-grad-keeps for a
+// wrong count or a value outside [0, 1].
+void set_weight_grad_keeps(sched::CostTable& table, const std::vector<double>& shares);
 
 // Where a simulation's stage costs come from: exactly one of what-if numbers (forward_ms or
 // backward_ms given), a model with the partition the plan runs, an executor profile file, or a
