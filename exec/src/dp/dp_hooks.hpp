@@ -39,6 +39,9 @@ class DataParallelHooks {
   virtual void before_forward(int /*stage*/, int /*microbatch*/) {}
   virtual void before_backward(int stage, int microbatch, bool last) = 0;
   virtual void before_weight(int /*stage*/, int /*microbatch*/) {}
+  // Note [Parameter waits]: before a compute action of stage s is timed, waits for s's parameter
+  // all-gathers in flight (ZeRO), so that the action's measured time is its compute alone.
+  virtual void await_parameters(int /*stage*/) {}
   // ZeRO-3 (zero/zero3.hpp): UNSHARD starts gathering stage s's parameters, RESHARD frees them.
   // Below stage 3 the parameters are whole and these are no-ops.
   virtual void unshard(int /*stage*/) {}

@@ -208,6 +208,12 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
         a.kind == ActionKind::kBackwardInput) {
       await_receives(&a, step);
     }
+    if (sched::is_compute(a.kind)) {
+      // Note [Parameter waits]: ZeRO's all-gathers are waited for before the action is timed;
+      // the wait is data-parallel time (the algorithm's exposed-wait counter holds it), and the
+      // simulator places the all-gathers itself (Note [ZeRO in the simulator]).
+      hooks_->await_parameters(a.stage);
+    }
     ActionTiming timing{a, step, 0, 0, 0, 0, 0};
     // Note [Measured activation memory]
     const bool measure_heap = options_.record_timings && a.kind == ActionKind::kForward;

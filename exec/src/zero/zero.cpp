@@ -206,6 +206,11 @@ void Zero::open_step(Stage& st) {
   st.step_open = true;
 }
 
+void Zero::await_parameters(int stage_id) {
+  rethrow_hook_error();
+  wait_gathers(stage(stage_id));
+}
+
 void Zero::before_forward(int stage_id, int /*microbatch*/) {
   rethrow_hook_error();
   wait_gathers(stage(stage_id));

@@ -86,6 +86,7 @@ class Zero final : public DataParallelAlgorithm {
 
   void on_start(std::vector<StageParams>& stages) override;
   void before_forward(int stage, int microbatch) override;
+  void await_parameters(int stage) override;
   void before_backward(int stage, int microbatch, bool last) override;
   void after_backward(int stage, int microbatch, bool last) override;
   void reduce_grad(int stage) override;

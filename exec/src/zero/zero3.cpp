@@ -263,6 +263,12 @@ void Zero3::require_gathered(Stage& st, const char* what, int microbatch) {
   wait_gathers(st);
 }
 
+void Zero3::await_parameters(int stage_id) {
+  rethrow_hook_error();
+  Stage& st = stage(stage_id);
+  if (st.state == Params::kGathering) wait_gathers(st);  // outside a window: before_* names it
+}
+
 void Zero3::before_forward(int stage_id, int microbatch) {
   require_gathered(stage(stage_id), "F", microbatch);
 }

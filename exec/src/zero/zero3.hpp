@@ -80,6 +80,7 @@ class Zero3 final : public DataParallelAlgorithm {
 
   void on_start(std::vector<StageParams>& stages) override;
   void before_forward(int stage, int microbatch) override;
+  void await_parameters(int stage) override;
   void before_backward(int stage, int microbatch, bool last) override;
   void before_weight(int stage, int microbatch) override;
   void unshard(int stage) override;
