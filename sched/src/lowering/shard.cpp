@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -188,8 +190,7 @@ class RankPeak {
     }
     return base_ + peak;
   }
-
- private:
+  [[nodiscard]] std::int64_t base() const noexcept { return base_; }
   const MemoryChange& change(ActionKind kind, std::int32_t stage) {
     const auto k = static_cast<std::size_t>(kind);
     const auto s = static_cast<std::size_t>(stage < 0 ? 0 : stage + 1);  // all stages < 0 alike
@@ -200,10 +201,165 @@ class RankPeak {
     if (!slot) slot = model_.change(kind, stage);
     return *slot;
   }
+
+ private:
   MemoryModel model_;
   std::int64_t base_;
   std::vector<std::vector<std::optional<MemoryChange>>> changes_;  // [stage + 1][kind]
 };
+
+// Range add and the maximum over all: a segment tree whose node holds the maximum of its range
+// less the adds of its ancestors (no push-down: an add stops at the nodes it covers).
+class MaxTree {
+ public:
+  explicit MaxTree(const std::vector<std::int64_t>& values) : n_(values.size()) {
+    std::size_t size = 1;
+    while (size < n_) size *= 2;
+    max_.assign(2 * size, kNone);
+    add_.assign(2 * size, 0);
+    size_ = size;
+    for (std::size_t i = 0; i < n_; ++i) max_[size + i] = values[i];
+    for (std::size_t v = size; v-- > 1;) max_[v] = std::max(max_[2 * v], max_[2 * v + 1]);
+  }
+  // Adds delta to the values [lo, hi).
+  void add(std::size_t lo, std::size_t hi, std::int64_t delta) {
+    if (lo < hi) add(1, 0, size_, lo, hi, delta);
+  }
+  [[nodiscard]] std::int64_t max() const noexcept { return max_[1]; }
+
+ private:
+  static constexpr std::int64_t kNone = INT64_MIN / 4;  // padding: below any sum of bytes
+  void add(std::size_t v, std::size_t l, std::size_t r, std::size_t lo, std::size_t hi,
+           std::int64_t delta) {
+    if (hi <= l || r <= lo) return;
+    if (lo <= l && r <= hi) {
+      add_[v] += delta;
+      max_[v] += delta;
+      return;
+    }
+    const std::size_t mid = (l + r) / 2;
+    add(2 * v, l, mid, lo, hi, delta);
+    add(2 * v + 1, mid, r, lo, hi, delta);
+    max_[v] = std::max(max_[2 * v], max_[2 * v + 1]) + add_[v];
+  }
+  std::size_t n_ = 0, size_ = 1;
+  std::vector<std::int64_t> max_, add_;
+};
+
+// Note [Incremental peak]: kFit's greedy asks "does the rank's peak fit?" after each trial
+// (a merge, a prefetch); walking the rank's list for each made a ZeRO-3 search spend nearly all
+// its time here. When every compute action's change holds at_start >= 0 and at_end <= 0 and
+// UNSHARD / RESHARD of a stage add and remove the same g >= 0 bytes (what memory.cpp's model
+// gives), an UNSHARD's check point is never above the action it precedes and a RESHARD's never
+// above the one it follows. The peak is then the largest of the base list's check points (the
+// list without shard actions: running bytes before action i plus its at_start), each raised by
+// the g of the windows open at it (UNSHARD at or before i, RESHARD after it). A window adds g over
+// a range of actions, a merge over the gap between its two windows, a prefetch over the slot
+// before it: a segment tree (range add, maximum over all) answers each trial in O(log n). The
+// greedy's order is kept: the open merges in order of (gap, the earlier window's position), the
+// first that fits taken, one that does not closed (Note [Where UNSHARD and RESHARD go]); a merge
+// moves the next gap of the absorbed window under the earlier window's position. When the
+// conditions do not hold, fit_rank re-walks the list for each trial (ShardFit::rewalk).
+//
+// The incremental greedy on one rank, from kCompute's windows (which fit); nullopt when the
+// conditions above do not hold.
+std::optional<std::vector<Window>> fit_incremental(const Ops& ops, const std::vector<Slot>& slots,
+                                                   const ShardFit& fit, RankPeak& rank_peak) {
+  // The base list's check points.
+  std::vector<std::int64_t> points(ops.size());
+  std::int64_t bytes = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const MemoryChange& c = rank_peak.change(ops[i].kind, ops[i].stage);
+    if (c.at_start < 0 || c.at_end > 0) return std::nullopt;
+    points[i] = bytes + c.at_start;
+    bytes += c.at_start + c.at_end;
+  }
+  const auto gathered = [&](std::int32_t stage) -> std::optional<std::int64_t> {
+    const MemoryChange& u = rank_peak.change(ActionKind::kUnshard, stage);
+    const MemoryChange& r = rank_peak.change(ActionKind::kReshard, stage);
+    if (u.at_start < 0 || u.at_end != 0 || r.at_start != 0 || r.at_end != -u.at_start)
+      return std::nullopt;
+    return u.at_start;
+  };
+  std::vector<Window> original = compute_windows(slots);
+  const std::size_t n = original.size();
+  std::vector<std::int64_t> g(n);
+  for (std::size_t w = 0; w < n; ++w) {
+    const auto b = gathered(original[w].stage);
+    if (!b) return std::nullopt;
+    g[w] = *b;
+  }
+  MaxTree tree(points);
+  const auto fits = [&] {
+    return rank_peak.base() + std::max<std::int64_t>(0, tree.max()) <= fit.limit_bytes;
+  };
+  for (std::size_t w = 0; w < n; ++w) {
+    const Slot& s = slots[original[w].first];
+    tree.add(s.begin, s.end, g[w]);
+  }
+  // Per window: the next window of its stage (n: none); per chain of merged windows, keyed by its
+  // head (the first window): its tail (the last).
+  std::vector<std::size_t> next(n, n), tail(n), head(n);
+  {
+    std::vector<std::size_t> following;
+    for (std::size_t w = n; w-- > 0;) {
+      const auto s = idx(original[w].stage);
+      if (s >= following.size()) following.resize(s + 1, n);
+      next[w] = following[s];
+      following[s] = w;
+      tail[w] = head[w] = w;
+    }
+  }
+  // Open merges: (gap in slots, head of the earlier window's chain, that chain's tail).
+  using Merge = std::tuple<std::size_t, std::size_t, std::size_t>;
+  std::set<Merge> open;
+  const auto gap_of = [&](std::size_t a) { return original[next[a]].first - original[a].first; };
+  for (std::size_t a = 0; a < n; ++a) {
+    if (next[a] != n) open.emplace(gap_of(a), a, a);
+  }
+  while (!open.empty()) {
+    const auto [gap, h, a] = *open.begin();
+    open.erase(open.begin());
+    const std::size_t b = next[a];
+    const std::size_t lo = slots[original[a].first].end, hi = slots[original[b].first].begin;
+    tree.add(lo, hi, g[a]);
+    if (!fits()) {
+      tree.add(lo, hi, -g[a]);  // closed: never tried again
+      continue;
+    }
+    // b's chain joins h's; the merge after it (if open) now follows h's window.
+    const std::size_t t = tail[b];
+    tail[h] = t;
+    head[b] = h;
+    if (next[t] != n && open.erase(Merge{gap_of(t), b, t}) == 1) open.emplace(gap_of(t), h, t);
+  }
+  std::vector<Window> windows;
+  for (std::size_t w = 0; w < n; ++w) {
+    if (head[w] != w) continue;
+    Window x = original[w];
+    x.last = original[tail[w]].first;
+    windows.push_back(x);
+  }
+  // Prefetch in window order (can_prefetch: the stage's previous window does not end right
+  // before this one; windows of a stage are disjoint and ordered).
+  std::vector<std::size_t> last_of;  // per stage: the last slot of its latest window + 1 (0: none)
+  for (Window& w : windows) {
+    const auto s = idx(w.stage);
+    if (s >= last_of.size()) last_of.resize(s + 1, 0);
+    const bool can = w.first != 0 && last_of[s] != w.first;  // last + 1 == first: gathered there
+    last_of[s] = w.last + 1;
+    if (!can) continue;
+    const std::size_t lo = slots[w.first - 1].begin, hi = slots[w.first].begin;
+    const std::int64_t add = *gathered(w.stage);
+    tree.add(lo, hi, add);
+    if (fits()) {
+      w.fetch = w.first - 1;
+    } else {
+      tree.add(lo, hi, -add);
+    }
+  }
+  return windows;
+}
 
 // kFit on one rank: the step windows if they fit; else from one window per slot, merge the
 // consecutive windows of a stage with the shortest gaps first while the rank's peak fits.
@@ -219,6 +375,12 @@ Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Sl
   // limit, no merge or prefetch below can fit, and the placement is these windows.
   list = emit(ops, slots, windows);
   if (!fit.plain && rank_peak(list) > fit.limit_bytes) return list;
+  if (!fit.plain && !fit.rewalk) {  // Note [Incremental peak]
+    if (auto placed = fit_incremental(ops, slots, fit, rank_peak)) {
+      list = emit(ops, slots, *placed);
+      return list;
+    }
+  }
   // Merge candidates: (gap in slots, stage, first slot of the earlier window). Merging only
   // holds more (the list loses a RESHARD and an UNSHARD, and every check point between them holds
   // the stage's parameters too), so a merge that did not fit never fits after other merges: it
