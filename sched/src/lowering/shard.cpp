@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "lowering/slots.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/memory.hpp"
@@ -17,35 +18,10 @@
 namespace pipewright::sched {
 namespace {
 
-using Ops = std::vector<Action>;
-std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
-
-// A unit of a rank's list that needs parameters: one compute action, or an OVERLAP_F_B marker with
-// its sub-actions (Note [OVERLAP_F_B units]): [begin, end) in the list and the stages it computes.
-struct Slot {
-  std::size_t begin = 0;
-  std::size_t end = 0;
-  std::vector<std::int32_t> stages;
-};
-
-std::vector<Slot> slots_of(const Ops& ops) {
-  std::vector<Slot> out;
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const Action& a = ops[i];
-    if (is_overlap(a.kind)) {
-      Slot s{i, std::min(ops.size(), i + 1 + kOverlapSubActions), {}};
-      for (std::size_t k = i + 1; k < s.end; ++k) {
-        if (std::find(s.stages.begin(), s.stages.end(), ops[k].stage) == s.stages.end())
-          s.stages.push_back(ops[k].stage);
-      }
-      i = s.end - 1;
-      out.push_back(std::move(s));
-    } else if (needs_parameters(a.kind)) {
-      out.push_back({i, i + 1, {a.stage}});
-    }
-  }
-  return out;
-}
+using lowering_detail::idx;
+using lowering_detail::Ops;
+using lowering_detail::Slot;
+using lowering_detail::slots_of;
 
 // A window over slots [first, last] of one stage; `fetch` is the slot before which its UNSHARD
 // goes (first, or the slot before it: the all-gather overlaps that slot's compute).
@@ -172,25 +148,15 @@ Ops torch_lookahead(const Ops& ops, const std::vector<Slot>& slots, int lookahea
   return out;
 }
 
-// One rank's peak_memory (memory.cpp's walk over the rank's list, the same sums in the same
-// order), with the memory model built once and each (kind, stage)'s change computed once.
-class RankPeak {
+// The memory model of a plan with each (kind, stage)'s change computed once, for every rank.
+class Changes {
  public:
-  RankPeak(const PlanShape& shape, const ShardFit& fit, std::int32_t rank)
-      : model_(shape, *fit.costs, fit.memory),
-        base_(model_.runtime_bytes() + model_.static_bytes(rank) +
-              model_.autocast_cache_bytes(rank)) {}
-  std::int64_t operator()(const Ops& list) {
-    std::int64_t bytes = 0, peak = 0;
-    for (const Action& a : list) {
-      const MemoryChange& c = change(a.kind, a.stage);
-      bytes += c.at_start;
-      if (bytes > peak) peak = bytes;
-      bytes += c.at_end;
-    }
-    return base_ + peak;
+  Changes(const PlanShape& shape, const CostTable& costs, const MemoryOptions& memory)
+      : model_(shape, costs, memory) {}
+  // What peak_memory adds to a rank's running peak: runtime, static and autocast cache bytes.
+  [[nodiscard]] std::int64_t base(std::int32_t rank) const {
+    return model_.runtime_bytes() + model_.static_bytes(rank) + model_.autocast_cache_bytes(rank);
   }
-  [[nodiscard]] std::int64_t base() const noexcept { return base_; }
   const MemoryChange& change(ActionKind kind, std::int32_t stage) {
     const auto k = static_cast<std::size_t>(kind);
     const auto s = static_cast<std::size_t>(stage < 0 ? 0 : stage + 1);  // all stages < 0 alike
@@ -204,9 +170,57 @@ class RankPeak {
 
  private:
   MemoryModel model_;
-  std::int64_t base_;
   std::vector<std::vector<std::optional<MemoryChange>>> changes_;  // [stage + 1][kind]
 };
+
+// One rank's peak_memory (memory.cpp's walk over the rank's list, the same sums in the same
+// order).
+class RankPeak {
+ public:
+  RankPeak(Changes& changes, std::int32_t rank) : changes_(changes), base_(changes.base(rank)) {}
+  std::int64_t operator()(const Ops& list) {
+    std::int64_t bytes = 0, peak = 0;
+    for (const Action& a : list) {
+      const MemoryChange& c = change(a.kind, a.stage);
+      bytes += c.at_start;
+      if (bytes > peak) peak = bytes;
+      bytes += c.at_end;
+    }
+    return base_ + peak;
+  }
+  [[nodiscard]] std::int64_t base() const noexcept { return base_; }
+  const MemoryChange& change(ActionKind kind, std::int32_t stage) {
+    return changes_.change(kind, stage);
+  }
+
+ private:
+  Changes& changes_;
+  std::int64_t base_;
+};
+
+// Note [Incremental peak]'s conditions on a stage's UNSHARD / RESHARD: the bytes g >= 0 that they
+// add and remove; nullopt when they do not hold.
+std::optional<std::int64_t> gathered_bytes(RankPeak& rank_peak, std::int32_t stage) {
+  const MemoryChange& u = rank_peak.change(ActionKind::kUnshard, stage);
+  const MemoryChange& r = rank_peak.change(ActionKind::kReshard, stage);
+  if (u.at_start < 0 || u.at_end != 0 || r.at_start != 0 || r.at_end != -u.at_start)
+    return std::nullopt;
+  return u.at_start;
+}
+
+// The base list's check points (running bytes before action i plus its at_start); nullopt when
+// a change does not keep Note [Incremental peak]'s signs.
+std::optional<std::vector<std::int64_t>> check_points(const Ops& ops, RankPeak& rank_peak) {
+  std::vector<std::int64_t> points(ops.size());
+  std::int64_t bytes = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const MemoryChange& c = rank_peak.change(ops[i].kind, ops[i].stage);
+    if (c.at_start < 0 || c.at_end > 0) return std::nullopt;
+    points[i] = bytes + c.at_start;
+    bytes += c.at_start + c.at_end;
+  }
+  return points;
+}
 
 // Range add and the maximum over all: a segment tree whose node holds the maximum of its range
 // less the adds of its ancestors (no push-down: an add stops at the nodes it covers).
@@ -265,31 +279,17 @@ class MaxTree {
 // conditions above do not hold.
 std::optional<std::vector<Window>> fit_incremental(const Ops& ops, const std::vector<Slot>& slots,
                                                    const ShardFit& fit, RankPeak& rank_peak) {
-  // The base list's check points.
-  std::vector<std::int64_t> points(ops.size());
-  std::int64_t bytes = 0;
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const MemoryChange& c = rank_peak.change(ops[i].kind, ops[i].stage);
-    if (c.at_start < 0 || c.at_end > 0) return std::nullopt;
-    points[i] = bytes + c.at_start;
-    bytes += c.at_start + c.at_end;
-  }
-  const auto gathered = [&](std::int32_t stage) -> std::optional<std::int64_t> {
-    const MemoryChange& u = rank_peak.change(ActionKind::kUnshard, stage);
-    const MemoryChange& r = rank_peak.change(ActionKind::kReshard, stage);
-    if (u.at_start < 0 || u.at_end != 0 || r.at_start != 0 || r.at_end != -u.at_start)
-      return std::nullopt;
-    return u.at_start;
-  };
+  const auto points = check_points(ops, rank_peak);
+  if (!points) return std::nullopt;
   std::vector<Window> original = compute_windows(slots);
   const std::size_t n = original.size();
   std::vector<std::int64_t> g(n);
   for (std::size_t w = 0; w < n; ++w) {
-    const auto b = gathered(original[w].stage);
+    const auto b = gathered_bytes(rank_peak, original[w].stage);
     if (!b) return std::nullopt;
     g[w] = *b;
   }
-  MaxTree tree(points);
+  MaxTree tree(*points);
   const auto fits = [&] {
     return rank_peak.base() + std::max<std::int64_t>(0, tree.max()) <= fit.limit_bytes;
   };
@@ -350,7 +350,7 @@ std::optional<std::vector<Window>> fit_incremental(const Ops& ops, const std::ve
     last_of[s] = w.last + 1;
     if (!can) continue;
     const std::size_t lo = slots[w.first - 1].begin, hi = slots[w.first].begin;
-    const std::int64_t add = *gathered(w.stage);
+    const std::int64_t add = *gathered_bytes(rank_peak, w.stage);
     tree.add(lo, hi, add);
     if (fits()) {
       w.fetch = w.first - 1;
@@ -365,9 +365,9 @@ std::optional<std::vector<Window>> fit_incremental(const Ops& ops, const std::ve
 // consecutive windows of a stage with the shortest gaps first while the rank's peak fits.
 template <typename Plan>
 Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Slot>& slots,
-             const ShardFit& fit) {
+             const ShardFit& fit, Changes& changes) {
   auto& list = plan.per_rank[idx(rank)];
-  RankPeak rank_peak(plan.shape, fit, rank);
+  RankPeak rank_peak(changes, rank);
   list = emit(ops, slots, step_windows(slots));
   if (rank_peak(list) <= fit.limit_bytes) return list;
   std::vector<Window> windows = compute_windows(slots);
@@ -434,6 +434,7 @@ Ops fit_rank(Plan& plan, std::int32_t rank, const Ops& ops, const std::vector<Sl
 template <typename Plan>
 Plan place(Plan plan, ShardPlacement placement, const ShardFit* fit, int lookahead) {
   PW_CHECK(lookahead >= 1, ConfigError, "UNSHARD look-ahead must be >= 1, got " << lookahead);
+  std::optional<Changes> changes;  // kFit's memory model, built for the first rank that needs it
   for (std::size_t r = 0; r < plan.per_rank.size(); ++r) {
     Ops ops;
     for (const Action& a : plan.per_rank[r]) {
@@ -454,7 +455,9 @@ Plan place(Plan plan, ShardPlacement placement, const ShardFit* fit, int lookahe
         if (fit == nullptr || fit->costs == nullptr || fit->limit_bytes <= 0) {
           plan.per_rank[r] = emit(ops, slots, step_windows(slots));
         } else {
-          plan.per_rank[r] = fit_rank(plan, static_cast<std::int32_t>(r), ops, slots, *fit);
+          if (!changes) changes.emplace(plan.shape, *fit->costs, fit->memory);
+          plan.per_rank[r] =
+              fit_rank(plan, static_cast<std::int32_t>(r), ops, slots, *fit, *changes);
         }
         break;
     }

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <optional>
+#include <vector>
 
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/buckets.hpp"
@@ -243,9 +245,35 @@ MemoryChange MemoryModel::change(ActionKind kind, std::int32_t stage) const noex
   return c;
 }
 
+namespace {
+
+// The model's change of each (stage, kind), computed once (a plan has many actions of few kinds
+// and stages).
+class ChangeCache {
+ public:
+  explicit ChangeCache(const MemoryModel& model) : model_(model) {}
+  const MemoryChange& operator()(const Action& a) {
+    const auto k = static_cast<std::size_t>(a.kind);
+    const auto s = static_cast<std::size_t>(a.stage < 0 ? 0 : a.stage + 1);  // all < 0 alike
+    if (s >= changes_.size()) changes_.resize(s + 1);
+    auto& row = changes_[s];
+    if (k >= row.size()) row.resize(k + 1);
+    auto& slot = row[k];
+    if (!slot) slot = model_.change(a.kind, a.stage);
+    return *slot;
+  }
+
+ private:
+  const MemoryModel& model_;
+  std::vector<std::vector<std::optional<MemoryChange>>> changes_;  // [stage + 1][kind]
+};
+
+}  // namespace
+
 std::vector<RankMemory> peak_memory(const LoweredPlan& plan, const CostTable& costs,
                                     const MemoryOptions& options) {
   const MemoryModel model(plan.shape, costs, options);
+  ChangeCache change(model);
   std::vector<RankMemory> out;
   for (std::int32_t r = 0; r < plan.shape.ranks; ++r) {
     RankMemory m;
@@ -260,7 +288,7 @@ std::vector<RankMemory> peak_memory(const LoweredPlan& plan, const CostTable& co
     std::int32_t microbatches = 0;
     if (static_cast<std::size_t>(r) < plan.per_rank.size()) {
       for (const Action& a : plan.per_rank[static_cast<std::size_t>(r)]) {
-        const MemoryChange c = model.change(a.kind, a.stage);
+        const MemoryChange& c = change(a);
         bytes += c.at_start;
         sharded += c.sharded_at_start;
         transient += c.transient_at_start;
