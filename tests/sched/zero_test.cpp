@@ -324,7 +324,8 @@ TEST(ZeroPlacement, FitShortcutsGiveThePlainGreedysPlacement) {
 // for every schedule family at zero stage 3 (stages of unequal size, fp32 and bf16, with and
 // without full recompute), over limits from below the least-memory peak to above the step
 // windows'. The incremental peak is used where every change keeps the model's signs (checked
-// here on each plan, so the comparison is not the re-walk against itself).
+// here on each plan, so the comparison is not the re-walk against itself). PlanPeaks (Note [Plan
+// peaks] in lower.hpp) gives peak_memory's peaks of the same plans, placed and not.
 TEST(ZeroPlacement, IncrementalPeakGivesTheRewalksPlacement) {
   int merged = 0, plans = 0;
   for (const ScheduleKind kind : all_schedule_kinds()) {
@@ -365,6 +366,20 @@ TEST(ZeroPlacement, IncrementalPeakGivesTheRewalksPlacement) {
           };
           const LoweredPlan step = place_shards(base, ShardPlacement::kStep);
           const LoweredPlan each = place_shards(base, ShardPlacement::kCompute);
+          // Note [Plan peaks]: the same peaks as peak_memory's walk, at every zero stage.
+          const PlanPeaks peaks(base);
+          EXPECT_EQ(peaks.compute_placement_peak_bytes(t, fit.memory), peak_of(each));
+          for (const int zero : {0, 1, 2, 3}) {
+            MemoryOptions o = fit.memory;
+            o.zero_stage = zero;
+            const auto walked = [&](const LoweredPlan& p) {
+              std::int64_t worst = 0;
+              for (const auto& m : peak_memory(p, t, o)) worst = std::max(worst, m.peak_bytes);
+              return worst;
+            };
+            EXPECT_EQ(peaks.peak_bytes(t, o), walked(base)) << to_string(kind) << " zero " << zero;
+            EXPECT_EQ(PlanPeaks(step).peak_bytes(t, o), walked(step)) << to_string(kind);
+          }
           // (One stage per rank may peak where its stage is gathered under both: low == high.)
           const std::int64_t high = peak_of(step), low = peak_of(each);
           ASSERT_LE(low, high) << to_string(kind);

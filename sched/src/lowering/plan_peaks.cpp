@@ -58,7 +58,8 @@ PlanPeaks::PlanPeaks(const LoweredPlan& plan) : plan_(plan) {
   std::map<std::vector<std::int32_t>, std::uint32_t> sets{{{}, 0}};
   gathered_.emplace_back();
   const auto index = [&](const Action& a) {
-    auto [it, added] = kept.emplace(key_of(a.kind, a.stage), static_cast<std::uint32_t>(kept.size()));
+    auto [it, added] =
+        kept.emplace(key_of(a.kind, a.stage), static_cast<std::uint32_t>(kept.size()));
     if (added) pairs_.push_back(Pair{a.kind, a.stage});
     return it->second;
   };
@@ -70,7 +71,8 @@ PlanPeaks::PlanPeaks(const LoweredPlan& plan) : plan_(plan) {
     Ops ops;  // the list without shard actions, as place_shards sees it
     for (const Action& a : plan.per_rank[r]) {
       if (is_comm(a.kind)) {
-        if (left.emplace(key_of(a.kind, a.stage), 0).second) dropped_.push_back(Pair{a.kind, a.stage});
+        if (left.emplace(key_of(a.kind, a.stage), 0).second)
+          dropped_.push_back(Pair{a.kind, a.stage});
       } else {
         lists_[r].push_back(index(a));
       }
