@@ -61,15 +61,15 @@ std::int64_t largest_param_bytes(const StageCost& c) {
 // ZeRO its largest bucket piece (Note [ZeRO flat buffers] in exec/src/zero/zero.hpp).
 std::int64_t largest_stepped_bytes(const StageCost& c, int zero_stage, int dp,
                                    std::int64_t bucket_cap_bytes) {
+  if (zero_stage == 0) return largest_param_bytes(c);
   std::vector<std::int64_t> sizes = c.param_sizes_bytes;
   if (sizes.empty()) sizes.push_back(c.param_bytes);
-  if (zero_stage == 0) return largest_param_bytes(c);
-  const BucketAssignment a =
-      assign_buckets(sizes, bucket_cap_bytes > 0 ? bucket_cap_bytes
-                                                 : bucket_cap_bytes_from_mb(kDefaultBucketCapMb));
+  const std::vector<std::int64_t> buckets =
+      bucket_bytes(sizes, bucket_cap_bytes > 0 ? bucket_cap_bytes
+                                               : bucket_cap_bytes_from_mb(kDefaultBucketCapMb));
   std::int64_t largest = 0;
-  for (const GradBucket& b : a.buckets) {
-    const std::int64_t elems = b.bytes / 4;
+  for (const std::int64_t bytes : buckets) {
+    const std::int64_t elems = bytes / 4;
     largest = std::max(largest, (elems + dp - 1) / dp * 4);
   }
   return largest;
@@ -111,6 +111,7 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
   const auto at_job = [&](std::int64_t bytes) {
     return bytes_at_precision(bytes, costs.precision, options.precision);
   };
+  const std::vector<StageEdge> edges = shape.edges();
   for (std::int32_t s = 0; s < shape.stages; ++s) {
     const StageCost& c = cost_of(s);
     // Note [Autocast bytes]: what autocast keeps in fp32 does not shrink.
@@ -119,8 +120,9 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
     std::int64_t redo = 0;
     if (options.recompute.recomputes(shape.model_stage(s)) && !shape.forward_only) {
       kept = 0;
-      for (std::int32_t q : shape.producers(s)) {
-        if (q >= 0 && q < shape.stages) kept += at_job(cost_of(q).output_bytes);
+      for (const StageEdge& e : edges) {  // s's producers
+        if (e.to == s && e.from >= 0 && e.from < shape.stages)
+          kept += at_job(cost_of(e.from).output_bytes);
       }
       redo = activation_bytes_at_precision(c.activation_bytes, c.activation_fp32_bytes,
                                            costs.precision, options.precision);
