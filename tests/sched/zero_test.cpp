@@ -12,6 +12,7 @@
 #include "pipewright/sched/lower.hpp"
 #include "pipewright/sched/memory.hpp"
 #include "pipewright/sched/plan_io.hpp"
+#include "pipewright/sched/schedule.hpp"
 #include "pipewright/sched/validate.hpp"
 
 namespace pipewright::sched {
@@ -316,6 +317,106 @@ TEST(ZeroPlacement, FitShortcutsGiveThePlainGreedysPlacement) {
     }
   }
   EXPECT_GT(merged, 20);
+}
+
+// Note [Incremental peak] (shard.cpp): kFit's placement with the peak kept incrementally is the
+// placement the greedy finds re-walking the rank's list for each trial, and the plain greedy's,
+// for every schedule family at zero stage 3 (stages of unequal size, fp32 and bf16, with and
+// without full recompute), over limits from below the least-memory peak to above the step
+// windows'. The incremental peak is used where every change keeps the model's signs (checked
+// here on each plan, so the comparison is not the re-walk against itself). PlanPeaks (Note [Plan
+// peaks] in lower.hpp) gives peak_memory's peaks of the same plans, placed and not.
+TEST(ZeroPlacement, IncrementalPeakGivesTheRewalksPlacement) {
+  int merged = 0, plans = 0;
+  for (const ScheduleKind kind : all_schedule_kinds()) {
+    const int required = required_stages_per_rank(kind);
+    const bool looped = kind != ScheduleKind::kGPipe && kind != ScheduleKind::k1F1B;
+    const int v = required != 0 ? required : looped ? 2 : 1;
+    for (const int pp : {2, 4}) {
+      for (const bool full : {false, true}) {
+        for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+          JobSpec j = job(pp, 4, 3, 2 * pp, v, kind);
+          j.precision = precision;
+          if (full) j.recompute = parse_recompute("full");
+          CostTable t = costs(pp * v, 900);
+          for (std::size_t s = 0; s < t.stages.size(); ++s)
+            t.stages[s].param_bytes = kParamBytes * static_cast<std::int64_t>(1 + s % 3);
+          LoweredPlan base;
+          try {
+            base = make_plan(j, nullptr);
+          } catch (const Error& e) {
+            ADD_FAILURE() << to_string(kind) << " pp " << pp << ": " << e.what();
+            continue;
+          }
+          ++plans;
+          ShardFit fit{&t, memory_options(j), 0};
+          const MemoryModel model(base.shape, t, fit.memory);
+          for (const auto& list : base.per_rank) {
+            for (const Action& a : list) {
+              const MemoryChange c = model.change(a.kind, a.stage);
+              ASSERT_GE(c.at_start, 0) << to_string(kind) << " " << to_string(a);
+              ASSERT_LE(c.at_end, 0) << to_string(kind) << " " << to_string(a);
+            }
+          }
+          const auto peak_of = [&](const LoweredPlan& p) {
+            std::int64_t worst = 0;
+            for (const auto& m : peak_memory(p, t, fit.memory))
+              worst = std::max(worst, m.peak_bytes);
+            return worst;
+          };
+          const LoweredPlan step = place_shards(base, ShardPlacement::kStep);
+          const LoweredPlan each = place_shards(base, ShardPlacement::kCompute);
+          // Note [Plan peaks]: the same peaks as peak_memory's walk, at every zero stage.
+          const PlanPeaks peaks(base);
+          EXPECT_EQ(peaks.compute_placement_peak_bytes(t, fit.memory), peak_of(each));
+          for (const int zero : {0, 1, 2, 3}) {
+            MemoryOptions o = fit.memory;
+            o.zero_stage = zero;
+            const auto walked = [&](const LoweredPlan& p) {
+              std::int64_t worst = 0;
+              for (const auto& m : peak_memory(p, t, o)) worst = std::max(worst, m.peak_bytes);
+              return worst;
+            };
+            EXPECT_EQ(peaks.peak_bytes(t, o), walked(base)) << to_string(kind) << " zero " << zero;
+            EXPECT_EQ(PlanPeaks(step).peak_bytes(t, o), walked(step)) << to_string(kind);
+          }
+          // (One stage per rank may peak where its stage is gathered under both: low == high.)
+          const std::int64_t high = peak_of(step), low = peak_of(each);
+          ASSERT_LE(low, high) << to_string(kind);
+          const std::int64_t spread = std::max<std::int64_t>(high - low, kParamBytes);
+          for (int k = -1; k <= 17; ++k) {
+            fit.limit_bytes = low + spread * k / 16;
+            const std::string what = std::string(to_string(kind)) + " pp " + std::to_string(pp) +
+                                     (full ? " full" : "") + " " +
+                                     std::string(to_string(precision)) + " limit " +
+                                     std::to_string(fit.limit_bytes);
+            fit.rewalk = false;
+            fit.plain = false;
+            const LoweredPlan fast = place_shards(base, ShardPlacement::kFit, &fit);
+            fit.rewalk = true;
+            const LoweredPlan rewalked = place_shards(base, ShardPlacement::kFit, &fit);
+            fit.plain = true;
+            const LoweredPlan plain = place_shards(base, ShardPlacement::kFit, &fit);
+            EXPECT_EQ(fast, rewalked) << what;
+            EXPECT_EQ(fast, plain) << what;
+            if (k >= 0 && k <= 16) {
+              EXPECT_TRUE(validate(fast).empty()) << what;
+            }
+            if (!(fast == step) && !(fast == each)) ++merged;
+            // Each rank fits, or holds kCompute's windows (the least; nothing fits there).
+            const auto ranks = peak_memory(fast, t, fit.memory);
+            for (std::size_t r = 0; r < ranks.size(); ++r) {
+              if (!(fast.per_rank[r] == each.per_rank[r])) {
+                EXPECT_LE(ranks[r].peak_bytes, fit.limit_bytes) << what << " rank " << r;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(plans, 4 * static_cast<int>(all_schedule_kinds().size()) * 2);
+  EXPECT_GT(merged, 100);
 }
 
 // make_plan: zero stage 3 places windows; a plan file's own run as written; --shard-placement

@@ -17,41 +17,78 @@ std::int64_t bucket_cap_bytes_from_mb(double mb) {
   return static_cast<std::int64_t>(bytes);  // truncates, like PyTorch's int(mb * 1024 * 1024)
 }
 
-BucketAssignment assign_buckets(const std::vector<std::int64_t>& param_bytes,
-                                std::int64_t bucket_cap_bytes,
-                                std::int64_t first_bucket_cap_bytes) {
+namespace {
+
+// The one bucketing rule (Note [First bucket cap] in buckets.hpp): parameters in reverse
+// registration order (gradient-ready order) fill a bucket until it holds at least its cap (the
+// first bucket's, then bucket_cap_bytes). Calls add(p) for each parameter p, then close(limit)
+// after each bucket (the last one possibly under its cap).
+template <typename Add, typename Close>
+void fill_buckets(const std::vector<std::int64_t>& param_bytes, std::int64_t bucket_cap_bytes,
+                  std::int64_t first_bucket_cap_bytes, Add add, Close close) {
   PW_CHECK(bucket_cap_bytes >= 0, ConfigError,
            "bucket cap must be >= 0 bytes, got " << bucket_cap_bytes);
   PW_CHECK(first_bucket_cap_bytes >= 0, ConfigError,
            "first bucket cap must be >= 0 bytes, got " << first_bucket_cap_bytes);
   const std::size_t n = param_bytes.size();
-  BucketAssignment out;
-  out.bucket_of_param.assign(n, 0);
-  out.slot_of_param.assign(n, 0);
-
-  // See Note [First bucket cap] in buckets.hpp.
   std::int64_t limit = std::min(first_bucket_cap_bytes, bucket_cap_bytes);
-  GradBucket open;
-  const auto close = [&] {
-    open.limit_bytes = limit;
-    out.buckets.push_back(std::move(open));
-    open = GradBucket{};
-  };
+  std::int64_t bytes = 0;
+  bool open = false;
   for (std::size_t k = 0; k < n; ++k) {
-    const std::size_t p = n - 1 - k;  // reverse registration order = gradient-ready order
+    const std::size_t p = n - 1 - k;
     PW_CHECK(param_bytes[p] >= 0, ConfigError,
              "parameter " << p << " has a negative size (" << param_bytes[p] << " bytes)");
-    out.bucket_of_param[p] = out.buckets.size();
-    out.slot_of_param[p] = open.params.size();
-    open.params.push_back(p);
-    open.offsets_bytes.push_back(open.bytes);
-    open.bytes += param_bytes[p];
-    if (open.bytes >= limit) {
-      close();
+    add(p);
+    open = true;
+    bytes += param_bytes[p];
+    if (bytes >= limit) {
+      close(limit);
+      bytes = 0;
+      open = false;
       limit = bucket_cap_bytes;  // every bucket after the first
     }
   }
-  if (!open.params.empty()) close();
+  if (open) close(limit);
+}
+
+}  // namespace
+
+BucketAssignment assign_buckets(const std::vector<std::int64_t>& param_bytes,
+                                std::int64_t bucket_cap_bytes,
+                                std::int64_t first_bucket_cap_bytes) {
+  BucketAssignment out;
+  out.bucket_of_param.assign(param_bytes.size(), 0);
+  out.slot_of_param.assign(param_bytes.size(), 0);
+  GradBucket open;
+  fill_buckets(
+      param_bytes, bucket_cap_bytes, first_bucket_cap_bytes,
+      [&](std::size_t p) {
+        out.bucket_of_param[p] = out.buckets.size();
+        out.slot_of_param[p] = open.params.size();
+        open.params.push_back(p);
+        open.offsets_bytes.push_back(open.bytes);
+        open.bytes += param_bytes[p];
+      },
+      [&](std::int64_t limit) {
+        open.limit_bytes = limit;
+        out.buckets.push_back(std::move(open));
+        open = GradBucket{};
+      });
+  return out;
+}
+
+std::vector<std::int64_t> bucket_bytes(const std::vector<std::int64_t>& param_bytes,
+                                       std::int64_t bucket_cap_bytes,
+                                       std::int64_t first_bucket_cap_bytes) {
+  std::vector<std::int64_t> out;
+  std::int64_t bytes = 0;
+  fill_buckets(
+      param_bytes, bucket_cap_bytes, first_bucket_cap_bytes,
+      [&](std::size_t p) { bytes += param_bytes[p]; },
+      [&](std::int64_t) {
+        out.push_back(bytes);
+        bytes = 0;
+      });
   return out;
 }
 

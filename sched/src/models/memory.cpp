@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <optional>
+#include <vector>
 
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/buckets.hpp"
@@ -59,15 +61,15 @@ std::int64_t largest_param_bytes(const StageCost& c) {
 // ZeRO its largest bucket piece (Note [ZeRO flat buffers] in exec/src/zero/zero.hpp).
 std::int64_t largest_stepped_bytes(const StageCost& c, int zero_stage, int dp,
                                    std::int64_t bucket_cap_bytes) {
+  if (zero_stage == 0) return largest_param_bytes(c);
   std::vector<std::int64_t> sizes = c.param_sizes_bytes;
   if (sizes.empty()) sizes.push_back(c.param_bytes);
-  if (zero_stage == 0) return largest_param_bytes(c);
-  const BucketAssignment a =
-      assign_buckets(sizes, bucket_cap_bytes > 0 ? bucket_cap_bytes
-                                                 : bucket_cap_bytes_from_mb(kDefaultBucketCapMb));
+  const std::vector<std::int64_t> buckets =
+      bucket_bytes(sizes, bucket_cap_bytes > 0 ? bucket_cap_bytes
+                                               : bucket_cap_bytes_from_mb(kDefaultBucketCapMb));
   std::int64_t largest = 0;
-  for (const GradBucket& b : a.buckets) {
-    const std::int64_t elems = b.bytes / 4;
+  for (const std::int64_t bytes : buckets) {
+    const std::int64_t elems = bytes / 4;
     largest = std::max(largest, (elems + dp - 1) / dp * 4);
   }
   return largest;
@@ -109,6 +111,7 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
   const auto at_job = [&](std::int64_t bytes) {
     return bytes_at_precision(bytes, costs.precision, options.precision);
   };
+  const std::vector<StageEdge> edges = shape.edges();
   for (std::int32_t s = 0; s < shape.stages; ++s) {
     const StageCost& c = cost_of(s);
     // Note [Autocast bytes]: what autocast keeps in fp32 does not shrink.
@@ -117,8 +120,9 @@ MemoryModel::MemoryModel(const PlanShape& shape, const CostTable& costs,
     std::int64_t redo = 0;
     if (options.recompute.recomputes(shape.model_stage(s)) && !shape.forward_only) {
       kept = 0;
-      for (std::int32_t q : shape.producers(s)) {
-        if (q >= 0 && q < shape.stages) kept += at_job(cost_of(q).output_bytes);
+      for (const StageEdge& e : edges) {  // s's producers
+        if (e.to == s && e.from >= 0 && e.from < shape.stages)
+          kept += at_job(cost_of(e.from).output_bytes);
       }
       redo = activation_bytes_at_precision(c.activation_bytes, c.activation_fp32_bytes,
                                            costs.precision, options.precision);
@@ -247,9 +251,35 @@ MemoryChange MemoryModel::change(ActionKind kind, std::int32_t stage) const noex
   return c;
 }
 
+namespace {
+
+// The model's change of each (stage, kind), computed once (a plan has many actions of few kinds
+// and stages).
+class ChangeCache {
+ public:
+  explicit ChangeCache(const MemoryModel& model) : model_(model) {}
+  const MemoryChange& operator()(const Action& a) {
+    const auto k = static_cast<std::size_t>(a.kind);
+    const auto s = static_cast<std::size_t>(a.stage < 0 ? 0 : a.stage + 1);  // all < 0 alike
+    if (s >= changes_.size()) changes_.resize(s + 1);
+    auto& row = changes_[s];
+    if (k >= row.size()) row.resize(k + 1);
+    auto& slot = row[k];
+    if (!slot) slot = model_.change(a.kind, a.stage);
+    return *slot;
+  }
+
+ private:
+  const MemoryModel& model_;
+  std::vector<std::vector<std::optional<MemoryChange>>> changes_;  // [stage + 1][kind]
+};
+
+}  // namespace
+
 std::vector<RankMemory> peak_memory(const LoweredPlan& plan, const CostTable& costs,
                                     const MemoryOptions& options) {
   const MemoryModel model(plan.shape, costs, options);
+  ChangeCache change(model);
   std::vector<RankMemory> out;
   for (std::int32_t r = 0; r < plan.shape.ranks; ++r) {
     RankMemory m;
@@ -264,7 +294,7 @@ std::vector<RankMemory> peak_memory(const LoweredPlan& plan, const CostTable& co
     std::int32_t microbatches = 0;
     if (static_cast<std::size_t>(r) < plan.per_rank.size()) {
       for (const Action& a : plan.per_rank[static_cast<std::size_t>(r)]) {
-        const MemoryChange c = model.change(a.kind, a.stage);
+        const MemoryChange& c = change(a);
         bytes += c.at_start;
         sharded += c.sharded_at_start;
         transient += c.transient_at_start;

@@ -18,17 +18,27 @@ void Engine::resolve_deps() {
   const sched::PlanRules rules(plan_.shape, sched::Level::kLowered);
   deps_.clear();
   const auto S = static_cast<std::size_t>(S_), E = static_cast<std::size_t>(E_);
-  std::vector<std::pair<std::int32_t, std::int32_t>> ranges(4 * S + 4 * E, {-1, -1});
+  // Per (kind, stage) or (kind, edge): its deps_ range and the row it fills (the same for all
+  // its ops: the fact an op produces depends on its kind, stage and edge only).
+  struct Range {
+    std::int32_t first = -1, second = -1, out_row = -1;
+  };
+  std::vector<Range> ranges(4 * S + 4 * E);
+  const auto out_row = [&](const Action& a) {
+    const auto fact = sched::produces(a);
+    return fact ? static_cast<std::int32_t>(rules.row(*fact)) : -1;
+  };
   for (std::int32_t r = 0; r < R_; ++r) {
     auto& ops = prog_.ops[static_cast<std::size_t>(r)];
     const auto& list = plan_.per_rank[static_cast<std::size_t>(r)];
     for (std::size_t i = 0; i < ops.size(); ++i) {
       Op& op = ops[i];
       const Action& a = list[i];
-      const auto fact = sched::produces(a);
-      op.out_row = fact ? static_cast<std::int32_t>(rules.row(*fact)) : -1;
       const auto kind = static_cast<std::size_t>(a.kind);  // F, B, I, W, SEND_F, RECV_F, ...
-      if (!has_microbatch(a.kind)) continue;               // REDUCE_GRAD, OPTIM: program order only
+      if (!has_microbatch(a.kind)) {                       // REDUCE_GRAD, OPTIM: program order only
+        op.out_row = out_row(a);
+        continue;
+      }
       auto& range = sched::is_comm(a.kind)
                         ? ranges[4 * S + (kind - 4) * E + static_cast<std::size_t>(op.edge)]
                         : ranges[kind * S + static_cast<std::size_t>(op.stage)];
@@ -37,7 +47,9 @@ void Engine::resolve_deps() {
         for (const auto& f : rules.needs(a))
           deps_.push_back(static_cast<std::int32_t>(rules.row(f)));
         range.second = static_cast<std::int32_t>(deps_.size());
+        range.out_row = out_row(a);
       }
+      op.out_row = range.out_row;
       op.deps_begin = range.first;
       op.deps_end = range.second;
     }

@@ -3,6 +3,8 @@
 // share node links. Each such transfer is an activity of the sharing model, started by an event
 // at its start time and ended by the model's end event.
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "engine/engine.hpp"
 
@@ -39,8 +41,14 @@ void Engine::plan_streams() {
     const auto k = static_cast<std::size_t>(r);
     if (send_mode_[k] == SendMode::kAhead) {
       std::vector<LinkUse> most;  // per link: the most flows one of the rank's messages puts on it
+      // Each (edge, direction) once: its messages all use the same links.
+      std::vector<std::uint8_t> seen(2 * prog_.edges.size(), 0);
       for (const Op& op : prog_.ops[k]) {
         if (op.kind != ActionKind::kSendF && op.kind != ActionKind::kSendB) continue;
+        auto& once =
+            seen[2 * static_cast<std::size_t>(op.edge) + (op.kind == ActionKind::kSendF ? 0 : 1)];
+        if (once != 0) continue;
+        once = 1;
         for (const auto& u : network_->message_links(op.edge, op.kind == ActionKind::kSendF)) {
           auto it = std::find_if(most.begin(), most.end(),
                                  [&](const LinkUse& m) { return m.link == u.link; });

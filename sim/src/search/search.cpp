@@ -219,6 +219,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   struct Partitioned {
     graph::Partition partition;
     sched::CostTable costs;
+    bool chain = false;  // is_chain(partition), asked for every candidate
   };
   using ModelKey = std::tuple<std::int64_t, std::int32_t, bool>;  // mbs, tp, selective
   std::map<ModelKey, std::shared_ptr<const graph::Model>> models;
@@ -247,6 +248,14 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
     std::size_t variant;  // index into the variants; SIZE_MAX at dp 1
   };
   std::vector<Pending> pending;
+  // Note [Plan peaks] (sched/lower.hpp): each plan read once for all its peaks.
+  std::map<const void*, std::unique_ptr<const sched::PlanPeaks>> plan_peaks;
+  const auto peaks_of =
+      [&](const std::shared_ptr<const sched::LoweredPlan>& plan) -> const sched::PlanPeaks& {
+    auto& slot = plan_peaks[plan.get()];
+    if (!slot) slot = std::make_unique<const sched::PlanPeaks>(*plan);
+    return *slot;
+  };
   std::vector<SearchCandidate> fitting;
 
   // The plan of a shape (cached, Note [Search cache]); an error string when it cannot be built.
@@ -267,9 +276,8 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
                            const Cluster& cl,
                            std::string& error) -> std::shared_ptr<const sched::LoweredPlan> {
     // Auto's plan, and a plan over a stage DAG that is not a chain, read the partition.
-    const void* auto_key = c.automatic || !is_chain(parted->partition)
-                               ? static_cast<const void*>(parted.get())
-                               : nullptr;
+    const void* auto_key =
+        c.automatic || !parted->chain ? static_cast<const void*>(parted.get()) : nullptr;
     const auto key = std::make_tuple(static_cast<int>(c.kind), c.pp, c.v, c.m, auto_key);
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     if (auto it = plan_errors.find(key); it != plan_errors.end()) {
@@ -344,10 +352,11 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
         if (pit == partitions.end()) {
           auto part = sched::resolve_partition(job, *mit->second);
           auto costs = sched::costs_from_partition(*mit->second, part);
+          const bool chain = is_chain(part);
           pit = partitions
                     .emplace(std::make_tuple(mkey, stages),
                              std::make_shared<const Partitioned>(
-                                 Partitioned{std::move(part), std::move(costs)}))
+                                 Partitioned{std::move(part), std::move(costs), chain}))
                     .first;
         }
         parted = pit->second;
@@ -422,9 +431,8 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
           }
           // Fits by the bound: its exact peak and its time come below, best bound first (Note
           // [Search bounds]).
-          const std::int64_t step_bound =
-              search_detail::step_lower_bound_ns(parted->costs, c.kind, c.automatic, c.pp, c.v, c.m,
-                                                 full, is_chain(parted->partition));
+          const std::int64_t step_bound = search_detail::step_lower_bound_ns(
+              parted->costs, c.kind, c.automatic, c.pp, c.v, c.m, full, parted->chain);
           const double samples = static_cast<double>(c.mbs) * c.m * c.dp;
           for (auto k : ks) {
             SearchCandidate x = cand;
@@ -471,12 +479,8 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
         if (sit == sharded_plans.end() && pk_least.count(mkey) == 0) {
           // Note [Search bounds]: gathering around each compute action alone (kCompute) holds
           // the least; if even that peak is ruled out, the placement that fits is not needed.
-          std::int64_t least = 0;
-          for (const auto& rm :
-               sched::peak_memory(sched::place_shards(*plan, sched::ShardPlacement::kCompute),
-                                  p.parted->costs, p.memory))
-            least = std::max(least, rm.peak_bytes);
-          pk_least.emplace(mkey, least);
+          pk_least.emplace(mkey,
+                           peaks_of(plan).compute_placement_peak_bytes(p.parted->costs, p.memory));
         }
         if (sit == sharded_plans.end() && refs.excludes(pk_least[mkey], p.throughput_bound)) {
           ++result.bounded;
@@ -500,8 +504,12 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       auto pk = peaks.find(mkey);
       if (pk == peaks.end()) {
         std::int64_t peak = 0;
-        for (const auto& rm : sched::peak_memory(*run_plan, p.parted->costs, p.memory))
-          peak = std::max(peak, rm.peak_bytes);
+        if (run_plan == plan) {
+          peak = peaks_of(plan).peak_bytes(p.parted->costs, p.memory);
+        } else {  // ZeRO-3's placement: walked once
+          for (const auto& rm : sched::peak_memory(*run_plan, p.parted->costs, p.memory))
+            peak = std::max(peak, rm.peak_bytes);
+        }
         pk = peaks.emplace(mkey, peak).first;
       }
       x.peak_memory_bytes = pk->second;
@@ -539,15 +547,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
     } else {
       try {
         // The candidate as a job (Note [Search]).
-        sched::JobSpec vjob;
-        vjob.schedule = x.schedule;
-        vjob.pp = x.pp;
-        vjob.dp = x.dp;
-        vjob.stages_per_rank = x.v;
-        vjob.microbatches = x.microbatches;
-        vjob.batch_size = x.micro_batch_size * x.microbatches;
-        vjob.optimizer = opt.optimizer;
-        vjob.momentum = opt.momentum;
+        sched::JobSpec vjob = job_of(p.shape);
         if (x.recompute == LayerRecompute::kFull) vjob.recompute = sched::parse_recompute("full");
         vjob.precision = x.precision;
         auto& d = vjob.data_parallel;

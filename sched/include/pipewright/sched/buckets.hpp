@@ -67,5 +67,9 @@ struct BucketAssignment {
 [[nodiscard]] BucketAssignment assign_buckets(
     const std::vector<std::int64_t>& param_bytes, std::int64_t bucket_cap_bytes,
     std::int64_t first_bucket_cap_bytes = kDefaultFirstBucketBytes);
+// The bytes of each bucket assign_buckets makes (GradBucket::bytes, in order), without its maps.
+[[nodiscard]] std::vector<std::int64_t> bucket_bytes(
+    const std::vector<std::int64_t>& param_bytes, std::int64_t bucket_cap_bytes,
+    std::int64_t first_bucket_cap_bytes = kDefaultFirstBucketBytes);
 
 }  // namespace pipewright::sched

@@ -74,7 +74,9 @@ enum class ShardPlacement : std::uint8_t { kFit, kStep, kCompute, kTorch };
 [[nodiscard]] ShardPlacement parse_shard_placement(std::string_view name);
 [[nodiscard]] std::string_view to_string(ShardPlacement placement) noexcept;
 
-struct ShardFit;  // memory.hpp: the cost table, memory options and limit kFit places against
+struct ShardFit;       // memory.hpp: the cost table, memory options and limit kFit places against
+struct CostTable;      // costs.hpp
+struct MemoryOptions;  // memory.hpp
 
 // Note [Where UNSHARD and RESHARD go]. `lookahead` is kTorch's max_active_stages (>= 1, else
 // ConfigError). `fit` may be null (kFit then places as kStep).
@@ -82,6 +84,40 @@ struct ShardFit;  // memory.hpp: the cost table, memory options and limit kFit p
                                        const ShardFit* fit = nullptr, int lookahead = 3);
 [[nodiscard]] ComputePlan place_shards(ComputePlan plan, ShardPlacement placement,
                                        const ShardFit* fit = nullptr, int lookahead = 3);
+// Note [Plan peaks]: the peaks of one plan under many cost tables and memory options (a search
+// asks for thousands). The rank lists are read once into the actions whose memory change may be
+// nonzero (all but SEND / RECV), each an index into the plan's distinct (kind, stage) pairs, with
+// the stages gathered around it under kCompute; a peak is then a walk over those indices with the
+// changes of the few pairs computed once. Leaving SEND / RECV out is exact when their change is
+// zero and no action's change ends above zero (then the check point of an action without change
+// is never above the one before it); the walk checks both on each call and otherwise walks the
+// plan itself. The plan must outlive this object.
+class PlanPeaks {
+ public:
+  explicit PlanPeaks(const LoweredPlan& plan);
+  // The largest rank's peak_memory(plan, costs, memory) RankMemory::peak_bytes (0 without
+  // ranks). Throws what MemoryModel throws (costs that do not match the plan's stages).
+  [[nodiscard]] std::int64_t peak_bytes(const CostTable& costs, const MemoryOptions& memory) const;
+  // The same of place_shards(plan, kCompute) without building it: the least any placement of
+  // ZeRO-3's all-gathers holds (each stage gathered only while it computes; Note [Incremental
+  // peak] in shard.cpp).
+  [[nodiscard]] std::int64_t compute_placement_peak_bytes(const CostTable& costs,
+                                                          const MemoryOptions& memory) const;
+
+ private:
+  struct Pair {
+    ActionKind kind;
+    std::int32_t stage;
+  };
+  const LoweredPlan& plan_;
+  std::vector<Pair> pairs_;    // the distinct (kind, stage) of the actions kept
+  std::vector<Pair> dropped_;  // the distinct (kind, stage) of the SEND / RECV left out
+  std::vector<std::vector<std::uint32_t>> lists_;     // per rank: its actions kept
+  std::vector<std::vector<std::uint32_t>> unplaced_;  // per rank: the same without shard actions
+  std::vector<std::vector<std::uint32_t>> gathers_;   // per unplaced_ entry: index into gathered_
+  std::vector<std::vector<std::int32_t>> gathered_;   // stage sets; [0] is the empty one
+};
+
 // Whether any rank list holds an UNSHARD or RESHARD.
 [[nodiscard]] bool has_shard_actions(const std::vector<std::vector<Action>>& per_rank) noexcept;
 

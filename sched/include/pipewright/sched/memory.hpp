@@ -138,6 +138,9 @@ struct ShardFit {
   // Tests: the plain greedy, without kFit's shortcuts (a merge that did not fit is tried again
   // after every other merge; no early stop when even the least-memory windows do not fit).
   bool plain = false;
+  // Tests: kFit's shortcuts with the rank's list walked again for each trial, the reference for
+  // the incremental peak (shard.cpp, Note [Incremental peak]).
+  bool rewalk = false;
 };
 
 // How one compute action changes its rank's activation bytes, at its start and at its end, and
