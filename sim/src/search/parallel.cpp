@@ -73,11 +73,11 @@ sched::JobSpec job_of(const Shape& c, const SearchOptions& opt) {
 TimeKey time_key(const void* run_plan, const Pending& p, bool free_comm) {
   const SearchCandidate& x = p.cand;
   const bool ddp = x.dp_variant.algorithm == DpAlgorithm::kDdp;
-  return TimeKey{MemKey{run_plan, p.parted.get(), x.dp,
-                        free_comm && x.zero_stage < 3 ? 0 : (ddp ? x.zero_stage : 0),
-                        x.recompute == LayerRecompute::kFull,
-                        free_comm ? 0 : static_cast<int>(x.precision)},
-                 p.variant};
+  return TimeKey{
+      MemKey{run_plan, p.parted.get(), x.dp,
+             free_comm && x.zero_stage < 3 ? 0 : (ddp ? x.zero_stage : 0),
+             x.recompute == LayerRecompute::kFull, free_comm ? 0 : static_cast<int>(x.precision)},
+      p.variant};
 }
 
 std::shared_ptr<const sched::LoweredPlan> place_fit(const sched::LoweredPlan& plan,
@@ -91,14 +91,15 @@ Simulated simulate_one(const Pending& p, const sched::LoweredPlan& run_plan,
                        const SearchOptions& opt) {
   const SimResult r = simulate(run_plan, p.parted->costs, *p.cluster,
                                candidate_sim_options(job_of(p.shape, opt), p.cand));
-  return Simulated{
-      Timing{r.makespan_ns / std::max(r.steps, 1), r.throughput_samples_per_s(), r.bubble_fraction()},
-      r.simulated_actions};
+  return Simulated{Timing{r.makespan_ns / std::max(r.steps, 1), r.throughput_samples_per_s(),
+                          r.bubble_fraction()},
+                   r.simulated_actions};
 }
 
-void prefetch(Caches& c, const std::vector<Pending>& pending, std::size_t begin, std::size_t end,
-              const Evaluation& ev,
-              const std::function<std::shared_ptr<const sched::LoweredPlan>(const Pending&)>& plan_of) {
+void prefetch(
+    Caches& c, const std::vector<Pending>& pending, std::size_t begin, std::size_t end,
+    const Evaluation& ev,
+    const std::function<std::shared_ptr<const sched::LoweredPlan>(const Pending&)>& plan_of) {
   // References only grow (add), so what they exclude at the chunk's start the loop excludes
   // too: only the rest is computed (some of it in vain, when a candidate before it in the
   // chunk excludes it; the loop counts it as the serial search does).
@@ -115,8 +116,10 @@ void prefetch(Caches& c, const std::vector<Pending>& pending, std::size_t begin,
     if (refs.excludes(p.memory_bound, p.throughput_bound)) continue;
     auto plan = plan_of(p);
     if (!plan) continue;
-    const MemKey mkey{plan.get(),       p.parted.get(),
-                      p.cand.dp,        p.cand.zero_stage,
+    const MemKey mkey{plan.get(),
+                      p.parted.get(),
+                      p.cand.dp,
+                      p.cand.zero_stage,
                       p.cand.recompute == LayerRecompute::kFull,
                       static_cast<int>(p.cand.precision)};
     items.push_back(Item{&p, std::move(plan), mkey, p.cand.zero_stage == 3 && p.cand.dp > 1});
@@ -174,9 +177,8 @@ void prefetch(Caches& c, const std::vector<Pending>& pending, std::size_t begin,
       least = known->second;
     } else {
       out.has_least = true;
-      if (!keep(out.least, [&] {
-            return pp.compute_placement_peak_bytes(p.parted->costs, p.memory);
-          }))
+      if (!keep(out.least,
+                [&] { return pp.compute_placement_peak_bytes(p.parted->costs, p.memory); }))
         return;
       least = out.least.value;
     }
@@ -229,7 +231,8 @@ void prefetch(Caches& c, const std::vector<Pending>& pending, std::size_t begin,
   }
   std::vector<Computed<Simulated>> sim_done(sim_work.size());
   parallel_for(sim_work.size(), ev.threads, [&](std::size_t k) {
-    keep(sim_done[k], [&] { return simulate_one(*sim_work[k].first->p, *sim_work[k].second, *ev.opt); });
+    keep(sim_done[k],
+         [&] { return simulate_one(*sim_work[k].first->p, *sim_work[k].second, *ev.opt); });
   });
   for (std::size_t k = 0; k < sim_work.size(); ++k)
     c.sim_specs.emplace(sim_keys[k], std::move(sim_done[k]));

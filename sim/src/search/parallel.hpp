@@ -139,8 +139,9 @@ struct Evaluation {
 // Note [Parallel search]: computes, on ev.threads threads, what pending[begin, end) may need
 // (PlanPeaks, peaks, ZeRO-3 placements, simulations) into c.plan_peaks, c.peak_specs and
 // c.sim_specs; plan_of(p) is p's plan (cached by the caller) or null.
-void prefetch(Caches& c, const std::vector<Pending>& pending, std::size_t begin, std::size_t end,
-              const Evaluation& ev,
-              const std::function<std::shared_ptr<const sched::LoweredPlan>(const Pending&)>& plan_of);
+void prefetch(
+    Caches& c, const std::vector<Pending>& pending, std::size_t begin, std::size_t end,
+    const Evaluation& ev,
+    const std::function<std::shared_ptr<const sched::LoweredPlan>(const Pending&)>& plan_of);
 
 }  // namespace pipewright::sim::search_detail

@@ -74,19 +74,20 @@ bool is_looped(ScheduleKind k) { return k != ScheduleKind::kGPipe && k != Schedu
 // recompute), and a simulation by what the timing reads: plan, costs, zero stage, recompute,
 // precision (message bytes) and the data-parallel variant; without a cluster (free
 // communication) precision and zero stages 0-2 do not change any time and share one simulation.
-// Note [Parallel search]: the candidates that fit by the bound are evaluated in chunks of 16 per
-// thread (SearchOptions::jobs). For a chunk, prefetch (parallel.cpp) computes on the threads, into
-// Caches::peak_specs and sim_specs, what its candidates may need: each new plan's PlanPeaks, each
-// new MemKey's peak (ZeRO-3: kCompute's least peak, kFit's placement and its peak), each new
-// TimeKey's simulation; all pure functions of their key. A candidate the References exclude at
-// the chunk's start is skipped: References only grow, so the serial order excludes it too. Then
-// the loop below runs the serial search unchanged, one candidate after another, taking a value
-// from the specs where it would compute it (and rethrowing what computing it threw); so every
-// decision, count, rejection and row is the serial one at every thread count, and a simulation
-// the serial order would not run (its candidate bounded by one earlier in the chunk) is computed
-// in vain and neither counted nor used. The threads share nothing mutable: each writes its own
-// item's slot, reads the caches and References only while no one writes them, and the joins
-// publish the slots before the main thread merges them.
+// Note [Parallel search]: the candidates that fit by the bound are evaluated in chunks
+// (SearchOptions::jobs threads; 4 candidates per thread at first, doubling up to 256: the first
+// ones, with the best bounds, fill the References that exclude most of the rest). For a chunk,
+// prefetch (parallel.cpp) computes on the threads, into Caches::peak_specs and sim_specs, what its
+// candidates may need: each new plan's PlanPeaks, each new MemKey's peak (ZeRO-3: kCompute's least
+// peak, kFit's placement and its peak), each new TimeKey's simulation; all pure functions of their
+// key. A candidate the References exclude at the chunk's start is skipped: References only grow, so
+// the serial order excludes it too. Then the loop below runs the serial search unchanged, one
+// candidate after another, taking a value from the specs where it would compute it (and rethrowing
+// what computing it threw); so every decision, count, rejection and row is the serial one at every
+// thread count, and a simulation the serial order would not run (its candidate bounded by one
+// earlier in the chunk) is computed in vain and neither counted nor used. The threads share nothing
+// mutable: each writes its own item's slot, reads the caches and References only while no one
+// writes them, and the joins publish the slots before the main thread merges them.
 SearchResult search(const graph::Model& model, const Cluster& cluster, const SearchOptions& opt,
                     const std::function<void(std::int64_t, std::int64_t)>& progress) {
   PW_CHECK(opt.devices >= 1, ConfigError, "--devices must be >= 1, got " << opt.devices);
@@ -440,9 +441,12 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
 
   const std::int32_t threads = search_threads(opt.jobs);
   const Evaluation ev{&opt, limit, free_comm, threads, &all, &synchronous};
-  const std::size_t chunk = threads <= 1 ? pending.size() : 16 * static_cast<std::size_t>(threads);
-  for (std::size_t begin = 0; begin < pending.size(); begin += chunk) {
-    const std::size_t end = std::min(pending.size(), begin + chunk);
+  // Note [Parallel search]: chunks of 4 candidates per thread at first, doubling to 256.
+  const auto per_thread = static_cast<std::size_t>(threads);
+  std::size_t chunk = threads <= 1 ? pending.size() : 4 * per_thread;
+  for (std::size_t begin = 0, end = 0; begin < pending.size();
+       begin = end, chunk = std::min(2 * chunk, 256 * per_thread)) {
+    end = std::min(pending.size(), begin + chunk);
     if (threads > 1) {
       prefetch(caches, pending, begin, end, ev, [&](const Pending& p) {
         std::string plan_error;
