@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -31,7 +32,13 @@ void parallel_for(std::size_t n, std::int32_t threads, const std::function<void(
   };
   std::vector<std::thread> pool;
   pool.reserve(t - 1);
-  for (std::size_t k = 1; k < t; ++k) pool.emplace_back(work);
+  for (std::size_t k = 1; k < t; ++k) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {  // no more threads: the ones started do the rest
+      break;
+    }
+  }
   work();
   for (auto& th : pool) th.join();  // join's happens-before publishes every item's result
 }
