@@ -50,6 +50,7 @@ void BM_SearchGpt32On64(benchmark::State& state) {
   opt.devices = 64;
   opt.zero_stages = {0};
   opt.recomputes = {sim::LayerRecompute::kNone};
+  opt.jobs = 1;  // one thread: its CPU time is the search's
   sim::SearchResult r;
   for (auto _ : state) {
     r = sim::search(model, cluster, opt);
@@ -83,6 +84,7 @@ void BM_SearchAllDimensions(benchmark::State& state) {
   opt.optimizer = sched::Optimizer::kAdam;
   opt.precisions = {sched::Precision::kFp32, sched::Precision::kBf16};
   opt.try_auto = false;  // Auto synthesizes a schedule per shape: a search of its own
+  opt.jobs = 1;          // one thread: its CPU time is the search's
   sim::SearchResult r;
   for (auto _ : state) {
     r = sim::search(model, cluster, opt);
