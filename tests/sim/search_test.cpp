@@ -199,6 +199,70 @@ TEST(Search, PruningDropsOnlyWhatCannotFit) {
   for (const auto& d : fit) EXPECT_TRUE(got.count(d)) << "only without the limit: " << d;
 }
 
+// Note [Parallel search]: every row, the Pareto front, every rejection and every count are the
+// serial search's at any thread count; the progress calls too, in order. A search with a limit
+// (pruned, over it by the exact peak, ZeRO-3 placed to fit), a small top (bounded candidates), a
+// cluster and a rejected tp.
+TEST(Search, ThreadsDoNotChangeTheResult) {
+  SearchOptions opt = options(8, 32);
+  opt.top_k = 3;
+  opt.optimizer = Optimizer::kAdam;
+  opt.zero_stages = {};
+  opt.recomputes = {};
+  opt.tps = {1, 2, 3};
+  opt.precisions = {sched::Precision::kFp32, sched::Precision::kBf16};
+  const auto model = small_gpt();
+  const Cluster cluster = nodes_of(2, 4);
+  opt.jobs = 1;
+  const auto unlimited = search(model, cluster, opt);
+  ASSERT_FALSE(unlimited.ranked.empty());
+  opt.memory_limit_bytes = unlimited.ranked.front().peak_memory_bytes * 3 / 4;
+  const auto text = [](const SearchCandidate& c) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, " %lld %.17g %.17g %lld %d %d %.17g %.17g",
+                  static_cast<long long>(c.step_ns), c.throughput_samples_per_s, c.bubble_fraction,
+                  static_cast<long long>(c.peak_memory_bytes), c.fits_memory ? 1 : 0,
+                  c.pareto ? 1 : 0, c.model_tflops_per_gpu, c.mfu);
+    return describe(c) + buf;
+  };
+  const auto dump = [&](const SearchResult& r) {
+    std::string out;
+    for (const auto& c : r.ranked) out += "row " + text(c) + "\n";
+    for (const auto& c : r.pareto) out += "pareto " + text(c) + "\n";
+    if (r.best_synchronous) out += "best " + text(*r.best_synchronous) + "\n";
+    for (const auto& x : r.rejections)
+      out += "rejected " + x.configuration + ": " + x.reason + "\n";
+    for (const auto n : {r.enumerated, r.simulated, r.rejected_shape, r.collapsed, r.dropped_memory,
+                         r.pruned_memory, r.cache_hits, r.bounded, r.simulated_actions})
+      out += std::to_string(n) + " ";
+    return out;
+  };
+  std::vector<std::int64_t> serial_progress;
+  const auto serial = search(model, cluster, opt, [&](std::int64_t done, std::int64_t total) {
+    serial_progress.push_back(done * 1000000 + total);
+  });
+  EXPECT_GT(serial.pruned_memory, 0);
+  EXPECT_GT(serial.dropped_memory, serial.pruned_memory);
+  EXPECT_GT(serial.bounded, 0);
+  EXPECT_GT(serial.rejected_shape, 0);
+  // ZeRO-3 candidates reach their exact peak (kFit's placement): ranked or over the limit.
+  bool zero3 = false;
+  for (const auto& c : serial.pareto) zero3 = zero3 || c.zero_stage == 3;
+  for (const auto& x : serial.rejections)
+    zero3 = zero3 || (x.configuration.find("zero=3") != std::string::npos &&
+                      x.reason.find("limit: peak ") != std::string::npos);
+  EXPECT_TRUE(zero3);
+  for (const std::int32_t jobs : {2, 4, 7}) {
+    opt.jobs = jobs;
+    std::vector<std::int64_t> progress;
+    const auto parallel = search(model, cluster, opt, [&](std::int64_t done, std::int64_t total) {
+      progress.push_back(done * 1000000 + total);
+    });
+    EXPECT_EQ(dump(parallel), dump(serial)) << "jobs " << jobs;
+    EXPECT_EQ(progress, serial_progress) << "jobs " << jobs;
+  }
+}
+
 // Note [Search cache]: without a cluster communication is free, so precision and zero stages
 // 0-2 share one simulation; with one they do not.
 TEST(Search, CandidatesTheTimingDoesNotSeeShareASimulation) {

@@ -56,6 +56,7 @@ struct SearchArgs {
   std::vector<int> tps;
   bool sequence_parallel = false;
   bool explain = false;
+  int jobs = 0;  // 0: std::thread::hardware_concurrency()
 };
 
 double gib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024 * 1024); }
@@ -263,6 +264,8 @@ void run_search(const SearchArgs& a) {
   opt.sequence_parallel = a.sequence_parallel;
   PW_CHECK(a.top_k >= 1, ConfigError, "--top must be >= 1, got " << a.top_k);
   opt.top_k = a.top_k;
+  PW_CHECK(a.jobs >= 0, ConfigError, "--jobs must be >= 0, got " << a.jobs);
+  opt.jobs = a.jobs;
 
   // A progress bar on stderr, redrawn at most once per percent; only on a terminal (a log file
   // gets the summary line alone) unless --progress asks for it.
@@ -353,6 +356,10 @@ void setup_search(CLI::App& app) {
   cmd->add_flag("--explain", a->explain,
                 "list every rejected configuration and over-the-limit one with its reason");
   cmd->add_option("-k,--top", a->top_k, "rows to print")->capture_default_str();
+  cmd->add_option("-j,--jobs", a->jobs,
+                  "threads evaluating candidates (default 0: one per hardware thread); the "
+                  "output is the same at every count")
+      ->capture_default_str();
   cmd->add_option("-f,--format", a->format, "text (a table) | json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

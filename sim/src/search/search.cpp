@@ -16,34 +16,35 @@
 #include "pipewright/sim/cost_inputs.hpp"
 #include "pipewright/sim/parallel_model.hpp"
 #include "pipewright/sim/synthesis.hpp"
+#include "search/parallel.hpp"
 #include "search/rank.hpp"
 
 namespace pipewright::sim {
 namespace {
 
 using sched::ScheduleKind;
+using search_detail::Caches;
 using search_detail::communication_free;
+using search_detail::Evaluation;
 using search_detail::has_shaped_blocks;
 using search_detail::is_chain;
+using search_detail::job_of;
+using search_detail::MemKey;
+using search_detail::Partitioned;
+using search_detail::Pending;
+using search_detail::place_fit;
+using search_detail::prefetch;
+using search_detail::search_threads;
+using search_detail::Shape;
+using search_detail::simulate_one;
+using search_detail::Simulated;
 using search_detail::steps_for;
+using search_detail::time_key;
+using search_detail::TimeKey;
+using search_detail::Timing;
 using search_detail::tp_divides;
 
 bool is_looped(ScheduleKind k) { return k != ScheduleKind::kGPipe && k != ScheduleKind::k1F1B; }
-
-// A shape: what the plan and the per-GPU model are built from.
-struct Shape {
-  std::int32_t pp, dp, tp, v, m;
-  std::int64_t mbs;
-  ScheduleKind kind;
-  bool automatic = false;  // Auto (synthesize) with the memory limit as its cap; kind is 1F1B's
-};
-
-// What a simulation returned that a candidate keeps.
-struct Timing {
-  std::int64_t step_ns = 0;
-  double throughput = 0;
-  double bubble = 0;
-};
 
 }  // namespace
 
@@ -73,6 +74,20 @@ struct Timing {
 // recompute), and a simulation by what the timing reads: plan, costs, zero stage, recompute,
 // precision (message bytes) and the data-parallel variant; without a cluster (free
 // communication) precision and zero stages 0-2 do not change any time and share one simulation.
+// Note [Parallel search]: the candidates that fit by the bound are evaluated in chunks
+// (SearchOptions::jobs threads; 4 candidates per thread at first, doubling up to 256: the first
+// ones, with the best bounds, fill the References that exclude most of the rest). For a chunk,
+// prefetch (parallel.cpp) computes on the threads, into Caches::peak_specs and sim_specs, what its
+// candidates may need: each new plan's PlanPeaks, each new MemKey's peak (ZeRO-3: kCompute's least
+// peak, kFit's placement and its peak), each new TimeKey's simulation; all pure functions of their
+// key. A candidate the References exclude at the chunk's start is skipped: References only grow, so
+// the serial order excludes it too. Then the loop below runs the serial search unchanged, one
+// candidate after another, taking a value from the specs where it would compute it (and rethrowing
+// what computing it threw); so every decision, count, rejection and row is the serial one at every
+// thread count, and a simulation the serial order would not run (its candidate bounded by one
+// earlier in the chunk) is computed in vain and neither counted nor used. The threads share nothing
+// mutable: each writes its own item's slot, reads the caches and References only while no one
+// writes them, and the joins publish the slots before the main thread merges them.
 SearchResult search(const graph::Model& model, const Cluster& cluster, const SearchOptions& opt,
                     const std::function<void(std::int64_t, std::int64_t)>& progress) {
   PW_CHECK(opt.devices >= 1, ConfigError, "--devices must be >= 1, got " << opt.devices);
@@ -216,40 +231,23 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
   };
 
   // Note [Search cache].
-  struct Partitioned {
-    graph::Partition partition;
-    sched::CostTable costs;
-    bool chain = false;  // is_chain(partition), asked for every candidate
-  };
   using ModelKey = std::tuple<std::int64_t, std::int32_t, bool>;  // mbs, tp, selective
   std::map<ModelKey, std::shared_ptr<const graph::Model>> models;
   std::map<std::tuple<ModelKey, std::int32_t>, std::shared_ptr<const Partitioned>> partitions;
   // schedule, pp, v, m, Auto's partition (else null)
   using PlanKey = std::tuple<int, std::int32_t, std::int32_t, std::int32_t, const void*>;
   std::map<PlanKey, std::shared_ptr<const sched::LoweredPlan>> plans;
-  // plan, costs, dp, zero stage, full recompute, precision
-  using MemKey = std::tuple<const void*, const void*, std::int32_t, std::int32_t, bool, int>;
-  std::map<MemKey, std::shared_ptr<const sched::LoweredPlan>> sharded_plans;  // ZeRO-3
-  std::map<MemKey, std::int64_t> peaks;
-  std::map<MemKey, std::int64_t> pk_least;  // ZeRO-3 at kCompute: the least any placement holds
-  std::map<std::tuple<MemKey, std::size_t>, Timing> timings;  // Note [Search cache]
+  Caches caches;  // the peaks and timings (Note [Search cache])
+  auto& sharded_plans = caches.sharded_plans;
+  auto& peaks = caches.peaks;
+  auto& pk_least = caches.pk_least;
+  auto& timings = caches.timings;
+  const auto& peak_specs = caches.peak_specs;
+  const auto& sim_specs = caches.sim_specs;
   std::map<std::int32_t, Cluster> clusters;
-  using TimeKey = std::tuple<MemKey, std::size_t>;  // + the data-parallel variant
-  // A fitting candidate waiting to be timed (Note [Search bounds]).
-  struct Pending {
-    SearchCandidate cand;
-    Shape shape;  // its plan is built when it is needed, once per shape
-    std::shared_ptr<const Partitioned> parted;
-    const Cluster* cluster;
-    sched::MemoryOptions memory;
-    std::int64_t memory_bound;  // Note [Search pruning]
-    double throughput_bound;    // samples / the step's lower bound (Note [Search bounds])
-    double model_flops;
-    std::size_t variant;  // index into the variants; SIZE_MAX at dp 1
-  };
   std::vector<Pending> pending;
   // Note [Plan peaks] (sched/lower.hpp): each plan read once for all its peaks.
-  std::map<const void*, std::unique_ptr<const sched::PlanPeaks>> plan_peaks;
+  auto& plan_peaks = caches.plan_peaks;
   const auto peaks_of =
       [&](const std::shared_ptr<const sched::LoweredPlan>& plan) -> const sched::PlanPeaks& {
     auto& slot = plan_peaks[plan.get()];
@@ -260,18 +258,6 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
 
   // The plan of a shape (cached, Note [Search cache]); an error string when it cannot be built.
   std::map<PlanKey, std::string> plan_errors;
-  const auto job_of = [&](const Shape& c) {
-    sched::JobSpec job;
-    job.schedule = c.kind;
-    job.pp = c.pp;
-    job.dp = c.dp;
-    job.stages_per_rank = c.v;
-    job.microbatches = c.m;
-    job.batch_size = c.mbs * c.m;
-    job.optimizer = opt.optimizer;
-    job.momentum = opt.momentum;
-    return job;
-  };
   const auto plan_of = [&](const Shape& c, const std::shared_ptr<const Partitioned>& parted,
                            const Cluster& cl,
                            std::string& error) -> std::shared_ptr<const sched::LoweredPlan> {
@@ -285,7 +271,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       return nullptr;
     }
     try {
-      sched::JobSpec job = job_of(c);
+      sched::JobSpec job = job_of(c, opt);
       sched::LoweredPlan built;
       if (c.automatic) {
         // Note [Auto method] (sim/synthesis.hpp): the plan for this partition's costs with the
@@ -321,7 +307,7 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
       const bool selective = rc == LayerRecompute::kSelective;
       const bool full = rc == LayerRecompute::kFull;
       const ModelKey mkey{c.mbs, c.tp, selective};
-      sched::JobSpec job = job_of(c);
+      sched::JobSpec job = job_of(c, opt);
       if (full) job.recompute = sched::parse_recompute("full");
       std::shared_ptr<const Partitioned> parted;
       try {
@@ -452,146 +438,146 @@ SearchResult search(const graph::Model& model, const Cluster& cluster, const Sea
     return a.throughput_bound > b.throughput_bound;
   });
   search_detail::References all(opt.top_k), synchronous(opt.top_k);
-  for (auto& p : pending) {
-    SearchCandidate& x = p.cand;
-    const auto& refs = x.synchronous() ? synchronous : all;
-    if (refs.excludes(p.memory_bound, p.throughput_bound)) {  // whatever its exact peak
-      ++result.bounded;
-      advance(1);
-      continue;
+
+  const std::int32_t threads = search_threads(opt.jobs);
+  const Evaluation ev{&opt, limit, free_comm, threads, &all, &synchronous};
+  // Note [Parallel search]: chunks of 4 candidates per thread at first, doubling to 256.
+  const auto per_thread = static_cast<std::size_t>(threads);
+  std::size_t chunk = threads <= 1 ? pending.size() : 4 * per_thread;
+  for (std::size_t begin = 0, end = 0; begin < pending.size();
+       begin = end, chunk = std::min(2 * chunk, 256 * per_thread)) {
+    end = std::min(pending.size(), begin + chunk);
+    if (threads > 1) {
+      prefetch(caches, pending, begin, end, ev, [&](const Pending& p) {
+        std::string plan_error;
+        return plan_of(p.shape, p.parted, *p.cluster, plan_error);
+      });
     }
-    std::string plan_error;
-    const auto plan = plan_of(p.shape, p.parted, *p.cluster, plan_error);
-    if (!plan) {
-      ++result.rejected_shape;
-      reject(describe(x), plan_error);
-      advance(1);
-      continue;
-    }
-    // The exact peak (sched's memory model, with ZeRO-3's all-gathers placed to fit the limit).
-    const bool full = x.recompute == LayerRecompute::kFull;
-    const MemKey mkey{plan.get(),   p.parted.get(), x.dp,
-                      x.zero_stage, full,           static_cast<int>(x.precision)};
-    std::shared_ptr<const sched::LoweredPlan> run_plan = plan;
-    try {
-      if (x.zero_stage == 3 && x.dp > 1) {
-        auto sit = sharded_plans.find(mkey);
-        if (sit == sharded_plans.end() && pk_least.count(mkey) == 0) {
-          // Note [Search bounds]: gathering around each compute action alone (kCompute) holds
-          // the least; if even that peak is ruled out, the placement that fits is not needed.
-          pk_least.emplace(mkey,
-                           peaks_of(plan).compute_placement_peak_bytes(p.parted->costs, p.memory));
-        }
-        if (sit == sharded_plans.end() && refs.excludes(pk_least[mkey], p.throughput_bound)) {
-          ++result.bounded;
-          advance(1);
-          continue;
-        }
-        if (sit == sharded_plans.end() && limit > 0 && pk_least[mkey] > limit) {
-          // Note [Search bounds]: a rank whose least placement is over the limit keeps it under
-          // kFit (nothing merged or prefetched fits) and every other rank fits, so the exact
-          // peak is the least one and the fitting placement is not built.
-          peaks.emplace(mkey, pk_least[mkey]);
-        } else if (sit == sharded_plans.end()) {
-          const sched::ShardFit fit{&p.parted->costs, p.memory, limit};
-          sit = sharded_plans
-                    .emplace(mkey, std::make_shared<const sched::LoweredPlan>(sched::place_shards(
-                                       *plan, sched::ShardPlacement::kFit, &fit)))
-                    .first;
-        }
-        if (sit != sharded_plans.end()) run_plan = sit->second;
+    for (std::size_t i = begin; i < end; ++i) {
+      auto& p = pending[i];
+      SearchCandidate& x = p.cand;
+      const auto& refs = x.synchronous() ? synchronous : all;
+      if (refs.excludes(p.memory_bound, p.throughput_bound)) {  // whatever its exact peak
+        ++result.bounded;
+        advance(1);
+        continue;
       }
-      auto pk = peaks.find(mkey);
-      if (pk == peaks.end()) {
-        std::int64_t peak = 0;
-        if (run_plan == plan) {
-          peak = peaks_of(plan).peak_bytes(p.parted->costs, p.memory);
-        } else {  // ZeRO-3's placement: walked once
-          for (const auto& rm : sched::peak_memory(*run_plan, p.parted->costs, p.memory))
-            peak = std::max(peak, rm.peak_bytes);
-        }
-        pk = peaks.emplace(mkey, peak).first;
+      std::string plan_error;
+      const auto plan = plan_of(p.shape, p.parted, *p.cluster, plan_error);
+      if (!plan) {
+        ++result.rejected_shape;
+        reject(describe(x), plan_error);
+        advance(1);
+        continue;
       }
-      x.peak_memory_bytes = pk->second;
-    } catch (const Error& e) {
-      ++result.rejected_shape;
-      reject(describe(x), e.what());
-      advance(1);
-      continue;
-    }
-    if (limit > 0 && x.peak_memory_bytes > limit) {
-      ++result.dropped_memory;
-      x.fits_memory = false;
-      char why[128];
-      std::snprintf(why, sizeof why, "over the memory limit: peak %.2f GiB > %.2f GiB",
-                    static_cast<double>(x.peak_memory_bytes) / (1 << 30),
-                    static_cast<double>(limit) / (1 << 30));
-      reject(describe(x), why);
-      advance(1);
-      continue;
-    }
-    if (refs.excludes(x.peak_memory_bytes, p.throughput_bound)) {
-      ++result.bounded;
-      advance(1);
-      continue;
-    }
-    // What the timing reads (Note [Search cache]).
-    const bool ddp = x.dp_variant.algorithm == DpAlgorithm::kDdp;
-    const TimeKey tkey{MemKey{run_plan.get(), p.parted.get(), x.dp,
-                              free_comm && x.zero_stage < 3 ? 0 : (ddp ? x.zero_stage : 0), full,
-                              free_comm ? 0 : static_cast<int>(x.precision)},
-                       p.variant};
-    auto ti = timings.find(tkey);
-    if (ti != timings.end()) {
-      ++result.cache_hits;
-    } else {
+      // The exact peak (sched's memory model, with ZeRO-3's all-gathers placed to fit the limit).
+      const bool full = x.recompute == LayerRecompute::kFull;
+      const MemKey mkey{plan.get(),   p.parted.get(), x.dp,
+                        x.zero_stage, full,           static_cast<int>(x.precision)};
+      std::shared_ptr<const sched::LoweredPlan> run_plan = plan;
       try {
-        // The candidate as a job (Note [Search]).
-        sched::JobSpec vjob = job_of(p.shape);
-        if (x.recompute == LayerRecompute::kFull) vjob.recompute = sched::parse_recompute("full");
-        vjob.precision = x.precision;
-        auto& d = vjob.data_parallel;
-        d.algorithm = x.dp_variant.algorithm;
-        d.bucket_cap_mb = x.dp_variant.bucket_cap_mb;
-        if (d.algorithm == DpAlgorithm::kLocalSgd || d.algorithm == DpAlgorithm::kSlowMo)
-          d.localsgd_frequency = x.dp_variant.localsgd_frequency;
-        if (d.algorithm == DpAlgorithm::kDiLoCo) {
-          d.sync_every = x.dp_variant.sync_every;
-          d.fragments = x.dp_variant.fragments;
+        if (x.zero_stage == 3 && x.dp > 1) {
+          auto sit = sharded_plans.find(mkey);
+          if (sit == sharded_plans.end() && pk_least.count(mkey) == 0) {
+            // Note [Search bounds]: gathering around each compute action alone (kCompute) holds
+            // the least; if even that peak is ruled out, the placement that fits is not needed.
+            const auto ps = peak_specs.find(mkey);
+            pk_least.emplace(
+                mkey, ps != peak_specs.end() && ps->second.has_least
+                          ? ps->second.least.get()
+                          : peaks_of(plan).compute_placement_peak_bytes(p.parted->costs, p.memory));
+          }
+          if (sit == sharded_plans.end() && refs.excludes(pk_least[mkey], p.throughput_bound)) {
+            ++result.bounded;
+            advance(1);
+            continue;
+          }
+          if (sit == sharded_plans.end() && limit > 0 && pk_least[mkey] > limit) {
+            // Note [Search bounds]: a rank whose least placement is over the limit keeps it under
+            // kFit (nothing merged or prefetched fits) and every other rank fits, so the exact
+            // peak is the least one and the fitting placement is not built.
+            peaks.emplace(mkey, pk_least[mkey]);
+          } else if (sit == sharded_plans.end()) {
+            const auto ps = peak_specs.find(mkey);
+            sit = sharded_plans
+                      .emplace(mkey, ps != peak_specs.end() && ps->second.has_sharded
+                                         ? ps->second.sharded.get()
+                                         : place_fit(*plan, p, limit))
+                      .first;
+          }
+          if (sit != sharded_plans.end()) run_plan = sit->second;
         }
-        if (d.algorithm == DpAlgorithm::kSlowMo) d.slowmo_frequency = x.dp_variant.slowmo_frequency;
-        vjob.zero_stage = d.algorithm == DpAlgorithm::kDdp ? x.zero_stage : 0;
-        SimOptions so = sim_options(vjob);
-        so.steps = steps_for(x.dp_variant);
-        so.micro_batch_size = x.micro_batch_size;
-        so.record_actions = false;
-        const SimResult r = simulate(*run_plan, p.parted->costs, *p.cluster, so);
-        ++result.simulated;
-        result.simulated_actions += r.simulated_actions;
-        ti = timings
-                 .emplace(tkey, Timing{r.makespan_ns / std::max(r.steps, 1),
-                                       r.throughput_samples_per_s(), r.bubble_fraction()})
-                 .first;
+        auto pk = peaks.find(mkey);
+        if (pk == peaks.end()) {
+          std::int64_t peak = 0;
+          const auto ps = peak_specs.find(mkey);
+          if (ps != peak_specs.end() && ps->second.has_peak) {
+            peak = ps->second.peak.get();
+          } else if (run_plan == plan) {
+            peak = peaks_of(plan).peak_bytes(p.parted->costs, p.memory);
+          } else {  // ZeRO-3's placement: walked once
+            for (const auto& rm : sched::peak_memory(*run_plan, p.parted->costs, p.memory))
+              peak = std::max(peak, rm.peak_bytes);
+          }
+          pk = peaks.emplace(mkey, peak).first;
+        }
+        x.peak_memory_bytes = pk->second;
       } catch (const Error& e) {
         ++result.rejected_shape;
         reject(describe(x), e.what());
         advance(1);
         continue;
       }
+      if (limit > 0 && x.peak_memory_bytes > limit) {
+        ++result.dropped_memory;
+        x.fits_memory = false;
+        char why[128];
+        std::snprintf(why, sizeof why, "over the memory limit: peak %.2f GiB > %.2f GiB",
+                      static_cast<double>(x.peak_memory_bytes) / (1 << 30),
+                      static_cast<double>(limit) / (1 << 30));
+        reject(describe(x), why);
+        advance(1);
+        continue;
+      }
+      if (refs.excludes(x.peak_memory_bytes, p.throughput_bound)) {
+        ++result.bounded;
+        advance(1);
+        continue;
+      }
+      // What the timing reads (Note [Search cache]).
+      const TimeKey tkey = time_key(run_plan.get(), p, free_comm);
+      auto ti = timings.find(tkey);
+      if (ti != timings.end()) {
+        ++result.cache_hits;
+      } else {
+        try {
+          const auto si = sim_specs.find(tkey);
+          const Simulated r =
+              si != sim_specs.end() ? si->second.get() : simulate_one(p, *run_plan, opt);
+          ++result.simulated;
+          result.simulated_actions += r.actions;
+          ti = timings.emplace(tkey, r.timing).first;
+        } catch (const Error& e) {
+          ++result.rejected_shape;
+          reject(describe(x), e.what());
+          advance(1);
+          continue;
+        }
+      }
+      x.step_ns = ti->second.step_ns;
+      x.throughput_samples_per_s = ti->second.throughput;
+      x.bubble_fraction = ti->second.bubble;
+      if (x.step_ns > 0 && p.model_flops > 0) {
+        x.model_tflops_per_gpu = p.model_flops / (static_cast<double>(x.step_ns) * 1e-9) /
+                                 static_cast<double>(opt.devices) / 1e12;
+        if (cluster.device && cluster.device->peak_tflops > 0)
+          x.mfu = x.model_tflops_per_gpu / cluster.device->peak_tflops;
+      }
+      all.add(x.peak_memory_bytes, x.throughput_samples_per_s);
+      if (x.synchronous()) synchronous.add(x.peak_memory_bytes, x.throughput_samples_per_s);
+      fitting.push_back(std::move(x));
+      advance(1);
     }
-    x.step_ns = ti->second.step_ns;
-    x.throughput_samples_per_s = ti->second.throughput;
-    x.bubble_fraction = ti->second.bubble;
-    if (x.step_ns > 0 && p.model_flops > 0) {
-      x.model_tflops_per_gpu = p.model_flops / (static_cast<double>(x.step_ns) * 1e-9) /
-                               static_cast<double>(opt.devices) / 1e12;
-      if (cluster.device && cluster.device->peak_tflops > 0)
-        x.mfu = x.model_tflops_per_gpu / cluster.device->peak_tflops;
-    }
-    all.add(x.peak_memory_bytes, x.throughput_samples_per_s);
-    if (x.synchronous()) synchronous.add(x.peak_memory_bytes, x.throughput_samples_per_s);
-    fitting.push_back(std::move(x));
-    advance(1);
   }
   search_detail::rank_candidates(std::move(fitting), opt.top_k, result);
   return result;

@@ -74,6 +74,9 @@ struct SearchOptions {
   // (memory and message bytes by dtype, Note [Precision bytes] in sched/memory.hpp; compute
   // times are the model's in every precision). Empty = fp32 only.
   std::vector<sched::Precision> precisions;
+  // Threads that evaluate candidates (`search --jobs`); 0 = std::thread::hardware_concurrency().
+  // The result is the same at every count (Note [Parallel search] in sim/src/search/search.cpp).
+  std::int32_t jobs = 0;
 };
 
 // Synchronous training: DDP with 25 MiB buckets (ZeRO stages follow from try_zero). Local-step
