@@ -1,7 +1,8 @@
 // `search` benchmarks. Run (medians of 3):
 //   build/bin/sim_search_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 // BM_SearchGpt32On64: a 32-layer GPT on 64 devices (8 nodes x 8), every configuration of pp x dp
-//   x v x m x schedule x DP algorithm (issue 5's target: >= 1,000 configurations in < 10 s).
+//   x v x m x schedule x DP algorithm (issue 5's target: >= 1,000 configurations in < 10 s);
+//   auto:0 the named schedules, auto:1 also Auto (the CLI's default).
 // BM_SearchAllDimensions: issue 46's search over every dimension: a 48-layer, h 6144 GPT (18B
 //   parameters) on 256 GPUs of DGX A100 nodes (80 GB), global batch 1024, pp x tp (4, 8) x dp x
 //   v x micro-batch size (1, 2) x schedule (1F1B, Interleaved1F1B, ZBH2) x zero stage (0-3) x
@@ -51,6 +52,9 @@ void BM_SearchGpt32On64(benchmark::State& state) {
   opt.zero_stages = {0};
   opt.recomputes = {sim::LayerRecompute::kNone};
   opt.jobs = 1;  // one thread: its CPU time is the search's
+  // Arg 0: the named schedules (issue 5's workload); 1: also Auto per (pp, dp, m), the CLI's
+  // default, which synthesizes a schedule per shape (a search of its own).
+  opt.try_auto = state.range(0) != 0;
   sim::SearchResult r;
   for (auto _ : state) {
     r = sim::search(model, cluster, opt);
@@ -127,7 +131,12 @@ void BM_Search175BOn1024(benchmark::State& state) {
   state.counters["threads"] = static_cast<double>(opt.jobs);
 }
 
-BENCHMARK(BM_SearchGpt32On64)->Unit(benchmark::kSecond)->Iterations(1);
+BENCHMARK(BM_SearchGpt32On64)
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1)
+    ->ArgName("auto")
+    ->Arg(0)
+    ->Arg(1);
 BENCHMARK(BM_SearchAllDimensions)->Unit(benchmark::kSecond)->Iterations(1);
 // Arg: search threads (SearchOptions::jobs, Note [Parallel search]); wall time is the measure (the
 // CPU time column is the calling thread's alone).
