@@ -6,7 +6,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <dirent.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,6 +35,44 @@ ArrayDataset make_data(std::int64_t nan_row = -1) {
 }
 
 ShardedBatches stream() { return ShardedBatches(kRows, 2, 1, 7, true, kBatch); }
+
+// The nice values of this process's threads (Linux: field 19 of /proc/self/task/TID/stat).
+std::vector<int> thread_nice_values() {
+  std::vector<int> out;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return out;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(std::string("/proc/self/task/") + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto close = stat.rfind(')');  // the command name may hold spaces
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));
+    std::string f;
+    for (int k = 3; k <= 19 && fields >> f; ++k) {
+      if (k == 19) out.push_back(std::stoi(f));
+    }
+  }
+  closedir(dir);
+  return out;
+}
+
+// Note [Loader priority]: the loader thread runs at nice 19, the training thread is untouched.
+TEST(BatchLoader, LoaderThreadRunsAtNice19) {
+  const ArrayDataset data = make_data();
+  const auto before = thread_nice_values();
+  ASSERT_FALSE(before.empty());
+  const auto nice19_before = std::count(before.begin(), before.end(), 19);
+  errno = 0;
+  const int training_nice = getpriority(PRIO_PROCESS, 0);
+  BatchLoader loader(data, stream(), torch::kCPU, 1, 1, false);
+  (void)loader.next(0);  // the thread has started and set its priority before delivering
+  const auto during = thread_nice_values();
+  // At least the loader (a thread it starts inherits its nice value).
+  EXPECT_GE(std::count(during.begin(), during.end(), 19), nice19_before + 1);
+  errno = 0;
+  EXPECT_EQ(getpriority(PRIO_PROCESS, 0), training_nice);  // the training thread is untouched
+}
 
 TEST(BatchLoader, SameBatchesAndPositionsAtEveryDepth) {
   const ArrayDataset data = make_data();

@@ -48,8 +48,12 @@ double checked_optimizer_step(torch::optim::Optimizer& optimizer, sched::NanPoli
 // step-long wait that the trace did not show and the simulator could not know: a 5 ms DDP step
 // spent up to 3 ms in it. Across hosts the buffer is heap memory and the all-reduce goes over
 // TCP as before.
+namespace {
+// Per rank in the loss all-reduce: loss stage + 1, loss value, grad stage + 1, grad norm.
+constexpr std::size_t kPerRank = 4;
+}  // namespace
+
 std::size_t loss_sync_doubles(const Communicator& world) {
-  constexpr std::size_t kPerRank = 4;
   return 1 + kPerRank * static_cast<std::size_t>(world.size());
 }
 
@@ -58,7 +62,6 @@ double all_reduce_loss_checked(Communicator& world, double* scratch, double loss
                                std::chrono::milliseconds timeout, std::string* problem) {
   // [loss, then per rank: loss stage + 1, loss value, grad stage + 1, grad norm]; each rank
   // fills its own slots, so the sum is every rank's report.
-  constexpr std::size_t kPerRank = 4;
   const auto n = static_cast<std::size_t>(world.size());
   double* buf = scratch;
   const std::size_t count = loss_sync_doubles(world);

@@ -211,10 +211,7 @@ void Zero::await_parameters(int stage_id) {
   wait_gathers(stage(stage_id));
 }
 
-void Zero::before_forward(int stage_id, int /*microbatch*/) {
-  rethrow_hook_error();
-  wait_gathers(stage(stage_id));
-}
+void Zero::before_forward(int stage_id, int /*microbatch*/) { await_parameters(stage_id); }
 
 void Zero::before_backward(int stage_id, int /*microbatch*/, bool /*last*/) {
   rethrow_hook_error();
