@@ -7,12 +7,14 @@
 #include <map>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -115,6 +117,7 @@ struct RunResult {
   std::map<std::pair<std::int64_t, sched::ActionKind>, int> recorded;
   // Note [Send time] / Note [Data-parallel sync] (report/run_report.hpp).
   std::int64_t max_optimizer_ns = 0;
+  std::int64_t max_compute_ns = 0;    // F, B, I, W (Note [Parameter waits])
   std::vector<std::int64_t> sync_ns;  // every rank's recorded syncs
   int sends = 0;                      // remote SEND actions recorded
   int timed_sends = 0;                // ... with 0 < send_ns <= their interval and drain_ns >= 0
@@ -191,6 +194,9 @@ RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, con
           }
           if (t.action.kind == sched::ActionKind::kOptimizerStep) {
             result.max_optimizer_ns = std::max(result.max_optimizer_ns, t.end_ns - t.start_ns);
+          }
+          if (sched::is_compute(t.action.kind)) {
+            result.max_compute_ns = std::max(result.max_compute_ns, t.end_ns - t.start_ns);
           }
           if (sched::is_send(t.action.kind) && t.bytes > 0) {
             ++result.sends;
@@ -328,6 +334,45 @@ TEST(Interpreter, DataParallelSyncAndSendCallsAreTimedApart) {
   EXPECT_LT(got.max_optimizer_ns, 30'000'000);
   EXPECT_EQ(got.sends, 2 * 2 * 4);  // per step: 4 SEND_F on rank 0, 4 SEND_B on rank 1
   EXPECT_EQ(got.timed_sends, got.sends);
+}
+
+// Note [Parameter waits]: a compute action's wait for its stage's parameters (ZeRO's all-gathers;
+// here a 30 ms sleep in await_parameters, once per stage per step) is taken before the action is
+// timed, so no F/B is recorded that long; the wait happens once per compute action.
+class SlowParameters final : public DataParallelHooks {
+ public:
+  void on_start(std::vector<StageParams>& /*stages*/) override {}
+  void await_parameters(int /*stage*/) override {
+    ++awaited;
+    if (waited_steps.insert(step).second)
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  void before_backward(int /*stage*/, int /*microbatch*/, bool /*last*/) override {}
+  void after_backward(int /*stage*/, int /*microbatch*/, bool /*last*/) override {}
+  void reduce_grad(int /*stage*/) override {}
+  void after_optimizer_step(std::int64_t /*s*/) override { ++step; }
+  std::atomic<int> awaited{0};
+  std::int64_t step = 0;
+  std::set<std::int64_t> waited_steps;
+};
+
+TEST(Interpreter, ParameterWaitsAreNotTimedAsCompute) {
+  torch::set_num_threads(1);
+  sched::ScheduleSpec spec;
+  spec.kind = ScheduleKind::kGPipe;
+  spec.ranks = 1;
+  spec.microbatches = 4;
+  const auto plan = sched::lower_for_run(sched::generate(spec));
+  torch::manual_seed(5);
+  auto x = torch::randn({16, kWidth});
+  auto y = torch::randn({16, kWidth});
+  SlowParameters params;
+  const auto got = run_pipelined(plan, init_weights(1), x, y, 2, -1, false, -1, false,
+                                 sched::Precision::kFp32, &params);
+  EXPECT_EQ(params.awaited.load(), 2 * 8);  // 2 steps x (4 F + 4 B)
+  EXPECT_EQ(params.waited_steps.size(), 2U);
+  EXPECT_GT(got.max_compute_ns, 0);
+  EXPECT_LT(got.max_compute_ns, 30'000'000);
 }
 
 // Note [Measured split backward]: in the split step, even microbatches' B run as I then W
