@@ -375,6 +375,59 @@ TEST(Interpreter, ParameterWaitsAreNotTimedAsCompute) {
   EXPECT_LT(got.max_compute_ns, 30'000'000);
 }
 
+// Note [Gradient waits]: the wait for a backward's own collectives (ZeRO-2/3's reduce-scatters;
+// here a 30 ms sleep in await_gradients, once per step) comes right after the B is timed, after
+// its after_backward and before the rank's next action, so no B is recorded that long.
+class SlowGradients final : public DataParallelHooks {
+ public:
+  void on_start(std::vector<StageParams>& /*stages*/) override {}
+  void before_forward(int /*stage*/, int /*microbatch*/) override { check_no_wait_pending(); }
+  void before_backward(int /*stage*/, int /*microbatch*/, bool /*last*/) override {
+    check_no_wait_pending();
+  }
+  void after_backward(int /*stage*/, int /*microbatch*/, bool /*last*/) override {
+    check_no_wait_pending();
+    pending = true;
+  }
+  void await_gradients(int /*stage*/) override {
+    ++awaited;
+    if (!pending) ++out_of_order;
+    pending = false;
+    if (waited_steps.insert(step).second)
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  void reduce_grad(int /*stage*/) override { check_no_wait_pending(); }
+  void after_optimizer_step(std::int64_t /*s*/) override { ++step; }
+  void check_no_wait_pending() {
+    if (pending) ++out_of_order;
+  }
+  int awaited = 0;
+  int out_of_order = 0;
+  bool pending = false;
+  std::int64_t step = 0;
+  std::set<std::int64_t> waited_steps;
+};
+
+TEST(Interpreter, GradientWaitsAreNotTimedAsCompute) {
+  torch::set_num_threads(1);
+  sched::ScheduleSpec spec;
+  spec.kind = ScheduleKind::kGPipe;
+  spec.ranks = 1;
+  spec.microbatches = 4;
+  const auto plan = sched::lower_for_run(sched::generate(spec));
+  torch::manual_seed(5);
+  auto x = torch::randn({16, kWidth});
+  auto y = torch::randn({16, kWidth});
+  SlowGradients grads;
+  const auto got = run_pipelined(plan, init_weights(1), x, y, 2, -1, false, -1, false,
+                                 sched::Precision::kFp32, &grads);
+  EXPECT_EQ(grads.awaited, 2 * 4);  // 2 steps x 4 B, each right after its after_backward
+  EXPECT_EQ(grads.out_of_order, 0);
+  EXPECT_EQ(grads.waited_steps.size(), 2U);
+  EXPECT_GT(got.max_compute_ns, 0);
+  EXPECT_LT(got.max_compute_ns, 30'000'000);
+}
+
 // Note [Measured split backward]: in the split step, even microbatches' B run as I then W
 // (recorded as such), with the same training result.
 TEST(Interpreter, SplitBackwardStepRecordsInputAndWeightGradients) {

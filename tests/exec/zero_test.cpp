@@ -83,6 +83,7 @@ std::vector<Result> run_zero(const ZeroCase& c, const Mlp& init) {
           zero.before_backward(0, mb, mb == last);
           losses[static_cast<std::size_t>(mb)].backward();
           zero.after_backward(0, mb, mb == last);
+          zero.await_gradients(0);  // as the interpreter does (Note [Gradient waits])
         }
       } else {  // I0, I1, W0, I2, W1, ..., W(m-1)
         auto do_i = [&](int mb) {
@@ -90,7 +91,8 @@ std::vector<Result> run_zero(const ZeroCase& c, const Mlp& init) {
           (void)torch::autograd::grad({losses[static_cast<std::size_t>(mb)]},
                                       {inputs[static_cast<std::size_t>(mb)]}, {}, true);
         };
-        auto do_w = [&](int mb) {
+        auto do_w = [&](int mb) {  // no await_gradients: before_weight finishes the last W's
+          zero.before_weight(0, mb);
           torch::autograd::backward({losses[static_cast<std::size_t>(mb)]}, {}, false, false,
                                     m.params);
           zero.after_backward(0, mb, mb == last);

@@ -80,14 +80,16 @@ TEST(Zero, Zero1ReduceScatterThenAllGatherBeforeTheNextForward) {
   EXPECT_EQ(scatters, 2);
 }
 
-// ZeRO-2: one reduce-scatter per backward (m of them, visible), REDUCE_GRAD waits for the last.
+// ZeRO-2: one reduce-scatter per backward (m of them, visible), and the rank's next action waits
+// for it (Note [Gradient waits]), as the executor adds it into the shard accumulator at once.
 TEST(Zero, Zero2ReduceScattersEveryBackward) {
   const auto plan = plan_of("0F0,0F1,0B0,0B1,0REDUCE_GRAD,0OPTIM\n");
   const auto r = simulate(plan, kCosts, one_gb_per_s(), zero(2));
-  // B0 [2, 4 ms] -> RS [4 ms, +500] (overlaps B1); B1 [4, 6 ms] -> RS [6 ms, +500]; all-gather
-  // [6 ms + 500, +1000].
-  EXPECT_EQ(r.makespan_ns, 6 * kMs + 1000);
+  // B0 [2, 4 ms] -> RS [4 ms, +500], B1 waits for it: [4 ms + 500, 6 ms + 500] -> RS [+500];
+  // all-gather [6 ms + 1000, +1500].
+  EXPECT_EQ(r.makespan_ns, 6 * kMs + 1500);
   EXPECT_EQ(r.per_rank[0].dp_comm_ns, 1500);
+  EXPECT_EQ(r.per_rank[0].dp_exposed_ns, 1000);  // the two waits (the all-gather ends the step)
   int scatters = 0;
   for (const auto& a : r.actions) scatters += a.collective == Collective::kReduceScatter ? 1 : 0;
   EXPECT_EQ(scatters, 2);
@@ -100,7 +102,7 @@ TEST(Zero, Zero3AllGathersAtUnshard) {
   const auto r = simulate(plan, kCosts, one_gb_per_s(), zero(3));
   // AG [0, 500], F [500, 1 ms + 500], AG [.., 1 ms + 1000], B [.., 3 ms + 1000], RS [.., +500].
   EXPECT_EQ(r.makespan_ns, 3 * kMs + 1500);
-  EXPECT_EQ(r.per_rank[0].dp_exposed_ns, 1500);
+  EXPECT_EQ(r.per_rank[0].dp_exposed_ns, 1500);  // both all-gathers and the reduce-scatter
   // Below stage 3 the same plan's UNSHARD / RESHARD are no-ops: DDP's time.
   const auto ddp = simulate(plan, kCosts, one_gb_per_s(), zero(0));
   EXPECT_EQ(ddp.makespan_ns, 3 * kMs + 1000);  // the all-reduce: 2 * 500

@@ -9,6 +9,7 @@
 //   before_backward(s, mb, last)  before each B or I action of (s, mb)
 //   before_weight(s, mb)          before each W action of (s, mb)
 //   after_backward(s, mb, last)   after the B or W action that completes (s, mb)'s gradients
+//   await_gradients(s)            after every B or W action of s is timed (Note [Gradient waits])
 //   unshard(s) / reshard(s)       the plan's UNSHARD / RESHARD actions of s (ZeRO-3 only;
 //                                 Note [UNSHARD and RESHARD] in sched/action.hpp)
 //   reduce_grad(s)                the plan's REDUCE_GRAD action of s: returns when s's gradients
@@ -47,6 +48,14 @@ class DataParallelHooks {
   virtual void unshard(int /*stage*/) {}
   virtual void reshard(int /*stage*/) {}
   virtual void after_backward(int stage, int microbatch, bool last) = 0;
+  // Note [Gradient waits]: after a B or W action of stage s is timed (right after it, before the
+  // rank's next action), waits for the collectives its after_backward started and must finish
+  // before the next backward (ZeRO-2/3: the microbatch's reduce-scatters, added into the shard
+  // accumulator), so that the action's measured time is its compute alone; the wait is
+  // data-parallel time (the algorithm's exposed-wait counter holds it), as the simulator models it
+  // (Note [ZeRO in the simulator]). The algorithm must not rely on it: its next after_backward,
+  // reduce_grad and settle finish whatever is still in flight.
+  virtual void await_gradients(int /*stage*/) {}
   virtual void reduce_grad(int stage) = 0;
   virtual void before_optimizer_steps(std::int64_t /*step*/) {}
   virtual void after_optimizer_step(std::int64_t step) = 0;

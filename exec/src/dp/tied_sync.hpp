@@ -97,6 +97,7 @@ class TiedGradientSync final : public DataParallelHooks {
   }
   void before_weight(int stage, int mb) override { inner_->before_weight(stage, mb); }
   void await_parameters(int stage) override { inner_->await_parameters(stage); }
+  void await_gradients(int stage) override { inner_->await_gradients(stage); }
   void unshard(int stage) override { inner_->unshard(stage); }
   void reshard(int stage) override { inner_->reshard(stage); }
   void after_backward(int stage, int mb, bool last) override {

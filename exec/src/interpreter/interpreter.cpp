@@ -225,6 +225,9 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
       if (measure_heap) timing.bytes = heap_bytes_in_use() - heap_before;
       timings_.push_back(timing);
     }
+    if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardWeight) {
+      hooks_->await_gradients(a.stage);  // Note [Gradient waits] (dp/dp_hooks.hpp)
+    }
     if (a.kind == ActionKind::kOptimizerStep && is_last_optimizer_step(a)) {
       // Note [Data-parallel sync] (report/run_report.hpp): after the OPTIM, timed on its own.
       SyncTiming sync{step, options_.record_timings ? now_ns() : 0, 0};

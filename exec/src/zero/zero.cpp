@@ -185,7 +185,10 @@ void Zero::wait_gathers(Stage& st) {
 }
 
 void Zero::settle() {
-  for (auto& st : stages_) wait_gathers(*st);
+  for (auto& st : stages_) {
+    finish_scatters(*st);
+    wait_gathers(*st);
+  }
 }
 
 void Zero::open_step(Stage& st) {
@@ -217,7 +220,13 @@ void Zero::before_backward(int stage_id, int /*microbatch*/, bool /*last*/) {
   rethrow_hook_error();
   Stage& st = stage(stage_id);
   wait_gathers(st);
+  finish_scatters(st);  // nothing may still read G when this backward writes it
   if (!st.step_open) open_step(st);
+}
+
+void Zero::before_weight(int stage_id, int /*microbatch*/) {
+  rethrow_hook_error();
+  finish_scatters(stage(stage_id));
 }
 
 void Zero::on_grad_accumulated(Stage& st, std::size_t param) noexcept {
@@ -287,8 +296,22 @@ void Zero::after_backward(int stage_id, int /*microbatch*/, bool /*last*/) {
   if (options_.stage != 2) return;
   Stage& st = stage(stage_id);
   if (st.buckets.empty()) return;
-  // Note [ZeRO flat buffers], stage 2: this microbatch's gradients into the shard accumulator.
+  // Note [ZeRO flat buffers], stage 2: this microbatch's gradients into the shard accumulator;
+  // the interpreter's await_gradients (Note [Gradient waits]) finishes them after timing the
+  // action, and nothing else runs in between.
+  finish_scatters(st);
   for (std::size_t b = 0; b < st.buckets.size(); ++b) launch(st, b, st.scratch, true);
+  st.scattering = true;
+}
+
+void Zero::await_gradients(int stage_id) {
+  rethrow_hook_error();
+  if (options_.stage == 2) finish_scatters(stage(stage_id));
+}
+
+void Zero::finish_scatters(Stage& st) {
+  if (!st.scattering) return;
+  st.scattering = false;
   for (std::size_t b = 0; b < st.buckets.size(); ++b) finish(st, b, st.scratch);
   torch::NoGradGuard no_grad;
   st.shard_grads.add_(st.scratch);
@@ -299,6 +322,7 @@ void Zero::reduce_grad(int stage_id) {
   rethrow_hook_error();
   Stage& st = stage(stage_id);
   if (st.buckets.empty()) return;
+  finish_scatters(st);
   if (!st.step_open) open_step(st);
   torch::NoGradGuard no_grad;
   if (options_.stage == 1) {

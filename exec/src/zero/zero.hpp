@@ -24,9 +24,10 @@
 // Stage 2: after every microbatch's backward of the stage (after_backward: its B, or W with a
 //   split backward) every bucket is reduce-scattered into a temporary and added into Gs (the
 //   float32 shard accumulator), and G is zeroed for the next microbatch: full gradients live
-//   only within one backward. These m reduce-scatters a step complete within after_backward
-//   (with split backward, the next microbatch's I may run before this W, so nothing may still
-//   read G when the next W writes it).
+//   only within one backward. These m reduce-scatters a step complete right after the backward
+//   action, before the rank's next action (await_gradients, Note [Gradient waits] in
+//   dp/dp_hooks.hpp; with split backward, the next microbatch's I may run before this W, so
+//   nothing may still read G when the next W writes it).
 // After the stage's OPTIM, every bucket's parameters are all-gathered in place (piece r of P is
 //   this replica's input), asynchronously; the stage's next forward or backward waits for them
 //   (before_forward / before_backward), and so do evaluation, checkpoints and the final weights
@@ -88,7 +89,9 @@ class Zero final : public DataParallelAlgorithm {
   void before_forward(int stage, int microbatch) override;
   void await_parameters(int stage) override;
   void before_backward(int stage, int microbatch, bool last) override;
+  void before_weight(int stage, int microbatch) override;
   void after_backward(int stage, int microbatch, bool last) override;
+  void await_gradients(int stage) override;
   void reduce_grad(int stage) override;
   void after_optimizer_step(std::int64_t step) override;
   [[nodiscard]] bool clear_gradients(int stage) override;
@@ -137,6 +140,7 @@ class Zero final : public DataParallelAlgorithm {
     std::vector<compat::NodePtr> accumulators;
     std::vector<std::uintptr_t> hook_keys;
     bool step_open = false;
+    bool scattering = false;  // stage 2: a backward's reduce-scatters into scratch in flight
   };
   template <typename O, typename S>
   friend class GradAccumulatedHook;
@@ -145,6 +149,8 @@ class Zero final : public DataParallelAlgorithm {
   void launch_ready(Stage& st);
   void launch(Stage& st, std::size_t b, const torch::Tensor& out, bool in_backward);
   void finish(Stage& st, std::size_t b, const torch::Tensor& out);
+  // Stage 2: waits for a backward's reduce-scatters and adds them into Gs (Note [Gradient waits]).
+  void finish_scatters(Stage& st);
   void open_step(Stage& st);
   void wait_gathers(Stage& st);
   [[nodiscard]] Stage& stage(int id);

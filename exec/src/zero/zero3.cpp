@@ -357,17 +357,24 @@ void Zero3::after_backward(int stage_id, int /*microbatch*/, bool /*last*/) {
   rethrow_hook_error();
   Stage& st = stage(stage_id);
   if (st.buckets.empty()) return;
-  // Buckets with a parameter that got no gradient in this backward: zeros for it.
+  // Buckets with a parameter that got no gradient in this backward: zeros for it. The last
+  // (at most kMaxInFlight) are finished by await_gradients right after the interpreter timed the
+  // action (Note [Gradient waits] in dp/dp_hooks.hpp), or by the next launch or reduce_grad.
   for (; st.next_launch < st.buckets.size(); ++st.next_launch) launch(st, st.next_launch);
-  finish(st, 0);
   st.next_launch = 0;
   std::fill(st.got.begin(), st.got.end(), false);
   for (auto& bk : st.buckets) bk.pending = static_cast<std::int64_t>(bk.params.size());
 }
 
+void Zero3::await_gradients(int stage_id) {
+  rethrow_hook_error();
+  finish(stage(stage_id), 0);
+}
+
 void Zero3::reduce_grad(int stage_id) {
   rethrow_hook_error();
   Stage& st = stage(stage_id);
+  finish(st, 0);
   // Every backward reduce-scattered its gradients already; the optimizer's tensors' .grad are
   // pieces of Gs (an optimizer's zero_grad may have reset them).
   for (std::size_t b = 0; b < st.buckets.size(); ++b) {
@@ -391,6 +398,7 @@ bool Zero3::clear_gradients(int stage_id) {
 void Zero3::settle() {
   for (auto& st : stages_) {
     if (st->buckets.empty()) continue;
+    finish(*st, 0);
     if (st->state == Params::kGathering) wait_gathers(*st);
     if (st->state != Params::kSharded) continue;
     const std::uint64_t payload0 = stats_.payload_bytes;

@@ -25,7 +25,9 @@
 //   parameter's gradient into its own .grad; when every parameter of a bucket has its gradient
 //   (buckets in index order, as DDP's), the gradients are copied into a padded bucket buffer,
 //   the .grad tensors are released, and the bucket's reduce-scatter starts (at most two in
-//   flight: their buffers are the only full-size gradients alive). On CPU its output is this
+//   flight: their buffers are the only full-size gradients alive). The last ones are waited for
+//   right after the backward action (await_gradients, Note [Gradient waits] in dp/dp_hooks.hpp),
+//   outside its measured time. On CPU its output is this
 //   replica's piece of the bucket buffer itself (in place: the bucket is scratch once the
 //   collective has it), which saves a piece-sized buffer per bucket in flight (8 MiB at the
 //   peak of bench/zero_memory.sh; Gloo over TCP holds a receive buffer of the bucket's size
@@ -86,6 +88,7 @@ class Zero3 final : public DataParallelAlgorithm {
   void unshard(int stage) override;
   void reshard(int stage) override;
   void after_backward(int stage, int microbatch, bool last) override;
+  void await_gradients(int stage) override;
   void reduce_grad(int stage) override;
   void after_optimizer_step(std::int64_t step) override;
   [[nodiscard]] bool clear_gradients(int stage) override;

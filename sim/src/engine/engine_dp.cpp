@@ -13,8 +13,9 @@
 //      of its fp32 parameters P starts, and the stage's first compute of the next step waits for
 //      it (overlapping whatever the rank computes before);
 //   2  as 1, but every backward completing weight gradients (B or W) reduce-scatters the whole
-//      gradient G (in the reduce dtype) when it ends: m reduce-scatters a step; REDUCE_GRAD
-//      waits for the last;
+//      gradient G (in the reduce dtype) when it ends: m reduce-scatters a step, and the rank's
+//      next action waits for them (Note [Gradient waits] in exec/src/dp/dp_hooks.hpp: the
+//      executor adds the reduced piece into the shard accumulator before it goes on);
 //   3  gradients as 2; UNSHARD starts an all-gather of P (when the rank reaches it in its list),
 //      the stage's compute waits for the latest; RESHARD frees (memory only); no all-gather
 //      after OPTIM.
@@ -119,8 +120,15 @@ void Engine::zero_after_compute(std::int32_t r, RankState& st, const Op& op, std
                                 std::int64_t end, std::int64_t src) {
   const auto s = static_cast<std::size_t>(op.stage);
   if (zero_ >= 2 && sched::completes_weight_grad(op.kind)) {
-    ddp_done_[static_cast<std::size_t>(step) * S_ + s] = zero_collective(
-        r, st, op.stage, step, Collective::kReduceScatter, end, zero_scatter_ns_[s], src);
+    const std::int64_t done = zero_collective(r, st, op.stage, step, Collective::kReduceScatter,
+                                              end, zero_scatter_ns_[s], src);
+    ddp_done_[static_cast<std::size_t>(step) * S_ + s] = done;
+    // Note [Gradient waits]: the rank's next action waits for this backward's reduce-scatters.
+    if (done > st.time) {
+      result_.per_rank[static_cast<std::size_t>(r)].dp_exposed_ns += done - st.time;
+      st.time = done;
+      st.last_compute = st.last_dp;
+    }
   }
   if (zero_ <= 2 && op.kind == ActionKind::kOptimizerStep) {
     params_ready_[s] = zero_collective(r, st, op.stage, step, Collective::kAllGather, end,
