@@ -335,15 +335,19 @@ std::int64_t stage_memory_bytes(std::int64_t param_bytes, std::int64_t activatio
   // sched::activation_bytes_at_precision, so that the estimate is the memory model's bytes.
   const int element_bytes = options.activation_element_bytes;
   const double element = static_cast<double>(element_bytes) / 4.0;
-  // bytes * element_bytes / 4 without overflowing (stage sums may be near INT64_MAX).
-  const auto at_precision = [element_bytes](std::int64_t bytes) {
-    return bytes / 4 * element_bytes + bytes % 4 * element_bytes / 4;
-  };
-  const std::int64_t fp32 =
-      element_bytes < 4 ? std::clamp<std::int64_t>(activation_fp32_bytes, 0, activation_bytes) : 0;
-  const auto acts = static_cast<double>(fp32 + at_precision(activation_bytes - fp32));
-  const double per_microbatch =
-      options.recompute ? static_cast<double>(at_precision(input_bytes)) : acts;
+  std::int64_t kept = activation_bytes;  // one microbatch's activations
+  std::int64_t inputs = input_bytes;     // one microbatch's inputs (recompute)
+  if (element_bytes < 4) {
+    // bytes * element_bytes / 4 without overflowing (stage sums may be near INT64_MAX).
+    const auto at_precision = [element_bytes](std::int64_t bytes) {
+      return bytes / 4 * element_bytes + bytes % 4 * element_bytes / 4;
+    };
+    const std::int64_t fp32 = std::clamp<std::int64_t>(activation_fp32_bytes, 0, activation_bytes);
+    kept = fp32 + at_precision(activation_bytes - fp32);
+    inputs = at_precision(input_bytes);
+  }
+  const auto acts = static_cast<double>(kept);
+  const double per_microbatch = options.recompute ? static_cast<double>(inputs) : acts;
   const double cast_cache =
       options.activation_element_bytes < 4 ? static_cast<double>(param_bytes) * element : 0.0;
   const double bytes =
@@ -393,9 +397,12 @@ Partition make_partition(const Model& model, const std::vector<int>& node_stage,
   out.activation_element_bytes = options.activation_element_bytes;
   for (StageInfo& stage : out.graph.stages) {
     stage.in_flight_microbatches = in_flight_microbatches(stage.index, options.stages, options);
-    stage.memory_bytes = stage_memory_bytes(
-        stage.param_bytes, stage.activation_bytes, stage_activation_fp32_bytes(model, stage),
-        stage.in_flight_microbatches, options, stage_input_bytes(model, stage));
+    // The fp32 part matters only under 16-bit activations (Note [Stage memory]).
+    const std::int64_t fp32 =
+        options.activation_element_bytes < 4 ? stage_activation_fp32_bytes(model, stage) : 0;
+    stage.memory_bytes =
+        stage_memory_bytes(stage.param_bytes, stage.activation_bytes, fp32,
+                           stage.in_flight_microbatches, options, stage_input_bytes(model, stage));
   }
   return out;
 }
@@ -423,18 +430,16 @@ Partition partition_model(const Model& model, const PartitionOptions& options) {
            "--memory-limit must be > 0, got " << *options.memory_limit_bytes);
 
   const std::vector<int> order = model.topological_order();
+  const bool sixteen_bit = options.activation_element_bytes < 4;  // the fp32 part matters
   std::vector<Item> items;
   items.reserve(n);
   double max_item = 0.0;
   for (int v : order) {
     const Node& node = model.nodes[static_cast<std::size_t>(v)];
     const NodeCost& c = node.cost;
-    items.push_back(Item{v,
-                         c.forward_ms + c.backward_ms,
-                         c.param_bytes,
-                         c.activation_bytes,
-                         autocast_fp32_bytes(node),
-                         {}});
+    items.push_back(
+        Item{v, c.forward_ms + c.backward_ms, c.param_bytes, c.activation_bytes, 0, {}});
+    if (sixteen_bit) items.back().activation_fp32_bytes = autocast_fp32_bytes(node);
     max_item = std::max(max_item, items.back().ms);
   }
   if (options.recompute) add_preds(model, &items);
