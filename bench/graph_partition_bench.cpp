@@ -45,8 +45,9 @@ void partition_chain(benchmark::State& state, pipewright::graph::PartitionMethod
   const std::size_t per_stage = model.nodes.size() / static_cast<std::size_t>(options.stages);
   for (std::size_t i = 0; i < per_stage; ++i) {
     const auto& c = model.nodes[i].cost;
-    first_stage += pipewright::graph::stage_memory_bytes(c.param_bytes, c.activation_bytes,
-                                                         options.stages, options);
+    first_stage += pipewright::graph::stage_memory_bytes(
+        c.param_bytes, c.activation_bytes, pipewright::graph::autocast_fp32_bytes(model.nodes[i]),
+        options.stages, options);
   }
   options.memory_limit_bytes = first_stage + first_stage / 2;
   for (auto _ : state) {

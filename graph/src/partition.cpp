@@ -31,7 +31,19 @@ struct Item {
   double ms = 0.0;  // forward + backward
   std::int64_t param_bytes = 0;
   std::int64_t activation_bytes = 0;
+  std::int64_t activation_fp32_bytes = 0;  // autocast_fp32_bytes (Note [Stage memory])
   std::vector<Pred> preds;  // distinct values read from other nodes (filled for recompute only)
+};
+
+// A run's activation bytes per microbatch, and the part of them autocast keeps in fp32.
+struct Acts {
+  std::int64_t all = 0;
+  std::int64_t fp32 = 0;
+
+  static Acts of(const Item& it) noexcept {
+    return Acts{it.activation_bytes, it.activation_fp32_bytes};
+  }
+  friend Acts operator+(Acts a, Acts b) noexcept { return Acts{a.all + b.all, a.fp32 + b.fp32}; }
 };
 
 // Segment boundaries: segment k covers items [starts[k], starts[k+1]) (with starts.back() == n
@@ -95,24 +107,24 @@ class Packer {
     int stage = 0;
     double ms = 0.0;
     std::int64_t params = 0;
-    std::int64_t acts = 0;
+    Acts acts;
     std::int64_t ins = 0;
     std::size_t begin = 0;
     for (std::size_t i = 0; i < items_.size(); ++i) {
       const Item& it = items_[i];
       const bool first = i == 0;
-      if (first || !fits(stage, ms + it.ms, params + it.param_bytes, acts + it.activation_bytes,
+      if (first || !fits(stage, ms + it.ms, params + it.param_bytes, acts + Acts::of(it),
                          ins + new_inputs(i, begin, false), max_ms)) {
         if (!first) ++stage;
         const std::int64_t alone = inputs_alone(i);
         begin = i;
         // Bump while the item alone does not fit; stages 0..stage-1 need >= stage earlier items.
-        while (!fits(stage, it.ms, it.param_bytes, it.activation_bytes, alone, max_ms)) {
+        while (!fits(stage, it.ms, it.param_bytes, Acts::of(it), alone, max_ms)) {
           ++stage;
           if (static_cast<std::size_t>(stage) > i || stage >= stages_) break;
         }
         if (stage >= stages_ || static_cast<std::size_t>(stage) > i ||
-            !fits(stage, it.ms, it.param_bytes, it.activation_bytes, alone, max_ms)) {
+            !fits(stage, it.ms, it.param_bytes, Acts::of(it), alone, max_ms)) {
           if (failed_at != nullptr) *failed_at = i;
           return false;
         }
@@ -120,24 +132,24 @@ class Packer {
         if (runs != nullptr && first) runs->back().stage = stage;
         ms = 0.0;
         params = 0;
-        acts = 0;
+        acts = Acts{};
         ins = 0;
       }
       ins += new_inputs(i, begin, true);
       ms += it.ms;
       params += it.param_bytes;
-      acts += it.activation_bytes;
+      acts = acts + Acts::of(it);
     }
     return true;
   }
 
  private:
-  bool fits(int stage, double ms, std::int64_t params, std::int64_t acts, std::int64_t ins,
+  bool fits(int stage, double ms, std::int64_t params, Acts acts, std::int64_t ins,
             double max_ms) const {
     if (ms > max_ms) return false;
     if (!limit_) return true;
     const int in_flight = in_flight_microbatches(stage, stages_, options_);
-    return stage_memory_bytes(params, acts, in_flight, options_, ins) <= *limit_;
+    return stage_memory_bytes(params, acts.all, acts.fp32, in_flight, options_, ins) <= *limit_;
   }
 
   // Bytes of the values item i reads from items before `begin` that the current run (run_) has
@@ -265,8 +277,9 @@ void add_preds(const Model& model, std::vector<Item>* items) {
   const int last_in_flight = in_flight_microbatches(stages - 1, stages, options);
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Item& it = items[i];
-    const std::int64_t alone = stage_memory_bytes(it.param_bytes, it.activation_bytes,
-                                                  last_in_flight, options, packer.inputs_alone(i));
+    const std::int64_t alone =
+        stage_memory_bytes(it.param_bytes, it.activation_bytes, it.activation_fp32_bytes,
+                           last_in_flight, options, packer.inputs_alone(i));
     if (alone > limit) {
       std::ostringstream os;
       os << "no partition meets the memory limit of " << limit << " bytes: node \""
@@ -314,13 +327,27 @@ int in_flight_microbatches(int stage, int stages, const PartitionOptions& option
 }
 
 std::int64_t stage_memory_bytes(std::int64_t param_bytes, std::int64_t activation_bytes,
-                                int in_flight, const PartitionOptions& options,
+                                std::int64_t activation_fp32_bytes, int in_flight,
+                                const PartitionOptions& options,
                                 std::int64_t input_bytes) noexcept {
-  // Note [Stage memory], mixed precision: 16-bit activations and autocast's parameter copies.
-  const double element = static_cast<double>(options.activation_element_bytes) / 4.0;
-  const double acts = static_cast<double>(activation_bytes) * element;
-  const double per_microbatch =
-      options.recompute ? static_cast<double>(input_bytes) * element : acts;
+  // Note [Stage memory], mixed precision: 16-bit activations but for what autocast keeps in
+  // fp32, 16-bit stage inputs (p2p messages), and autocast's parameter copies. In integers as
+  // sched::activation_bytes_at_precision, so that the estimate is the memory model's bytes.
+  const int element_bytes = options.activation_element_bytes;
+  const double element = static_cast<double>(element_bytes) / 4.0;
+  std::int64_t kept = activation_bytes;  // one microbatch's activations
+  std::int64_t inputs = input_bytes;     // one microbatch's inputs (recompute)
+  if (element_bytes < 4) {
+    // bytes * element_bytes / 4 without overflowing (stage sums may be near INT64_MAX).
+    const auto at_precision = [element_bytes](std::int64_t bytes) {
+      return bytes / 4 * element_bytes + bytes % 4 * element_bytes / 4;
+    };
+    const std::int64_t fp32 = std::clamp<std::int64_t>(activation_fp32_bytes, 0, activation_bytes);
+    kept = fp32 + at_precision(activation_bytes - fp32);
+    inputs = at_precision(input_bytes);
+  }
+  const auto acts = static_cast<double>(kept);
+  const double per_microbatch = options.recompute ? static_cast<double>(inputs) : acts;
   const double cast_cache =
       options.activation_element_bytes < 4 ? static_cast<double>(param_bytes) * element : 0.0;
   const double bytes =
@@ -337,6 +364,13 @@ std::int64_t stage_input_bytes(const Model& model, const StageInfo& stage) {
   for (const StageValue& v : stage.inputs) {
     if (v.node >= 0) bytes += model.nodes[static_cast<std::size_t>(v.node)].cost.output_bytes;
   }
+  return bytes;
+}
+
+std::int64_t stage_activation_fp32_bytes(const Model& model, const StageInfo& stage) noexcept {
+  std::int64_t bytes = 0;
+  for (const int v : stage.nodes)
+    bytes += autocast_fp32_bytes(model.nodes[static_cast<std::size_t>(v)]);
   return bytes;
 }
 
@@ -363,9 +397,12 @@ Partition make_partition(const Model& model, const std::vector<int>& node_stage,
   out.activation_element_bytes = options.activation_element_bytes;
   for (StageInfo& stage : out.graph.stages) {
     stage.in_flight_microbatches = in_flight_microbatches(stage.index, options.stages, options);
+    // The fp32 part matters only under 16-bit activations (Note [Stage memory]).
+    const std::int64_t fp32 =
+        options.activation_element_bytes < 4 ? stage_activation_fp32_bytes(model, stage) : 0;
     stage.memory_bytes =
-        stage_memory_bytes(stage.param_bytes, stage.activation_bytes, stage.in_flight_microbatches,
-                           options, stage_input_bytes(model, stage));
+        stage_memory_bytes(stage.param_bytes, stage.activation_bytes, fp32,
+                           stage.in_flight_microbatches, options, stage_input_bytes(model, stage));
   }
   return out;
 }
@@ -393,12 +430,16 @@ Partition partition_model(const Model& model, const PartitionOptions& options) {
            "--memory-limit must be > 0, got " << *options.memory_limit_bytes);
 
   const std::vector<int> order = model.topological_order();
+  const bool sixteen_bit = options.activation_element_bytes < 4;  // the fp32 part matters
   std::vector<Item> items;
   items.reserve(n);
   double max_item = 0.0;
   for (int v : order) {
-    const NodeCost& c = model.nodes[static_cast<std::size_t>(v)].cost;
-    items.push_back(Item{v, c.forward_ms + c.backward_ms, c.param_bytes, c.activation_bytes, {}});
+    const Node& node = model.nodes[static_cast<std::size_t>(v)];
+    const NodeCost& c = node.cost;
+    items.push_back(
+        Item{v, c.forward_ms + c.backward_ms, c.param_bytes, c.activation_bytes, 0, {}});
+    if (sixteen_bit) items.back().activation_fp32_bytes = autocast_fp32_bytes(node);
     max_item = std::max(max_item, items.back().ms);
   }
   if (options.recompute) add_preds(model, &items);

@@ -44,15 +44,18 @@ double brute_force(const Model& m, int p, const PartitionOptions& options, bool 
     for (int k = 0; k < p; ++k) {
       const int end = k + 1 < p ? starts[static_cast<std::size_t>(k) + 1] : n;
       double ms = 0.0;
-      std::int64_t params = 0, acts = 0;
+      std::int64_t params = 0, acts = 0, fp32 = 0;
       for (int i = starts[static_cast<std::size_t>(k)]; i < end; ++i) {
-        const NodeCost& c = m.nodes[static_cast<std::size_t>(i)].cost;
+        const Node& node = m.nodes[static_cast<std::size_t>(i)];
+        const NodeCost& c = node.cost;
         ms += c.forward_ms + c.backward_ms;
         params += c.param_bytes;
         acts += c.activation_bytes;
+        fp32 += autocast_fp32_bytes(node);
       }
-      if (use_memory && stage_memory_bytes(params, acts, in_flight_microbatches(k, p, options),
-                                           options) > *options.memory_limit_bytes) {
+      if (use_memory &&
+          stage_memory_bytes(params, acts, fp32, in_flight_microbatches(k, p, options), options) >
+              *options.memory_limit_bytes) {
         return;
       }
       worst = std::max(worst, ms);
@@ -182,6 +185,53 @@ TEST(Partition, SixteenBitActivationsAndTheAutocastCopy) {
   EXPECT_NE(to_json(part).find("\"activation_element_bytes\": 2"), std::string::npos);
   opt.activation_element_bytes = 3;
   EXPECT_THROW((void)partition_model(m, opt), ConfigError);
+}
+
+// Issue 47 item 4 (Note [Stage memory], Note [Autocast bytes]): under bf16 what autocast keeps
+// in fp32 (a layer norm's input, a block's 4/34, a node's own activation_fp32_bytes) stays at 4
+// bytes and only the rest halves; recompute's kept stage inputs are 16-bit p2p messages. The
+// memory method cuts by those bytes.
+TEST(Partition, AutocastKeepsItsFp32ActivationsUnderSixteenBits) {
+  Model m = chain_model({1, 1, 1, 1}, {10, 10, 10, 10}, {1000, 1000, 1000, 3400});
+  m.nodes[0].kind = NodeKind::kLayerNorm;         // all 1000 fp32
+  m.nodes[1].cost.activation_fp32_bytes = 400;    // the file's: 400 fp32
+  m.nodes[3].kind = NodeKind::kTransformerBlock;  // 4/34 of 3400: 400 fp32
+  PartitionOptions opt;
+  opt.stages = 2;
+  opt.method = PartitionMethod::kUniform;
+  opt.activation_element_bytes = 2;
+  const Partition part = partition_model(m, opt);
+  ASSERT_EQ(part.node_stage, (std::vector<int>{0, 0, 1, 1}));
+  const StageInfo& s0 = part.graph.stages[0];
+  const StageInfo& s1 = part.graph.stages[1];
+  EXPECT_EQ(stage_activation_fp32_bytes(m, s0), 1400);
+  EXPECT_EQ(stage_activation_fp32_bytes(m, s1), 400);
+  // params 20 x (1 + 1 + 2) + autocast copy 10 + in flight x (fp32 part + the rest / 2).
+  EXPECT_EQ(s0.memory_bytes, 80 + 10 + 2 * (1400 + 600 / 2));  // halving all: 80 + 10 + 2 x 1000
+  EXPECT_EQ(s1.memory_bytes, 80 + 10 + 1 * (400 + 4000 / 2));  // halving all: 80 + 10 + 2200
+  // fp32: the fp32 part changes nothing.
+  opt.activation_element_bytes = 4;
+  EXPECT_EQ(partition_model(m, opt).graph.stages[0].memory_bytes, 80 + 2 * 2000);
+  // Recompute: inputs per in-flight microbatch at 16 bits (n1's 101 bytes: 50), one recomputed
+  // microbatch with its fp32 part.
+  opt.activation_element_bytes = 2;
+  opt.recompute = true;
+  const Partition rc = partition_model(m, opt);
+  EXPECT_EQ(rc.graph.stages[0].memory_bytes, 80 + 10 + 2 * 0 + (1400 + 600 / 2));
+  EXPECT_EQ(rc.graph.stages[1].memory_bytes, 80 + 10 + 1 * 50 + (400 + 4000 / 2));
+  // The memory method cuts by the fp32-aware bytes: 2 | 2 needs 3490 on stage 0, so a limit
+  // just below it (which plain halving's 2090 would meet) moves the cut after n0 (n1..n3:
+  // 120 + 15 + 800 + 4600 / 2 = 3235).
+  opt.recompute = false;
+  opt.method = PartitionMethod::kMemory;
+  opt.memory_limit_bytes = 3489;
+  const Partition capped = partition_model(m, opt);
+  EXPECT_EQ(capped.node_stage, (std::vector<int>{0, 1, 1, 1}));
+  EXPECT_EQ(capped.graph.stages[1].memory_bytes, 120 + 15 + 800 + 4600 / 2);
+  for (const StageInfo& st : capped.graph.stages) EXPECT_LE(st.memory_bytes, 3489);
+  // The closed form itself: the fp32 part is clamped to the activations.
+  EXPECT_EQ(stage_memory_bytes(0, 1000, 5000, 1, opt), 1000);
+  EXPECT_EQ(stage_memory_bytes(0, 1000, -5, 1, opt), 500);
 }
 
 // Issue 22: with --recompute full a stage keeps its input per in-flight microbatch and one

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "pipewright/graph/error.hpp"
@@ -106,6 +107,73 @@ TEST(ParallelModel, TransformerBlockOverAGridOfShapes) {
     }
   }
   EXPECT_EQ(checked, 3 * 2 * 2 * 3 * 7 * 2);
+}
+
+// Note [Autocast bytes per GPU]: a block's fp32 part (graph::autocast_fp32_bytes: 4/34 of it)
+// is split over Korthikanti's terms as 4sbh of layer norms (replicated; / t with sp; kept by
+// selective recompute) and the rest on the attention core (/ t; dropped by selective recompute);
+// kFull keeps the fp32 residual stream only. Other nodes: by kind, or the file's share scaled.
+TEST(ParallelModel, AutocastFp32BytesPerGpu) {
+  int checked = 0;
+  for (std::int64_t h : {1024, 4096}) {
+    for (std::int64_t s : {512, 2048}) {
+      const std::int64_t a = 32;
+      const graph::Model base = graph::make_gpt(spec_of(h, a, s, 1));
+      const graph::Node& b1 = node(base, "block1");
+      const auto f = static_cast<double>(graph::autocast_fp32_bytes(b1));
+      ASSERT_EQ(graph::autocast_fp32_bytes(b1), b1.cost.activation_bytes * 4 / 34);
+      const double S = static_cast<double>(s), H = static_cast<double>(h);
+      const double core = 5.0 * static_cast<double>(a) * S / H;
+      for (std::int64_t b : {1, 4}) {
+        for (std::int32_t t : {1, 2, 8}) {
+          for (bool sp : {false, true}) {
+            if (sp && t == 1) continue;
+            for (auto rec :
+                 {LayerRecompute::kNone, LayerRecompute::kSelective, LayerRecompute::kFull}) {
+              ParallelModelSpec ps;
+              ps.micro_batch_size = b;
+              ps.tp = t;
+              ps.sequence_parallel = sp;
+              ps.recompute = rec;
+              const graph::Node& n = node(parallelize_model(base, ps), "block1");
+              const std::int64_t got = graph::autocast_fp32_bytes(n);
+              if (rec == LayerRecompute::kFull) {
+                EXPECT_EQ(got, n.cost.activation_bytes);
+              } else {
+                const double norms = f * 34 / (34 + core) * (sp ? 1.0 / t : 1.0);
+                const double attention =
+                    rec == LayerRecompute::kNone ? f * core / (34 + core) / t : 0.0;
+                const double want = std::min(static_cast<double>(n.cost.activation_bytes),
+                                             static_cast<double>(b) * (norms + attention));
+                EXPECT_NEAR(static_cast<double>(got), want, 1.0)
+                    << "h " << h << " s " << s << " b " << b << " t " << t << " sp " << sp;
+                // Selective recompute: the layer norms' inputs alone, Korthikanti's 4sbh of
+                // the block's (34 + 5as/h) sbh.
+                if (rec == LayerRecompute::kSelective && !sp) {
+                  EXPECT_NEAR(static_cast<double>(got),
+                              static_cast<double>(b * b1.cost.activation_bytes) * 4 / (34 + core),
+                              2.0);
+                }
+              }
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * 2 * 2 * 5 * 3);
+  // A node's own activation_fp32_bytes scales with its activations (micro-batch size 2 -> 4).
+  graph::Model file = graph::make_gpt(spec_of(1024, 16, 512, 2));
+  file.nodes.at(static_cast<std::size_t>(file.node_index("head"))).cost.activation_fp32_bytes =
+      1000;
+  ParallelModelSpec ps;
+  ps.micro_batch_size = 4;
+  ps.tp = 2;
+  const graph::Model m = parallelize_model(file, ps);
+  EXPECT_EQ(graph::autocast_fp32_bytes(node(m, "head")), 2000);
+  EXPECT_EQ(graph::autocast_fp32_bytes(node(m, "ln_f")), node(m, "ln_f").cost.activation_bytes);
+  EXPECT_EQ(graph::autocast_fp32_bytes(node(m, "embed")), node(m, "embed").cost.activation_bytes);
 }
 
 // Vocabulary-parallel embedding and head; layer norms replicated, split by sp.

@@ -7,9 +7,16 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "pipewright/graph/error.hpp"
+#include "pipewright/graph/generators.hpp"
+#include "pipewright/graph/partition.hpp"
+#include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/job.hpp"
+#include "pipewright/sched/memory.hpp"
 #include "pipewright/sim/cost_inputs.hpp"
+#include "pipewright/sim/parallel_model.hpp"
 #include "pipewright/sim/simulator.hpp"
 #include "plan_fixtures.hpp"
 
@@ -94,6 +101,63 @@ TEST(Precision, MemoryByDtype) {
       EXPECT_EQ(rr.peak_memory_bytes, 3000 + rr.autocast_cache_bytes + rr.peak_activation_bytes);
     }
   }
+}
+
+// Issue 47 item 4: the partitioner's stage memory (Note [Stage memory]) and the memory model
+// (Note [Memory model]) keep the same bytes under bf16 autocast: the nodes' fp32 part at 4 bytes,
+// the rest at 2, recompute's stage inputs at 2. For a 1F1B plan at dp 1 with plain SGD (no
+// optimizer state or transient) each stage's estimate is exactly its rank's peak, with and
+// without recompute, for the model and for one GPU of a TP group (Note [Autocast bytes per
+// GPU]); in fp32 too. Plain halving was below it wherever a stage has a norm or a block.
+TEST(Precision, PartitionStageMemoryIsTheRanksPeakUnderAutocast) {
+  graph::GptSpec spec;
+  spec.layers = 6;
+  spec.hidden = 256;
+  spec.heads = 4;
+  spec.seq = 256;
+  spec.vocab = 1000;
+  spec.bytes_per_element = 4;
+  const graph::Model gpt = graph::make_gpt(spec);
+  ParallelModelSpec tp2;
+  tp2.tp = 2;
+  tp2.recompute = LayerRecompute::kSelective;
+  int checked = 0;
+  for (const graph::Model& model : {gpt, parallelize_model(gpt, tp2)}) {
+    for (const auto& [precision, recompute] :
+         {std::pair{Precision::kBf16, "none"}, std::pair{Precision::kBf16, "full"},
+          std::pair{Precision::kFp32, "none"}, std::pair{Precision::kFp32, "full"}}) {
+      sched::JobSpec job;
+      job.pp = 4;
+      job.microbatches = 8;
+      job.precision = precision;
+      job.recompute = sched::parse_recompute(recompute);
+      graph::PartitionOptions po;
+      po.stages = job.pp;
+      po.optimizer_bytes_per_param_byte = 0;  // plain SGD
+      po.recompute = job.recompute.any();
+      po.activation_element_bytes = sched::element_bytes(precision);
+      const graph::Partition part = graph::partition_model(model, po);
+      const sched::CostTable costs = sched::costs_from_partition(model, part);
+      const auto peaks =
+          sched::peak_memory(sched::make_plan(job, &part), costs, sched::memory_options(job));
+      ASSERT_EQ(peaks.size(), 4U);
+      for (std::int32_t r = 0; r < 4; ++r) {
+        const graph::StageInfo& st = part.graph.stages[static_cast<std::size_t>(r)];
+        EXPECT_EQ(st.memory_bytes, peaks[static_cast<std::size_t>(r)].peak_bytes)
+            << sched::to_string(precision) << " " << recompute << " stage " << r;
+        // What plain halving gave: below the peak wherever a norm or a block is.
+        const std::int64_t fp32 = graph::stage_activation_fp32_bytes(model, st);
+        if (fp32 > 0 && precision == Precision::kBf16) {
+          EXPECT_LT(graph::stage_memory_bytes(st.param_bytes, st.activation_bytes, 0,
+                                              st.in_flight_microbatches, po,
+                                              graph::stage_input_bytes(model, st)),
+                    st.memory_bytes);
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 32);
 }
 
 TEST(Precision, StageCostsRefuseAProfileOfAnotherPrecision) {

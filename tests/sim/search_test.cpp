@@ -10,6 +10,10 @@
 
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/generators.hpp"
+#include "pipewright/graph/partition.hpp"
+#include "pipewright/sched/costs.hpp"
+#include "pipewright/sched/job.hpp"
+#include "pipewright/sched/memory.hpp"
 
 namespace pipewright::sim {
 namespace {
@@ -197,6 +201,43 @@ TEST(Search, PruningDropsOnlyWhatCannotFit) {
     if (c.zero_stage < 3) got.insert(describe(c));
   for (const auto& d : got) EXPECT_TRUE(fit.count(d)) << "only with the limit: " << d;
   for (const auto& d : fit) EXPECT_TRUE(got.count(d)) << "only without the limit: " << d;
+}
+
+// Note [Search pruning] under bf16 (issue 47 item 4): the bound counts a stage's activations as
+// the memory model keeps them, the fp32 part (Note [Autocast bytes]) at 4 bytes, so it is higher
+// than plain halving's and still at most the exact peak of every plan; at pp 1 with one
+// microbatch (plain SGD, dp 1) it is that peak.
+TEST(Search, MemoryBoundKeepsTheAutocastFp32Activations) {
+  const graph::Model model = small_gpt(4);
+  for (const sched::Precision precision : {sched::Precision::kFp32, sched::Precision::kBf16}) {
+    for (const std::int32_t pp : {1, 2, 4}) {
+      sched::JobSpec job;
+      job.pp = pp;
+      job.microbatches = pp == 1 ? 1 : 8;
+      job.precision = precision;
+      const graph::Partition part = sched::resolve_partition(job, model);
+      const sched::CostTable costs = sched::costs_from_partition(model, part);
+      const sched::MemoryOptions mo = sched::memory_options(job);
+      const std::int64_t bound = peak_memory_lower_bound(costs, pp, mo);
+      sched::CostTable halved = costs;  // what the bound counted before: no fp32 part
+      for (auto& st : halved.stages) st.activation_fp32_bytes = 0;
+      if (precision == sched::Precision::kBf16) {
+        EXPECT_GT(bound, peak_memory_lower_bound(halved, pp, mo)) << "pp " << pp;
+      } else {
+        EXPECT_EQ(bound, peak_memory_lower_bound(halved, pp, mo)) << "pp " << pp;
+      }
+      for (const auto kind : {sched::ScheduleKind::k1F1B, sched::ScheduleKind::kGPipe}) {
+        job.schedule = kind;
+        std::int64_t peak = 0;
+        for (const auto& r : sched::peak_memory(sched::make_plan(job, &part), costs, mo))
+          peak = std::max(peak, r.peak_bytes);
+        EXPECT_LE(bound, peak) << sched::to_string(kind) << " pp " << pp;
+        if (pp == 1) {
+          EXPECT_EQ(bound, peak) << sched::to_string(kind);
+        }
+      }
+    }
+  }
 }
 
 // Note [Parallel search]: every row, the Pareto front, every rejection and every count are the

@@ -89,7 +89,8 @@ void run_partition(const PartitionArgs& args) {
         break;
     }
   }
-  // Note [Stage memory]: bf16/fp16 keep 16-bit activations (and autocast's parameter copies).
+  // Note [Stage memory]: bf16/fp16 keep 16-bit activations but for their autocast fp32 part
+  // (and autocast's parameter copies).
   options.activation_element_bytes = sched::element_bytes(sched::parse_precision(args.precision));
   graph::Model model = graph::load_model(args.model);
   if (args.tp > 1 || args.sequence_parallel || args.recompute == "selective") {
@@ -166,7 +167,9 @@ void setup_partition(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--precision", args->precision,
                   "fp32 | bf16 | fp16: activations (and autocast's parameter copies) at 16 bits "
-                  "under bf16/fp16; parameters, gradients and optimizer state stay fp32")
+                  "under bf16/fp16, but for what autocast keeps in fp32 (layer norms' inputs, "
+                  "token ids, the loss: docs/partitioning.md); parameters, gradients and "
+                  "optimizer state stay fp32")
       ->capture_default_str();
   cmd->add_option("--optimizer-bytes-per-param-byte", args->options.optimizer_bytes_per_param_byte,
                   "optimizer state per parameter byte (Adam: 2)")

@@ -419,10 +419,11 @@ CostTable costs_from_partition(const graph::Model& model, const graph::Partition
     c.param_bytes = info.param_bytes;
     c.activation_bytes = info.activation_bytes;
     c.output_bytes = info.output_bytes;
+    // Note [Autocast bytes]: the same sum the partitioner's stage memory keeps fp32.
+    c.activation_fp32_bytes = graph::stage_activation_fp32_bytes(model, info);
     for (int n : info.nodes) {
       const graph::Node& node = model.nodes[static_cast<std::size_t>(n)];
       if (node.cost.param_bytes > 0) c.param_sizes_bytes.push_back(node.cost.param_bytes);
-      c.activation_fp32_bytes += graph::autocast_fp32_bytes(node);  // Note [Autocast bytes]
     }
     t.stages.push_back(std::move(c));
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "pipewright/graph/error.hpp"
@@ -21,7 +22,8 @@ namespace pipewright::sim {
 //     put on a stream of their own;
 //   - holds layer_params_per_gpu(h, t) parameters, and the activations of
 //     layer_activation_bytes (Korthikanti et al. 2022), scaled from the node's own figure so
-//     that its precision (bytes per element) is kept;
+//     that its precision (bytes per element) is kept, with the part autocast keeps in fp32 as
+//     Note [Autocast bytes per GPU] says;
 //   - sends 1/t of a stage's output to the next stage (Megatron's scatter-gather of pipeline
 //     tensors; with sequence parallelism the tensor is sharded anyway).
 // The word embedding is vocabulary-parallel (its table split over t, position embeddings
@@ -35,6 +37,27 @@ namespace pipewright::sim {
 // Selective recompute drops the attention-core term of a block's activations and re-runs that
 // part of the forward (its share of the FLOPs, s / (6h + s)) in the backward. Full recompute is
 // the job's --recompute (sched/memory.hpp), which keeps stage inputs only.
+//
+// Note [Autocast bytes per GPU]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Under bf16 / fp16 the memory model keeps a node's autocast_fp32_bytes at 4 bytes per element
+// and halves the rest (Note [Autocast bytes] in graph/model.hpp), so the per-GPU model says how
+// much of one GPU's kept bytes stays fp32, from the node's own fp32 part F (the file's
+// activation_fp32_bytes, else that note's rule). The rule's 4/34 of a block, read against
+// Korthikanti's layer (34 + c) sbh with c = 5as/h, is 4sbh (the two layer norms' fp32 inputs,
+// from the fp32 residual stream) plus 4c/34 sbh (a share of the attention core). F is split by
+// those shares, 34 / (34 + c) on the norms and c / (34 + c) on the core, and each part scales as
+// its term does on one GPU of a TP group of t: the norms' inputs are in the 10sbh every GPU keeps
+// whole (1/t with sequence parallelism, which runs them on s/t of the sequence), the core is
+// split over the heads (1/t) and selective recompute drops it. So one GPU's block keeps
+//   r F (34 n + c k) / (34 + c),  n = 1 (1/t with sp),  k = 1/t (no recompute) or 0 (selective)
+// (autocast_fp32_ratio): F itself at t = 1 without recompute, and the norms' 4sbh alone under
+// selective recompute. LayerRecompute::kFull keeps the layer's input only, the fp32 residual
+// stream: all fp32. Not kept in fp32: the norms' outputs (the next linear keeps its 16-bit
+// cast) and the softmax output (16-bit under the executor's CPU autocast; CUDA's fp32 softmax
+// is not modelled: give activation_fp32_bytes). Clamped to the per-GPU activation bytes. Every
+// other node keeps its share: by kind when the file does not give it (a layer norm all of its
+// bytes, also when sp splits it), scaled with its activations when the file does.
 
 double layer_activation_bytes(double s, double b, double h, double a, double t,
                               bool sequence_parallel, LayerRecompute recompute) {
@@ -121,6 +144,15 @@ std::int64_t vocab_of(const graph::Model& m) {
 }
 
 std::int64_t round_bytes(double x) { return static_cast<std::int64_t>(std::llround(x)); }
+
+// Note [Autocast bytes per GPU]: one GPU's fp32 bytes of a block / the node's (before r).
+double autocast_fp32_ratio(double s, double h, double a, double t, bool sp,
+                           LayerRecompute recompute) {
+  const double core = 5.0 * a * s / h;  // Korthikanti's attention core, per sbh
+  const double norms = sp ? 1.0 / t : 1.0;
+  const double core_kept = recompute == LayerRecompute::kNone ? 1.0 / t : 0.0;
+  return (34.0 * norms + core * core_kept) / (34.0 + core);
+}
 
 }  // namespace
 
@@ -215,6 +247,10 @@ graph::Model parallelize_model(const graph::Model& model, const ParallelModelSpe
     double split = 1.0;        // compute divisor
     double param_ratio = 1.0;  // per-GPU parameters / the node's
     double act_ratio = 1.0;    // per-GPU activations / the node's (after r)
+    // Note [Autocast bytes per GPU]: per-GPU fp32 part / the node's (after r); unset: act_ratio.
+    // all_fp32: every kept byte is fp32.
+    std::optional<double> fp32_ratio;
+    bool all_fp32 = false;
     double fwd_extra = 0, bwd_extra = 0, recompute_ms = 0;
     double time_scale = r;  // the file's times are for model.micro_batch_size samples
     switch (n.kind) {
@@ -235,6 +271,8 @@ graph::Model parallelize_model(const graph::Model& model, const ParallelModelSpe
         const double a = static_cast<double>(heads);
         act_ratio = layer_activation_bytes(s, 1, h_node, a, t, sp, spec.recompute) /
                     layer_activation_bytes(s, 1, h_node, a, 1, false, LayerRecompute::kNone);
+        fp32_ratio = autocast_fp32_ratio(s, h_node, a, t, sp, spec.recompute);
+        all_fp32 = spec.recompute == LayerRecompute::kFull;
         fwd_extra = bwd_extra = 2 * coll_ms;
         if (spec.device) {
           // Note [Roofline layer]: the device's times replace the file's (split = 1 below).
@@ -321,7 +359,15 @@ graph::Model parallelize_model(const graph::Model& model, const ParallelModelSpe
       c.backward_ms = c.backward_ms * time_scale / split + bwd_extra + recompute_ms;
     }
     c.param_bytes = round_bytes(static_cast<double>(c.param_bytes) * param_ratio);
+    const std::int64_t fp32 = graph::autocast_fp32_bytes(n);  // before activation_bytes changes
     c.activation_bytes = round_bytes(static_cast<double>(c.activation_bytes) * r * act_ratio);
+    if (all_fp32) {
+      c.activation_fp32_bytes = c.activation_bytes;
+    } else if (fp32_ratio || c.activation_fp32_bytes) {
+      c.activation_fp32_bytes =
+          std::min(c.activation_bytes,
+                   round_bytes(static_cast<double>(fp32) * r * fp32_ratio.value_or(act_ratio)));
+    }
     c.output_bytes = round_bytes(static_cast<double>(c.output_bytes) * r / t);
   }
   return out;

@@ -114,7 +114,11 @@ std::string describe(const SearchCandidate& c) {
 // them again while its backward recomputes them), so some rank holds, at one instant, a stage's
 // static state (parameters, gradients and optimizer state at the zero stage, and under bf16 /
 // fp16 below ZeRO-3 the autocast copy, Note [Precision bytes]) plus one microbatch of its
-// activations; and some rank holds at least the average static state of the ranks. Both are
+// activations, counted as the memory model keeps them: at the job's precision but for the part
+// autocast keeps in fp32 (StageCost::activation_fp32_bytes, Note [Autocast bytes]): exactly the
+// bytes MemoryModel adds at the stage's F (halving them all undercounts a GPT block's by 2/34
+// of its fp32 bytes, half its layer norms' inputs); and some rank holds at least the average
+// static state of the ranks. Both are
 // below sched::peak_memory's maximum over ranks for any plan of these costs, so a candidate whose
 // bound exceeds the limit cannot fit: it is dropped before its plan is built or simulated.
 // Shards are counted as floor(bytes / dp) (the memory model rounds them up) to stay below.
@@ -150,8 +154,11 @@ std::int64_t peak_memory_lower_bound(const sched::CostTable& costs, std::int32_t
   for (const auto& c : costs.stages) {
     const std::int64_t s = stat(c.param_bytes);
     total += s;
-    heaviest = std::max(heaviest, s + sched::bytes_at_precision(c.activation_bytes, costs.precision,
-                                                                memory.precision));
+    // One microbatch's kept activations as the memory model holds them (Note [Autocast bytes]:
+    // what autocast keeps in fp32 does not shrink).
+    heaviest = std::max(heaviest, s + sched::activation_bytes_at_precision(
+                                          c.activation_bytes, c.activation_fp32_bytes,
+                                          costs.precision, memory.precision));
   }
   return costs.runtime_memory_bytes + std::max(heaviest, total / std::max(ranks, 1));
 }

@@ -20,9 +20,20 @@
 //   input_bytes is the bytes of the values the stage receives from other stages (the model
 //   input is the data loader's and not counted).
 //   Mixed precision (`partition --precision bf16|fp16`, sched/memory.hpp Note [Precision
-//   bytes]): activation_element_bytes = 2 scales activation and input bytes (model estimates
-//   are fp32) by 2 / 4 and adds autocast's 16-bit parameter copies, param_bytes * 2 / 4;
-//   parameters, gradients and optimizer state stay fp32.
+//   bytes]): with activation_element_bytes = 2 a microbatch's activations are
+//     kept = activation_fp32_bytes + (activation_bytes - activation_fp32_bytes) * 2 / 4
+//   where activation_fp32_bytes is the stage's sum of autocast_fp32_bytes(node) (Note [Autocast
+//   bytes] in model.hpp: layer norms, embeddings' token ids, the loss and a block's layer-norm
+//   inputs stay fp32; model estimates are fp32, so the rest shrinks by 2 / 4), the bytes
+//   sched::MemoryModel keeps for a stage (sched::activation_bytes_at_precision, integer division
+//   as there). With recompute the inputs kept per microbatch are the producers' outputs as they
+//   crossed the cut, which are p2p messages and so 16-bit (input_bytes * 2 / 4, as the memory
+//   model's Note [Recompute] and the executor's sends), and the recomputed microbatch is `kept`.
+//   Autocast's 16-bit parameter copies add param_bytes * 2 / 4; parameters, gradients and
+//   optimizer state stay fp32. So for a 1F1B plan at dp 1 with plain SGD every stage's estimate
+//   is its rank's sched::peak_memory, in either precision (tests/sim/precision_test.cpp); the
+//   memory model adds what this estimate has no words for (the optimizer's and data
+//   parallelism's transient tensors, Note [Optimizer transient] in sched/memory.hpp).
 #pragma once
 
 #include <cstdint>
@@ -96,14 +107,21 @@ struct Partition {
 [[nodiscard]] Partition make_partition(const Model& model, const std::vector<int>& node_stage,
                                        const PartitionOptions& options, std::string method);
 
-// Memory estimate of one stage under Note [Stage memory]; input_bytes counts only with
-// options.recompute.
+// Memory estimate of one stage under Note [Stage memory]: activation_fp32_bytes is the part of
+// activation_bytes autocast keeps in fp32 (stage_activation_fp32_bytes; clamped to [0,
+// activation_bytes]; it matters only with activation_element_bytes 2); input_bytes counts only
+// with options.recompute.
 [[nodiscard]] std::int64_t stage_memory_bytes(std::int64_t param_bytes,
-                                              std::int64_t activation_bytes, int in_flight,
+                                              std::int64_t activation_bytes,
+                                              std::int64_t activation_fp32_bytes, int in_flight,
                                               const PartitionOptions& options,
                                               std::int64_t input_bytes = 0) noexcept;
 // Bytes per microbatch of the values `stage` receives from other stages (not the model input).
 [[nodiscard]] std::int64_t stage_input_bytes(const Model& model, const StageInfo& stage);
+// Sum of autocast_fp32_bytes over the stage's nodes (Note [Autocast bytes]): the part of its
+// activation_bytes that stays fp32 under bf16 / fp16 autocast.
+[[nodiscard]] std::int64_t stage_activation_fp32_bytes(const Model& model,
+                                                       const StageInfo& stage) noexcept;
 // in_flight(s) for stage s of `stages` under the options' assumption.
 [[nodiscard]] int in_flight_microbatches(int stage, int stages,
                                          const PartitionOptions& options) noexcept;

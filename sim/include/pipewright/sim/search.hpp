@@ -130,7 +130,8 @@ struct SearchRejection {
 // A lower bound of the peak memory of every plan over `ranks` pipeline ranks for these stage
 // costs (Note [Search pruning]): runtime bytes plus the larger of the heaviest stage's static
 // state (Note [Sharded state]) with one microbatch of its activations (at the memory options'
-// precision; a recomputed stage holds them during its backward too) and the ranks' average
+// precision, their activation_fp32_bytes kept fp32 as the memory model keeps them; a recomputed
+// stage holds them during its backward too) and the ranks' average
 // static state. Closed form, no plan: the search drops a candidate over the limit by it before
 // building or simulating anything.
 [[nodiscard]] std::int64_t peak_memory_lower_bound(const sched::CostTable& costs,
