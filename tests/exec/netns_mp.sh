@@ -15,8 +15,9 @@
 #                         between --node-rank and SLURM_NODEID exits 2 naming both
 #   calibrate             `calibrate --worker --network` on 2 nodes x 2 ranks over a 100 Mbit/s link:
 #                         the cluster JSON has 2 nodes of 2 ranks, an inter-node bandwidth within
-#                         15% of the shaped rate and far below the intra-node one, and simulate
-#                         reads it
+#                         15% of the shaped rate and far below the intra-node one, ZeRO's
+#                         reduce-scatter / all-gather fits as inter-node sharded collective links
+#                         only, and simulate reads it
 #   fault-link            node 1's link goes down mid-run: every rank on both nodes ends within
 #                         --timeout + 10 s, the launchers name the lost node
 #   fault-kill            every process of node 1 killed: node 0's ranks end within 5 s, node 1
@@ -160,6 +161,12 @@ pairs = json.loads(json.dumps(c["calibration"]))["pairs"]
 print(f"inter-node {inter * 8e3:.1f} Mbit/s (shaped at 100), intra-node {intra * 8e3:.0f} Mbit/s, {len(pairs)} pairs")
 ok = (c["nodes"] == 2 and c["ranks_per_node"] == 2 and len(pairs) == 3
       and abs(inter - 0.0125) / 0.0125 < 0.15 and intra > 3 * inter)
+# ZeRO's collectives over every rank span the nodes: inter-node links only (issues 43/47).
+sharded = c.get("sharded_collective_links", {})
+print("sharded collective links:", {k: v for k, v in sharded.items()})
+ok = ok and sorted(sharded) == ["all_gather", "all_gather_unregistered", "reduce_scatter",
+                                "reduce_scatter_unregistered"]
+ok = ok and all(list(v) == ["inter_node"] for v in sharded.values())
 sys.exit(0 if ok else 1)
 PY
     then echo "OK   calibrate --network"; else echo "FAIL calibrate --network"; failed=1; fi

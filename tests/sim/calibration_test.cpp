@@ -41,6 +41,27 @@ TEST(Calibration, RingAllReduceFitRecoversTheSimulatorsFormula) {
   }
 }
 
+// ZeRO's reduce-scatter and all-gather (one ring pass): the fit recovers reduce_ns's link.
+TEST(Calibration, RingOnePassFitRecoversTheSimulatorsFormula) {
+  const Link truth{0.15, 0.85};
+  for (std::int32_t n : {2, 3, 4, 8}) {
+    std::vector<TimingPoint> pts;
+    for (auto b : sizes()) {
+      const std::int64_t padded = (b + 4 * n - 1) / (4 * n) * (4 * n);  // as calibrate rounds
+      pts.push_back({padded, static_cast<double>(reduce_ns(truth, n, padded)) / 1e6});
+    }
+    const LinkFit f = fit_ring_one_pass(pts, n);
+    EXPECT_NEAR(f.link.latency_ms, truth.latency_ms, 1e-6) << n;
+    EXPECT_NEAR(f.link.bandwidth_gb_per_s, truth.bandwidth_gb_per_s, 1e-4) << n;
+    EXPECT_LT(f.max_abs_relative_error, 1e-4) << n;
+    // The all-reduce fit of the same times reads them as two passes: half the latency.
+    EXPECT_NEAR(fit_ring_allreduce(pts, n).link.latency_ms, truth.latency_ms / 2, 1e-6) << n;
+  }
+  EXPECT_THROW((void)fit_ring_one_pass({{8, 1.0}, {16, 2.0}}, 1), ConfigError);
+  EXPECT_THROW((void)fit_ring_one_pass({{8, 1.0}}, 2), ConfigError);
+  EXPECT_THROW((void)fit_ring_one_pass({{8, 1.0}, {16, -2.0}}, 2), ConfigError);
+}
+
 TEST(Calibration, FitWeighsSmallAndLargeMessagesByRelativeError) {
   // 10% noise alternating in sign: the latency must still come out near 50 us (an unweighted
   // fit would be dominated by the 16 MiB point's absolute error of ~0.7 ms).
@@ -87,6 +108,81 @@ TEST(Calibration, ClusterCollectiveLinksRoundTripAndAreUsedForCollectives) {
     "collective_links": {"intra": {}}})",
                                    "bad.json"),
                ParseError);
+}
+
+// Issue 43/47: ZeRO's sharded collectives may have links of their own, per buffer kind and node
+// span; absent ones fall back to the collective link (old files predict what they did).
+const char* kSharded = R"({"format": "pipewright-cluster", "version": 1, "nodes": 2,
+    "ranks_per_node": 2,
+    "intra_node": {"latency_ms": 0.01, "bandwidth_gb_per_s": 5},
+    "inter_node": {"latency_ms": 0.05, "bandwidth_gb_per_s": 1},
+    "collective_links": {"intra_node": {"latency_ms": 0.02, "bandwidth_gb_per_s": 4}},
+    "sharded_collective_links": {
+      "reduce_scatter": {"intra_node": {"latency_ms": 0.03, "bandwidth_gb_per_s": 3}},
+      "all_gather": {"intra_node": {"latency_ms": 0.04, "bandwidth_gb_per_s": 8},
+                     "inter_node": {"latency_ms": 0.4, "bandwidth_gb_per_s": 0.8}},
+      "reduce_scatter_unregistered": {"intra_node": {"latency_ms": 0.15, "bandwidth_gb_per_s": 0.85}},
+      "all_gather_unregistered": {"inter_node": {"latency_ms": 0.6, "bandwidth_gb_per_s": 0.5}}}})";
+
+TEST(Calibration, ShardedCollectiveLinksParseFallBackAndRoundTrip) {
+  const Cluster c = parse_cluster(kSharded, "sharded.json");
+  using SC = ShardedCollective;
+  using CB = CollectiveBuffer;
+  auto lat = [&c](SC what, CB buffer, bool spans) {
+    return c.sharded_link(what, buffer, spans).latency_ms;
+  };
+  EXPECT_DOUBLE_EQ(lat(SC::kReduceScatter, CB::kRegistered, false), 0.03);
+  EXPECT_DOUBLE_EQ(lat(SC::kReduceScatter, CB::kRegistered, true), 0.05);  // inter_node
+  EXPECT_DOUBLE_EQ(lat(SC::kAllGather, CB::kRegistered, false), 0.04);
+  EXPECT_DOUBLE_EQ(lat(SC::kAllGather, CB::kRegistered, true), 0.4);
+  EXPECT_DOUBLE_EQ(lat(SC::kReduceScatter, CB::kPrivate, false), 0.15);
+  EXPECT_DOUBLE_EQ(c.sharded_link(SC::kReduceScatter, CB::kPrivate, false).bandwidth_gb_per_s,
+                   0.85);
+  EXPECT_DOUBLE_EQ(lat(SC::kReduceScatter, CB::kPrivate, true), 0.05);
+  EXPECT_DOUBLE_EQ(lat(SC::kAllGather, CB::kPrivate, false), 0.02);  // collective intra_node
+  EXPECT_DOUBLE_EQ(lat(SC::kAllGather, CB::kPrivate, true), 0.6);
+  const Cluster back = parse_cluster(to_json(c), "again.json");
+  EXPECT_EQ(to_json(back), to_json(c));
+  EXPECT_DOUBLE_EQ(back.sharded_links.all_gather_unregistered.inter_node->bandwidth_gb_per_s, 0.5);
+  EXPECT_FALSE(back.sharded_links.all_gather_unregistered.intra_node.has_value());
+  // Without the object: every sharded collective on the collective link, and to_json writes none.
+  Cluster plain = c;
+  plain.sharded_links = {};
+  for (SC what : {SC::kReduceScatter, SC::kAllGather}) {
+    for (CB buffer : {CB::kRegistered, CB::kPrivate}) {
+      for (bool spans : {false, true}) {
+        EXPECT_EQ(&plain.sharded_link(what, buffer, spans), &plain.collective_link(spans));
+      }
+    }
+  }
+  EXPECT_EQ(to_json(plain).find("sharded_collective_links"), std::string::npos);
+}
+
+void expect_parse_error(const std::string& text, const std::string& needle) {
+  try {
+    (void)parse_cluster(text, "bad.json");
+    FAIL() << needle;
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Calibration, ShardedCollectiveLinksBadInputNamesTheField) {
+  const std::string head = R"({"format": "pipewright-cluster", "version": 1, )";
+  expect_parse_error(head + R"("sharded_collective_links": {"reduce_scatter_private": {}}})",
+                     "at /sharded_collective_links/reduce_scatter_private: unknown field");
+  expect_parse_error(head + R"("sharded_collective_links": {"all_gather": {"intra": {}}}})",
+                     "at /sharded_collective_links/all_gather/intra: unknown field");
+  expect_parse_error(
+      head +
+          R"("sharded_collective_links": {"all_gather_unregistered": {"inter_node": {"latency_ms": -1}}}})",
+      "/sharded_collective_links/all_gather_unregistered/inter_node/latency_ms");
+  expect_parse_error(head + R"("sharded_collective_links": [1]})", "/sharded_collective_links");
+  expect_parse_error(
+      head +
+          R"("sharded_collective_links": {"reduce_scatter": {"intra_node": {"bandwidth_gb_per_s": "fast"}}}})",
+      "/sharded_collective_links/reduce_scatter/intra_node/bandwidth_gb_per_s");
 }
 
 }  // namespace

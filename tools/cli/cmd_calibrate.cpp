@@ -1,7 +1,10 @@
 // `pipewright calibrate --backend gloo|mpi --nproc N [-o cluster.json]` (default: stdout): measures
-// point-to-point and all-reduce times between N local ranks through pipewright's own communicators
-// (exec/calibrate.hpp), fits the simulator's communication model (sim/calibration.hpp) and writes
-// a cluster description that `pipewright simulate/compare/search --cluster` read.
+// point-to-point, all-reduce, reduce-scatter and all-gather times between N local ranks through
+// pipewright's own communicators (exec/calibrate.hpp), fits the simulator's communication model
+// (sim/calibration.hpp) and writes a cluster description that `pipewright
+// simulate/compare/search --cluster` read: the point-to-point fit as its links, the all-reduce
+// fit as its collective_links, and the reduce-scatter and all-gather fits (registered and
+// private buffers) as its sharded_collective_links.
 //
 // The command re-executes itself: without --worker it replaces itself with
 // `pipewright launch --nproc N -- pipewright calibrate --worker ...` (Gloo) or
@@ -247,8 +250,17 @@ void network_links(const exec::CommunicationMeasurements& m, sim::Cluster& c,
   if (!inter_lat.empty()) c.inter_node = {median(inter_lat), median(inter_bw)};
   if (!intra_lat.empty()) c.intra_node = {median(intra_lat), median(intra_bw)};
   // The all-reduce over every rank spans the nodes: it is the inter-node collective; within a
-  // node, the point-to-point link.
+  // node, the point-to-point link. So are the sharded collectives: their fits are inter-node
+  // links, and within a node the collective link prices them.
   c.collective_intra_node.reset();
+  for (sim::CollectiveLinks* l :
+       {&c.sharded_links.reduce_scatter, &c.sharded_links.all_gather,
+        &c.sharded_links.reduce_scatter_unregistered, &c.sharded_links.all_gather_unregistered}) {
+    if (m.nodes > 1) {
+      l->inter_node = l->intra_node;
+      l->intra_node.reset();
+    }
+  }
   if (m.nodes > 1 && intra_lat.empty()) c.intra_node = c.inter_node;  // not measured: 1 rank/node
   record["nodes"] = m.nodes;
   record["pairs"] = pairs;
@@ -293,6 +305,41 @@ void run_worker(const CalibrateArgs& a) {
       100 * p2p.max_abs_relative_error, ar.link.latency_ms, ar.link.bandwidth_gb_per_s,
       100 * ar.mean_abs_relative_error, 100 * ar.max_abs_relative_error);
 
+  // ZeRO's collectives (Note [Unregistered collectives] in sim/src/network/network_model.cpp):
+  // each fitted to the ring's one pass, at the sizes rounded to equal pieces.
+  struct Sharded {
+    const char* name;
+    const std::vector<exec::SizeTiming>* timings;
+    sim::CollectiveLinks sim::ShardedCollectiveLinks::*links;
+    sim::LinkFit fit;
+  };
+  Sharded sharded[] = {
+      {"reduce_scatter", &m.reduce_scatter, &sim::ShardedCollectiveLinks::reduce_scatter, {}},
+      {"all_gather", &m.all_gather, &sim::ShardedCollectiveLinks::all_gather, {}},
+      {"reduce_scatter_unregistered",
+       &m.reduce_scatter_unregistered,
+       &sim::ShardedCollectiveLinks::reduce_scatter_unregistered,
+       {}},
+      {"all_gather_unregistered",
+       &m.all_gather_unregistered,
+       &sim::ShardedCollectiveLinks::all_gather_unregistered,
+       {}}};
+  spdlog::info("{:>10} {:>14} {:>14} {:>14} {:>14}  (ms; sizes rounded to {} equal pieces)",
+               "buffer", "reduce_scatter", "all_gather", "rs_private", "ag_private", m.world_size);
+  for (std::size_t i = 0; i < m.reduce_scatter.size(); ++i) {
+    spdlog::info("{:>10} {:>14.4f} {:>14.4f} {:>14.4f} {:>14.4f}",
+                 graph::human_bytes(m.reduce_scatter[i].bytes), m.reduce_scatter[i].median_ms,
+                 m.all_gather[i].median_ms, m.reduce_scatter_unregistered[i].median_ms,
+                 m.all_gather_unregistered[i].median_ms);
+  }
+  for (auto& x : sharded) {
+    x.fit = sim::fit_ring_one_pass(points(*x.timings), m.world_size);
+    spdlog::info(
+        "{}: latency {:.4f} ms, bandwidth {:.3f} GB/s (fit error mean {:.1f}%, max {:.1f}%)",
+        x.name, x.fit.link.latency_ms, x.fit.link.bandwidth_gb_per_s,
+        100 * x.fit.mean_abs_relative_error, 100 * x.fit.max_abs_relative_error);
+  }
+
   sim::Cluster c;
   const int per_node = std::max(1, m.local_world_size);
   c.name = a.name.empty() ? "calibrated-" + m.backend + "-" + std::to_string(m.world_size) + "ranks"
@@ -309,6 +356,16 @@ void run_worker(const CalibrateArgs& a) {
   c.inter_node = p2p.link;  // measured between ranks 0 and 1 (one node when launched locally)
   c.collective_intra_node = ar.link;
   c.collective_inter_node = ar.link;
+  // Measured within this node: the intra-node links; across nodes the collective link stays
+  // (network_links moves them to inter_node when --network measured across nodes).
+  auto sharded_record = nlohmann::json::object();
+  for (const auto& x : sharded) {
+    (c.sharded_links.*x.links).intra_node = x.fit.link;
+    sharded_record[x.name] = {
+        {"timings", timings_json(*x.timings)},
+        {"fit_error",
+         {{"mean", x.fit.mean_abs_relative_error}, {"max", x.fit.max_abs_relative_error}}}};
+  }
   const nlohmann::json record{
       {"tool", "pipewright calibrate"},
       {"backend", m.backend},
@@ -319,7 +376,8 @@ void run_worker(const CalibrateArgs& a) {
       {"p2p_fit_error",
        {{"mean", p2p.mean_abs_relative_error}, {"max", p2p.max_abs_relative_error}}},
       {"allreduce_fit_error",
-       {{"mean", ar.mean_abs_relative_error}, {"max", ar.max_abs_relative_error}}}};
+       {{"mean", ar.mean_abs_relative_error}, {"max", ar.max_abs_relative_error}}},
+      {"sharded_collectives", sharded_record}};
   if (a.network) {
     nlohmann::json rec = record;
     network_links(m, c, rec);

@@ -16,7 +16,8 @@ struct ExecCommand {
 inline constexpr ExecCommand kExecCommands[] = {
     {"run", "Train a model with a pipeline schedule on pp x dp ranks (this process is one)"},
     {"calibrate",
-     "Measure point-to-point and all-reduce times between local ranks and write a cluster "
+     "Measure point-to-point and collective (all-reduce, reduce-scatter, all-gather) times "
+     "between local ranks and write a cluster "
      "description for the simulator"},
     {"dataset", "The bundled datasets (char-level language modelling)"},
 };

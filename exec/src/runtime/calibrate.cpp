@@ -1,9 +1,10 @@
 // Note [Calibration timing]: the ping-pong is timed on rank 0 from before its send until its
 // receive of the echo completes, and halved: rank 1 posts its receive before rank 0 sends (a
 // barrier orders them), so the one-way time includes the backend's matching and copying on both
-// sides, as a pipeline transfer does. All-reduces start from a barrier so that every rank enters
-// together; rank 0's time to completion is the sample (a ring finishes on all ranks within one
-// step of each other).
+// sides, as a pipeline transfer does. Collectives (all-reduce, reduce-scatter, all-gather) start
+// from a barrier so that every rank enters together; rank 0's time to completion is the sample (a
+// ring finishes on all ranks within one step of each other). Each rank fills its inputs before
+// the barrier and checks the result after the clock stops, so neither is timed.
 #include "pipewright/exec/calibrate.hpp"
 
 #include <algorithm>
@@ -128,7 +129,113 @@ void measure_pairs(Communicator& comm, const WorldInfo& world,
   out.pairs = std::move(pairs);
 }
 
+// Times one collective at every size from a barrier (Note [Calibration timing]): `prepare(bytes)`
+// fills this rank's inputs, `launch(bytes, ctx)` starts it, `check(bytes)` throws BackendError
+// when the result is wrong. The timings are complete on rank 0.
+template <typename Prepare, typename Launch, typename Check>
+std::vector<SizeTiming> time_collective(Communicator& comm, const std::string& name,
+                                        const std::vector<std::int64_t>& sizes, int iterations,
+                                        std::chrono::milliseconds timeout, const Prepare& prepare,
+                                        const Launch& launch, const Check& check) {
+  std::vector<SizeTiming> out;
+  for (const std::int64_t bytes : sizes) {
+    const int reps = repetitions(bytes, iterations);
+    std::vector<double> samples;
+    for (int it = 0; it < reps + 2; ++it) {
+      OpContext ctx{it, -1, -1, "calibrate " + name + " " + std::to_string(bytes) + " B"};
+      prepare(bytes);
+      comm.barrier(ctx)->wait(timeout);
+      const auto t0 = Clock::now();
+      launch(bytes, ctx)->wait(timeout);
+      const double t = ms_since(t0);
+      check(bytes);
+      if (it >= 2) samples.push_back(t);
+    }
+    if (comm.rank() == 0) out.push_back(summarise(bytes, std::move(samples)));
+  }
+  return out;
+}
+
+BufferView floats(float* data, std::int64_t bytes) {
+  return BufferView{data, static_cast<std::size_t>(bytes / 4), DType::kFloat32, {}};
+}
+
+// Reduce-scatter and all-gather at every size, with `whole` (>= the largest size) as the whole
+// buffer and `piece` (>= its 1 / world size) as this rank's piece where the collective is not in
+// place. Rank r's input holds r + 1 + q in piece q, so piece r of the sum is n (n + 1) / 2 + n r;
+// an all-gather's output starts at -1 and must end with q + 1 in piece q. Checks the first and
+// last element of each piece it reads.
+void time_sharded(Communicator& comm, const std::vector<std::int64_t>& sizes, int iterations,
+                  std::chrono::milliseconds timeout, float* whole, float* piece, bool registered,
+                  std::vector<SizeTiming>& reduce_scatter, std::vector<SizeTiming>& all_gather) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  const std::string kind = registered ? " (registered)" : " (private)";
+  auto count = [n](std::int64_t bytes) { return bytes / 4 / n; };  // elements in a piece
+  auto fail = [&](const std::string& what, std::int64_t bytes, std::int64_t at, float got,
+                  float want) {
+    throw BackendError("calibrate: " + what + kind + " of " + std::to_string(bytes) +
+                       " B on rank " + std::to_string(r) + " returned " + std::to_string(got) +
+                       " at element " + std::to_string(at) + " instead of " + std::to_string(want));
+  };
+  // ZeRO-1/2 reduce-scatter a registered bucket into a piece of its own; ZeRO-3 (private
+  // buffers) in place, into piece r of the bucket.
+  float* const rs_out = registered ? piece : nullptr;
+  reduce_scatter = time_collective(
+      comm, "reduce_scatter" + kind, sizes, iterations, timeout,
+      [&](std::int64_t bytes) {
+        const std::int64_t c = count(bytes);
+        for (int q = 0; q < n; ++q) std::fill_n(whole + q * c, c, static_cast<float>(r + 1 + q));
+      },
+      [&](std::int64_t bytes, const OpContext& ctx) {
+        const std::int64_t c = count(bytes);
+        float* out = rs_out ? rs_out : whole + r * c;
+        return comm.reduce_scatter(floats(whole, bytes), floats(out, 4 * c), ReduceOp::kSum, ctx);
+      },
+      [&](std::int64_t bytes) {
+        const std::int64_t c = count(bytes);
+        const float* out = rs_out ? rs_out : whole + r * c;
+        const auto want = static_cast<float>(n * (n + 1) / 2 + n * r);
+        if (out[0] != want) fail("reduce_scatter", bytes, 0, out[0], want);
+        if (out[c - 1] != want) fail("reduce_scatter", bytes, c - 1, out[c - 1], want);
+      });
+  // ZeRO-1/2 all-gather in place (this rank's piece already in the registered buffer); ZeRO-3
+  // from its private shard into a private buffer.
+  all_gather = time_collective(
+      comm, "all_gather" + kind, sizes, iterations, timeout,
+      [&](std::int64_t bytes) {
+        const std::int64_t c = count(bytes);
+        std::fill_n(whole, bytes / 4, -1.0f);
+        std::fill_n(registered ? whole + r * c : piece, c, static_cast<float>(r + 1));
+      },
+      [&](std::int64_t bytes, const OpContext& ctx) {
+        const std::int64_t c = count(bytes);
+        float* in = registered ? whole + r * c : piece;
+        return comm.all_gather(floats(in, 4 * c), floats(whole, bytes), ctx);
+      },
+      [&](std::int64_t bytes) {
+        const std::int64_t c = count(bytes);
+        for (int q = 0; q < n; ++q) {
+          const auto want = static_cast<float>(q + 1);
+          if (whole[q * c] != want) fail("all_gather", bytes, q * c, whole[q * c], want);
+          const std::int64_t last = (q + 1) * c - 1;
+          if (whole[last] != want) fail("all_gather", bytes, last, whole[last], want);
+        }
+      });
+}
+
 }  // namespace
+
+std::vector<std::int64_t> sharded_calibration_sizes(const std::vector<std::int64_t>& sizes,
+                                                    int world_size) {
+  const std::int64_t unit = 4 * std::int64_t{std::max(world_size, 1)};
+  std::vector<std::int64_t> out;
+  for (const std::int64_t b : sizes) {
+    const std::int64_t padded = (b + unit - 1) / unit * unit;
+    if (out.empty() || padded > out.back()) out.push_back(padded);
+  }
+  return out;
+}
 
 std::vector<std::int64_t> default_calibration_sizes() {
   std::vector<std::int64_t> sizes;
@@ -172,7 +279,6 @@ CommunicationMeasurements measure_communication(const CalibrationConfig& config)
 
   const std::int64_t max_bytes = sizes.back();
   std::vector<float> buffer(static_cast<std::size_t>(max_bytes / 4), 1.0f);
-  const int me = comm->rank();
   auto view = [&buffer](std::int64_t bytes) {
     return BufferView{buffer.data(), static_cast<std::size_t>(bytes / 4), DType::kFloat32, {}};
   };
@@ -182,30 +288,34 @@ CommunicationMeasurements measure_communication(const CalibrationConfig& config)
   if (config.network) measure_pairs(*comm, world, sizes, config.iterations, view, timeout, out);
 
   // All-reduce over every rank, on the kind of buffer DDP's buckets use (shared memory among the
-  // ranks of one host with Gloo: Note [Shared-memory all-reduce]).
-  const auto coll_mem = comm->allocate_collective_buffer(static_cast<std::size_t>(max_bytes));
+  // ranks of one host with Gloo: Note [Shared-memory all-reduce]). The same registered buffer
+  // serves the sharded collectives below.
+  const std::vector<std::int64_t> sharded = sharded_calibration_sizes(sizes, world.world_size);
+  const std::int64_t coll_bytes = std::max(max_bytes, sharded.back());
+  const auto coll_mem = comm->allocate_collective_buffer(static_cast<std::size_t>(coll_bytes));
   float* coll = static_cast<float*>(coll_mem.get());
-  for (const std::int64_t bytes : sizes) {
-    const int reps = repetitions(bytes, config.iterations);
-    std::vector<double> samples;
-    for (int it = 0; it < reps + 2; ++it) {
-      OpContext ctx{it, -1, -1, "calibrate allreduce " + std::to_string(bytes) + " B"};
-      std::fill_n(coll, bytes / 4, 1.0f);
-      comm->barrier(ctx)->wait(timeout);
-      const auto t0 = Clock::now();
-      comm->all_reduce(BufferView{coll, static_cast<std::size_t>(bytes / 4), DType::kFloat32, {}},
-                       ReduceOp::kSum, ctx)
-          ->wait(timeout);
-      const double t = ms_since(t0);
-      PW_CHECK(coll[0] == static_cast<float>(world.world_size) &&
-                   coll[bytes / 4 - 1] == static_cast<float>(world.world_size),
-               BackendError,
-               "calibrate: all-reduce of " << bytes << " B returned " << coll[0] << " instead of "
-                                           << world.world_size);
-      if (it >= 2) samples.push_back(t);
-    }
-    if (me == 0) out.allreduce.push_back(summarise(bytes, std::move(samples)));
-  }
+  const auto n = static_cast<float>(world.world_size);
+  out.allreduce = time_collective(
+      *comm, "allreduce", sizes, config.iterations, timeout,
+      [&](std::int64_t bytes) { std::fill_n(coll, bytes / 4, 1.0f); },
+      [&](std::int64_t bytes, const OpContext& ctx) {
+        return comm->all_reduce(floats(coll, bytes), ReduceOp::kSum, ctx);
+      },
+      [&](std::int64_t bytes) {
+        PW_CHECK(coll[0] == n && coll[bytes / 4 - 1] == n, BackendError,
+                 "calibrate: all-reduce of " << bytes << " B returned " << coll[0] << " instead of "
+                                             << world.world_size);
+      });
+
+  // ZeRO's reduce-scatters and all-gathers, on the registered buffer (ZeRO-1/2) and on private
+  // memory (ZeRO-3), which Gloo runs on different paths (Note [Unregistered collectives] in
+  // sim/src/network/network_model.cpp).
+  std::vector<float> piece(static_cast<std::size_t>(sharded.back() / 4 / world.world_size));
+  time_sharded(*comm, sharded, config.iterations, timeout, coll, piece.data(), true,
+               out.reduce_scatter, out.all_gather);
+  std::vector<float> whole(static_cast<std::size_t>(sharded.back() / 4));
+  time_sharded(*comm, sharded, config.iterations, timeout, whole.data(), piece.data(), false,
+               out.reduce_scatter_unregistered, out.all_gather_unregistered);
   comm->barrier({-1, -1, -1, "calibrate end"})->wait(timeout);
   return out;
 }

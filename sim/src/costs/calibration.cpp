@@ -68,6 +68,18 @@ LinkFit finish(const Line& line, const std::vector<double>& x, const std::vector
   return f;
 }
 
+// A ring of `steps` steps, each moving 1/n of the buffer: t = steps * latency + steps / n *
+// bytes / bandwidth.
+LinkFit fit_ring(const std::vector<TimingPoint>& points, std::int32_t n, double steps) {
+  std::vector<double> x, t;
+  for (const auto& p : points) {
+    x.push_back(steps / n * static_cast<double>(p.bytes));
+    t.push_back(p.ms);
+  }
+  const Line line = fit_line(x, t);
+  return finish(line, x, t, line.intercept_ms / steps, line.slope_ms_per_x);
+}
+
 }  // namespace
 
 LinkFit fit_p2p(const std::vector<TimingPoint>& points) {
@@ -84,14 +96,13 @@ LinkFit fit_p2p(const std::vector<TimingPoint>& points) {
 LinkFit fit_ring_allreduce(const std::vector<TimingPoint>& points, std::int32_t n) {
   check_points(points, "all-reduce");
   PW_CHECK(n >= 2, ConfigError, "all-reduce fit needs >= 2 ranks, got " << n);
-  const double steps = 2.0 * (n - 1);
-  std::vector<double> x, t;
-  for (const auto& p : points) {
-    x.push_back(steps / n * static_cast<double>(p.bytes));
-    t.push_back(p.ms);
-  }
-  const Line line = fit_line(x, t);
-  return finish(line, x, t, line.intercept_ms / steps, line.slope_ms_per_x);
+  return fit_ring(points, n, 2.0 * (n - 1));
+}
+
+LinkFit fit_ring_one_pass(const std::vector<TimingPoint>& points, std::int32_t n) {
+  check_points(points, "reduce-scatter / all-gather");
+  PW_CHECK(n >= 2, ConfigError, "reduce-scatter / all-gather fit needs >= 2 ranks, got " << n);
+  return fit_ring(points, n, static_cast<double>(n - 1));
 }
 
 }  // namespace pipewright::sim

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "pipewright/graph/error.hpp"
 #include "pipewright/graph/json_reader.hpp"
@@ -33,7 +34,52 @@ Link read_link(const At& o) {
   return l;
 }
 
+// The keys of "sharded_collective_links", one per (collective, buffer).
+struct ShardedKey {
+  const char* name;
+  ShardedCollective what;
+  CollectiveBuffer buffer;
+};
+constexpr ShardedKey kShardedKeys[] = {
+    {"reduce_scatter", ShardedCollective::kReduceScatter, CollectiveBuffer::kRegistered},
+    {"all_gather", ShardedCollective::kAllGather, CollectiveBuffer::kRegistered},
+    {"reduce_scatter_unregistered", ShardedCollective::kReduceScatter, CollectiveBuffer::kPrivate},
+    {"all_gather_unregistered", ShardedCollective::kAllGather, CollectiveBuffer::kPrivate},
+};
+
+CollectiveLinks read_collective_links(const At& o) {
+  o.only_keys({"intra_node", "inter_node"});
+  CollectiveLinks l;
+  if (o.has_value("intra_node")) l.intra_node = read_link(o["intra_node"]);
+  if (o.has_value("inter_node")) l.inter_node = read_link(o["inter_node"]);
+  return l;
+}
+
 }  // namespace
+
+const CollectiveLinks& ShardedCollectiveLinks::of(ShardedCollective what,
+                                                  CollectiveBuffer buffer) const noexcept {
+  const bool rs = what == ShardedCollective::kReduceScatter;
+  if (buffer == CollectiveBuffer::kRegistered) return rs ? reduce_scatter : all_gather;
+  return rs ? reduce_scatter_unregistered : all_gather_unregistered;
+}
+
+CollectiveLinks& ShardedCollectiveLinks::of(ShardedCollective what,
+                                            CollectiveBuffer buffer) noexcept {
+  return const_cast<CollectiveLinks&>(std::as_const(*this).of(what, buffer));
+}
+
+bool ShardedCollectiveLinks::empty() const noexcept {
+  return reduce_scatter.empty() && all_gather.empty() && reduce_scatter_unregistered.empty() &&
+         all_gather_unregistered.empty();
+}
+
+const Link& Cluster::sharded_link(ShardedCollective what, CollectiveBuffer buffer,
+                                  bool spans_nodes) const noexcept {
+  const CollectiveLinks& l = sharded_links.of(what, buffer);
+  const std::optional<Link>& given = spans_nodes ? l.inter_node : l.intra_node;
+  return given ? *given : collective_link(spans_nodes);
+}
 
 const Link& Cluster::collective_link(bool spans_nodes) const noexcept {
   if (spans_nodes) return collective_inter_node ? *collective_inter_node : inter_node;
@@ -101,8 +147,8 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
   const At root{doc.root, doc.source, ""};
   root.only_keys({"format", "version", "name", "nodes", "ranks_per_node", "cores_per_node",
                   "links_per_node", "device_memory_bytes", "intra_node", "inter_node", "collective",
-                  "placement", "rank_nodes", "description", "collective_links", "calibration",
-                  "device"});
+                  "placement", "rank_nodes", "description", "collective_links",
+                  "sharded_collective_links", "calibration", "device"});
   constexpr std::int64_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
   const std::string format = root["format"].as_string();
   if (format != kClusterFormat) {
@@ -137,6 +183,15 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
     cl.only_keys({"intra_node", "inter_node"});
     if (cl.has_value("intra_node")) c.collective_intra_node = read_link(cl["intra_node"]);
     if (cl.has_value("inter_node")) c.collective_inter_node = read_link(cl["inter_node"]);
+  }
+  if (root.has_value("sharded_collective_links")) {
+    const At sl = root["sharded_collective_links"];
+    sl.only_keys(
+        {kShardedKeys[0].name, kShardedKeys[1].name, kShardedKeys[2].name, kShardedKeys[3].name});
+    for (const auto& k : kShardedKeys) {
+      if (sl.has_value(k.name))
+        c.sharded_links.of(k.what, k.buffer) = read_collective_links(sl[k.name]);
+    }
   }
   if (root.has_value("device")) {
     const At d = root["device"];
@@ -222,6 +277,18 @@ std::string to_json(const Cluster& c) {
     if (c.collective_intra_node) cl["intra_node"] = link(*c.collective_intra_node);
     if (c.collective_inter_node) cl["inter_node"] = link(*c.collective_inter_node);
     j["collective_links"] = cl;
+  }
+  if (!c.sharded_links.empty()) {
+    Json sl = Json::object();
+    for (const auto& k : kShardedKeys) {
+      const CollectiveLinks& l = c.sharded_links.of(k.what, k.buffer);
+      if (l.empty()) continue;
+      Json o = Json::object();
+      if (l.intra_node) o["intra_node"] = link(*l.intra_node);
+      if (l.inter_node) o["inter_node"] = link(*l.inter_node);
+      sl[k.name] = o;
+    }
+    j["sharded_collective_links"] = sl;
   }
   if (c.device) {
     j["device"] = Json{{"name", c.device->name},

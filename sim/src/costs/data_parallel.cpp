@@ -72,6 +72,13 @@ DpGroup dp_group(const Cluster& cluster, std::int32_t r, std::int32_t pp, std::i
   return g;
 }
 
+const Link& zero_link(const Cluster& cluster, const DpGroup& group, ShardedCollective what,
+                      std::int32_t zero_stage) noexcept {
+  const CollectiveBuffer buffer =
+      zero_stage >= 3 ? CollectiveBuffer::kPrivate : CollectiveBuffer::kRegistered;
+  return cluster.sharded_link(what, buffer, group.spans_nodes);
+}
+
 DdpBucketPlan ddp_buckets(const sched::StageCost& stage, const DataParallelOptions& options) {
   std::vector<std::int64_t> sizes = stage.param_sizes_bytes;
   if (sizes.empty() && stage.param_bytes > 0) sizes.push_back(stage.param_bytes);

@@ -35,6 +35,12 @@ struct DpGroup {
 [[nodiscard]] DpGroup dp_group(const Cluster& cluster, std::int32_t pipeline_rank, std::int32_t pp,
                                std::int32_t dp);
 
+// The link of ZeRO's reduce-scatters or all-gathers in `group` (Note [Unregistered collectives]
+// in network/network_model.cpp): ZeRO-1/2 run them on registered buffers, ZeRO-3 on private
+// ones; the cluster's sharded_collective_links entry, else the group's collective link.
+[[nodiscard]] const Link& zero_link(const Cluster& cluster, const DpGroup& group,
+                                    ShardedCollective what, std::int32_t zero_stage) noexcept;
+
 struct DdpBucketPlan {
   std::vector<std::int64_t> bytes;             // per bucket, launch order
   std::vector<std::int64_t> cumulative_bytes;  // bytes of buckets 0..b

@@ -31,7 +31,10 @@
 // Waiting for parameters counts as exposed data-parallel time (RankResult::dp_exposed_ns). The
 // bytes (SimResult::dp_wire_bytes_per_stage) come from the plan: data_parallel.hpp. On shared node
 // links (Note [Shared links]) ZeRO-1's buckets are queued as DDP's; the other ZeRO collectives
-// are timed as on a link of their own.
+// are timed as on a link of their own. The reduce-scatters and all-gathers of ZeRO-1/2 run on
+// registered buffers and those of ZeRO-3 on private ones, each priced on its own link of the
+// cluster's sharded_collective_links when given (Note [Unregistered collectives] in
+// network/network_model.cpp; init_zero).
 #include <algorithm>
 
 #include "costs/data_parallel.hpp"
@@ -84,9 +87,12 @@ void Engine::init_zero() {
         costs_.stages[static_cast<std::size_t>(per_model_stage ? plan_.shape.model_stage(s) : s)];
     const DpGroup group =
         dp_group(cluster_, plan_.shape.stage_to_rank[static_cast<std::size_t>(s)], R_, dp_);
-    zero_gather_ns_[static_cast<std::size_t>(s)] = reduce_ns(group.link, dp_, c.param_bytes);
+    // Note [ZeRO in the simulator]: each collective on its own calibrated link.
+    const Link& gather = zero_link(cluster_, group, ShardedCollective::kAllGather, zero_);
+    const Link& scatter = zero_link(cluster_, group, ShardedCollective::kReduceScatter, zero_);
+    zero_gather_ns_[static_cast<std::size_t>(s)] = reduce_ns(gather, dp_, c.param_bytes);
     zero_scatter_ns_[static_cast<std::size_t>(s)] =
-        reduce_ns(group.link, dp_, gradient_wire_bytes(c.param_bytes, opt_.dp));
+        reduce_ns(scatter, dp_, gradient_wire_bytes(c.param_bytes, opt_.dp));
   }
 }
 

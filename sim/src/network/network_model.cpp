@@ -61,6 +61,21 @@ class AnalyticalNetwork final : public NetworkModel {
 // shared memory does, so they are priced on the point-to-point link (intra_node; calibrate's
 // ping-pong); across nodes both paths are the network, and the collective link stays. (On one
 // host the collective fit was 4.1 GB/s and the point-to-point 2.5 GB/s.)
+// ZeRO's reduce-scatters and all-gathers cost neither an all-reduce nor a message: on a
+// registered buffer (ZeRO-1/2's buckets and parameters) Gloo runs them in shared memory in one
+// pass with copies of their own (ShmCollectives::reduce_scatter / all_gather), and on private
+// buffers (ZeRO-3's buckets and parameters, from the CPU allocator) as a ring over TCP
+// (exec/src/gloo/tcp_ring.hpp), several times slower than the shared-memory all-reduce. So
+// calibrate measures all four (registered and private, reduce-scatter and all-gather) and fits
+// each to the ring's one pass (sim::fit_ring_one_pass), and a cluster's
+// "sharded_collective_links" carries them per node span: ZeRO-1/2's bucket reduce-scatters
+// (bucket_ns below) and post-OPTIM all-gathers use the registered links, ZeRO-3's per-backward
+// reduce-scatters and UNSHARD all-gathers the unregistered ones (zero_link in
+// costs/data_parallel.hpp). A link the file does not give is the collective link, as before, so
+// old cluster files predict what they did. Across nodes a one-node calibration has measured
+// nothing: calibrate writes only intra_node there, and the collective link (the network path)
+// prices collectives that span nodes; `calibrate --network` measures them over every rank of
+// every node and writes inter_node.
 AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched::CostTable& costs,
                                      const Cluster& cluster, const SimOptions& options) {
   const auto& shape = plan.shape;
@@ -96,8 +111,11 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
         // ZeRO: a bucket is reduce-scattered (one ring pass), not all-reduced.
         const std::int64_t wire = gradient_wire_bytes(buckets.bytes[b], options.dp);
         bucket_ns_[static_cast<std::size_t>(s)].push_back(
-            options.dp.zero_stage > 0 ? reduce_ns(group.link, dp, wire)
-                                      : allreduce_ns(cluster.collective, group.link, dp, wire));
+            options.dp.zero_stage > 0
+                ? reduce_ns(zero_link(cluster, group, ShardedCollective::kReduceScatter,
+                                      options.dp.zero_stage),
+                            dp, wire)
+                : allreduce_ns(cluster.collective, group.link, dp, wire));
       }
       bucket_cum_[static_cast<std::size_t>(s)] = buckets.cumulative_bytes;
     }

@@ -1,6 +1,7 @@
 // Communication microbenchmarks for `pipewright calibrate`: point-to-point ping-pong between
-// world ranks 0 and 1 and all-reduce over every rank, over a range of message sizes, through the
-// same Communicator the executor uses (so the numbers include pipewright's own overheads).
+// world ranks 0 and 1, and all-reduce, reduce-scatter and all-gather over every rank, over a
+// range of message sizes, through the same Communicator the executor uses (so the numbers
+// include pipewright's own overheads).
 // Torch-free; the fit to the simulator's model lives in sim/ (sim/calibration.hpp).
 //
 // measure_communication() is collective: every rank of the job calls it with the same config;
@@ -58,6 +59,17 @@ struct CommunicationMeasurements {
   std::vector<SizeTiming> p2p;
   // In-place float32 sum all-reduce over all ranks (from a barrier to completion on rank 0).
   std::vector<SizeTiming> allreduce;
+  // ZeRO's sharded collectives over all ranks (float32; reduce-scatter sums), timed as the
+  // all-reduce. SizeTiming::bytes is the whole buffer (world size pieces): each message size
+  // rounded up to a multiple of 4 * world size bytes, sizes that round alike measured once.
+  // On a registered buffer (Communicator::allocate_collective_buffer), as ZeRO-1/2 run them:
+  // reduce-scatter from it into a private piece, all-gather in place.
+  std::vector<SizeTiming> reduce_scatter;
+  std::vector<SizeTiming> all_gather;
+  // On private memory, as ZeRO-3 runs them: reduce-scatter in place, all-gather from a private
+  // piece into a private buffer. (Gloo: a ring over TCP; MPI and NCCL: the same path as above.)
+  std::vector<SizeTiming> reduce_scatter_unregistered;
+  std::vector<SizeTiming> all_gather_unregistered;
   // With CalibrationConfig::network: the number of nodes, and every node pair (inter-node) and
   // node (intra-node, when it has >= 2 ranks), in that order: within nodes 0..N-1, then pairs.
   int nodes = 1;
@@ -66,6 +78,11 @@ struct CommunicationMeasurements {
 
 // The default sizes: 4, 16, 64, ..., 16 MiB.
 [[nodiscard]] std::vector<std::int64_t> default_calibration_sizes();
+
+// The sizes the sharded collectives are measured at: each of `sizes` rounded up to a multiple of
+// 4 * world_size bytes (equal float32 pieces), duplicates dropped; ascending.
+[[nodiscard]] std::vector<std::int64_t> sharded_calibration_sizes(
+    const std::vector<std::int64_t>& sizes, int world_size);
 
 // Runs the measurements on this process's rank. Throws ConfigError for a world of one rank or
 // bad sizes, and the communicator's PeerError / TimeoutError when a peer fails.

@@ -2,6 +2,8 @@
 // `pipewright calibrate`:
 //   point-to-point      t(bytes) = latency + bytes / bandwidth
 //   ring all-reduce     t(bytes) = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth
+//   ring one pass       t(bytes) = (n-1) * latency + (n-1)/n * bytes / bandwidth
+//     (a reduce-scatter of a `bytes` buffer, or an all-gather into one: reduce_ns in cluster.hpp)
 // Both are straight lines in a transformed size x, fitted by weighted least squares with weights
 // 1/t^2, i.e. minimising the squared *relative* error, so that 4-byte and 16-MiB messages count
 // alike (plain least squares would ignore the latency term entirely). A negative intercept is
@@ -30,5 +32,8 @@ struct LinkFit {
 [[nodiscard]] LinkFit fit_p2p(const std::vector<TimingPoint>& points);
 // n = ranks in the all-reduce (>= 2).
 [[nodiscard]] LinkFit fit_ring_allreduce(const std::vector<TimingPoint>& points, std::int32_t n);
+// n = ranks in the reduce-scatter or all-gather (>= 2); `bytes` of a point is the whole buffer
+// (n pieces), as ZeRO's buckets and reduce_ns count them.
+[[nodiscard]] LinkFit fit_ring_one_pass(const std::vector<TimingPoint>& points, std::int32_t n);
 
 }  // namespace pipewright::sim

@@ -8,6 +8,9 @@
 //    "collective": "ring", "placement": "pipeline-major",
 //    "rank_nodes": [{"rank": 0, "node": 0}, ...],            (optional explicit placement)
 //    "collective_links": {"intra_node": {...}, "inter_node": {...}},  (optional, see below)
+//    "sharded_collective_links": {"reduce_scatter": {"intra_node": {...}, "inter_node": {...}},
+//        "all_gather": {...}, "reduce_scatter_unregistered": {...},
+//        "all_gather_unregistered": {...}},                     (optional, see below)
 //    "calibration": {...},          (optional, written by `pipewright calibrate`, not read)
 //    "device": {"name": "A100-SXM4-80GB", "peak_tflops": 312, "hbm_gb_per_s": 2039,
 //               "achieved_gemm_fraction": 1.0, "source": "..."}}  (optional: MFU's peak)
@@ -17,6 +20,11 @@
 // latency and bandwidth a ring all-reduce fit measured (`pipewright calibrate`), which on hosts
 // where a collective's per-step cost differs from a message's (Gloo's ring on CPU cores) predict
 // better than the point-to-point link; else they use the point-to-point links.
+// sharded_collective_links (optional, every key optional): ZeRO's ring reduce-scatters and
+// all-gathers, t = (n-1) * latency + (n-1)/n * bytes / bandwidth (reduce_ns), on registered
+// buffers (ZeRO-1/2: "reduce_scatter", "all_gather") and on private ones (ZeRO-3:
+// "..._unregistered"), as `pipewright calibrate` measured them; a link not given is the
+// collective link (Note [Unregistered collectives] in sim/src/network/network_model.cpp).
 // links_per_node (optional, default 0): the inter-node links (NICs) each node has, shared by its
 // ranks' transfers across nodes (Note [Shared links] in sim/src/network/link_sharing.hpp); 0: every
 // transfer has a link of its own (one NIC per GPU, or sharing not modelled).
@@ -48,6 +56,33 @@ struct Device {
   std::string source;  // datasheet(s) the figures come from
 };
 
+// The sharded collectives a cluster may price apart from the all-reduce (ZeRO, issue 43).
+enum class ShardedCollective : std::uint8_t { kReduceScatter, kAllGather };
+// The buffer a collective runs on: one the communicator registered
+// (Communicator::allocate_collective_buffer: shared memory among one host's ranks with Gloo;
+// ZeRO-1/2's buckets and parameters) or private memory (ZeRO-3's buckets and parameters).
+enum class CollectiveBuffer : std::uint8_t { kRegistered, kPrivate };
+
+// Optional links of one collective, within a node and across nodes.
+struct CollectiveLinks {
+  std::optional<Link> intra_node;
+  std::optional<Link> inter_node;
+  [[nodiscard]] bool empty() const noexcept { return !intra_node && !inter_node; }
+};
+
+// "sharded_collective_links" of a cluster file: per collective and buffer kind.
+struct ShardedCollectiveLinks {
+  CollectiveLinks reduce_scatter;               // registered buffers (ZeRO-1/2)
+  CollectiveLinks all_gather;                   // registered buffers (ZeRO-1/2)
+  CollectiveLinks reduce_scatter_unregistered;  // private buffers (ZeRO-3)
+  CollectiveLinks all_gather_unregistered;      // private buffers (ZeRO-3)
+
+  [[nodiscard]] const CollectiveLinks& of(ShardedCollective what,
+                                          CollectiveBuffer buffer) const noexcept;
+  [[nodiscard]] CollectiveLinks& of(ShardedCollective what, CollectiveBuffer buffer) noexcept;
+  [[nodiscard]] bool empty() const noexcept;
+};
+
 // How global ranks are laid out when dp > 1 (global rank g, pipeline rank r, replica j):
 //   kPipelineMajor  g = r * dp + j   (Megatron's order: replicas of a stage are neighbours)
 //   kReplicaMajor   g = j * pp + r   (each replica's pipeline is contiguous)
@@ -75,6 +110,8 @@ struct Cluster {
   // Optional links of collectives (within a node / across nodes); default: intra/inter_node.
   std::optional<Link> collective_intra_node;
   std::optional<Link> collective_inter_node;
+  // Optional links of ZeRO's reduce-scatters and all-gathers; default: collective_link().
+  ShardedCollectiveLinks sharded_links;
   // Opaque record of how the cluster was measured (calibrate's samples and fits), JSON text;
   // kept through parse/to_json, never interpreted.
   std::string calibration_json;
@@ -83,6 +120,10 @@ struct Cluster {
 
   // The link a collective within one node (spans_nodes false) or across nodes uses.
   [[nodiscard]] const Link& collective_link(bool spans_nodes) const noexcept;
+  // The link of a sharded collective on `buffer` within one node or across nodes: its
+  // sharded_links entry when given, else collective_link(spans_nodes).
+  [[nodiscard]] const Link& sharded_link(ShardedCollective what, CollectiveBuffer buffer,
+                                         bool spans_nodes) const noexcept;
 
   // Node of global rank g (for a run with `world` ranks). Precondition: check_fits(world).
   [[nodiscard]] std::int32_t node_of(std::int32_t global_rank) const noexcept;
