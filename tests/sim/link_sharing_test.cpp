@@ -182,6 +182,37 @@ TEST(SharedLinks, ExplicitReduceGradWaitsForTheContendedBuckets) {
   EXPECT_EQ(r.per_rank[0].dp_exposed_ns, 24 * kMs + 1000 - (6 * kMs + 2000));
 }
 
+// Note [Concurrent syncs on shared links]: LocalSGD's averages (and SlowMo's, SGP's and
+// DiLoCo's syncs) of both pipeline ranks start at the end of the same step and cross the same
+// node links (replica-major 2 x 2, one link per node): each takes twice its time alone.
+TEST(SharedLinks, ConcurrentSyncCollectivesShareTheNodeLink) {
+  const auto plan = testing::gpipe(2, 1);
+  const auto costs = testing::uniform_costs(2, 1, 2, 0, 10'000'000, 1000);
+  for (const auto algo : {DpAlgorithm::kLocalSgd, DpAlgorithm::kSgp}) {
+    SCOPED_TRACE(algo == DpAlgorithm::kSgp ? "sgp" : "localsgd");
+    SimOptions opt;
+    opt.dp.replicas = 2;
+    opt.dp.algorithm = algo;
+    opt.dp.localsgd_frequency = 1;
+    Cluster own = two_nodes_of_two(Placement::kReplicaMajor);
+    own.links_per_node = 0;
+    const auto alone = simulate(plan, costs, own, opt);
+    const auto shared = simulate(plan, costs, two_nodes_of_two(Placement::kReplicaMajor), opt);
+    // 10 MB at 1 B/ns: the all-reduce (ring, n = 2) and SGP's message are 10 ms alone (+ 4 ns
+    // for SGP's push-sum weight); B0 ends at 6.002 ms on rank 0, which then syncs.
+    const std::int64_t one = algo == DpAlgorithm::kSgp ? 10 * kMs + 4 : 10 * kMs;
+    for (std::size_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(alone.per_rank[r].dp_comm_ns, one);
+      EXPECT_EQ(shared.per_rank[r].dp_comm_ns, 2 * one);
+    }
+    EXPECT_EQ(alone.makespan_ns, 6 * kMs + 2000 + one);
+    EXPECT_EQ(shared.makespan_ns, 6 * kMs + 2000 + 2 * one);
+    // Pipeline-major: each stage's replicas share a node, nothing crosses for the sync.
+    const auto pm = simulate(plan, costs, two_nodes_of_two(Placement::kPipelineMajor), opt);
+    EXPECT_EQ(pm.per_rank[0].dp_comm_ns, one);
+  }
+}
+
 TEST(PostedBatches, SendsLeaveWhenTheBatchIsPostedNotAfterItsReceives) {
   // Rank 1 lists RECV_F1 before SEND_B0 in one batch (torch's lowering can); the executor posts
   // both, so the gradient leaves while the activation is still on its way. 5 MB messages at

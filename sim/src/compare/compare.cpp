@@ -95,7 +95,11 @@ CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
                               ? static_cast<double>(predicted.makespan_ns) / 1e6
                               : static_cast<double>(predicted.step_end_ns.front()) / 1e6;
   std::vector<double> step_ms;
-  for (const auto& st : steps) step_ms.push_back((st.end_us - st.start_us) / 1e3);
+  for (const auto& st : steps) {
+    step_ms.push_back((st.end_us - st.start_us) / 1e3);
+    rep.step_numbers.push_back(st.step);
+  }
+  rep.per_step_measured_ms = step_ms;
   rep.measured_step_ms = median(step_ms);
 
   std::vector<ActionComparison> all;

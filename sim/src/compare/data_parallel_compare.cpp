@@ -45,6 +45,59 @@ std::string algorithm_name(const DataParallelOptions& o) {
   return name;
 }
 
+// Note [Periodic syncs in compare]: LocalSGD, SlowMo and DiLoCo sync after some steps only, so
+// a run's step times alternate (e.g. 38 and 228 ms at --localsgd-frequency 2 on a shaped link),
+// and neither their median nor one simulated step says what the job costs per step. With a
+// period P > 1 (and at least P measured steps) the headline compares means over whole periods:
+// measured, the mean of the last floor(n / P) P steps used; predicted, the headline's simulated
+// step (median or sampled, the run's step `first_step`) plus the mean over the period's steps of
+// what each adds to it, each step simulated alone with median costs as training step
+// first_step + k (SimOptions::first_step), the way the executor's loss all-reduce keeps steps
+// apart. DiLoCo with a --fragment-sync-delay overlaps its all-reduce with later steps, which
+// steps simulated alone cannot show: there the period is simulated back to back instead.
+// Trace-driven replay simulates each measured step as itself already (its step number).
+void period_mean_step(CompareReport& report, const sched::LoweredPlan& plan,
+                      const sched::CostTable& costs, const Cluster& cluster,
+                      const SimOptions& options) {
+  const std::int32_t p = report.dp_period_steps;
+  const std::size_t n = report.per_step_measured_ms.size();
+  if (p <= 1 || report.prediction == "trace" || n < static_cast<std::size_t>(p)) return;
+  const std::size_t used = n / static_cast<std::size_t>(p) * static_cast<std::size_t>(p);
+  double measured = 0;
+  for (std::size_t i = n - used; i < n; ++i) measured += report.per_step_measured_ms[i];
+  SimOptions one = options;
+  one.record_actions = false;
+  one.record_memory_timeline = false;
+  one.sample_durations_seed.reset();
+  one.replay_durations_ns.clear();
+  auto step_ms = [](const SimResult& r) {
+    return static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns.back()) /
+           1e6;
+  };
+  double extra = 0;
+  if (options.dp.algorithm == DpAlgorithm::kDiLoCo && options.dp.sync_delay > 0) {
+    one.steps = p;
+    const double base = [&] {
+      SimOptions b = one;
+      b.steps = 1;
+      return step_ms(simulate(plan, costs, cluster, b));
+    }();
+    extra = static_cast<double>(simulate(plan, costs, cluster, one).makespan_ns) / 1e6 / p - base;
+  } else {
+    one.steps = 1;
+    const double base = step_ms(simulate(plan, costs, cluster, one));
+    for (std::int32_t k = 0; k < p; ++k) {
+      SimOptions at = one;
+      at.first_step = options.first_step + k;
+      extra += step_ms(simulate(plan, costs, cluster, at)) - base;
+    }
+    extra /= p;
+  }
+  report.predicted_step_ms += extra;
+  report.measured_step_ms = measured / static_cast<double>(used);
+  report.prediction += ", period mean";
+}
+
 }  // namespace
 
 void add_data_parallel(CompareReport& report, const sched::LoweredPlan& plan,
@@ -61,6 +114,7 @@ void add_data_parallel(CompareReport& report, const sched::LoweredPlan& plan,
   const SimResult period = simulate(plan, costs, cluster, so);
   report.dp_algorithm = algorithm_name(options.dp);
   report.dp_period_steps = so.steps;
+  period_mean_step(report, plan, costs, cluster, options);
   const double steps = static_cast<double>(so.steps);
   for (std::int32_t w = 0; w < pp * options.dp.replicas; ++w) {
     const std::int32_t r = w % pp;

@@ -175,9 +175,10 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
     const bool sgp =
         opt_.dp.algorithm == DpAlgorithm::kSgp ||
         (opt_.dp.algorithm == DpAlgorithm::kSlowMo && opt_.dp.slowmo_base == DpAlgorithm::kSgp);
-    const bool average = !sgp && (step + 1) % opt_.dp.localsgd_frequency == 0;
+    const std::int64_t n = opt_.first_step + step + 1;  // training steps done after this one
+    const bool average = !sgp && n % opt_.dp.localsgd_frequency == 0;
     const bool slowmo =
-        opt_.dp.algorithm == DpAlgorithm::kSlowMo && (step + 1) % opt_.dp.slowmo_frequency == 0;
+        opt_.dp.algorithm == DpAlgorithm::kSlowMo && n % opt_.dp.slowmo_frequency == 0;
     auto blocking = [&](std::int64_t ns, Collective kind) {
       if (ns <= 0) return;
       const std::int64_t start = std::max(st.time, st.dp_free);
@@ -216,7 +217,8 @@ void Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step
   const auto& d = opt_.dp;
   const std::int64_t period = std::max(1, d.sync_every / std::max(d.fragments, 1));
   auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
-  if ((step + 1 + d.sync_delay) % period == 0) {
+  const std::int64_t n = opt_.first_step + step + 1;  // training steps done after this one
+  if ((n + d.sync_delay) % period == 0) {
     st.time += dp_sync_compute_ns_;  // Note [Sync work in the simulator]
     const std::int64_t ns = network_->diloco_ns(r);
     const std::int64_t start = std::max(st.time, st.dp_free);
@@ -230,7 +232,7 @@ void Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step
     }
     st.dp_free = end;
   }
-  if ((step + 1) % period == 0 && st.dp_free > st.time) {
+  if (n % period == 0 && st.dp_free > st.time) {
     rr.dp_exposed_ns += st.dp_free - st.time;
     st.time = st.dp_free;
     st.last_compute = st.last_dp;

@@ -22,9 +22,11 @@
 // the send streams and DDP bucket all-reduces that cross nodes become
 // event-driven activities of this model, so simulations without possible contention are those
 // of dedicated links, bit for bit. Activities: the send stream of pipeline rank r is activity r,
-// its data-parallel (DDP) stream R + r. Not modelled: LocalSGD / SlowMo / DiLoCo / SGP
-// collectives and Chimera's replica reduce (each still priced as if alone), and sends that
-// compete for cores instead (Note [Shared cores]; the core model rules those).
+// its data-parallel (DDP) stream R + r. LocalSGD / SlowMo / DiLoCo / SGP syncs are not
+// activities: each is priced as if all pipeline ranks' syncs ran at once (Note [Concurrent syncs
+// on shared links] in network_model.cpp). Not modelled: Chimera's replica reduce (priced as if
+// alone), and sends that compete for cores instead (Note [Shared cores]; the core model rules
+// those).
 #pragma once
 
 #include <cstdint>

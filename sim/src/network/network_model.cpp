@@ -1,6 +1,7 @@
 #include "network/network_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "costs/data_parallel.hpp"
 
@@ -120,6 +121,28 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
       bucket_cum_[static_cast<std::size_t>(s)] = buckets.cumulative_bytes;
     }
   }
+  // Note [Concurrent syncs on shared links]: every pipeline rank's sync collective starts at the
+  // end of the same step, so on shared node links (links_per_node k > 0) they contend for them:
+  // L flows on a node's link move at min(1, k / L) each (Note [Shared links]). A sync takes its
+  // time alone scaled by L / k over the most loaded link its ring uses, as if all ran at once.
+  std::vector<std::int32_t> load;
+  if (cluster.links_per_node > 0) {
+    for (const auto& uses : rank_links_) {
+      for (const auto& u : uses) {
+        if (static_cast<std::size_t>(u.link) >= load.size())
+          load.resize(static_cast<std::size_t>(u.link) + 1, 0);
+        load[static_cast<std::size_t>(u.link)] += u.flows;
+      }
+    }
+  }
+  auto shared = [&](std::int32_t r, std::int64_t ns) {
+    double share = 1.0;
+    for (const auto& u : rank_links_[static_cast<std::size_t>(r)]) {
+      share = std::max(share, static_cast<double>(load[static_cast<std::size_t>(u.link)]) /
+                                  cluster.links_per_node);
+    }
+    return static_cast<std::int64_t>(std::llround(static_cast<double>(ns) * share));
+  };
   for (std::int32_t r = 0; r < R; ++r) {
     std::int64_t bytes = 0;
     for (auto s : shape.stages_of_rank(r))
@@ -137,6 +160,11 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
         cluster.collective, link, dp, outer_bf16(options.dp) ? fragment / 2 : fragment);
     // SGP: the parameters plus the push-sum weight to one peer (full duplex with the receive).
     rank_sgp_ns_[static_cast<std::size_t>(r)] = p2p_ns(link, bytes + 4);
+    if (!load.empty()) {
+      for (auto* v : {&rank_localsgd_ns_, &rank_slowmo_ns_, &rank_diloco_ns_, &rank_sgp_ns_}) {
+        (*v)[static_cast<std::size_t>(r)] = shared(r, (*v)[static_cast<std::size_t>(r)]);
+      }
+    }
   }
 }
 

@@ -78,7 +78,9 @@ struct CompareReport {
   std::int32_t dp_period_steps = 0;
   std::int32_t steps_used = 0;
   double predicted_step_ms = 0;
-  double measured_step_ms = 0;                        // median over the steps used
+  // Median over the steps used; with a periodic data-parallel algorithm the mean over whole
+  // periods (Note [Periodic syncs in compare]).
+  double measured_step_ms = 0;
   [[nodiscard]] double step_error() const noexcept {  // signed, relative to measured
     return measured_step_ms > 0 ? (predicted_step_ms - measured_step_ms) / measured_step_ms : 0;
   }
@@ -89,6 +91,8 @@ struct CompareReport {
   // How predicted_step_ms was made: "medians", "sampled" (median of steps with sampled
   // durations) or "trace" (Note [Trace-driven replay]; then per step, in step order, both times).
   std::string prediction = "medians";
+  // The steps used, in step order, and their measured times (every comparison); the predicted
+  // ones only with trace-driven replay.
   std::vector<std::int64_t> step_numbers;
   std::vector<double> per_step_predicted_ms;
   std::vector<double> per_step_measured_ms;

@@ -72,6 +72,10 @@ struct SimOptions {
   Optimizer optimizer = Optimizer::kSgd;
   double momentum = 0.0;              // sgd: a momentum buffer when > 0
   std::int32_t steps = 1;             // consecutive training steps simulated back to back
+  // The training step the first simulated step is (0-based): LocalSGD's, SlowMo's and DiLoCo's
+  // periodic syncs come after simulated step k when (first_step + k + 1) is a multiple of their
+  // frequency, as in the executor. compare simulates each step of a period alone with it.
+  std::int64_t first_step = 0;
   std::int64_t micro_batch_size = 0;  // samples per microbatch; 0 = unknown (no throughput)
   bool record_actions = true;         // keep per-action timings (trace, timelines, critical path)
   bool record_memory_timeline = false;
