@@ -157,6 +157,56 @@ TEST(Compare, DataParallelRunsCompareEveryReplica) {
   }
 }
 
+// Note [Periodic syncs in compare]: LocalSGD every 2 steps: the measured headline is the mean
+// over the last whole periods, the predicted one the simulated step plus the mean of what each
+// step of the period adds (here the averaging after every second step: 1.02 ms / 2).
+TEST(Compare, PeriodicSyncsCompareMeansOverWholePeriods) {
+  auto plan = testing::one_f_one_b(2, 4);
+  auto costs = testing::uniform_costs(2, 1.0, 2.0);
+  for (auto& st : costs.stages) st.param_bytes = 1000000;
+  Cluster cluster;
+  cluster.intra_node = Link{0.01, 1.0};
+  SimOptions so;
+  so.dp.replicas = 2;
+  so.dp.algorithm = DpAlgorithm::kLocalSgd;
+  so.dp.localsgd_frequency = 2;
+  // One step alone as training step 0 does not average; as training step 1 it does.
+  const SimResult step0 = simulate(plan, costs, cluster, so);
+  SimOptions at1 = so;
+  at1.first_step = 1;
+  const SimResult step1 = simulate(plan, costs, cluster, at1);
+  EXPECT_NEAR(static_cast<double>(step1.makespan_ns - step0.makespan_ns) / 1e6, 1.02, 1e-6);
+  CompareReport rep;
+  rep.replicas = 2;
+  rep.prediction = "sampled";
+  rep.predicted_step_ms = 10.0;
+  rep.step_numbers = {2, 3, 4, 5, 6};
+  rep.per_step_measured_ms = {99.0, 10.0, 20.0, 12.0, 22.0};  // the first is left out
+  rep.measured_step_ms = 20.0;                                // their median
+  add_data_parallel(rep, plan, costs, cluster, so);
+  EXPECT_EQ(rep.dp_period_steps, 2);
+  EXPECT_DOUBLE_EQ(rep.measured_step_ms, 16.0);
+  EXPECT_NEAR(rep.predicted_step_ms, 10.0 + 0.51, 1e-6);
+  EXPECT_EQ(rep.prediction, "sampled, period mean");
+  // Trace-driven replay simulated every measured step as itself: left as it is.
+  CompareReport replay = rep;
+  replay.prediction = "trace";
+  replay.predicted_step_ms = 10.0;
+  replay.measured_step_ms = 20.0;
+  add_data_parallel(replay, plan, costs, cluster, so);
+  EXPECT_DOUBLE_EQ(replay.predicted_step_ms, 10.0);
+  EXPECT_DOUBLE_EQ(replay.measured_step_ms, 20.0);
+  // DDP (period 1): the medians stay.
+  so.dp.algorithm = DpAlgorithm::kDdp;
+  CompareReport ddp = rep;
+  ddp.prediction = "sampled";
+  ddp.predicted_step_ms = 10.0;
+  ddp.measured_step_ms = 20.0;
+  add_data_parallel(ddp, plan, costs, cluster, so);
+  EXPECT_DOUBLE_EQ(ddp.measured_step_ms, 20.0);
+  EXPECT_DOUBLE_EQ(ddp.predicted_step_ms, 10.0);
+}
+
 TEST(Compare, MissingOrExtraActionsNameTheAction) {
   SimResult r = simulate_1f1b(1.0, 2.0);
   sched::Trace m = measured_from(r, 1.0);

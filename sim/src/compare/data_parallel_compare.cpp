@@ -71,8 +71,7 @@ void period_mean_step(CompareReport& report, const sched::LoweredPlan& plan,
   one.sample_durations_seed.reset();
   one.replay_durations_ns.clear();
   auto step_ms = [](const SimResult& r) {
-    return static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns.back()) /
-           1e6;
+    return static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns.back()) / 1e6;
   };
   double extra = 0;
   if (options.dp.algorithm == DpAlgorithm::kDiLoCo && options.dp.sync_delay > 0) {

@@ -217,12 +217,12 @@ TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
   TraceReplayComparison out;
   out.predicted = simulate(plan, costs, cluster, step_options);
   out.report = compare(out.predicted, measured, &costs, compare_options);
-  add_data_parallel(out.report, plan, costs, cluster, options);
   auto& report = out.report;
+  report.prediction = "trace";  // before add_data_parallel (Note [Periodic syncs in compare])
+  add_data_parallel(out.report, plan, costs, cluster, options);
   report.step_numbers = replay.steps;
   report.per_step_measured_ms = replay.measured_step_ms;
   report.per_step_predicted_ms = per_step;
-  report.prediction = "trace";
   return out;
 }
 
@@ -240,8 +240,8 @@ SampledComparison compare_sampled(const sched::LoweredPlan& plan, const sched::C
     out.predicted = simulate(plan, costs, cluster, so);
   }
   out.report = compare(out.predicted, measured, &costs, compare_options);
-  add_data_parallel(out.report, plan, costs, cluster, so);
   if (sampled_steps > 0) out.report.prediction = "sampled";
+  add_data_parallel(out.report, plan, costs, cluster, so);
   return out;
 }
 

@@ -176,9 +176,11 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
         opt_.dp.algorithm == DpAlgorithm::kSgp ||
         (opt_.dp.algorithm == DpAlgorithm::kSlowMo && opt_.dp.slowmo_base == DpAlgorithm::kSgp);
     const std::int64_t n = opt_.first_step + step + 1;  // training steps done after this one
-    const bool average = !sgp && n % opt_.dp.localsgd_frequency == 0;
     const bool slowmo =
         opt_.dp.algorithm == DpAlgorithm::kSlowMo && n % opt_.dp.slowmo_frequency == 0;
+    // The (memory-efficient) slow step's reduce + broadcast replaces that step's average, as in
+    // the executor (exec/src/dp/slowmo.cpp) and the bytes (data_parallel.cpp).
+    const bool average = !sgp && !slowmo && n % opt_.dp.localsgd_frequency == 0;
     auto blocking = [&](std::int64_t ns, Collective kind) {
       if (ns <= 0) return;
       const std::int64_t start = std::max(st.time, st.dp_free);

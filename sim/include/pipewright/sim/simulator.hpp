@@ -70,8 +70,8 @@ struct DataParallelOptions {
 struct SimOptions {
   DataParallelOptions dp;
   Optimizer optimizer = Optimizer::kSgd;
-  double momentum = 0.0;              // sgd: a momentum buffer when > 0
-  std::int32_t steps = 1;             // consecutive training steps simulated back to back
+  double momentum = 0.0;   // sgd: a momentum buffer when > 0
+  std::int32_t steps = 1;  // consecutive training steps simulated back to back
   // The training step the first simulated step is (0-based): LocalSGD's, SlowMo's and DiLoCo's
   // periodic syncs come after simulated step k when (first_step + k + 1) is a multiple of their
   // frequency, as in the executor. compare simulates each step of a period alone with it.
