@@ -275,7 +275,9 @@ pre = f"{work}/{sched}.{algo}.{prec}.{link}"
 xfer = xfer_err = mem_x = None
 try:
     text = open(pre + ".xfer.txt").read()
-    xfer = float(re.search(r"sampled durations: ([0-9.]+) ms", text).group(1))
+    # Periodic algorithms: the mean over a period with its syncs (Note [Periodic syncs in compare]).
+    m = re.search(r"mean step over a period of \d+ steps with its syncs: ([0-9.]+) ms", text)
+    xfer = float((m or re.search(r"sampled durations: ([0-9.]+) ms", text)).group(1))
     xfer_err = 100 * (xfer - measured) / measured
     pred = {x["rank"]: x["peak_memory_bytes"] for x in json.load(open(pre + ".xfer.metrics.json"))["ranks"]}
     meas = {x["rank"]: x["measured_peak_bytes"] for x in json.load(open(pre + ".compare.json"))["per_rank"]}

@@ -176,6 +176,8 @@ TEST(Compare, PeriodicSyncsCompareMeansOverWholePeriods) {
   at1.first_step = 1;
   const SimResult step1 = simulate(plan, costs, cluster, at1);
   EXPECT_NEAR(static_cast<double>(step1.makespan_ns - step0.makespan_ns) / 1e6, 1.02, 1e-6);
+  EXPECT_EQ(dp_period_steps(so.dp), 2);
+  EXPECT_NEAR(periodic_sync_ms(plan, costs, cluster, so), 0.51, 1e-6);
   CompareReport rep;
   rep.replicas = 2;
   rep.prediction = "sampled";

@@ -227,8 +227,15 @@ void run_simulate(const SimulateArgs& a) {
               result.dp_wire_bytes_per_step);
     }
     if (a.sampled_steps > 0) {
+      const double median = sim::median_step_ms(plan, costs, cluster, opt, a.sampled_steps);
       appendf(text, "median step over %d steps with sampled durations: %.3f ms\n", a.sampled_steps,
-              sim::median_step_ms(plan, costs, cluster, opt, a.sampled_steps));
+              median);
+      // Note [Periodic syncs in compare]: LocalSGD, SlowMo and DiLoCo sync every few steps only.
+      const std::int32_t period = opt.dp.replicas > 1 ? sim::dp_period_steps(opt.dp) : 1;
+      if (period > 1) {
+        appendf(text, "mean step over a period of %d steps with its syncs: %.3f ms\n", period,
+                median + sim::periodic_sync_ms(plan, costs, cluster, opt));
+      }
     }
     for (const auto& r : result.per_rank) {
       // Human units here; exact bytes in --metrics JSON.

@@ -65,39 +65,41 @@ void period_mean_step(CompareReport& report, const sched::LoweredPlan& plan,
   const std::size_t used = n / static_cast<std::size_t>(p) * static_cast<std::size_t>(p);
   double measured = 0;
   for (std::size_t i = n - used; i < n; ++i) measured += report.per_step_measured_ms[i];
-  SimOptions one = options;
-  one.record_actions = false;
-  one.record_memory_timeline = false;
-  one.sample_durations_seed.reset();
-  one.replay_durations_ns.clear();
-  auto step_ms = [](const SimResult& r) {
-    return static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns.back()) / 1e6;
-  };
-  double extra = 0;
-  if (options.dp.algorithm == DpAlgorithm::kDiLoCo && options.dp.sync_delay > 0) {
-    one.steps = p;
-    const double base = [&] {
-      SimOptions b = one;
-      b.steps = 1;
-      return step_ms(simulate(plan, costs, cluster, b));
-    }();
-    extra = static_cast<double>(simulate(plan, costs, cluster, one).makespan_ns) / 1e6 / p - base;
-  } else {
-    one.steps = 1;
-    const double base = step_ms(simulate(plan, costs, cluster, one));
-    for (std::int32_t k = 0; k < p; ++k) {
-      SimOptions at = one;
-      at.first_step = options.first_step + k;
-      extra += step_ms(simulate(plan, costs, cluster, at)) - base;
-    }
-    extra /= p;
-  }
-  report.predicted_step_ms += extra;
+  report.predicted_step_ms += periodic_sync_ms(plan, costs, cluster, options);
   report.measured_step_ms = measured / static_cast<double>(used);
   report.prediction += ", period mean";
 }
 
 }  // namespace
+
+std::int32_t dp_period_steps(const DataParallelOptions& options) { return period_of(options); }
+
+double periodic_sync_ms(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                        const Cluster& cluster, const SimOptions& options) {
+  const std::int32_t p = options.dp.replicas > 1 ? period_of(options.dp) : 1;
+  if (p <= 1) return 0.0;
+  SimOptions one = options;
+  one.record_actions = false;
+  one.record_memory_timeline = false;
+  one.sample_durations_seed.reset();
+  one.replay_durations_ns.clear();
+  one.steps = 1;
+  auto step_ms = [](const SimResult& r) {
+    return static_cast<double>(r.step_end_ns.empty() ? r.makespan_ns : r.step_end_ns.back()) / 1e6;
+  };
+  const double base = step_ms(simulate(plan, costs, cluster, one));
+  if (options.dp.algorithm == DpAlgorithm::kDiLoCo && options.dp.sync_delay > 0) {
+    one.steps = p;
+    return static_cast<double>(simulate(plan, costs, cluster, one).makespan_ns) / 1e6 / p - base;
+  }
+  double extra = 0;
+  for (std::int32_t k = 0; k < p; ++k) {
+    SimOptions at = one;
+    at.first_step = options.first_step + k;
+    extra += step_ms(simulate(plan, costs, cluster, at)) - base;
+  }
+  return extra / p;
+}
 
 void add_data_parallel(CompareReport& report, const sched::LoweredPlan& plan,
                        const sched::CostTable& costs, const Cluster& cluster,

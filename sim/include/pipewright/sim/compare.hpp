@@ -174,6 +174,17 @@ struct SampledComparison {
 [[nodiscard]] sched::CostTable costs_from_trace(const sched::Trace& measured, std::int32_t stages,
                                                 const CompareOptions& options);
 
+// The steps after which the data-parallel algorithm's communication repeats (1 for DDP and SGP;
+// LocalSGD its frequency, SlowMo the lcm of its two, DiLoCo sync_every; at most 512).
+[[nodiscard]] std::int32_t dp_period_steps(const DataParallelOptions& options);
+// Note [Periodic syncs in compare] (data_parallel_compare.cpp): what the periodic syncs of
+// LocalSGD, SlowMo and DiLoCo add to a step on average over a period, in ms: the mean over the
+// period's steps, each simulated alone with median costs as training step first_step + k, of its
+// time minus that of step first_step alone (DiLoCo with a sync delay: the period back to back).
+// 0 with one replica or a period of 1. `simulate --sampled-steps` and compare add it to their step.
+[[nodiscard]] double periodic_sync_ms(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                                      const Cluster& cluster, const SimOptions& options);
+
 // Note [Data-parallel comparison]: fills report.data_parallel, dp_algorithm and dp_period_steps
 // (nothing when options.dp.replicas <= 1). compare_sampled and compare_trace_replay call it.
 void add_data_parallel(CompareReport& report, const sched::LoweredPlan& plan,
