@@ -191,6 +191,8 @@ TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
   for (std::size_t k = 0; k < replay.steps.size(); ++k) {
     double worst = -1;
     std::size_t at = 0;
+    // Note [Periodic syncs in compare]: the measured step's number decides its syncs.
+    step_options.first_step = replay.steps[k];
     for (std::int32_t j = 0; j < replicas; ++j) {
       const std::size_t i = k * static_cast<std::size_t>(replicas) + static_cast<std::size_t>(j);
       step_options.replay_durations_ns = replay.durations_ns[i];
@@ -213,6 +215,7 @@ TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
                    [&](std::size_t a, std::size_t b) { return per_step[a] < per_step[b]; });
   const std::size_t chosen = order.at((order.size() - 1) / 2);
   step_options.record_actions = true;
+  step_options.first_step = replay.steps.at(chosen);
   step_options.replay_durations_ns = replay.durations_ns.at(slowest.at(chosen));
   TraceReplayComparison out;
   out.predicted = simulate(plan, costs, cluster, step_options);
@@ -223,6 +226,21 @@ TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
   report.step_numbers = replay.steps;
   report.per_step_measured_ms = replay.measured_step_ms;
   report.per_step_predicted_ms = per_step;
+  // Note [Periodic syncs in compare]: with a period P > 1, means over the last whole periods of
+  // the steps, each predicted as itself.
+  const auto p = static_cast<std::size_t>(std::max(report.dp_period_steps, 1));
+  const std::size_t n = per_step.size();
+  if (p > 1 && n >= p && replay.measured_step_ms.size() == n) {
+    const std::size_t used = n / p * p;
+    double predicted = 0, measured_ms = 0;
+    for (std::size_t i = n - used; i < n; ++i) {
+      predicted += per_step[i];
+      measured_ms += replay.measured_step_ms[i];
+    }
+    report.predicted_step_ms = predicted / static_cast<double>(used);
+    report.measured_step_ms = measured_ms / static_cast<double>(used);
+    report.prediction = "trace, period mean";
+  }
   return out;
 }
 
