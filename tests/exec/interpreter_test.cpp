@@ -336,6 +336,21 @@ TEST(Interpreter, DataParallelSyncAndSendCallsAreTimedApart) {
   EXPECT_EQ(got.timed_sends, got.sends);
 }
 
+// Two steps of a one-rank GPipe plan (4 microbatches) with data-parallel hooks `hooks`.
+RunResult run_one_rank_with(DataParallelHooks* hooks) {
+  torch::set_num_threads(1);
+  sched::ScheduleSpec spec;
+  spec.kind = ScheduleKind::kGPipe;
+  spec.ranks = 1;
+  spec.microbatches = 4;
+  const auto plan = sched::lower_for_run(sched::generate(spec));
+  torch::manual_seed(5);
+  auto x = torch::randn({16, kWidth});
+  auto y = torch::randn({16, kWidth});
+  return run_pipelined(plan, init_weights(1), x, y, 2, -1, false, -1, false,
+                       sched::Precision::kFp32, hooks);
+}
+
 // Note [Parameter waits]: a compute action's wait for its stage's parameters (ZeRO's all-gathers;
 // here a 30 ms sleep in await_parameters, once per stage per step) is taken before the action is
 // timed, so no F/B is recorded that long; the wait happens once per compute action.
@@ -357,18 +372,8 @@ class SlowParameters final : public DataParallelHooks {
 };
 
 TEST(Interpreter, ParameterWaitsAreNotTimedAsCompute) {
-  torch::set_num_threads(1);
-  sched::ScheduleSpec spec;
-  spec.kind = ScheduleKind::kGPipe;
-  spec.ranks = 1;
-  spec.microbatches = 4;
-  const auto plan = sched::lower_for_run(sched::generate(spec));
-  torch::manual_seed(5);
-  auto x = torch::randn({16, kWidth});
-  auto y = torch::randn({16, kWidth});
   SlowParameters params;
-  const auto got = run_pipelined(plan, init_weights(1), x, y, 2, -1, false, -1, false,
-                                 sched::Precision::kFp32, &params);
+  const auto got = run_one_rank_with(&params);
   EXPECT_EQ(params.awaited.load(), 2 * 8);  // 2 steps x (4 F + 4 B)
   EXPECT_EQ(params.waited_steps.size(), 2U);
   EXPECT_GT(got.max_compute_ns, 0);
@@ -409,18 +414,8 @@ class SlowGradients final : public DataParallelHooks {
 };
 
 TEST(Interpreter, GradientWaitsAreNotTimedAsCompute) {
-  torch::set_num_threads(1);
-  sched::ScheduleSpec spec;
-  spec.kind = ScheduleKind::kGPipe;
-  spec.ranks = 1;
-  spec.microbatches = 4;
-  const auto plan = sched::lower_for_run(sched::generate(spec));
-  torch::manual_seed(5);
-  auto x = torch::randn({16, kWidth});
-  auto y = torch::randn({16, kWidth});
   SlowGradients grads;
-  const auto got = run_pipelined(plan, init_weights(1), x, y, 2, -1, false, -1, false,
-                                 sched::Precision::kFp32, &grads);
+  const auto got = run_one_rank_with(&grads);
   EXPECT_EQ(grads.awaited, 2 * 4);  // 2 steps x 4 B, each right after its after_backward
   EXPECT_EQ(grads.out_of_order, 0);
   EXPECT_EQ(grads.waited_steps.size(), 2U);
