@@ -365,6 +365,44 @@ TEST(TraceReplay, CompareReplaysEveryStepAndShowsTheMedianOne) {
   EXPECT_FALSE(got.predicted.actions.empty());
 }
 
+// Note [Periodic syncs in compare]: trace-driven replay simulates every measured step as the
+// training step it was, so LocalSGD's averaging (every 2 steps) falls on steps 1 and 3, and the
+// headline compares means over the two whole periods.
+TEST(TraceReplay, PeriodicSyncsFallOnTheirOwnStepsAndCompareMeans) {
+  auto plan = testing::one_f_one_b(2, 4);
+  auto costs = testing::uniform_costs(2, 1.0, 2.0);
+  for (auto& st : costs.stages) st.param_bytes = 1000000;
+  Cluster cluster;
+  cluster.intra_node = Link{0.01, 1.0};  // the 1 MB average: 1 ms + 2 latencies
+  SimOptions so;
+  so.dp.replicas = 2;
+  so.dp.algorithm = DpAlgorithm::kLocalSgd;
+  so.dp.localsgd_frequency = 2;
+  const SimResult r = simulate(plan, costs, cluster, so);  // training step 0: no averaging
+  sched::Trace pred = sched::parse_trace(trace_json(r, "test"), "pred");
+  ASSERT_EQ(pred.ranks, 4);
+  sched::Trace m;
+  m.info = pred.info;
+  m.ranks = pred.ranks;
+  for (int step = 0; step < 4; ++step) {
+    for (auto s : pred.slices) {
+      s.start_us += 100000.0 * step;
+      s.step = step;
+      m.slices.push_back(s);
+    }
+  }
+  CompareOptions opt;
+  opt.skip_steps = 0;
+  const auto got = compare_trace_replay(plan, costs, cluster, so, m, opt);
+  const double base = static_cast<double>(r.makespan_ns) / 1e6;
+  ASSERT_EQ(got.report.per_step_predicted_ms.size(), 4U);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_NEAR(got.report.per_step_predicted_ms[k], base + (k % 2 == 1 ? 1.02 : 0.0), 1e-5) << k;
+  }
+  EXPECT_EQ(got.report.prediction, "trace, period mean");
+  EXPECT_NEAR(got.report.predicted_step_ms, base + 0.51, 1e-5);
+}
+
 // Note [One prediction]: with sampled durations the headline, the per-rank table, the per-action
 // lines and the SVG all come from one simulated step (before, the headline was the sampled median
 // while the table and the SVG showed the plain simulation with median costs).
