@@ -395,6 +395,12 @@ void ShmCollectives::run_worker() {
   }
 }
 
+// Note [Barrier spin]: a barrier whose peers are not all there yet spins for up to kBarrierSpin
+// before it sleeps on the futex. Waking a sleeping thread on a VM whose vCPU has gone idle took
+// up to milliseconds here, once per barrier, and the peers of a collective's second barrier
+// arrive within microseconds of each other.
+constexpr std::chrono::microseconds kBarrierSpin{200};
+
 void ShmCollectives::barrier(ShmBuffer& buffer, std::uint64_t epoch, const std::string& prefix,
                              std::chrono::steady_clock::time_point deadline) {
   auto& h = buffer.header();
@@ -403,6 +409,7 @@ void ShmCollectives::barrier(ShmBuffer& buffer, std::uint64_t epoch, const std::
   rank_state(h, rank_).arrivals.store(epoch, std::memory_order_release);
   h.wake.fetch_add(1, std::memory_order_acq_rel);
   futex_wake_all(&h.wake);
+  const auto spin_until = std::chrono::steady_clock::now() + kBarrierSpin;
   for (int spins = 0;; ++spins) {
     const std::uint32_t seen = h.wake.load(std::memory_order_acquire);
     std::vector<int> missing;
@@ -410,7 +417,13 @@ void ShmCollectives::barrier(ShmBuffer& buffer, std::uint64_t epoch, const std::
       if (rank_state(h, r).arrivals.load(std::memory_order_acquire) < epoch) missing.push_back(r);
     }
     if (missing.empty()) return;
-    if (spins < 64) continue;  // a peer a few microseconds behind: do not sleep yet
+    // Note [Barrier spin]: a peer up to kBarrierSpin behind is waited for awake.
+    if (spins < 64 || std::chrono::steady_clock::now() < spin_until) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
     const auto now = std::chrono::steady_clock::now();
     std::vector<int> names;
     for (int r : missing) names.push_back(global_ranks_[static_cast<std::size_t>(r)]);
