@@ -302,6 +302,22 @@ TEST(Interpreter, ForwardRecordsTheHeapBytesItKeeps) {
   EXPECT_LT(got.min_forward_kept_bytes, std::numeric_limits<std::int64_t>::max());
 }
 
+// Two steps of a `kind` plan over `ranks` ranks (4 microbatches of an MLP) with data-parallel
+// hooks `hooks`.
+RunResult run_with_hooks(ScheduleKind kind, int ranks, DataParallelHooks* hooks) {
+  torch::set_num_threads(1);
+  sched::ScheduleSpec spec;
+  spec.kind = kind;
+  spec.ranks = ranks;
+  spec.microbatches = 4;
+  const auto plan = sched::lower_for_run(sched::generate(spec));
+  torch::manual_seed(5);
+  auto x = torch::randn({16, kWidth});
+  auto y = torch::randn({16, kWidth});
+  return run_pipelined(plan, init_weights(ranks), x, y, 2, -1, false, -1, false,
+                       sched::Precision::kFp32, hooks);
+}
+
 // Note [Data-parallel sync] (report/run_report.hpp): the algorithm's work after the last OPTIM
 // (here a 30 ms sleep) is timed apart, once per step, not inside the OPTIM; Note [Send time]:
 // every remote SEND records the time of its send calls, inside its interval.
@@ -317,38 +333,13 @@ class SlowSync final : public DataParallelHooks {
 };
 
 TEST(Interpreter, DataParallelSyncAndSendCallsAreTimedApart) {
-  torch::set_num_threads(1);
-  sched::ScheduleSpec spec;
-  spec.kind = ScheduleKind::k1F1B;
-  spec.ranks = 2;
-  spec.microbatches = 4;
-  const auto plan = sched::lower_for_run(sched::generate(spec));
-  torch::manual_seed(5);
-  auto x = torch::randn({16, kWidth});
-  auto y = torch::randn({16, kWidth});
   SlowSync sync;
-  const auto got = run_pipelined(plan, init_weights(2), x, y, 2, -1, false, -1, false,
-                                 sched::Precision::kFp32, &sync);
+  const auto got = run_with_hooks(ScheduleKind::k1F1B, 2, &sync);
   ASSERT_EQ(got.sync_ns.size(), 4U);  // 2 ranks x 2 steps
   for (auto ns : got.sync_ns) EXPECT_GE(ns, 30'000'000);
   EXPECT_LT(got.max_optimizer_ns, 30'000'000);
   EXPECT_EQ(got.sends, 2 * 2 * 4);  // per step: 4 SEND_F on rank 0, 4 SEND_B on rank 1
   EXPECT_EQ(got.timed_sends, got.sends);
-}
-
-// Two steps of a one-rank GPipe plan (4 microbatches) with data-parallel hooks `hooks`.
-RunResult run_one_rank_with(DataParallelHooks* hooks) {
-  torch::set_num_threads(1);
-  sched::ScheduleSpec spec;
-  spec.kind = ScheduleKind::kGPipe;
-  spec.ranks = 1;
-  spec.microbatches = 4;
-  const auto plan = sched::lower_for_run(sched::generate(spec));
-  torch::manual_seed(5);
-  auto x = torch::randn({16, kWidth});
-  auto y = torch::randn({16, kWidth});
-  return run_pipelined(plan, init_weights(1), x, y, 2, -1, false, -1, false,
-                       sched::Precision::kFp32, hooks);
 }
 
 // Note [Parameter waits]: a compute action's wait for its stage's parameters (ZeRO's all-gathers;
@@ -373,7 +364,7 @@ class SlowParameters final : public DataParallelHooks {
 
 TEST(Interpreter, ParameterWaitsAreNotTimedAsCompute) {
   SlowParameters params;
-  const auto got = run_one_rank_with(&params);
+  const auto got = run_with_hooks(ScheduleKind::kGPipe, 1, &params);
   EXPECT_EQ(params.awaited.load(), 2 * 8);  // 2 steps x (4 F + 4 B)
   EXPECT_EQ(params.waited_steps.size(), 2U);
   EXPECT_GT(got.max_compute_ns, 0);
@@ -415,7 +406,7 @@ class SlowGradients final : public DataParallelHooks {
 
 TEST(Interpreter, GradientWaitsAreNotTimedAsCompute) {
   SlowGradients grads;
-  const auto got = run_one_rank_with(&grads);
+  const auto got = run_with_hooks(ScheduleKind::kGPipe, 1, &grads);
   EXPECT_EQ(grads.awaited, 2 * 4);  // 2 steps x 4 B, each right after its after_backward
   EXPECT_EQ(grads.out_of_order, 0);
   EXPECT_EQ(grads.waited_steps.size(), 2U);

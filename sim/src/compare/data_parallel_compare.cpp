@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "compare/trace_steps.hpp"
 #include "costs/data_parallel.hpp"
 #include "pipewright/sim/compare.hpp"
 
@@ -62,11 +63,9 @@ void period_mean_step(CompareReport& report, const sched::LoweredPlan& plan,
   const std::int32_t p = report.dp_period_steps;
   const std::size_t n = report.per_step_measured_ms.size();
   if (p <= 1 || report.prediction == "trace" || n < static_cast<std::size_t>(p)) return;
-  const std::size_t used = n / static_cast<std::size_t>(p) * static_cast<std::size_t>(p);
-  double measured = 0;
-  for (std::size_t i = n - used; i < n; ++i) measured += report.per_step_measured_ms[i];
   report.predicted_step_ms += periodic_sync_ms(plan, costs, cluster, options);
-  report.measured_step_ms = measured / static_cast<double>(used);
+  report.measured_step_ms =
+      detail::mean_of_whole_periods(report.per_step_measured_ms, static_cast<std::size_t>(p));
   report.prediction += ", period mean";
 }
 

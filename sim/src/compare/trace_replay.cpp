@@ -231,14 +231,8 @@ TraceReplayComparison compare_trace_replay(const sched::LoweredPlan& plan,
   const auto p = static_cast<std::size_t>(std::max(report.dp_period_steps, 1));
   const std::size_t n = per_step.size();
   if (p > 1 && n >= p && replay.measured_step_ms.size() == n) {
-    const std::size_t used = n / p * p;
-    double predicted = 0, measured_ms = 0;
-    for (std::size_t i = n - used; i < n; ++i) {
-      predicted += per_step[i];
-      measured_ms += replay.measured_step_ms[i];
-    }
-    report.predicted_step_ms = predicted / static_cast<double>(used);
-    report.measured_step_ms = measured_ms / static_cast<double>(used);
+    report.predicted_step_ms = detail::mean_of_whole_periods(per_step, p);
+    report.measured_step_ms = detail::mean_of_whole_periods(replay.measured_step_ms, p);
     report.prediction = "trace, period mean";
   }
   return out;

@@ -13,6 +13,15 @@
 
 namespace pipewright::sim::detail {
 
+// Note [Periodic syncs in compare]: the mean of the last floor(n / p) p values of `v` (the whole
+// periods of p steps at its end). Precondition: v.size() >= p >= 1.
+inline double mean_of_whole_periods(const std::vector<double>& v, std::size_t p) {
+  const std::size_t used = v.size() / p * p;
+  double sum = 0;
+  for (std::size_t i = v.size() - used; i < v.size(); ++i) sum += v[i];
+  return sum / static_cast<double>(used);
+}
+
 inline bool is_compute_category(const std::string& category) {
   return category == "F" || category == "B" || category == "I" || category == "W";
 }
