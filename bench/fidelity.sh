@@ -13,7 +13,7 @@
 #   measured   the run's median step after warm-up (compare's measured_step_ms) and its peak
 #              resident set per rank (VmHWM, the profile's peak_memory; the worst rank's error)
 #   replay     `pipewright compare` with the run's own profile (median of 31 steps with sampled
-#              durations; the shaped link's calibrated cluster on shaped cells)
+#              durations, plus the replicas' skew; the link's calibrated cluster)
 #   transfer   `pipewright simulate` of the cell's plan from ANOTHER configuration's profile: on
 #              loopback the 1F1B cell's (the GPipe cell's for 1F1B) of the same DP algorithm and
 #              precision, moved to the cell's partition with `transfer-profile` (another partition
@@ -180,6 +180,9 @@ cell() {
     cluster=(--cluster "$work/shaped.$dp.json")
   else
     timeout 300 "$pw" launch --nproc $((pp * dp)) -- "$pw" "${args[@]}" >"$pre.log" 2>&1 || rc=$?
+    # This host's calibrated collectives price the data-parallel ones (without a cluster they
+    # would cost nothing); the profile's own p2p figure still prices the messages.
+    cluster=(--cluster "$work/loopback.cluster.json")
   fi
   if [ "$rc" != 0 ]; then
     echo "fidelity.sh: the run of $sched $algo $prec $link failed (exit $rc); its log:" >&2
@@ -277,6 +280,7 @@ try:
     text = open(pre + ".xfer.txt").read()
     # Periodic algorithms: the mean over a period with its syncs (Note [Periodic syncs in compare]).
     m = re.search(r"mean step over a period of \d+ steps with its syncs: ([0-9.]+) ms", text)
+    m = m or re.search(r"step of the slowest of \d+ replicas: ([0-9.]+) ms", text)
     xfer = float((m or re.search(r"sampled durations: ([0-9.]+) ms", text)).group(1))
     xfer_err = 100 * (xfer - measured) / measured
     pred = {x["rank"]: x["peak_memory_bytes"] for x in json.load(open(pre + ".xfer.metrics.json"))["ranks"]}

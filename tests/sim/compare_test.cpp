@@ -20,16 +20,18 @@ SimResult simulate_1f1b(double f_ms, double b_ms) {
 }
 
 // A "measured" trace made of two steps: step 0 (warm-up, twice as slow) and step 1 equal to the
-// prediction scaled by `scale`, shifted in time as a real run would be.
-sched::Trace measured_from(const SimResult& r, double scale) {
+// prediction scaled by `scale`, shifted in time as a real run would be: step 1 starts `gap_us`
+// after step 0's last slice (Note [Measured step period]).
+sched::Trace measured_from(const SimResult& r, double scale, double gap_us = 0) {
   sched::Trace pred = sched::parse_trace(trace_json(r, "test"), "pred");
   sched::Trace out;
   out.info = pred.info;
   out.info.source = "executor";
   out.ranks = pred.ranks;
+  const double makespan_us = static_cast<double>(r.makespan_ns) / 1e3;
   for (int step = 0; step < 2; ++step) {
     const double k = step == 0 ? 2 * scale : scale;
-    const double offset = step == 0 ? 1000.0 : 50000.0;
+    const double offset = step == 0 ? 1000.0 : 1000.0 + 2 * scale * makespan_us + gap_us;
     for (auto s : pred.slices) {
       s.start_us = offset + s.start_us * k;
       s.duration_us *= k;
@@ -53,6 +55,29 @@ TEST(Compare, IdenticalTimelinesHaveZeroError) {
     EXPECT_NEAR(rc.predicted_idle_ms, rc.measured_idle_ms, 1e-6);
   }
   for (const auto& a : rep.largest) EXPECT_NEAR(a.end_error_ms(), 0.0, 1e-6);
+}
+
+// Note [Measured step period]: what runs between two steps (the loss all-reduce, ZeRO-1's
+// all-gathers) belongs to the step before; the last step takes the median of the others' gaps.
+TEST(Compare, MeasuredStepRunsToTheNextStepsStart) {
+  SimResult r = simulate_1f1b(1.0, 2.0);
+  const double makespan_ms = static_cast<double>(r.makespan_ns) / 1e6;
+  sched::Trace m = measured_from(r, 1.0, 4000.0);  // 4 ms between step 0's end and step 1
+  CompareOptions opt;
+  opt.skip_steps = 0;
+  CompareReport rep = compare(r, m, nullptr, opt);
+  ASSERT_EQ(rep.per_step_measured_ms.size(), 2U);
+  EXPECT_NEAR(rep.per_step_measured_ms[0], 2 * makespan_ms + 4.0, 1e-6);
+  EXPECT_NEAR(rep.per_step_measured_ms[1], makespan_ms + 4.0, 1e-6);  // its span + the median gap
+  // The default skips the warm-up step; idle time holds the gap too.
+  rep = compare(r, m, nullptr, CompareOptions{});
+  EXPECT_NEAR(rep.measured_step_ms, makespan_ms + 4.0, 1e-6);
+  for (const auto& rc : rep.per_rank) {
+    EXPECT_NEAR(rc.measured_idle_ms, rc.predicted_idle_ms + 4.0, 1e-6);
+  }
+  TraceReplay replay = replay_from_trace(m, 2, 4, 0, {}, opt);
+  ASSERT_EQ(replay.measured_step_ms.size(), 2U);
+  EXPECT_NEAR(replay.measured_step_ms[0], 2 * makespan_ms + 4.0, 1e-6);
 }
 
 TEST(Compare, SlowerMeasurementGivesNegativeErrorAndRanksLargestLast) {
@@ -340,9 +365,11 @@ TEST(TraceReplay, CompareReplaysEveryStepAndShowsTheMedianOne) {
   m.info = pred.info;
   m.ranks = pred.ranks;
   const double scale[] = {1.0, 1.5, 1.1};
+  double t0 = 0;  // back to back (Note [Measured step period])
   for (int step = 0; step < 3; ++step) {
+    if (step > 0) t0 += static_cast<double>(r.makespan_ns) / 1e3 * scale[step - 1];
     for (auto s : pred.slices) {
-      s.start_us = 100000.0 * step + s.start_us * scale[step];
+      s.start_us = t0 + s.start_us * scale[step];
       s.duration_us *= scale[step];
       s.step = step;
       m.slices.push_back(s);
@@ -454,6 +481,46 @@ TEST(Compare, SampledHeadlineTableAndSvgShowOneSimulation) {
   std::snprintf(title, sizeof title, "step %.3f ms", rep.predicted_step_ms);
   EXPECT_NE(svg.find(title), std::string::npos);
   EXPECT_NE(svg.find(err), std::string::npos);
+}
+
+// Note [Replica skew]: with sampled distributions, the slowest of d replicas' steps is longer
+// than one replica's, the more so the more replicas; without distributions, or at dp 1, nothing.
+TEST(ReplicaSkew, SlowestOfTheReplicasIsTheStep) {
+  auto plan = testing::one_f_one_b(2, 4);
+  sched::CostTable costs = testing::uniform_costs(2, 1.0, 2.0);
+  SimOptions dp1;
+  EXPECT_EQ(replica_skew_ms(plan, costs, Cluster{}, dp1, 31), 0.0);
+  SimOptions dp2;
+  dp2.dp.replicas = 2;
+  dp2.dp.algorithm = sched::DpAlgorithm::kLocalSgd;
+  EXPECT_EQ(replica_skew_ms(plan, costs, Cluster{}, dp2, 31), 0.0);  // no distributions
+  for (auto& c : costs.stages) {
+    sched::KindStats f;
+    f.median_ms = 1.0;
+    f.p10_ms = 0.5;
+    f.p90_ms = 2.5;
+    f.samples = 100;
+    c.forward_stats = f;
+    c.backward_stats = f.scaled(2.0);
+  }
+  EXPECT_EQ(replica_skew_ms(plan, costs, Cluster{}, dp1, 31), 0.0);
+  const double two = replica_skew_ms(plan, costs, Cluster{}, dp2, 31);
+  SimOptions dp4 = dp2;
+  dp4.dp.replicas = 4;
+  const double four = replica_skew_ms(plan, costs, Cluster{}, dp4, 31);
+  EXPECT_GT(two, 0.0);
+  EXPECT_GT(four, two);
+  // Shared cores leave the skew as on dedicated cores (draws ignore processor sharing).
+  costs.cores_per_node = 1;
+  EXPECT_DOUBLE_EQ(replica_skew_ms(plan, costs, Cluster{}, dp2, 31), two);
+  costs.cores_per_node = 0;
+  // compare's sampled headline is the median sampled step plus the skew (plus nothing else for
+  // LocalSGD at its default frequency: Note [Periodic syncs in compare] needs 3 steps here).
+  const SimResult plain = simulate(plan, costs, Cluster{}, dp2);
+  const sched::Trace m = measured_from(plain, 1.0);  // both replicas' ranks
+  const auto got = compare_sampled(plan, costs, Cluster{}, dp2, 31, m, CompareOptions{});
+  EXPECT_NEAR(got.report.predicted_step_ms, median_step_ms(plan, costs, Cluster{}, dp2, 31) + two,
+              1e-9);
 }
 
 TEST(TraceReplay, ReportListsEveryStep) {

@@ -230,11 +230,19 @@ void run_simulate(const SimulateArgs& a) {
       const double median = sim::median_step_ms(plan, costs, cluster, opt, a.sampled_steps);
       appendf(text, "median step over %d steps with sampled durations: %.3f ms\n", a.sampled_steps,
               median);
+      // Note [Replica skew]: with replicas, a step lasts as long as the slowest one's.
+      double step = median;
+      if (opt.dp.replicas > 1) {
+        const double skew = sim::replica_skew_ms(plan, costs, cluster, opt, a.sampled_steps);
+        step += skew;
+        appendf(text, "step of the slowest of %d replicas: %.3f ms (+%.3f ms)\n", opt.dp.replicas,
+                step, skew);
+      }
       // Note [Periodic syncs in compare]: LocalSGD, SlowMo and DiLoCo sync every few steps only.
       const std::int32_t period = opt.dp.replicas > 1 ? sim::dp_period_steps(opt.dp) : 1;
       if (period > 1) {
         appendf(text, "mean step over a period of %d steps with its syncs: %.3f ms\n", period,
-                median + sim::periodic_sync_ms(plan, costs, cluster, opt));
+                step + sim::periodic_sync_ms(plan, costs, cluster, opt));
       }
     }
     for (const auto& r : result.per_rank) {

@@ -96,7 +96,7 @@ CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
                               : static_cast<double>(predicted.step_end_ns.front()) / 1e6;
   std::vector<double> step_ms;
   for (const auto& st : steps) {
-    step_ms.push_back((st.end_us - st.start_us) / 1e3);
+    step_ms.push_back(st.period_ms());
     rep.step_numbers.push_back(st.step);
   }
   rep.per_step_measured_ms = step_ms;
@@ -141,7 +141,7 @@ CompareReport compare(const SimResult& predicted, const sched::Trace& measured,
         b += it->second->duration_us / 1e3;
       }
       busy.push_back(b);
-      idle.push_back((st.end_us - st.start_us) / 1e3 - b);
+      idle.push_back(st.period_ms() - b);
     }
     rc.measured_busy_ms = median(busy);
     rc.measured_idle_ms = median(idle);
@@ -416,7 +416,7 @@ std::int64_t median_step_number(const sched::Trace& measured, const CompareRepor
   std::int64_t chosen = steps.empty() ? 0 : steps.front().step;
   double best = -1;
   for (const auto& st : steps) {
-    const double d = std::fabs((st.end_us - st.start_us) / 1e3 - report.measured_step_ms);
+    const double d = std::fabs(st.period_ms() - report.measured_step_ms);
     if (best < 0 || d < best) {
       best = d;
       chosen = st.step;

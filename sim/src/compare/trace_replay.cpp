@@ -104,7 +104,7 @@ TraceReplay replay_from_trace(const sched::Trace& measured, std::int32_t stages,
   for (const auto& st : steps) {
     index[st.step] = out.steps.size();
     out.steps.push_back(st.step);
-    out.measured_step_ms.push_back((st.end_us - st.start_us) / 1e3);
+    out.measured_step_ms.push_back(st.period_ms());
     for (std::int32_t j = 0; j < replicas; ++j) {
       out.durations_ns.emplace_back(
           static_cast<std::size_t>(stages) * kReplaySlots * static_cast<std::size_t>(microbatches),
@@ -252,7 +252,11 @@ SampledComparison compare_sampled(const sched::LoweredPlan& plan, const sched::C
     out.predicted = simulate(plan, costs, cluster, so);
   }
   out.report = compare(out.predicted, measured, &costs, compare_options);
-  if (sampled_steps > 0) out.report.prediction = "sampled";
+  if (sampled_steps > 0) {
+    out.report.prediction = "sampled";
+    // Note [Replica skew]: a step lasts as long as its slowest replica's.
+    out.report.predicted_step_ms += replica_skew_ms(plan, costs, cluster, so, sampled_steps);
+  }
   add_data_parallel(out.report, plan, costs, cluster, so);
   return out;
 }

@@ -31,11 +31,14 @@
 // Waiting for parameters counts as exposed data-parallel time (RankResult::dp_exposed_ns). The
 // bytes (SimResult::dp_wire_bytes_per_stage) come from the plan: data_parallel.hpp. On shared node
 // links (Note [Shared links]) ZeRO-1's buckets are queued as DDP's; the other ZeRO collectives
-// are timed as on a link of their own. The reduce-scatters and all-gathers of ZeRO-1/2 run on
+// take their time alone scaled by the rank's share of the links, as the syncs do (Note
+// [Concurrent syncs on shared links]: every pipeline rank gathers after its OPTIM, within a few
+// ms of the others). The reduce-scatters and all-gathers of ZeRO-1/2 run on
 // registered buffers and those of ZeRO-3 on private ones, each priced on its own link of the
 // cluster's sharded_collective_links when given (Note [Unregistered collectives] in
 // network/network_model.cpp; init_zero).
 #include <algorithm>
+#include <cmath>
 
 #include "costs/data_parallel.hpp"
 #include "engine/engine.hpp"
@@ -90,9 +93,18 @@ void Engine::init_zero() {
     // Note [ZeRO in the simulator]: each collective on its own calibrated link.
     const Link& gather = zero_link(cluster_, group, ShardedCollective::kAllGather, zero_);
     const Link& scatter = zero_link(cluster_, group, ShardedCollective::kReduceScatter, zero_);
-    zero_gather_ns_[static_cast<std::size_t>(s)] = reduce_ns(gather, dp_, c.param_bytes);
+    // Every pipeline rank's all-gathers (after its OPTIM, or at UNSHARD) and ZeRO-2/3's
+    // per-backward reduce-scatters run at about the same time on shared node links: scaled as
+    // the syncs are (Note [Concurrent syncs on shared links]). ZeRO-1's buckets are queued on
+    // the links event by event, as DDP's.
+    const double share =
+        network_->sync_link_share(plan_.shape.stage_to_rank[static_cast<std::size_t>(s)]);
+    auto shared = [share](std::int64_t ns) {
+      return static_cast<std::int64_t>(std::llround(static_cast<double>(ns) * share));
+    };
+    zero_gather_ns_[static_cast<std::size_t>(s)] = shared(reduce_ns(gather, dp_, c.param_bytes));
     zero_scatter_ns_[static_cast<std::size_t>(s)] =
-        reduce_ns(scatter, dp_, gradient_wire_bytes(c.param_bytes, opt_.dp));
+        shared(reduce_ns(scatter, dp_, gradient_wire_bytes(c.param_bytes, opt_.dp)));
   }
 }
 

@@ -100,6 +100,32 @@ double median_step_ms(const sched::LoweredPlan& plan, const sched::CostTable& co
   return n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
 }
 
+double replica_skew_ms(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                       const Cluster& cluster, SimOptions options, std::int32_t draws,
+                       std::uint64_t seed) {
+  const std::int32_t d = options.dp.replicas;
+  if (d <= 1 || draws < 1) return 0.0;
+  // Dedicated cores: sampled simulation draws nothing under processor sharing.
+  sched::CostTable dedicated = costs;
+  dedicated.cores_per_node = 0;
+  Cluster own = cluster;
+  own.cores_per_node = 0;
+  const std::vector<double> ms =
+      sampled_step_ms(plan, dedicated, own, options, draws * d, seed ^ 0x9E3779B97F4A7C15ULL);
+  double slowest = 0;
+  double all = 0;
+  for (std::int32_t k = 0; k < draws; ++k) {
+    double m = 0;
+    for (std::int32_t j = 0; j < d; ++j) {
+      const double v = ms[static_cast<std::size_t>(k * d + j)];
+      m = std::max(m, v);
+      all += v;
+    }
+    slowest += m;
+  }
+  return std::max(0.0, slowest / draws - all / (static_cast<double>(draws) * d));
+}
+
 SimResult median_sampled_step(const sched::LoweredPlan& plan, const sched::CostTable& costs,
                               const Cluster& cluster, SimOptions options, std::int32_t steps,
                               std::uint64_t seed) {

@@ -36,6 +36,9 @@ class AnalyticalNetwork final : public NetworkModel {
   std::int64_t sgp_ns(std::int32_t rank) const noexcept override {
     return rank_sgp_ns_[static_cast<std::size_t>(rank)];
   }
+  double sync_link_share(std::int32_t rank) const noexcept override {
+    return rank_share_[static_cast<std::size_t>(rank)];
+  }
   const std::vector<LinkUse>& message_links(std::int32_t edge,
                                             bool forward) const noexcept override {
     return edge_links_[2 * static_cast<std::size_t>(edge) + (forward ? 0 : 1)];
@@ -50,6 +53,7 @@ class AnalyticalNetwork final : public NetworkModel {
   std::vector<std::vector<std::int64_t>> bucket_ns_;   // per stage: all-reduce time per bucket
   std::vector<std::vector<std::int64_t>> bucket_cum_;  // per stage: cumulative bytes per bucket
   std::vector<std::int64_t> rank_localsgd_ns_, rank_slowmo_ns_, rank_diloco_ns_, rank_sgp_ns_;
+  std::vector<double> rank_share_;                // sync_link_share per pipeline rank
   std::vector<std::vector<LinkUse>> edge_links_;  // per edge: forward, backward
   std::vector<std::vector<LinkUse>> rank_links_;  // per pipeline rank: its dp all-reduce
 };
@@ -102,6 +106,7 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
   rank_slowmo_ns_.assign(static_cast<std::size_t>(R), 0);
   rank_diloco_ns_.assign(static_cast<std::size_t>(R), 0);
   rank_sgp_ns_.assign(static_cast<std::size_t>(R), 0);
+  rank_share_.assign(static_cast<std::size_t>(R), 1.0);
   if (dp <= 1) return;
   for (std::int32_t s = 0; s < S; ++s) {
     const auto r = shape.stage_to_rank[static_cast<std::size_t>(s)];
@@ -135,13 +140,17 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
       }
     }
   }
-  auto shared = [&](std::int32_t r, std::int64_t ns) {
+  for (std::int32_t r = 0; r < R && !load.empty(); ++r) {
     double share = 1.0;
     for (const auto& u : rank_links_[static_cast<std::size_t>(r)]) {
       share = std::max(share, static_cast<double>(load[static_cast<std::size_t>(u.link)]) /
                                   cluster.links_per_node);
     }
-    return static_cast<std::int64_t>(std::llround(static_cast<double>(ns) * share));
+    rank_share_[static_cast<std::size_t>(r)] = share;
+  }
+  auto shared = [&](std::int32_t r, std::int64_t ns) {
+    return static_cast<std::int64_t>(
+        std::llround(static_cast<double>(ns) * rank_share_[static_cast<std::size_t>(r)]));
   };
   for (std::int32_t r = 0; r < R; ++r) {
     std::int64_t bytes = 0;

@@ -37,6 +37,12 @@ class NetworkModel {
   [[nodiscard]] virtual std::int64_t diloco_ns(std::int32_t rank) const noexcept = 0;
   // SGP (dp > 1): one gossip exchange (send the parameters to one peer, receive from another).
   [[nodiscard]] virtual std::int64_t sgp_ns(std::int32_t rank) const noexcept = 0;
+  // Note [Concurrent syncs on shared links]: how much longer pipeline rank `rank`'s
+  // data-parallel collectives take because every pipeline rank's run at once over the shared
+  // node links (flows on its most loaded link / links_per_node; 1 without shared links). The
+  // sync times above already hold it; the engine scales ZeRO's all-gathers and per-backward
+  // reduce-scatters by it (Note [ZeRO in the simulator]).
+  [[nodiscard]] virtual double sync_link_share(std::int32_t rank) const noexcept = 0;
   // Note [Shared links]: the node links a message on edge `edge` occupies (forward: the
   // activation from edge.from to edge.to, else the gradient back), every replica's copy counted,
   // and those of pipeline rank `rank`'s data-parallel all-reduce; empty inside one node.

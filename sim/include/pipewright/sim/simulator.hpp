@@ -248,6 +248,25 @@ struct SimResult {
                                     const Cluster& cluster, SimOptions options, std::int32_t steps,
                                     std::uint64_t seed = 1);
 
+// Note [Replica skew]: the simulator runs one replica and counts the others as copies of it, in
+// lockstep; measured replicas are not. Each replica's step varies with the noise of its own
+// actions, and every step ends with the loss all-reduce over all ranks (and DDP/ZeRO wait for
+// the slowest replica's gradients), so a step lasts as long as its slowest replica's: the
+// expected step is E[max over d replicas], longer than one replica's E[step]. On bench/
+// fidelity.sh's loopback cells (pp 2 x dp 2 on 2 cores) the replicas finished their compute
+// 4-11 ms apart on average with LocalSGD, SlowMo, SGP and DiLoCo (they sync at most once a
+// step) and 0.2-0.9 ms apart with DDP and ZeRO-1 (after their gradient collectives, which
+// had already waited), against steps of 65-100 ms; the predictions were 5-10% short.
+// replica_skew_ms estimates E[max] - E[one] from `draws` x d independent single steps with
+// sampled durations (Note [Sampled durations]), each on dedicated cores: the spread of the
+// measured durations (on an oversubscribed host, mostly its time slices) is what sets replicas
+// apart; the processor sharing that the headline prediction models is the same for every
+// replica. 0 with dp 1 or without measured distributions. compare and `simulate
+// --sampled-steps` add it to the predicted step.
+[[nodiscard]] double replica_skew_ms(const sched::LoweredPlan& plan, const sched::CostTable& costs,
+                                     const Cluster& cluster, SimOptions options, std::int32_t draws,
+                                     std::uint64_t seed = 1);
+
 // Note [One prediction]: the recorded simulation of the median step of median_step_ms's draws
 // (the lower middle one when `steps` is even), so that a step time, the per-rank and per-action
 // lines and the pictures all come from one simulated step. `options.steps` is set to 1;
