@@ -19,6 +19,9 @@
 #              precision, moved to the cell's partition with `transfer-profile` (another partition
 #              or schedule); on the shaped link the same cell's loopback profile (another link),
 #              priced by the shaped cluster. "-" where that profile was not measured in this run.
+#   drift      how much the transfer's profile's compute (F + B per microbatch over the stages)
+#              differs from the cell's own: the host's drift between the two runs, which no
+#              transfer can predict; the summary also gives the transfer errors less it
 #   load       the 1-minute load average (/proc/loadavg) just before the cell's run
 # Targets (issue 47): step within 5% (replay) and 10% (transfer), peak memory within 5%.
 #
@@ -154,9 +157,9 @@ PY
 
 rows="$work/rows.tsv"
 : >"$rows"
-fmt='%-21s %-8s %-4s %-8s %5s %9s %9s %7s %9s %7s %8s %7s %7s\n'
+fmt='%-21s %-8s %-4s %-8s %5s %9s %9s %7s %9s %7s %7s %8s %7s %7s\n'
 # shellcheck disable=SC2059
-printf "$fmt" schedule dp_algo prec link load meas_ms replay_ms rep% xfer_ms xfer% mem_MB mem_rep% mem_xf%
+printf "$fmt" schedule dp_algo prec link load meas_ms replay_ms rep% xfer_ms xfer% drift% mem_MB mem_rep% mem_xf%
 
 # cell SCHED ALGO PREC LINK: runs one cell and appends its measured and replayed columns to rows.
 cell() {
@@ -244,6 +247,7 @@ transfer() {
       --to "$work/part$((pp * v)).json" -o "$pre.xfer.json"
     profile="$pre.xfer.json"
   fi
+  echo "$profile" >"$pre.xfer.profile"
   "$pw" --log-level warn simulate "$pre.plan.csv" "${job[@]}" --recv posted --profile "$profile" \
     "${cluster[@]}" --sampled-steps 31 --metrics "$pre.xfer.metrics.json" >"$pre.xfer.txt"
 }
@@ -275,7 +279,14 @@ if r[5] in ("SKIPPED", "FAILED"):
     sys.exit()
 measured, replay, rep_err, peak, mem_rep = map(float, r[5:10])
 pre = f"{work}/{sched}.{algo}.{prec}.{link}"
-xfer = xfer_err = mem_x = None
+xfer = xfer_err = mem_x = drift = None
+def compute_ms(path):  # a profile's F + B per microbatch, summed over stages
+    return sum(st["forward_ms"] + st["backward_ms"] for st in json.load(open(path))["stages"])
+try:
+    drift = 100 * (compute_ms(open(pre + ".xfer.profile").read().strip()) /
+                   compute_ms(pre + ".profile.json") - 1)
+except (OSError, KeyError, ValueError, ZeroDivisionError):
+    pass
 try:
     text = open(pre + ".xfer.txt").read()
     # Periodic algorithms: the mean over a period with its syncs (Note [Periodic syncs in compare]).
@@ -295,9 +306,10 @@ except (OSError, AttributeError, KeyError, ValueError):
     pass
 f = lambda x, w, s="": ("-" if x is None else format(x, s)).rjust(w)
 print(f"{head} {measured:9.2f} {replay:9.2f} {rep_err:+7.1f} {f(xfer, 9, '.2f')} "
-      f"{f(xfer_err, 7, '+.1f')} {peak / 2**20:8.1f} {mem_rep:+7.1f} {f(mem_x, 7, '+.1f')}")
+      f"{f(xfer_err, 7, '+.1f')} {f(drift, 7, '+.1f')} {peak / 2**20:8.1f} {mem_rep:+7.1f} "
+      f"{f(mem_x, 7, '+.1f')}")
 with open(pre + ".cell.json", "w") as out:
-    json.dump({"xfer_err": xfer_err, "mem_xfer": mem_x}, out)
+    json.dump({"xfer_err": xfer_err, "mem_xfer": mem_x, "drift": drift}, out)
 PY
       done
     done
@@ -331,6 +343,8 @@ xf = [extra(c).get("xfer_err") for c in done]
 mx = [extra(c).get("mem_xfer") for c in done]
 print(line("step, replay", rep, 5))
 print(line("step, transfer", xf, 10))
+dr = [extra(c).get("drift") for c in done]
+print(line("  less compute drift", [x - d for x, d in zip(xf, dr) if x is not None and d is not None], 10))
 print(line("peak memory, replay", mem, 5))
 print(line("peak memory, transfer", mx, 5))
 loads = [float(c[4]) for c in done]
