@@ -2,8 +2,9 @@
 # Simulator fidelity matrix (issues 9 and 47): how well the simulator predicts the step time and
 # the peak memory per rank that `pipewright run` measures, for every
 #   schedule       GPipe, 1F1B, Interleaved1F1B (v=2), InterleavedZeroBubble (v=2)   (pp 2)
-#   DP algorithm   none (dp 1), ddp, zero1 (--zero-stage 1), localsgd (frequency 2), slowmo
-#                  (localsgd 2, slow step every 4), sgp, diloco (--sync-every 2)       (dp 2)
+#   DP algorithm   none (dp 1), ddp, zero1 / zero2 / zero3 (--zero-stage 1/2/3; zero3 with the
+#                  default shard placement), localsgd (frequency 2), slowmo (localsgd 2, slow
+#                  step every 4), sgp, diloco (--sync-every 2)                       (dp 2)
 #   precision      fp32, bf16 (autocast)
 #   link           loopback (every rank on this host), shaped (two network-namespace nodes
 #                  joined by a RATE link, bench/netns_fidelity.sh's path: root only; elsewhere
@@ -39,7 +40,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 pw="$build/bin/pipewright"
 schedules="${SCHEDULES:-GPipe 1F1B Interleaved1F1B InterleavedZeroBubble}"
-dp_algos="${DP_ALGOS:-none ddp zero1 localsgd slowmo sgp diloco}"
+dp_algos="${DP_ALGOS:-none ddp zero1 zero2 zero3 localsgd slowmo sgp diloco}"
 precisions="${PRECISIONS:-fp32 bf16}"
 links="${LINKS:-loopback shaped}"
 m="${M:-4}"
@@ -65,7 +66,7 @@ for s in $schedules; do
     *) echo "fidelity.sh: SCHEDULES: unknown schedule '$s'" >&2; exit 2 ;; esac
 done
 for a in $dp_algos; do
-  case "$a" in none | ddp | zero1 | localsgd | slowmo | sgp | diloco) ;;
+  case "$a" in none | ddp | zero1 | zero2 | zero3 | localsgd | slowmo | sgp | diloco) ;;
     *) echo "fidelity.sh: DP_ALGOS: unknown algorithm '$a'" >&2; exit 2 ;; esac
 done
 for p in $precisions; do
@@ -89,6 +90,8 @@ dp_flags() {
     none) echo "--dp 1" ;;
     ddp) echo "--dp 2" ;;
     zero1) echo "--dp 2 --zero-stage 1" ;;
+    zero2) echo "--dp 2 --zero-stage 2" ;;
+    zero3) echo "--dp 2 --zero-stage 3" ;;
     localsgd) echo "--dp 2 --dp-algorithm localsgd --localsgd-frequency 2" ;;
     slowmo) echo "--dp 2 --dp-algorithm slowmo --localsgd-frequency 2 --slowmo-frequency 4" ;;
     sgp) echo "--dp 2 --dp-algorithm sgp" ;;
