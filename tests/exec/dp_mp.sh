@@ -6,7 +6,8 @@
 #            InterleavedZeroBubble likewise; --check-replicas on every step
 #   resume   2 x 2 DDP, 6 steps, vs 3 steps + --resume to 6: bit-identical weights; a checkpoint
 #            without COMPLETE is ignored
-#   slowmo   SlowMo dp 2, --save-replicas writes one file per replica
+#   slowmo   SlowMo dp 2, --save-replicas writes one file per replica; the sharded slow step
+#            (reduce-scatter + all-gather) == the per-shard one (dp 2 bit-identical, dp 4 1e-6)
 #   bad      bad data-parallel input exits 2
 #   diloco   DiLoCo (issue 24) dp 2: outer lr 1, momentum 0, one fragment, --sync-every 2 ==
 #            LocalSGD every 2 (<= 1e-6); Nesterov outer momentum == torch.optim.SGD(nesterov=True)
@@ -73,6 +74,22 @@ case "$what" in
       --localsgd-frequency 2 --slowmo-frequency 4 --slowmo-momentum 0.2 --slowmo-lr 0.9 \
       --save "$work/w.safetensors" --save-replicas
     check "slowmo replica 0 == --save" "$work/w.safetensors" "$work/w.replica0.safetensors" 0
+    # Note [SlowMo sharded slow step]: one shard per replica (a reduce-scatter and an all-gather,
+    # in shared memory, or with --no-shm-collectives as the TCP ring) == one shard (a reduce and
+    # a broadcast), bit for bit at dp 2; at dp 4 to float rounding (sums of 4 in another order).
+    slow=(--dp-algorithm slowmo --localsgd-frequency 2 --slowmo-frequency 4 --slowmo-momentum 0.2
+          --slowmo-lr 0.9)
+    run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 5 "${slow[@]}" \
+      --slowmo-num-shards 1 --save "$work/one.safetensors"
+    check "slowmo dp 2: 2 shards == 1 shard" "$work/w.safetensors" "$work/one.safetensors" 0
+    run_ranks 2 gloo "$pw" "${common[@]}" --pp 1 --dp 2 --batch-size 4 --steps 5 "${slow[@]}" \
+      --no-shm-collectives --save "$work/ring.safetensors"
+    check "slowmo dp 2: TCP ring == shared memory" "$work/w.safetensors" "$work/ring.safetensors" 0
+    for shards in 4 1; do
+      run_ranks 4 gloo "$pw" "${common[@]}" --pp 1 --dp 4 --batch-size 8 --steps 4 "${slow[@]}" \
+        --slowmo-num-shards "$shards" --check-replicas 4 --save "$work/dp4.$shards.safetensors"
+    done
+    check "slowmo dp 4: 4 shards == 1 shard" "$work/dp4.4.safetensors" "$work/dp4.1.safetensors" 1e-6
     # After step 5 (no averaging since step 4) the replicas differ.
     if "$cmp" "$work/w.replica0.safetensors" "$work/w.replica1.safetensors" 1e-7 >/dev/null; then
       echo "FAIL slowmo replicas identical between averagings"; failed=1

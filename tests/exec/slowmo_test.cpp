@@ -269,6 +269,104 @@ TEST(SlowMo, CommunicatesAThirdOfDdpWithLocalSgdEvery3Steps) {
   }
 }
 
+// Note [SlowMo sharded slow step]: one shard per replica runs as one reduce-scatter and one
+// all-gather, moving the bytes of the per-shard reduces and broadcasts (3 shards of 4 replicas).
+TEST(SlowMo, ShardedSlowStepIsOneReduceScatterAndOneAllGather) {
+  const Mlp init = Mlp::init(kIn, kHidden, kOut, 11);
+  const std::int64_t total = kHidden * kIn + kHidden + kOut * kHidden + kOut;
+  std::vector<DataParallelStats> sharded, per_shard;
+  SlowMoCase c{4, 100, 2, 0.5, 0.9, true, 4};
+  c.steps = 4;  // slow steps after steps 1 and 3, no averaging
+  const auto a = run_slowmo(c, init, &sharded);
+  c.shards = 3;
+  const auto b = run_slowmo(c, init, &per_shard);
+  for (int r = 0; r < c.dp; ++r) {
+    SCOPED_TRACE("replica " + std::to_string(r));
+    const auto& s = sharded[static_cast<std::size_t>(r)];
+    const auto& p = per_shard[static_cast<std::size_t>(r)];
+    // The start-up broadcast, then 2 slow steps x (reduce-scatter + all-gather) or 2 slow
+    // steps x 3 shards x (reduce + broadcast).
+    EXPECT_EQ(s.collectives, 1 + 2 * 2);
+    EXPECT_EQ(p.collectives, 1 + 2 * 2 * 3);
+    EXPECT_EQ(s.payload_bytes, 2u * 2u * 4u * static_cast<std::uint64_t>(total));
+    EXPECT_EQ(s.payload_bytes, p.payload_bytes);
+    EXPECT_DOUBLE_EQ(s.wire_bytes, 2 * 2 * 0.75 * 4 * static_cast<double>(total));
+    EXPECT_DOUBLE_EQ(s.wire_bytes, p.wire_bytes);
+    // The same recurrence (sums of 4 in another order may round differently) ...
+    EXPECT_LE(max_abs_diff(a[static_cast<std::size_t>(r)], b[static_cast<std::size_t>(r)]), 1e-6);
+    // ... and the all-gather copies bits: every replica holds replica 0's parameters.
+    EXPECT_EQ(max_abs_diff(a[static_cast<std::size_t>(r)], a[0]), 0.0);
+  }
+}
+
+// The parameters live in the flat buffer the collectives work on (no copy per slow step); a
+// tensor listed twice (in two local stages) is copied in and out and trains as if listed once.
+TEST(SlowMo, ShardedSlowStepKeepsParametersInOneBuffer) {
+  const Mlp init = Mlp::init(kIn, kHidden, kOut, 11);
+  const SlowMoCase c{2, 100, 2, 0.5, 0.9, true};
+  const auto ref = reference(c, init);
+  std::vector<std::vector<torch::Tensor>> got(2);
+  run_replicas(2, [&](int r, Communicator& comm) {
+    Mlp m = init.clone();
+    torch::optim::SGD opt(m.params, torch::optim::SGDOptions(kGamma));
+    SlowMo algo(&comm, options_of(c));
+    StageParams again;
+    again.stage = 1;
+    again.params = {m.params[1]};
+    std::vector<StageParams> sp{m.stage_params(), again};
+    algo.on_start(sp);
+    for (std::size_t i = 1; i < m.params.size(); ++i) {
+      EXPECT_EQ(static_cast<const char*>(m.params[i].data_ptr()),
+                static_cast<const char*>(m.params[i - 1].data_ptr()) +
+                    m.params[i - 1].numel() * static_cast<std::int64_t>(sizeof(float)))
+          << "parameter " << i;
+    }
+    for (int step = 0; step < c.steps; ++step) {
+      replica_loss(m, r, step).backward();
+      opt.step();
+      opt.zero_grad();
+      algo.after_optimizer_step(step);
+    }
+    got[static_cast<std::size_t>(r)] = m.params;
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LE(max_abs_diff(got[static_cast<std::size_t>(r)], ref[static_cast<std::size_t>(r)]),
+              1e-5)
+        << "replica " << r;
+  }
+}
+
+// A failed slow step names the collective and the step (OpContext::what), and the peer.
+TEST(SlowMo, ShardedSlowStepErrorNamesTheStepAndTheCollective) {
+  const Mlp init = Mlp::init(kIn, kHidden, kOut, 11);
+  const SlowMoCase c{2, 100, 3, 0.5, 0.9, true};
+  FakeWorld world(2);
+  std::string error;
+  try {
+    run_replicas(
+        2,
+        [&](int r, Communicator& comm) {
+          Mlp m = init.clone();
+          SlowMo algo(&comm, options_of(c));
+          std::vector<StageParams> sp{m.stage_params()};
+          algo.on_start(sp);
+          for (int step = 0; step < 3; ++step) {
+            if (r == 1 && step == 2) {
+              world.kill(1);
+              return;
+            }
+            algo.after_optimizer_step(step);
+          }
+        },
+        &world);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("SlowMo reduce-scatter of the parameters step 2"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+}
+
 TEST(SlowMo, RejectsBadOptions) {
   FakeWorld world(2);
   auto comms = world.communicators();

@@ -113,13 +113,54 @@ TEST(DataParallel, LocalSgdAndSlowMoAmortised) {
   EXPECT_EQ(local.makespan_ns, 12 * kMs + 2000);
   EXPECT_EQ(local.step_end_ns,
             (std::vector<std::int64_t>{3 * kMs, 6 * kMs + 1000, 9 * kMs + 1000, 12 * kMs + 2000}));
-  // SlowMo's slow step every 4 steps, reduce + broadcast (2 x 500 ns), replaces that step's
-  // averaging (memory-efficient SlowMo, the executor's default): the same time here.
+  // SlowMo's slow step every 4 steps, reduce-scatter + all-gather (2 x 500 ns), replaces that
+  // step's averaging (memory-efficient SlowMo, the executor's default): the same time here.
   opt.dp.algorithm = DpAlgorithm::kSlowMo;
   opt.dp.slowmo_frequency = 4;
   const auto slow = simulate(testing::gpipe(1, 1), one_stage({1000}), one_gb_per_s(), opt);
   EXPECT_EQ(slow.makespan_ns, 12 * kMs + 2000);
   EXPECT_EQ(slow.per_rank[0].dp_comm_ns, 2000);
+}
+
+// Note [SlowMo in the simulator]: with one shard per replica the slow step is a reduce-scatter
+// and an all-gather of the parameters on the registered sharded links; with fewer shards a
+// reduce and a broadcast per shard on the point-to-point link (within a node).
+TEST(DataParallel, SlowMoSlowStepIsAReduceScatterAndAnAllGather) {
+  Cluster c = one_gb_per_s();
+  c.sharded_links.reduce_scatter.intra_node = Link{0.001, 0.5};  // 1 us, 0.5 B/ns
+  c.sharded_links.all_gather.intra_node = Link{0.0, 2.0};
+  c.sharded_links.reduce_scatter_unregistered.intra_node = Link{0.0, 0.01};  // not SlowMo's
+  c.sharded_links.all_gather_unregistered.intra_node = Link{0.0, 0.01};
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  opt.dp.algorithm = DpAlgorithm::kSlowMo;
+  opt.dp.localsgd_frequency = 2;
+  opt.dp.slowmo_frequency = 4;
+  opt.steps = 4;
+  // Steps of F + B = 3 ms. After step 2 the average: a ring all-reduce of 1000 B on the
+  // point-to-point link (Note [Unregistered collectives]), 1000 ns. After step 4 the slow step:
+  // reduce-scatter 1 us + (1/2) 1000 B / 0.5 B/ns = 2000 ns, all-gather 500 B / 2 B/ns = 250 ns.
+  const auto two = simulate(testing::gpipe(1, 1), one_stage({1000}), c, opt);
+  EXPECT_EQ(two.step_end_ns,
+            (std::vector<std::int64_t>{3 * kMs, 6 * kMs + 1000, 9 * kMs + 1000, 12 * kMs + 3250}));
+  EXPECT_EQ(two.per_rank[0].dp_comm_ns, 3250);
+  // One shard (num_shards 1 < dp): a reduce and a broadcast of 1000 B on the point-to-point
+  // link, (1/2) 1000 ns each.
+  opt.dp.slowmo_num_shards = 1;
+  EXPECT_EQ(simulate(testing::gpipe(1, 1), one_stage({1000}), c, opt).makespan_ns, 12 * kMs + 2000);
+  // dp 4, the default shards (4): average 2 (3/4) 1000 B = 1500 ns; reduce-scatter 3 us +
+  // (3/4) 1000 B / 0.5 B/ns = 4500 ns, all-gather 750 B / 2 B/ns = 375 ns.
+  opt.dp.replicas = 4;
+  opt.dp.slowmo_num_shards = 0;
+  EXPECT_EQ(simulate(testing::gpipe(1, 1), one_stage({1000}), c, opt).makespan_ns,
+            12 * kMs + 1500 + 4875);
+  // sim_options reads the job's shards (default min(dp, 32)).
+  sched::JobSpec job;
+  job.dp = 4;
+  job.data_parallel.algorithm = DpAlgorithm::kSlowMo;
+  EXPECT_EQ(sim_options(job).dp.slowmo_num_shards, 4);
+  job.data_parallel.slowmo_num_shards = 2;
+  EXPECT_EQ(sim_options(job).dp.slowmo_num_shards, 2);
 }
 
 TEST(DataParallel, ReplicasAcrossNodesUseTheInterNodeLink) {
@@ -217,7 +258,8 @@ TEST(DataParallel, SyncWorkIsChargedWhereEachAlgorithmCommunicates) {
   EXPECT_EQ(local.step_end_ns,
             (std::vector<std::int64_t>{3 * kMs, 6 * kMs + kMs / 2 + 1000, 9 * kMs + kMs / 2 + 1000,
                                        13 * kMs + 2000}));
-  // SlowMo (slow step every 4): averaging after step 2, the slow step (2 x 500 ns) instead of
+  // SlowMo (slow step every 4): averaging after step 2, the slow step (500 ns reduce-scatter +
+  // 500 ns all-gather) instead of
   // the averaging after step 4; work before each.
   opt.dp.algorithm = DpAlgorithm::kSlowMo;
   opt.dp.slowmo_frequency = 4;

@@ -213,6 +213,32 @@ TEST(SharedLinks, ConcurrentSyncCollectivesShareTheNodeLink) {
   }
 }
 
+// Note [SlowMo in the simulator]: SlowMo's slow step across nodes, a reduce-scatter and an
+// all-gather on the registered inter-node sharded links, shares the node link like the others.
+TEST(SharedLinks, SlowMoSlowStepsShareTheNodeLink) {
+  const auto plan = testing::gpipe(2, 1);
+  const auto costs = testing::uniform_costs(2, 1, 2, 0, 10'000'000, 1000);
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  opt.dp.algorithm = DpAlgorithm::kSlowMo;
+  opt.dp.localsgd_frequency = 100;
+  opt.dp.slowmo_frequency = 1;
+  Cluster shared = two_nodes_of_two(Placement::kReplicaMajor);
+  shared.sharded_links.reduce_scatter.inter_node = Link{0.0, 0.5};
+  shared.sharded_links.all_gather.inter_node = Link{0.0, 2.0};
+  Cluster own = shared;
+  own.links_per_node = 0;
+  // 10 MB: reduce-scatter 5 MB / 0.5 B/ns = 10 ms, all-gather 5 MB / 2 B/ns = 2.5 ms alone.
+  const std::int64_t one = 12 * kMs + kMs / 2;
+  const auto alone = simulate(plan, costs, own, opt);
+  const auto both = simulate(plan, costs, shared, opt);
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(alone.per_rank[r].dp_comm_ns, one);
+    EXPECT_EQ(both.per_rank[r].dp_comm_ns, 2 * one);
+  }
+  EXPECT_EQ(both.makespan_ns, 6 * kMs + 2000 + 2 * one);
+}
+
 TEST(PostedBatches, SendsLeaveWhenTheBatchIsPostedNotAfterItsReceives) {
   // Rank 1 lists RECV_F1 before SEND_B0 in one batch (torch's lowering can); the executor posts
   // both, so the gradient leaves while the activation is still on its way. 5 MB messages at

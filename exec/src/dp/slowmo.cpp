@@ -1,8 +1,11 @@
 #include "dp/slowmo.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "dp/sgp.hpp"
 #include "pipewright/graph/error.hpp"
@@ -81,15 +84,20 @@ void SlowMo::on_start(std::vector<StageParams>& stages) {
   } else {
     averaging_comm_ = dp_;
   }
-  // x_old starts as the initial parameters (after the broadcast), u at zero.
   shard_len_ = (total_ + options_.num_shards - 1) / options_.num_shards;
+  // Note [SlowMo sharded slow step]: one shard per replica runs as reduce-scatter + all-gather.
+  const int n = dp_->size();
+  if (slowmo_ && options_.memory_efficient && options_.num_shards == n && n > 1 && total_ > 0) {
+    make_flat_buffer();
+  }
+  // x_old starts as the initial parameters (after the broadcast), u at zero.
   if (slowmo_ && is_owner()) {
     const std::int64_t begin = options_.memory_efficient ? replica_ * shard_len_ : 0;
     const std::int64_t end =
         options_.memory_efficient ? std::min(total_, begin + shard_len_) : total_;
     const std::int64_t len = std::max<std::int64_t>(0, end - begin);
     x_old_ = flat_params().narrow(0, std::min(begin, total_), len).clone();
-    u_ = torch::zeros({len}, torch::kFloat);
+    u_ = torch::zeros({len}, x_old_.options());
   }
 }
 
@@ -171,8 +179,76 @@ void SlowMo::update_shard(torch::Tensor x, torch::Tensor x_old, torch::Tensor u)
   x.copy_(x_old);
 }
 
+void SlowMo::make_flat_buffer() {
+  torch::NoGradGuard no_grad;
+  const torch::Device device = trainable_.front().device();
+  for (const auto& p : trainable_) {
+    if (p.device() != device) return;  // parameters on several devices: the per-shard path
+  }
+  const std::int64_t padded = shard_len_ * dp_->size();
+  if (device.is_cpu()) {
+    // Zero-filled, 64-byte aligned; shared memory among the replicas of one host (Gloo).
+    std::shared_ptr<void> mem =
+        dp_->allocate_collective_buffer(static_cast<std::size_t>(padded) * sizeof(float));
+    void* data = mem.get();
+    flat_ = torch::from_blob(
+        data, {padded}, [mem = std::move(mem)](void*) mutable { mem.reset(); },
+        torch::TensorOptions().dtype(torch::kFloat));
+  } else {
+    flat_ = torch::zeros({padded}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+  }
+  std::int64_t off = 0;
+  for (auto& p : trainable_) {
+    torch::Tensor slot = storage_alias(flat_, off, p.sizes());
+    slot.copy_(p.detach());
+    // A tensor listed twice stays in its first slot; the second is copied (sharded_slow_step).
+    if (!p.is_alias_of(flat_)) p.set_(slot);
+    slots_.push_back(std::move(slot));
+    off += p.numel();
+  }
+}
+
+void SlowMo::sharded_slow_step(std::int64_t step) {
+  const int n = dp_->size();
+  // Parameters that do not live in their slot are copied in here and out at the end.
+  std::vector<bool> copied(trainable_.size());
+  for (std::size_t i = 0; i < trainable_.size(); ++i) {
+    copied[i] = trainable_[i].data_ptr() != slots_[i].data_ptr();
+    if (copied[i]) slots_[i].copy_(trainable_[i].detach());
+  }
+  // The sum of x / dp is the average over replicas; the padding stays zero.
+  flat_.div_(static_cast<double>(n));
+  torch::Tensor mine = flat_.narrow(0, replica_ * shard_len_, shard_len_);
+  // Counted as the reduce + broadcast of the parameters (Note [SlowMo sharded slow step]).
+  const auto bytes = static_cast<double>(total_) * static_cast<double>(sizeof(float));
+  auto count = [&] {
+    ++stats_.collectives;
+    stats_.payload_bytes += static_cast<std::uint64_t>(bytes);
+    stats_.wire_bytes += bytes * static_cast<double>(n - 1) / n;
+  };
+  OpContext ctx;
+  ctx.step = step;
+  ctx.what = "SlowMo reduce-scatter of the parameters";
+  count();
+  detail::timed_wait(
+      dp_->reduce_scatter(detail::view_of(flat_), detail::view_of(mine), ReduceOp::kSum, ctx),
+      options_.timeout, stats_);
+  if (x_old_.numel() > 0) update_shard(mine.narrow(0, 0, x_old_.numel()), x_old_, u_);
+  ctx.what = "SlowMo all-gather of the parameters";
+  count();
+  detail::timed_wait(dp_->all_gather(detail::view_of(mine), detail::view_of(flat_), ctx),
+                     options_.timeout, stats_);
+  for (std::size_t i = 0; i < trainable_.size(); ++i) {
+    if (copied[i]) trainable_[i].detach().copy_(slots_[i]);
+  }
+}
+
 void SlowMo::slow_momentum_step(std::int64_t step) {
   torch::NoGradGuard no_grad;
+  if (flat_.defined()) {
+    sharded_slow_step(step);
+    return;
+  }
   torch::Tensor x = flat_params();
   if (!options_.memory_efficient) {
     update_shard(x, x_old_, u_);

@@ -16,6 +16,27 @@
 //     Every replica divides x by dp and reduces (sums) shard k to replica k, which updates its
 //     shard and broadcasts the result. The reduce averages, which is why (1) is skipped then.
 //     Otherwise every replica keeps full buffers and updates its own x, without communication.
+//     See Note [SlowMo sharded slow step] for how the reduce and broadcast run.
+// Note [SlowMo sharded slow step]: with num_shards == dp (the default up to dp = 32) "reduce
+// shard k to replica k, then broadcast shard k from k" is, byte for byte, one reduce-scatter of
+// x cut into dp equal pieces followed by one all-gather (Communicator::reduce_scatter /
+// all_gather, as ZeRO runs them). So on_start moves the trainable parameters into one flat
+// buffer of dp * L elements (L as above; the padding past `total` stays zero), from
+// Communicator::allocate_collective_buffer on the CPU (among the replicas of one host Gloo then
+// reduces and gathers it in shared memory, Note [Shared-memory sharded collectives]; across
+// hosts it is the TCP ring, Note [TCP ring collectives]), and the slow step is: x /= dp in
+// place, an in-place reduce-scatter (piece k = shard k lands on replica k), the owner's update
+// of its piece, and an in-place all-gather, after which every parameter (a view of the buffer)
+// holds the new x: no copies, no memory beyond the padding. A parameter that does not alias its
+// slot (one tensor listed twice, or whose storage someone replaced) is copied in and out, as
+// the old path did. Results: at dp 2 bit-identical to the reduce + broadcast (a sum of two is
+// order-free); at dp > 2 each piece is summed in one fixed order by every backend (shared
+// memory: rank order; TCP ring: from replica k+1 around to k), which may differ from Gloo's
+// reduce in the last bit; the all-gather copies bits, so the replicas stay identical. Stats:
+// one reduce-scatter and one all-gather (2 collectives), counted as the (n-1)/n of the
+// parameters' bytes each that the reduce + broadcast moved, which is what the simulator's bytes
+// model counts (sim/src/costs/data_parallel.cpp); the padding (< dp elements) is not counted.
+// With num_shards < dp the per-shard reduces and broadcasts above remain.
 // With several replicas per node (procs_per_node), every REDUCE_GRAD all-reduces (averages) the
 // gradients within the node, so the replicas of a node stay identical, as fairscale's
 // backward hook does. There is no gradient communication across nodes: that is the point.
@@ -80,6 +101,9 @@ class SlowMo final : public DataParallelAlgorithm {
   void slow_momentum_step(std::int64_t step);
   void update_shard(torch::Tensor x, torch::Tensor x_old, torch::Tensor u) const;
   [[nodiscard]] bool is_owner() const noexcept;
+  // Note [SlowMo sharded slow step].
+  void make_flat_buffer();
+  void sharded_slow_step(std::int64_t step);
 
   Communicator* dp_;
   SlowMoOptions options_;
@@ -93,8 +117,12 @@ class SlowMo final : public DataParallelAlgorithm {
   std::vector<torch::Tensor> trainable_;  // concatenation order
   std::int64_t total_ = 0;
   std::int64_t shard_len_ = 0;
-  torch::Tensor x_old_;                    // this replica's shard (or everything), float32
-  torch::Tensor u_;                        // slow momentum buffer, same extent
+  torch::Tensor x_old_;  // this replica's shard (or everything), float32
+  torch::Tensor u_;      // slow momentum buffer, same extent
+  // Note [SlowMo sharded slow step]: dp * shard_len_ elements holding the trainable parameters
+  // (slots_[i] is trainable_[i]'s slot); undefined on the per-shard path.
+  torch::Tensor flat_;
+  std::vector<torch::Tensor> slots_;
   std::unique_ptr<PushSumGossip> gossip_;  // sgp_base only
   DataParallelStats stats_;
 };

@@ -23,6 +23,7 @@ SimOptions sim_options(const sched::JobSpec& job) {
   o.dp.sync_delay = static_cast<std::int32_t>(d.sync_delay_or_default());
   o.dp.outer_bf16 = d.outer_dtype_or_default() == sched::OuterDtype::kBf16;
   o.dp.slowmo_base = d.slowmo_base_or_default();
+  o.dp.slowmo_num_shards = d.slowmo_num_shards_or_default(job.dp);
   o.dp.reduce_dtype = job.reduce_dtype_or_default();
   o.dp.zero_stage = job.effective_zero_stage();
   o.precision = job.precision;
@@ -110,7 +111,8 @@ double dp_wire_bytes_per_step(const sched::CostTable& costs, const DataParallelO
       return all_reduce / o.localsgd_frequency;
     case DpAlgorithm::kSlowMo: {
       // Per lcm period: averages every localsgd_frequency steps except where the (memory-
-      // efficient) slow step's reduce + broadcast replaces it.
+      // efficient) slow step replaces it: a reduce + broadcast per shard, or with one shard per
+      // replica a reduce-scatter + all-gather, (n - 1) / n of the parameters each either way.
       const std::int64_t a = o.localsgd_frequency, b = o.slowmo_frequency;
       const std::int64_t period = a / std::gcd(a, b) * b;
       const bool sgp = o.slowmo_base == DpAlgorithm::kSgp;
@@ -118,7 +120,7 @@ double dp_wire_bytes_per_step(const sched::CostTable& costs, const DataParallelO
       for (std::int64_t s = 1; s <= period; ++s) {
         if (sgp) total += params;  // the gossip message, every step
         if (s % b == 0) {
-          total += all_reduce;  // reduce + broadcast: 2 (n - 1) / n
+          total += all_reduce;  // reduce + broadcast (scatter + gather): 2 (n - 1) / n
         } else if (!sgp && s % a == 0) {
           total += all_reduce;
         }

@@ -61,15 +61,16 @@ class AnalyticalNetwork final : public NetworkModel {
 // Note [Unregistered collectives]: a cluster's collective_links are what `pipewright calibrate`
 // measured for an all-reduce of a registered buffer (Communicator::allocate_collective_buffer),
 // which replicas on one node sum in shared memory (Gloo: shm_collectives.hpp); DDP's and ZeRO's
-// buckets are such buffers. LocalSGD's and SlowMo's averages, DiLoCo's outer gradients and SGP's
-// gossip are not: within a node they cross Gloo's TCP transport, as a pipeline message without
-// shared memory does, so they are priced on the point-to-point link (intra_node; calibrate's
-// ping-pong); across nodes both paths are the network, and the collective link stays. (On one
-// host the collective fit was 4.1 GB/s and the point-to-point 2.5 GB/s.)
-// ZeRO's reduce-scatters and all-gathers cost neither an all-reduce nor a message: on a
-// registered buffer (ZeRO-1/2's buckets and parameters) Gloo runs them in shared memory in one
-// pass with copies of their own (ShmCollectives::reduce_scatter / all_gather), and on private
-// buffers (ZeRO-3's buckets and parameters, from the CPU allocator) as a ring over TCP
+// buckets are such buffers, and so are SlowMo's parameters when each replica owns a shard (Note
+// [SlowMo in the simulator]). LocalSGD's and SlowMo's averages, SlowMo's per-shard reduces and
+// broadcasts, DiLoCo's outer gradients and SGP's gossip are not: within a node they cross Gloo's
+// TCP transport, as a pipeline message without shared memory does, so they are priced on the
+// point-to-point link (intra_node; calibrate's ping-pong); across nodes both paths are the network,
+// and the collective link stays. (On one host the collective fit was 4.1 GB/s and the
+// point-to-point 2.5 GB/s.) ZeRO's reduce-scatters and all-gathers cost neither an all-reduce nor a
+// message: on a registered buffer (ZeRO-1/2's buckets and parameters) Gloo runs them in shared
+// memory in one pass with copies of their own (ShmCollectives::reduce_scatter / all_gather), and on
+// private buffers (ZeRO-3's buckets and parameters, from the CPU allocator) as a ring over TCP
 // (exec/src/gloo/tcp_ring.hpp), several times slower than the shared-memory all-reduce. So
 // calibrate measures all four (registered and private, reduce-scatter and all-gather) and fits
 // each to the ring's one pass (sim::fit_ring_one_pass), and a cluster's
@@ -81,6 +82,32 @@ class AnalyticalNetwork final : public NetworkModel {
 // nothing: calibrate writes only intra_node there, and the collective link (the network path)
 // prices collectives that span nodes; `calibrate --network` measures them over every rank of
 // every node and writes inter_node.
+// Note [SlowMo in the simulator]: SlowMo's memory-efficient slow step as the executor runs it
+// (Note [SlowMo sharded slow step] in exec/src/dp/slowmo.hpp). With one shard per replica (the
+// default up to dp 32) it is one reduce-scatter and one all-gather of the rank's parameter bytes
+// on a registered buffer (the parameters live in one from Communicator::
+// allocate_collective_buffer), so the cluster's registered sharded_collective_links price it
+// (Note [Unregistered collectives]): shared memory within a node, the TCP ring across nodes, each
+// fitted to the ring's one pass (reduce_ns). With fewer shards than replicas it is a reduce and a
+// broadcast per shard on private memory: (n - 1) / n of the bytes each way twice, on Gloo's TCP
+// path (the point-to-point link within a node). The result is scaled for shared node links as
+// the other syncs are (Note [Concurrent syncs on shared links]).
+std::int64_t slowmo_step_ns(const Cluster& cluster, const DpGroup& group,
+                            const DataParallelOptions& dp, std::int64_t bytes) {
+  const std::int32_t n = dp.replicas;
+  const std::int32_t shards = dp.slowmo_num_shards > 0 ? dp.slowmo_num_shards : std::min(n, 32);
+  if (shards == n) {
+    return reduce_ns(cluster.sharded_link(ShardedCollective::kReduceScatter,
+                                          CollectiveBuffer::kRegistered, group.spans_nodes),
+                     n, bytes) +
+           reduce_ns(cluster.sharded_link(ShardedCollective::kAllGather,
+                                          CollectiveBuffer::kRegistered, group.spans_nodes),
+                     n, bytes);
+  }
+  const Link& link = group.spans_nodes ? group.link : cluster.intra_node;
+  return 2 * reduce_ns(link, n, bytes);
+}
+
 AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched::CostTable& costs,
                                      const Cluster& cluster, const SimOptions& options) {
   const auto& shape = plan.shape;
@@ -161,7 +188,8 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
     const Link& link = group.spans_nodes ? group.link : cluster.intra_node;
     rank_localsgd_ns_[static_cast<std::size_t>(r)] =
         allreduce_ns(cluster.collective, link, dp, bytes);
-    rank_slowmo_ns_[static_cast<std::size_t>(r)] = 2 * reduce_ns(link, dp, bytes);
+    rank_slowmo_ns_[static_cast<std::size_t>(r)] =
+        slowmo_step_ns(cluster, group, options.dp, bytes);
     // One fragment (bytes / K; bf16: half of that on the wire, as a scatter + gather moves the
     // bytes of an all-reduce of half the size).
     const std::int64_t fragment = bytes / std::max(options.dp.fragments, 1);

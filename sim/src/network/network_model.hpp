@@ -30,7 +30,8 @@ class NetworkModel {
   [[nodiscard]] virtual const std::vector<std::int64_t>& bucket_cumulative_bytes(
       std::int32_t stage) const noexcept = 0;
   // LocalSGD / SlowMo (dp > 1): averaging the parameters of pipeline rank `rank`, and SlowMo's
-  // reduce + broadcast of them, ns.
+  // slow step on them (reduce-scatter + all-gather, or a reduce + broadcast per shard: Note
+  // [SlowMo in the simulator] in network_model.cpp), ns.
   [[nodiscard]] virtual std::int64_t localsgd_ns(std::int32_t rank) const noexcept = 0;
   [[nodiscard]] virtual std::int64_t slowmo_ns(std::int32_t rank) const noexcept = 0;
   // DiLoCo (dp > 1): the outer all-reduce of one fragment of rank `rank`'s parameters, ns.

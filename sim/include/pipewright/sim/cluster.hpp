@@ -16,13 +16,13 @@
 //               "achieved_gemm_fraction": 1.0, "source": "..."}}  (optional: MFU's peak)
 // Point-to-point time between two ranks = latency + bytes / bandwidth of the link between their
 // nodes (intra_node when both are on the same node). bandwidth 0 means "infinitely fast".
-// Collectives (DDP all-reduce, SlowMo reduce/broadcast) use collective_links when given: the
+// Collectives (DDP all-reduce, LocalSGD / SlowMo averages) use collective_links when given: the
 // latency and bandwidth a ring all-reduce fit measured (`pipewright calibrate`), which on hosts
 // where a collective's per-step cost differs from a message's (Gloo's ring on CPU cores) predict
 // better than the point-to-point link; else they use the point-to-point links.
-// sharded_collective_links (optional, every key optional): ZeRO's ring reduce-scatters and
-// all-gathers, t = (n-1) * latency + (n-1)/n * bytes / bandwidth (reduce_ns), on registered
-// buffers (ZeRO-1/2: "reduce_scatter", "all_gather") and on private ones (ZeRO-3:
+// sharded_collective_links (optional, every key optional): ring reduce-scatters and all-gathers,
+// t = (n-1) * latency + (n-1)/n * bytes / bandwidth (reduce_ns), on registered buffers (ZeRO-1/2
+// and SlowMo's slow step: "reduce_scatter", "all_gather") and on private ones (ZeRO-3:
 // "..._unregistered"), as `pipewright calibrate` measured them; a link not given is the
 // collective link (Note [Unregistered collectives] in sim/src/network/network_model.cpp).
 // links_per_node (optional, default 0): the inter-node links (NICs) each node has, shared by its
@@ -72,8 +72,8 @@ struct CollectiveLinks {
 
 // "sharded_collective_links" of a cluster file: per collective and buffer kind.
 struct ShardedCollectiveLinks {
-  CollectiveLinks reduce_scatter;               // registered buffers (ZeRO-1/2)
-  CollectiveLinks all_gather;                   // registered buffers (ZeRO-1/2)
+  CollectiveLinks reduce_scatter;               // registered buffers (ZeRO-1/2, SlowMo)
+  CollectiveLinks all_gather;                   // registered buffers (ZeRO-1/2, SlowMo)
   CollectiveLinks reduce_scatter_unregistered;  // private buffers (ZeRO-3)
   CollectiveLinks all_gather_unregistered;      // private buffers (ZeRO-3)
 

@@ -46,7 +46,12 @@ struct DataParallelOptions {
   std::int64_t first_bucket_bytes = 1024 * 1024;
   // Defaults as sched::DataParallelSpec's (fairscale's); sim_options(job) fills them from a job.
   std::int32_t localsgd_frequency = 3;  // LocalSGD / SlowMo: average parameters every N steps
-  std::int32_t slowmo_frequency = 48;   // SlowMo: slow-momentum reduce + broadcast every N steps
+  std::int32_t slowmo_frequency = 48;   // SlowMo: slow-momentum step every N steps
+  // SlowMo (memory-efficient): replicas owning a shard of the slow momentum; 0: the executor's
+  // default, min(dp, 32). With one shard per replica the slow step is a reduce-scatter and an
+  // all-gather of the parameters, else a reduce and a broadcast per shard (Note [SlowMo in the
+  // simulator] in sim/src/network/network_model.cpp).
+  std::int32_t slowmo_num_shards = 0;
   // DiLoCo / Streaming DiLoCo (Note [DiLoCo step] in exec/src/dp/diloco.hpp): one fragment of
   // param_bytes / fragments is all-reduced every sync_every / fragments steps; its all-reduce
   // starts sync_delay steps before the step that applies it and overlaps their compute.
