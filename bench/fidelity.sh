@@ -134,7 +134,7 @@ setup_shaped() {
     netns_up=1
     if "$cluster_tool" up 2 --rate "$rate" >"$work/netns.log" 2>&1; then
       m0="$("$cluster_tool" addr 0)"
-      if both 2 "$work/cal" --log-level warn calibrate --worker --network --max-mib 1 \
+      if both 2 "$work/cal" --log-level warn calibrate --worker --network --max-mib 4 \
         --iterations 10 -o "$work/shaped.cluster.json"; then
         # Each node has one link (links_per_node 1); dp 1 places one rank per node
         # (ranks_per_node 1), dp 2 two (bench/netns_fidelity.sh).
