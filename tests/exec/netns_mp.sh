@@ -34,6 +34,13 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cluster="$here/../../tools/netns-cluster"
 if [ "$(id -u)" != 0 ]; then echo "SKIP: needs root to create network namespaces (CI runs as root)"; exit 77; fi
 if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then echo "SKIP: needs ip and tc (iproute2)"; exit 77; fi
+# The namespace names are global: hold the lock that bench/fidelity.sh and the other users of
+# tools/netns-cluster take (ctest's RESOURCE_LOCK pw_netns orders only the tests of one ctest).
+exec 9>/tmp/pw_netns.lock
+if ! flock -w 200 9; then
+  echo "SKIP: /tmp/pw_netns.lock stayed held for 200 s (another job is using the namespaces)"
+  exit 77
+fi
 mkdir -p "$work"
 work="$(mktemp -d "$work/netns.$what.XXXXXX")"
 cleanup() { "$cluster" down || true; rm -rf "$work"; }

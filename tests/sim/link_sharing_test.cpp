@@ -239,6 +239,36 @@ TEST(SharedLinks, SlowMoSlowStepsShareTheNodeLink) {
   EXPECT_EQ(both.makespan_ns, 6 * kMs + 2000 + 2 * one);
 }
 
+// Note [SGP's gossip link]: SGP's gossip is a point-to-point message, priced on the link between
+// the replicas' nodes (calibrate's ping-pong), not on the collective link (the all-reduce's fit)
+// that LocalSGD's average uses.
+TEST(SharedLinks, SgpGossipIsPricedOnThePointToPointLink) {
+  const auto plan = testing::gpipe(2, 1);
+  const auto costs = testing::uniform_costs(2, 1, 2, 0, 10'000'000, 1000);
+  Cluster c = two_nodes_of_two(Placement::kReplicaMajor);
+  c.collective_inter_node = Link{0.0, 0.5};  // the all-reduce's fit: half the message rate
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  opt.dp.localsgd_frequency = 1;
+  opt.dp.algorithm = DpAlgorithm::kSgp;
+  const auto sgp = simulate(plan, costs, c, opt);
+  opt.dp.algorithm = DpAlgorithm::kLocalSgd;
+  const auto localsgd = simulate(plan, costs, c, opt);
+  for (std::size_t r = 0; r < 2; ++r) {
+    // 10 MB + 4 B at 1 B/ns, the node link shared by both pipeline ranks' syncs: twice that.
+    EXPECT_EQ(sgp.per_rank[r].dp_comm_ns, 2 * (10 * kMs + 4));
+    // LocalSGD's ring all-reduce (n = 2) of 10 MB on the 0.5 B/ns collective link, shared.
+    EXPECT_EQ(localsgd.per_rank[r].dp_comm_ns, 2 * 20 * kMs);
+  }
+  // Pipeline-major: the replicas share a node, so the gossip takes the intra-node link (4 B/ns
+  // here), whatever the collective links say.
+  Cluster pm = two_nodes_of_two(Placement::kPipelineMajor);
+  pm.intra_node = Link{0.0, 4.0};
+  pm.collective_intra_node = Link{0.0, 0.5};
+  opt.dp.algorithm = DpAlgorithm::kSgp;
+  EXPECT_EQ(simulate(plan, costs, pm, opt).per_rank[0].dp_comm_ns, (10 * kMs + 4) / 4);
+}
+
 TEST(PostedBatches, SendsLeaveWhenTheBatchIsPostedNotAfterItsReceives) {
   // Rank 1 lists RECV_F1 before SEND_B0 in one batch (torch's lowering can); the executor posts
   // both, so the gradient leaves while the activation is still on its way. 5 MB messages at

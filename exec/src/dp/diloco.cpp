@@ -157,6 +157,10 @@ void DiLoCo::prepare(int fragment, std::int64_t step) {
   ctx.what = "DiLoCo bf16 scatter of fragment " + std::to_string(fragment);
   std::uint64_t sent = 0;
   dp_->begin_p2p_batch();
+  // Note [Receive before send] (sgp.hpp): every receive is posted before the first send.
+  for (int r = 0; r < n && mine > 0; ++r) {
+    if (r != me) works_.push_back(dp_->recv(detail::view_of(recv_bf16_[r]), r, kScatterTag, ctx));
+  }
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     const auto [rb, re] = chunk(len, n, r);
@@ -165,7 +169,6 @@ void DiLoCo::prepare(int fragment, std::int64_t step) {
       works_.push_back(dp_->send(detail::view_of(part), r, kScatterTag, ctx));
       sent += static_cast<std::uint64_t>(part.numel()) * 2;
     }
-    if (mine > 0) works_.push_back(dp_->recv(detail::view_of(recv_bf16_[r]), r, kScatterTag, ctx));
   }
   dp_->end_p2p_batch();
   count_sent(stats_, sent);
@@ -194,16 +197,17 @@ void DiLoCo::finish_exchange() const {
   std::uint64_t sent = 0;
   std::vector<WorkPtr> works;
   dp_->begin_p2p_batch();
+  // Note [Receive before send] (sgp.hpp): every receive is posted before the first send.
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     const auto [rb, re] = chunk(len, n, r);
-    if (me_end > mb) {
-      works.push_back(
-          dp_->send(detail::view_of(out.narrow(0, mb, me_end - mb)), r, kGatherTag, ctx));
-      sent += static_cast<std::uint64_t>(me_end - mb) * 2;
-    }
     if (re > rb)
       works.push_back(dp_->recv(detail::view_of(out.narrow(0, rb, re - rb)), r, kGatherTag, ctx));
+  }
+  for (int r = 0; r < n && me_end > mb; ++r) {
+    if (r == me) continue;
+    works.push_back(dp_->send(detail::view_of(out.narrow(0, mb, me_end - mb)), r, kGatherTag, ctx));
+    sent += static_cast<std::uint64_t>(me_end - mb) * 2;
   }
   dp_->end_p2p_batch();
   count_sent(stats_, sent);

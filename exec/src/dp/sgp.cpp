@@ -88,14 +88,15 @@ void PushSumGossip::exchange(torch::Tensor& x, std::int64_t step, DataParallelSt
   ctx.step = step;
   ctx.what = "SGP push-sum gossip";
   dp_->begin_p2p_batch();
-  auto send = dp_->send(detail::view_of(out), out_peer(me, n, step), kGossipTag, ctx);
+  // Note [Receive before send]: the receive is posted first.
   auto recv = dp_->recv(detail::view_of(in), in_peer(me, n, step), kGossipTag, ctx);
+  auto send = dp_->send(detail::view_of(out), out_peer(me, n, step), kGossipTag, ctx);
   dp_->end_p2p_batch();
   ++stats.collectives;
   stats.payload_bytes += static_cast<std::uint64_t>(out.numel()) * 4;
   stats.wire_bytes += static_cast<double>(out.numel()) * 4;
-  detail::timed_wait(send, timeout_, stats);
   detail::timed_wait(recv, timeout_, stats);
+  detail::timed_wait(send, timeout_, stats);
   out.add_(in);  // our kept half equals the half we sent
   const double w = out[len].item<double>();
   weight_ = w;

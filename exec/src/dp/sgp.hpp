@@ -14,6 +14,25 @@
 // There is no gradient communication: the optimizer steps on x_i with the local gradient. At
 // n = 2 the one peer is the other replica, so x_i becomes the average of the two replicas'
 // parameters every step: with plain SGD that is DDP (to float rounding; test exec.dp.sgp).
+//
+// Note [Receive before send]
+// A paired exchange (this SGP round; DiLoCo's bf16 scatter and gather) posts its receives before
+// its sends. The order changes no result (each pair's messages still match in posting order),
+// but over Gloo's TCP transport it decides whether the two directions move at once. Gloo's
+// send/recv rendezvous (gloo/transport/tcp/pair.cc, unbound buffers): a receive sends the peer
+// a NOTIFY_RECV_READY; a send whose peer's notification has already arrived writes its data at
+// once, else it sends NOTIFY_SEND_READY and writes when the notification comes; a pair's
+// messages leave in order on one socket. With the send first, the replica that comes later
+// (its peer's notification is already there) writes its whole message and only then its own
+// RECV_READY, which queues behind that message on the link, so the earlier replica's data
+// starts only after the later one's has arrived: the two directions one after the other. With
+// the receive first, both RECV_READYs cross before any data and both directions carry at once,
+// however late either replica comes. Measured on two network-namespace nodes joined by a
+// 100 Mbit/s link, two pairs exchanging 840 KB each way (SGP at pp 2 x dp 2): the late side's
+// exchange 245-250 ms when it comes 10 ms late with the send first, 141-143 ms with the receive
+// first (what the link needs for the bytes). In training (bench/fidelity.sh's shaped SGP cells)
+// the step went from 333-364 ms to 260-314 ms (docs/simulator.md, the fidelity matrix).
+// Gloo's ring collectives post receive first too (Note [TCP ring collectives]).
 #pragma once
 
 #include <torch/torch.h>

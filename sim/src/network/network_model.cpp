@@ -67,13 +67,14 @@ class AnalyticalNetwork final : public NetworkModel {
 // TCP transport, as a pipeline message without shared memory does, so they are priced on the
 // point-to-point link (intra_node; calibrate's ping-pong); across nodes both paths are the network,
 // and the collective link stays. (On one host the collective fit was 4.1 GB/s and the
-// point-to-point 2.5 GB/s.) ZeRO's reduce-scatters and all-gathers cost neither an all-reduce nor a
-// message: on a registered buffer (ZeRO-1/2's buckets and parameters) Gloo runs them in shared
-// memory in one pass with copies of their own (ShmCollectives::reduce_scatter / all_gather), and on
-// private buffers (ZeRO-3's buckets and parameters, from the CPU allocator) as a ring over TCP
-// (exec/src/gloo/tcp_ring.hpp), several times slower than the shared-memory all-reduce. So
-// calibrate measures all four (registered and private, reduce-scatter and all-gather) and fits
-// each to the ring's one pass (sim::fit_ring_one_pass), and a cluster's
+// point-to-point 2.5 GB/s.) SGP's gossip is a message, not a collective: the point-to-point link
+// at any span (Note [SGP's gossip link]). ZeRO's reduce-scatters and all-gathers cost neither an
+// all-reduce nor a message: on a registered buffer (ZeRO-1/2's buckets and parameters) Gloo runs
+// them in shared memory in one pass with copies of their own (ShmCollectives::reduce_scatter /
+// all_gather), and on private buffers (ZeRO-3's buckets and parameters, from the CPU allocator) as
+// a ring over TCP (exec/src/gloo/tcp_ring.hpp), several times slower than the shared-memory
+// all-reduce. So calibrate measures all four (registered and private, reduce-scatter and
+// all-gather) and fits each to the ring's one pass (sim::fit_ring_one_pass), and a cluster's
 // "sharded_collective_links" carries them per node span: ZeRO-1/2's bucket reduce-scatters
 // (bucket_ns below) and post-OPTIM all-gathers use the registered links, ZeRO-3's per-backward
 // reduce-scatters and UNSHARD all-gathers the unregistered ones (zero_link in
@@ -106,6 +107,30 @@ std::int64_t slowmo_step_ns(const Cluster& cluster, const DpGroup& group,
   }
   const Link& link = group.spans_nodes ? group.link : cluster.intra_node;
   return 2 * reduce_ns(link, n, bytes);
+}
+
+// Note [SGP's gossip link]: SGP's gossip is not a collective but one Gloo send and one receive
+// between two replicas (exec/src/dp/sgp.cpp, Note [Receive before send]), so it is priced on the
+// point-to-point link between their nodes (calibrate's ping-pong: intra_node within a node,
+// inter_node across), the slowest over the replicas and the exponential graph's peer distances
+// 1, 2, 4, ... <= dp - 1. Across nodes the collective link (the ring all-reduce's fit) priced it
+// before: on the shaped 100 Mbit/s link of bench/fidelity.sh that fit gave 10.2-10.9 MB/s against
+// 12.0 MB/s point-to-point, and the exchange was predicted 151-164 ms a step against 121-191 ms
+// measured (compare's data-parallel lines, 3 runs x 8 cells x 4 ranks: median 142 ms); it is now
+// predicted 140-141 ms. The step then comes out 3-8% short there: each rank's exchange spreads
+// over 113-186 ms and the step waits for the slowest (docs/simulator.md,
+// "SGP's exchange on the shaped link").
+std::int64_t sgp_gossip_ns(const Cluster& cluster, std::int32_t r, std::int32_t pp, std::int32_t dp,
+                           std::int64_t bytes) {
+  std::int64_t worst = 0;
+  for (std::int32_t d = 1; d <= dp - 1; d *= 2) {
+    for (std::int32_t j = 0; j < dp; ++j) {
+      const auto a = cluster.global_rank(r, j, pp, dp);
+      const auto b = cluster.global_rank(r, (j + d) % dp, pp, dp);
+      worst = std::max(worst, p2p_ns(cluster.link(a, b), bytes));
+    }
+  }
+  return worst;
 }
 
 AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched::CostTable& costs,
@@ -195,8 +220,9 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
     const std::int64_t fragment = bytes / std::max(options.dp.fragments, 1);
     rank_diloco_ns_[static_cast<std::size_t>(r)] = allreduce_ns(
         cluster.collective, link, dp, outer_bf16(options.dp) ? fragment / 2 : fragment);
-    // SGP: the parameters plus the push-sum weight to one peer (full duplex with the receive).
-    rank_sgp_ns_[static_cast<std::size_t>(r)] = p2p_ns(link, bytes + 4);
+    // SGP: the parameters plus the push-sum weight to one peer (full duplex with the receive),
+    // a point-to-point message (Note [SGP's gossip link]).
+    rank_sgp_ns_[static_cast<std::size_t>(r)] = sgp_gossip_ns(cluster, r, R, dp, bytes + 4);
     if (!load.empty()) {
       for (auto* v : {&rank_localsgd_ns_, &rank_slowmo_ns_, &rank_diloco_ns_, &rank_sgp_ns_}) {
         (*v)[static_cast<std::size_t>(r)] = shared(r, (*v)[static_cast<std::size_t>(r)]);
