@@ -19,6 +19,20 @@ SimResult simulate_1f1b(double f_ms, double b_ms) {
   return simulate(plan, costs, Cluster{}, SimOptions{});
 }
 
+// Skewed measured distributions for every stage: F median 1 ms (p10 `p10_ms`, p90 2.5 ms), B
+// twice that.
+void give_skewed_stats(sched::CostTable& costs, double p10_ms) {
+  for (auto& c : costs.stages) {
+    sched::KindStats f;
+    f.median_ms = 1.0;
+    f.p10_ms = p10_ms;
+    f.p90_ms = 2.5;
+    f.samples = 100;
+    c.forward_stats = f;
+    c.backward_stats = f.scaled(2.0);
+  }
+}
+
 // A "measured" trace made of two steps: step 0 (warm-up, twice as slow) and step 1 equal to the
 // prediction scaled by `scale`, shifted in time as a real run would be: step 1 starts `gap_us`
 // after step 0's last slice (Note [Measured step period]).
@@ -436,16 +450,7 @@ TEST(TraceReplay, PeriodicSyncsFallOnTheirOwnStepsAndCompareMeans) {
 TEST(Compare, SampledHeadlineTableAndSvgShowOneSimulation) {
   auto plan = testing::one_f_one_b(2, 4);
   sched::CostTable costs = testing::uniform_costs(2, 1.0, 2.0);
-  for (auto& c : costs.stages) {  // skewed distributions: sampled steps are longer than medians
-    sched::KindStats f;
-    f.median_ms = 1.0;
-    f.p10_ms = 0.9;
-    f.p90_ms = 2.5;
-    f.samples = 100;
-    c.forward_stats = f;
-    sched::KindStats b = f.scaled(2.0);
-    c.backward_stats = b;
-  }
+  give_skewed_stats(costs, 0.9);  // sampled steps are longer than medians
   const SimResult plain = simulate(plan, costs, Cluster{}, SimOptions{});
   sched::Trace m = measured_from(plain, 1.2);
   CompareOptions opt;
@@ -494,15 +499,7 @@ TEST(ReplicaSkew, SlowestOfTheReplicasIsTheStep) {
   dp2.dp.replicas = 2;
   dp2.dp.algorithm = sched::DpAlgorithm::kLocalSgd;
   EXPECT_EQ(replica_skew_ms(plan, costs, Cluster{}, dp2, 31), 0.0);  // no distributions
-  for (auto& c : costs.stages) {
-    sched::KindStats f;
-    f.median_ms = 1.0;
-    f.p10_ms = 0.5;
-    f.p90_ms = 2.5;
-    f.samples = 100;
-    c.forward_stats = f;
-    c.backward_stats = f.scaled(2.0);
-  }
+  give_skewed_stats(costs, 0.5);
   EXPECT_EQ(replica_skew_ms(plan, costs, Cluster{}, dp1, 31), 0.0);
   const double two = replica_skew_ms(plan, costs, Cluster{}, dp2, 31);
   SimOptions dp4 = dp2;
