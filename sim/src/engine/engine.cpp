@@ -386,6 +386,14 @@ void Engine::resume(std::int32_t r) {
   const auto& ops = prog_.ops[static_cast<std::size_t>(r)];
   const std::size_t len = ops.size();
   const std::size_t total = len * static_cast<std::size_t>(K_);
+  if (st.after_wait) {  // the action at pos ran; its ZeRO reduce-scatters were pending
+    if (st.zero_pending > 0) {
+      st.ddp_wait = true;
+      return;
+    }
+    st.after_wait = false;
+    if (!advance(r, st)) return;
+  }
   if (st.step_end_wait) {  // the last action of the step ran; its DDP buckets were pending
     if (ddp_pending(r, st.step)) {
       st.ddp_wait = true;

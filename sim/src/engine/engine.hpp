@@ -103,6 +103,10 @@ struct RankState {
   // at the end of the step for a stage without one: then step_end_wait).
   bool ddp_wait = false;
   bool step_end_wait = false;
+  // Shared links: ZeRO-2/3 reduce-scatters queued on the links that the rank's next action waits
+  // for (Note [Gradient waits]); after_wait: the action at pos ran, the rank moves on after them.
+  std::int32_t zero_pending = 0;
+  bool after_wait = false;
   // Note [Posted batches]: when the rank posted its current batch of SEND/RECV actions, and its
   // compute then.
   std::int64_t batch_post = 0;
@@ -277,9 +281,11 @@ class Engine {
   // parameters are ready and the record index that made them so.
   std::int32_t zero_ = 0;
   std::vector<std::int64_t> zero_gather_ns_, zero_scatter_ns_, params_ready_, params_src_;
-  std::vector<std::int64_t> ddp_done_;          // per (step, stage): all buckets reduced, or:
-  static constexpr std::int64_t kUnknown = -1;  // not launched yet
-  static constexpr std::int64_t kPending = -2;  // buckets queued on shared links
+  std::vector<std::int64_t> zero_scatter_alone_ns_;  // unscaled: timed on shared links
+  static constexpr std::int32_t kZeroScatter = -1;   // PendingBucket::bucket of a reduce-scatter
+  std::vector<std::int64_t> ddp_done_;               // per (step, stage): all buckets reduced, or:
+  static constexpr std::int64_t kUnknown = -1;       // not launched yet
+  static constexpr std::int64_t kPending = -2;       // buckets queued on shared links
   static constexpr std::int64_t kAtReduce =
       -3;  // no overlap: gradients done, launched at REDUCE_GRAD
 

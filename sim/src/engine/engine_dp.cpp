@@ -30,13 +30,16 @@
 //
 // Waiting for parameters counts as exposed data-parallel time (RankResult::dp_exposed_ns). The
 // bytes (SimResult::dp_wire_bytes_per_stage) come from the plan: data_parallel.hpp. On shared node
-// links (Note [Shared links]) ZeRO-1's buckets are queued as DDP's; the other ZeRO collectives
-// take their time alone scaled by the rank's share of the links, as the syncs do (Note
-// [Concurrent syncs on shared links]: every pipeline rank gathers after its OPTIM, within a few
-// ms of the others). The reduce-scatters and all-gathers of ZeRO-1/2 run on
-// registered buffers and those of ZeRO-3 on private ones, each priced on its own link of the
-// cluster's sharded_collective_links when given (Note [Unregistered collectives] in
-// network/network_model.cpp; init_zero).
+// links (Note [Shared links]) ZeRO-1's buckets and ZeRO-2/3's per-backward reduce-scatters are
+// queued on the links event by event as DDP's buckets are (the rank's next action waits for the
+// reduce-scatters: advance / complete_dp); the all-gathers take their time alone scaled by the
+// rank's share of the links, as the syncs do (Note [Concurrent syncs on shared links]: every
+// pipeline rank gathers after its OPTIM, within a few ms of the others). On bench/fidelity.sh's
+// shaped link the scaled reduce-scatters predicted ZeRO-2 +5.5..+16.7% slow (they overlap only in
+// part in a pipeline); event by event, -3.9..+4.1% on the same traces. The reduce-scatters and
+// all-gathers of ZeRO-1/2 run on registered buffers and those of ZeRO-3 on private ones, each
+// priced on its own link of the cluster's sharded_collective_links when given (Note [Unregistered
+// collectives] in network/network_model.cpp; init_zero).
 #include <algorithm>
 #include <cmath>
 
@@ -81,6 +84,7 @@ void Engine::init_zero() {
   const auto S = static_cast<std::size_t>(S_);
   zero_gather_ns_.assign(S, 0);
   zero_scatter_ns_.assign(S, 0);
+  zero_scatter_alone_ns_.assign(S, 0);
   params_ready_.assign(S, 0);
   params_src_.assign(S, -1);
   if (zero_ == 0) return;
@@ -93,18 +97,20 @@ void Engine::init_zero() {
     // Note [ZeRO in the simulator]: each collective on its own calibrated link.
     const Link& gather = zero_link(cluster_, group, ShardedCollective::kAllGather, zero_);
     const Link& scatter = zero_link(cluster_, group, ShardedCollective::kReduceScatter, zero_);
-    // Every pipeline rank's all-gathers (after its OPTIM, or at UNSHARD) and ZeRO-2/3's
-    // per-backward reduce-scatters run at about the same time on shared node links: scaled as
-    // the syncs are (Note [Concurrent syncs on shared links]). ZeRO-1's buckets are queued on
-    // the links event by event, as DDP's.
+    // Every pipeline rank's all-gathers (after its OPTIM, or at UNSHARD) run at about the same
+    // time on shared node links: scaled as the syncs are (Note [Concurrent syncs on shared
+    // links]). ZeRO-2/3's per-backward reduce-scatters are too where the rank's collectives are
+    // not event-driven; where they are (dp_linked_), the unscaled time moves on the links.
     const double share =
         network_->sync_link_share(plan_.shape.stage_to_rank[static_cast<std::size_t>(s)]);
     auto shared = [share](std::int64_t ns) {
       return static_cast<std::int64_t>(std::llround(static_cast<double>(ns) * share));
     };
     zero_gather_ns_[static_cast<std::size_t>(s)] = shared(reduce_ns(gather, dp_, c.param_bytes));
+    zero_scatter_alone_ns_[static_cast<std::size_t>(s)] =
+        reduce_ns(scatter, dp_, gradient_wire_bytes(c.param_bytes, opt_.dp));
     zero_scatter_ns_[static_cast<std::size_t>(s)] =
-        shared(reduce_ns(scatter, dp_, gradient_wire_bytes(c.param_bytes, opt_.dp)));
+        shared(zero_scatter_alone_ns_[static_cast<std::size_t>(s)]);
   }
 }
 
@@ -137,7 +143,18 @@ void Engine::wait_for_parameters(std::int32_t r, const Op& op, std::int64_t& sta
 void Engine::zero_after_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                                 std::int64_t end, std::int64_t src) {
   const auto s = static_cast<std::size_t>(op.stage);
-  if (zero_ >= 2 && sched::completes_weight_grad(op.kind)) {
+  if (zero_ >= 2 && sched::completes_weight_grad(op.kind) &&
+      dp_linked_[static_cast<std::size_t>(r)] != 0) {
+    // Shared links: the reduce-scatter joins the rank's data-parallel queue and moves at the
+    // speed the node's links leave it, event by event (as DDP's buckets); the rank's next
+    // action waits for it (advance / complete_dp).
+    const auto k = static_cast<std::size_t>(r);
+    dp_queue_[k].push_back(PendingBucket{op.stage, step, kZeroScatter, end, src});
+    result_.per_rank[k].dp_comm_ns += zero_scatter_alone_ns_[s];
+    ddp_done_[static_cast<std::size_t>(step) * S_ + s] = kPending;
+    ++st.zero_pending;
+    start_dp(r);
+  } else if (zero_ >= 2 && sched::completes_weight_grad(op.kind)) {
     const std::int64_t done = zero_collective(r, st, op.stage, step, Collective::kReduceScatter,
                                               end, zero_scatter_ns_[s], src);
     ddp_done_[static_cast<std::size_t>(step) * S_ + s] = done;

@@ -163,8 +163,10 @@ void Engine::start_dp(std::int32_t r) {
   }
   dp_state_[k] = 2;
   dp_start_[k] = now_;
-  links_->begin(R_ + r, network_->bucket_ns(pb.stage)[static_cast<std::size_t>(pb.bucket)],
-                network_->collective_links(r), now_, queue_);
+  const std::int64_t ns = pb.bucket == kZeroScatter
+                              ? zero_scatter_alone_ns_[static_cast<std::size_t>(pb.stage)]
+                              : network_->bucket_ns(pb.stage)[static_cast<std::size_t>(pb.bucket)];
+  links_->begin(R_ + r, ns, network_->collective_links(r), now_, queue_);
 }
 
 void Engine::complete_dp(std::int32_t r, std::uint32_t version) {
@@ -176,16 +178,36 @@ void Engine::complete_dp(std::int32_t r, std::uint32_t version) {
   dp_state_[k] = 0;
   auto& st = ranks_[k];
   const auto pred = pb.ready >= st.dp_free ? pb.src : st.last_dp;
+  const bool scatter = pb.bucket == kZeroScatter;
   if (record_) {
     const Op cop{ActionKind::kReduceGrad, pb.stage, -1, -1, false, false};
     const auto idx = record(cop, r, pb.step, Stream::kDpAllReduce, dp_start_[k], now_, pred);
-    result_.actions[static_cast<std::size_t>(idx)].collective = Collective::kDdpBucket;
-    result_.actions[static_cast<std::size_t>(idx)].bucket = pb.bucket;
+    result_.actions[static_cast<std::size_t>(idx)].collective =
+        scatter ? Collective::kReduceScatter : Collective::kDdpBucket;
+    if (!scatter) result_.actions[static_cast<std::size_t>(idx)].bucket = pb.bucket;
     st.last_dp = idx;
   }
   st.dp_free = now_;
   auto& rr = result_.per_rank[k];
   if (st.finished) rr.finish_ns = std::max(rr.finish_ns, now_);
+  if (scatter) {
+    // ZeRO-2/3: the rank's next action waits for its backward's reduce-scatters (Note [Gradient
+    // waits]).
+    ddp_done_[static_cast<std::size_t>(pb.step) * S_ + static_cast<std::size_t>(pb.stage)] = now_;
+    if (--st.zero_pending == 0) {
+      if (now_ > st.time) {
+        rr.dp_exposed_ns += now_ - st.time;
+        st.time = now_;
+        st.last_compute = st.last_dp;
+      }
+      if (st.ddp_wait) {
+        st.ddp_wait = false;
+        queue_.push(std::max(now_, st.time), r, EventKind::kResume, 0);
+      }
+    }
+    start_dp(r);
+    return;
+  }
   if (static_cast<std::size_t>(pb.bucket) + 1 == network_->bucket_ns(pb.stage).size()) {
     ddp_done_[static_cast<std::size_t>(pb.step) * S_ + static_cast<std::size_t>(pb.stage)] = now_;
     if (st.ddp_wait) {
@@ -209,6 +231,11 @@ bool Engine::ddp_pending(std::int32_t r, std::int32_t step) const {
 }
 
 bool Engine::advance(std::int32_t r, RankState& st) {
+  if (st.zero_pending > 0) {  // complete_dp resumes the rank; resume() then moves it on
+    st.after_wait = true;
+    st.ddp_wait = true;
+    return false;
+  }
   if (st.pos + 1 == prog_.ops[static_cast<std::size_t>(r)].size() && ddp_pending(r, st.step)) {
     st.step_end_wait = true;
     st.ddp_wait = true;
