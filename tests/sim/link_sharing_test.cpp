@@ -245,9 +245,14 @@ TEST(SharedLinks, SlowMoSlowStepsShareTheNodeLink) {
 // move event by event, as DDP's buckets, so they share the link only while both run. Here they
 // never do: stage 1's SEND_B waits for its reduce-scatter (Note [Gradient waits]), so stage 0's
 // backward starts at 9.002 ms and its reduce-scatter at 11.002 ms. Each takes its 5 ms alone;
-// priced as if both ran at once (before) they took 10 ms each.
+// priced as if both ran at once (before) they took 10 ms each. The all-gathers after OPTIM are
+// still priced so (Note [Concurrent syncs on shared links]): 5 ms alone, 10 ms shared.
 TEST(SharedLinks, ZeroReduceScattersShareTheNodeLinkEventByEvent) {
-  const auto plan = testing::gpipe(2, 1);
+  auto plan = testing::gpipe(2, 1);
+  for (std::int32_t r = 0; r < 2; ++r) {
+    plan.per_rank[static_cast<std::size_t>(r)].push_back(
+        sched::Action::stage_only(r, sched::ActionKind::kOptimizerStep));
+  }
   const auto costs = testing::uniform_costs(2, 1, 2, 0, 10'000'000, 1000);
   SimOptions opt;
   opt.dp.replicas = 2;
@@ -255,9 +260,12 @@ TEST(SharedLinks, ZeroReduceScattersShareTheNodeLinkEventByEvent) {
   opt.record_actions = true;
   const auto r = simulate(plan, costs, two_nodes_of_two(Placement::kReplicaMajor), opt);
   std::map<std::int32_t, std::int64_t> end;
+  std::vector<std::int64_t> gathers;
   for (const auto& a : r.actions) {
     if (a.collective == Collective::kReduceScatter) end[a.rank] = a.end_ns;
+    if (a.collective == Collective::kAllGather) gathers.push_back(a.end_ns - a.start_ns);
   }
+  EXPECT_EQ(gathers, (std::vector<std::int64_t>{10 * kMs, 10 * kMs}));
   ASSERT_EQ(end.size(), 2U);
   EXPECT_EQ(end[1], 9 * kMs + 1000);
   EXPECT_EQ(end[0], 16 * kMs + 2000);

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "costs/median.hpp"
 #include "pipewright/graph/error.hpp"
 #include "pipewright/sched/trace.hpp"
 
@@ -99,15 +100,7 @@ inline std::vector<StepView> steps_of(const sched::Trace& t) {
     out[i].period_us = std::max(out[i + 1].start_us - out[i].start_us, 0.0);
     gaps.push_back(std::max(out[i].period_us - (out[i].end_us - out[i].start_us), 0.0));
   }
-  if (!out.empty()) {
-    double gap = 0;
-    if (!gaps.empty()) {
-      std::sort(gaps.begin(), gaps.end());
-      const std::size_t n = gaps.size();
-      gap = n % 2 == 1 ? gaps[n / 2] : (gaps[n / 2 - 1] + gaps[n / 2]) / 2;
-    }
-    out.back().period_us = out.back().end_us - out.back().start_us + gap;
-  }
+  if (!out.empty()) out.back().period_us = out.back().end_us - out.back().start_us + median(gaps);
   return out;
 }
 
