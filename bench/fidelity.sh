@@ -22,7 +22,10 @@
 #              priced by the shaped cluster. "-" where that profile was not measured in this run.
 #   drift      how much the transfer's profile's compute (F + B per microbatch over the stages)
 #              differs from the cell's own: the host's drift between the two runs, which no
-#              transfer can predict; the summary also gives the transfer errors less it
+#              transfer can predict (Note [Host drift] in docs/simulator.md)
+#   xf@host    the transfer again with its profile's compute times (F, B, I, W, OPTIM and the
+#              data-parallel sync's work) scaled by that one ratio: the transfer as if the host
+#              had been as fast as in the cell's run; what is left is the transfer's own error
 #   load       the 1-minute load average (/proc/loadavg) just before the cell's run
 # Targets (issue 47): step within 5% (replay) and 10% (transfer), peak memory within 5%.
 #
@@ -160,9 +163,9 @@ PY
 
 rows="$work/rows.tsv"
 : >"$rows"
-fmt='%-21s %-8s %-4s %-8s %5s %9s %9s %7s %9s %7s %7s %8s %7s %7s\n'
+fmt='%-21s %-8s %-4s %-8s %5s %9s %9s %7s %9s %7s %7s %9s %8s %7s %7s\n'
 # shellcheck disable=SC2059
-printf "$fmt" schedule dp_algo prec link load meas_ms replay_ms rep% xfer_ms xfer% drift% mem_MB mem_rep% mem_xf%
+printf "$fmt" schedule dp_algo prec link load meas_ms replay_ms rep% xfer_ms xfer% drift% xf@host% mem_MB mem_rep% mem_xf%
 
 # cell SCHED ALGO PREC LINK: runs one cell and appends its measured and replayed columns to rows.
 cell() {
@@ -253,6 +256,32 @@ transfer() {
   echo "$profile" >"$pre.xfer.profile"
   "$pw" --log-level warn simulate "$pre.plan.csv" "${job[@]}" --recv posted --profile "$profile" \
     "${cluster[@]}" --sampled-steps 31 --metrics "$pre.xfer.metrics.json" >"$pre.xfer.txt"
+  # xf@host: the same transfer with the profile's compute at the cell's host speed.
+  "$py" - "$profile" "$pre.profile.json" "$pre.xfer.host.json" <<'PY'
+import json, sys
+src, own, out = sys.argv[1:4]
+p, o = json.load(open(src)), json.load(open(own))
+def compute_ms(d):  # F + B per microbatch, summed over stages (medians): the drift column's sum
+    return sum(st["forward_ms"] + st["backward_ms"] for st in d["stages"])
+k = compute_ms(o) / compute_ms(p)
+kinds = {"forward": "forward_ms", "backward": "backward_ms", "input_grad": "input_grad_ms",
+         "weight_grad": "weight_grad_ms", "optimizer": "optimizer_ms"}
+for st in p["stages"]:
+    for kind, field in kinds.items():
+        if field in st:
+            st[field] *= k
+        stats = st.get("stats", {}).get(kind)
+        for f in ("mean_ms", "median_ms", "p10_ms", "p90_ms"):
+            if stats and f in stats:
+                stats[f] *= k
+        if stats and "quantiles_ms" in stats:
+            stats["quantiles_ms"] = [q * k for q in stats["quantiles_ms"]]
+if "dp_sync_compute_ms" in p:
+    p["dp_sync_compute_ms"] *= k
+json.dump(p, open(out, "w"))
+PY
+  "$pw" --log-level warn simulate "$pre.plan.csv" "${job[@]}" --recv posted \
+    --profile "$pre.xfer.host.json" "${cluster[@]}" --sampled-steps 31 >"$pre.xfer.host.txt"
 }
 
 for link in $links; do
@@ -282,7 +311,7 @@ if r[5] in ("SKIPPED", "FAILED"):
     sys.exit()
 measured, replay, rep_err, peak, mem_rep = map(float, r[5:10])
 pre = f"{work}/{sched}.{algo}.{prec}.{link}"
-xfer = xfer_err = mem_x = drift = None
+xfer = xfer_err = mem_x = drift = host_err = None
 def compute_ms(path):  # a profile's F + B per microbatch, summed over stages
     return sum(st["forward_ms"] + st["backward_ms"] for st in json.load(open(path))["stages"])
 try:
@@ -290,12 +319,18 @@ try:
                    compute_ms(pre + ".profile.json") - 1)
 except (OSError, KeyError, ValueError, ZeroDivisionError):
     pass
-try:
-    text = open(pre + ".xfer.txt").read()
+def predicted_ms(path):
+    text = open(path).read()
     # Periodic algorithms: the mean over a period with its syncs (Note [Periodic syncs in compare]).
     m = re.search(r"mean step over a period of \d+ steps with its syncs: ([0-9.]+) ms", text)
     m = m or re.search(r"step of the slowest of \d+ replicas: ([0-9.]+) ms", text)
-    xfer = float((m or re.search(r"sampled durations: ([0-9.]+) ms", text)).group(1))
+    return float((m or re.search(r"sampled durations: ([0-9.]+) ms", text)).group(1))
+try:
+    host_err = 100 * (predicted_ms(pre + ".xfer.host.txt") - measured) / measured
+except (OSError, AttributeError, ValueError):
+    pass
+try:
+    xfer = predicted_ms(pre + ".xfer.txt")
     xfer_err = 100 * (xfer - measured) / measured
     pred = {x["rank"]: x["peak_memory_bytes"] for x in json.load(open(pre + ".xfer.metrics.json"))["ranks"]}
     meas = {x["rank"]: x["measured_peak_bytes"] for x in json.load(open(pre + ".compare.json"))["per_rank"]}
@@ -309,10 +344,11 @@ except (OSError, AttributeError, KeyError, ValueError):
     pass
 f = lambda x, w, s="": ("-" if x is None else format(x, s)).rjust(w)
 print(f"{head} {measured:9.2f} {replay:9.2f} {rep_err:+7.1f} {f(xfer, 9, '.2f')} "
-      f"{f(xfer_err, 7, '+.1f')} {f(drift, 7, '+.1f')} {peak / 2**20:8.1f} {mem_rep:+7.1f} "
+      f"{f(xfer_err, 7, '+.1f')} {f(drift, 7, '+.1f')} {f(host_err, 9, '+.1f')} "
+      f"{peak / 2**20:8.1f} {mem_rep:+7.1f} "
       f"{f(mem_x, 7, '+.1f')}")
 with open(pre + ".cell.json", "w") as out:
-    json.dump({"xfer_err": xfer_err, "mem_xfer": mem_x, "drift": drift}, out)
+    json.dump({"xfer_err": xfer_err, "mem_xfer": mem_x, "drift": drift, "host_err": host_err}, out)
 PY
       done
     done
@@ -346,8 +382,7 @@ xf = [extra(c).get("xfer_err") for c in done]
 mx = [extra(c).get("mem_xfer") for c in done]
 print(line("step, replay", rep, 5))
 print(line("step, transfer", xf, 10))
-dr = [extra(c).get("drift") for c in done]
-print(line("  less compute drift", [x - d for x, d in zip(xf, dr) if x is not None and d is not None], 10))
+print(line("  at cell's host speed", [extra(c).get("host_err") for c in done], 10))
 print(line("peak memory, replay", mem, 5))
 print(line("peak memory, transfer", mx, 5))
 loads = [float(c[4]) for c in done]

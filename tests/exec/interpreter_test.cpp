@@ -121,6 +121,11 @@ struct RunResult {
   std::vector<std::int64_t> sync_ns;  // every rank's recorded syncs
   int sends = 0;                      // remote SEND actions recorded
   int timed_sends = 0;                // ... with 0 < send_ns <= their interval and drain_ns >= 0
+  // Note [Compute CPU time] (report/run_report.hpp): compute actions and OPTIMs, those with
+  // 0 < cpu_ns <= their interval (+ 0.1 ms for the clock reads), and other actions with cpu_ns.
+  int computes = 0;
+  int cpu_timed_computes = 0;
+  int others_with_cpu = 0;
 };
 
 // Runs `plan` with one thread per rank; stage s is layer s. skip_to >= 0 adds an input from
@@ -197,6 +202,14 @@ RunResult run_pipelined(const sched::LoweredPlan& plan, const Weights& init, con
           }
           if (sched::is_compute(t.action.kind)) {
             result.max_compute_ns = std::max(result.max_compute_ns, t.end_ns - t.start_ns);
+          }
+          if (sched::is_compute(t.action.kind) ||
+              t.action.kind == sched::ActionKind::kOptimizerStep) {
+            ++result.computes;
+            if (t.cpu_ns > 0 && t.cpu_ns <= t.end_ns - t.start_ns + 100'000)
+              ++result.cpu_timed_computes;
+          } else if (t.cpu_ns != 0) {
+            ++result.others_with_cpu;
           }
           if (sched::is_send(t.action.kind) && t.bytes > 0) {
             ++result.sends;
@@ -340,6 +353,10 @@ TEST(Interpreter, DataParallelSyncAndSendCallsAreTimedApart) {
   EXPECT_LT(got.max_optimizer_ns, 30'000'000);
   EXPECT_EQ(got.sends, 2 * 2 * 4);  // per step: 4 SEND_F on rank 0, 4 SEND_B on rank 1
   EXPECT_EQ(got.timed_sends, got.sends);
+  // Note [Compute CPU time]: every compute action and OPTIM carries its thread's CPU time.
+  EXPECT_GT(got.computes, 0);
+  EXPECT_EQ(got.cpu_timed_computes, got.computes);
+  EXPECT_EQ(got.others_with_cpu, 0);
 }
 
 // Note [Parameter waits]: a compute action's wait for its stage's parameters (ZeRO's all-gathers;

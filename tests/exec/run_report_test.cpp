@@ -371,14 +371,47 @@ TEST(MakeProfile, CommOverheadLeavesOutTheSendCalls) {
   // Without the split (profiles before issue 47) the overhead was the whole batch: 2.4 ms.
   for (auto& a : records[0].actions) a.send_ns = 0;
   EXPECT_NEAR(make_profile(records, two_stages(3), context()).comm_overhead_ms, 2.4, 1e-9);
-  const RankRecord d = decode_record(encode_record(rank(0, 2, {s0})));
-  ASSERT_EQ(d.actions.size(), 1U);
+  // Note [Compute CPU time]: a compute action's CPU time travels with the record too.
+  auto f0 = timed(f(0, 0), 0, 1);
+  f0.cpu_ns = static_cast<std::int64_t>(0.6 * kMs);
+  const RankRecord d = decode_record(encode_record(rank(0, 2, {s0, f0})));
+  ASSERT_EQ(d.actions.size(), 2U);
   EXPECT_EQ(d.actions[0].send_ns, s0.send_ns);
   EXPECT_EQ(d.actions[0].drain_ns, s0.drain_ns);
+  EXPECT_EQ(d.actions[1].cpu_ns, f0.cpu_ns);
   const sched::Trace tr = sched::parse_trace(make_trace_json({d}, context()), "t.json");
-  ASSERT_EQ(tr.slices.size(), 1U);
-  EXPECT_NEAR(tr.slices[0].send_us, 2200.0, 1e-6);
-  EXPECT_NEAR(tr.slices[0].drain_us, 700.0, 1e-6);
+  ASSERT_EQ(tr.slices.size(), 2U);
+  const auto& sent = tr.slices[0].category == "SEND_F" ? tr.slices[0] : tr.slices[1];
+  const auto& fwd = tr.slices[0].category == "F" ? tr.slices[0] : tr.slices[1];
+  EXPECT_NEAR(sent.send_us, 2200.0, 1e-6);
+  EXPECT_NEAR(sent.drain_us, 700.0, 1e-6);
+  EXPECT_EQ(sent.cpu_us, 0.0);
+  EXPECT_NEAR(fwd.cpu_us, 600.0, 1e-6);
+}
+
+// Note [Step overhead]: the gap from the latest end of anything a step recorded on any rank to
+// the earliest start of the next step's, median over the measured steps with a measured
+// successor. Step s: rank 0's data wait [10s, 10s + 0.5], its F [10s + 1, 10s + 6], rank 1's
+// F [10s + 2, 10s + 8.5] and, in step 2 only, a sync to 10s + 9; warm-up step 0 ends at 9.9.
+TEST(MakeProfile, StepOverheadIsTheMedianGapBetweenSteps) {
+  RankRecord r0 = rank(0, 2, {});
+  RankRecord r1 = rank(1, 2, {});
+  for (int s = 0; s < 4; ++s) {
+    const double t = 10.0 * s;
+    r0.data_waits.push_back(
+        DataWait{s, static_cast<std::int64_t>(t * kMs), static_cast<std::int64_t>((t + .5) * kMs)});
+    r0.actions.push_back(timed(f(0, 0), t + 1, t + 6, s));
+    r1.actions.push_back(timed(f(1, 0), t + 2, s == 0 ? t + 9.9 : t + 8.5, s));
+  }
+  r1.dp_syncs = {DataParallelSync{2, 28 * kMs, 29 * kMs}};
+  ReportContext ctx = context();
+  ctx.warmup_steps = 1;
+  // Gaps: step 1 -> 2: 20 - 18.5 = 1.5 ms; step 2 -> 3: 30 - 29 = 1 ms; step 3 has no successor.
+  EXPECT_NEAR(make_profile({r0, r1}, two_stages(), ctx).step_overhead_ms, 1.25, 1e-9);
+  ctx.warmup_steps = 0;  // step 0 -> 1: 10 - 9.9 = 0.1 ms joins: median of 0.1, 1.5, 1
+  EXPECT_NEAR(make_profile({r0, r1}, two_stages(), ctx).step_overhead_ms, 1.0, 1e-9);
+  ctx.warmup_steps = 3;  // one measured step: no gap
+  EXPECT_EQ(make_profile({r0, r1}, two_stages(), ctx).step_overhead_ms, 0.0);
 }
 
 // Issue 47 item 3 (Note [Data-parallel sync], Note [Data-parallel sync work]): the sync after the

@@ -183,6 +183,24 @@ TEST(Trace, SendAndDrainTimesReadBack) {
   EXPECT_EQ(f.drain_us, 0.0);
 }
 
+// Note [Compute CPU time] (exec/src/report/run_report.hpp): an executor compute slice's thread
+// CPU time travels as arg cpu_us, written only when > 0.
+TEST(Trace, ComputeCpuTimeReadsBack) {
+  TraceBuilder b(TraceInfo{"executor", "p", "1F1B"}, 1);
+  TraceSlice s = slice("0F0", "F", 0, TraceStream::kCompute, 0, 3000, 0, 0);
+  s.cpu_us = 1250.25;
+  b.add_slice(s);
+  b.add_slice(slice("0SEND_F0", "SEND_F", 0, TraceStream::kSend, 3000, 100, 0, 0));
+  const std::string json = b.to_json();
+  EXPECT_EQ(json.find("cpu_us"), json.rfind("cpu_us"));  // the SEND has none
+  const Trace t = parse_trace(json, "t.json");
+  ASSERT_EQ(t.slices.size(), 2u);
+  const auto& f = t.slices[0].name == "0F0" ? t.slices[0] : t.slices[1];
+  EXPECT_EQ(f, s);
+  const auto& send = t.slices[0].name == "0F0" ? t.slices[1] : t.slices[0];
+  EXPECT_EQ(send.cpu_us, 0.0);
+}
+
 TEST(Trace, MalformedEventsNameThePointer) {
   try {
     (void)parse_trace(R"({"traceEvents":[{"ph":"X","name":"a","pid":0,"tid":0,"dur":1}]})",

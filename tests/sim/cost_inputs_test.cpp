@@ -84,6 +84,7 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
     c.optimizer_ms = static_cast<double>(c.param_bytes) / 1e6;
     c.forward_stats =
         sched::KindStats{c.forward_ms, 0.9 * c.forward_ms, 1.1 * c.forward_ms, 10, {}, {}};
+    c.forward_stats->mean_ms = 1.2 * c.forward_ms;
   }
   const auto t = transfer_profile(model, p2, measured, p4);
   const auto est = sched::costs_from_partition(model, p4);
@@ -97,6 +98,8 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
                 1e-9 * t.stages[s].backward_ms);
     ASSERT_TRUE(t.stages[s].forward_stats.has_value());
     EXPECT_NEAR(t.stages[s].forward_stats->p90_ms, 1.1 * t.stages[s].forward_ms, 1e-9);
+    ASSERT_TRUE(t.stages[s].forward_stats->mean_ms.has_value());
+    EXPECT_NEAR(*t.stages[s].forward_stats->mean_ms, 1.2 * t.stages[s].forward_ms, 1e-9);
     EXPECT_FALSE(t.stages[s].backward_stats.has_value());  // not measured
     EXPECT_EQ(t.stages[s].output_bytes, est.stages[s].output_bytes);
     EXPECT_NEAR(static_cast<double>(t.stages[s].activation_bytes),
@@ -114,6 +117,45 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
   EXPECT_TRUE(t.peak_memory.empty());
   // The profile must belong to the `from` partition.
   EXPECT_THROW((void)transfer_profile(model, p4, measured, p2), ConfigError);
+}
+
+// Note [Measured bytes in transfers]: the model says 2-byte parameters and micro batch 1; the
+// "executor" ran fp32 at micro batch 4 (parameters 2x, messages 8x) and recorded each node's
+// parameters as two tensors (3/4 and 1/4 of the node's bytes). The transfer to four stages
+// gives every new stage its own nodes' measured tensors and 8x the model's message sizes.
+TEST(CostInputs, TransferProfileTakesBytesFromTheProfile) {
+  const auto model = small_gpt(6);
+  const auto p2 = balanced(model, 2), p4 = balanced(model, 4);
+  sched::CostTable measured = sched::costs_from_partition(model, p2);
+  measured.source = "executor";
+  auto tensors = [&](int node) {
+    const std::int64_t b = 2 * model.nodes[static_cast<std::size_t>(node)].cost.param_bytes;
+    return b > 0 ? std::vector<std::int64_t>{b - b / 4, b / 4} : std::vector<std::int64_t>{};
+  };
+  for (auto& c : measured.stages) {
+    c.param_bytes *= 2;
+    c.output_bytes *= 8;
+    c.param_sizes_bytes.clear();
+    for (int n : p2.graph.stages[static_cast<std::size_t>(c.stage)].nodes)
+      for (auto b : tensors(n)) c.param_sizes_bytes.push_back(b);
+  }
+  const auto t = transfer_profile(model, p2, measured, p4);
+  const auto est = sched::costs_from_partition(model, p4);
+  ASSERT_EQ(t.stages.size(), 4u);
+  for (std::size_t s = 0; s < 4; ++s) {
+    std::vector<std::int64_t> want;
+    for (int n : p4.graph.stages[s].nodes)
+      for (auto b : tensors(n)) want.push_back(b);
+    EXPECT_EQ(t.stages[s].param_sizes_bytes, want) << "stage " << s;
+    EXPECT_EQ(t.stages[s].param_bytes, 2 * est.stages[s].param_bytes);
+    EXPECT_EQ(t.stages[s].output_bytes, 8 * est.stages[s].output_bytes);
+  }
+  // Without tensor sizes the stage bytes are spread by the model's shares.
+  for (auto& c : measured.stages) c.param_sizes_bytes.clear();
+  const auto u = transfer_profile(model, p2, measured, p4);
+  for (std::size_t s = 0; s < 4; ++s)
+    EXPECT_NEAR(static_cast<double>(u.stages[s].param_bytes),
+                2.0 * static_cast<double>(est.stages[s].param_bytes), 1.0);
 }
 
 // Note [Input gradients of first stages]: the measured first stage has I ~ 0 and W = its whole

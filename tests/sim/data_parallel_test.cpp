@@ -277,6 +277,50 @@ TEST(DataParallel, SyncWorkIsChargedWhereEachAlgorithmCommunicates) {
             12 * kMs + 2000);
 }
 
+// Note [Between steps]: the profile's step overhead follows each rank's step; communication
+// still in flight (ZeRO-1's all-gathers after OPTIM) runs on meanwhile, and the step ends at the
+// later of the two.
+TEST(DataParallel, StepOverheadFollowsEachStepAndOverlapsCommunicationInFlight) {
+  auto costs = one_stage({1000});
+  SimOptions opt;
+  opt.steps = 3;
+  const auto plain = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  costs.step_overhead_ms = 0.4;
+  const auto with = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  ASSERT_EQ(plain.step_end_ns.size(), 3U);
+  for (std::size_t k = 0; k < 3; ++k)  // 0.4 ms more per step, accumulated
+    EXPECT_EQ(with.step_end_ns[k],
+              plain.step_end_ns[k] + static_cast<std::int64_t>(k + 1) * 400'000);
+  // DDP: after the exposed all-reduce.
+  opt.steps = 1;
+  opt.dp.replicas = 2;
+  EXPECT_EQ(simulate(testing::gpipe(1, 2), costs, one_gb_per_s(), opt).makespan_ns,
+            6 * kMs + 1000 + 400'000);
+  // ZeRO-1 with 10 MB of parameters: the all-gather after OPTIM (5 ms at 1 GB/s) outlasts a
+  // 1 ms overhead, which then costs nothing; a 20 ms overhead outlasts the all-gather.
+  auto plan = testing::gpipe(1, 2);
+  plan.per_rank[0].push_back(sched::Action::stage_only(0, sched::ActionKind::kOptimizerStep));
+  auto big = one_stage({10'000'000});
+  big.stages[0].optimizer_ms = 0.5;
+  opt.dp.zero_stage = 1;
+  SimOptions rec = opt;
+  rec.record_actions = true;
+  const auto base = simulate(plan, big, one_gb_per_s(), rec);
+  std::int64_t gather_end = 0, compute_end = 0;
+  for (const auto& a : base.actions) {
+    if (a.collective == Collective::kAllGather) gather_end = std::max(gather_end, a.end_ns);
+    if (a.stream == Stream::kCompute) compute_end = std::max(compute_end, a.end_ns);
+  }
+  ASSERT_GT(gather_end, compute_end + kMs);  // in flight past a 1 ms overhead
+  EXPECT_EQ(base.makespan_ns, gather_end);
+  big.step_overhead_ms = 1;
+  EXPECT_EQ(simulate(plan, big, one_gb_per_s(), opt).makespan_ns, gather_end);
+  big.step_overhead_ms = 20;  // started before the all-gather ended, ends after it
+  const std::int64_t longer = simulate(plan, big, one_gb_per_s(), opt).makespan_ns;
+  EXPECT_GT(longer, gather_end);
+  EXPECT_LT(longer - 20 * kMs, gather_end);
+}
+
 // Note [Unregistered collectives]: within a node, DDP's buckets use the collective link (shared
 // memory), the other algorithms' collectives the point-to-point link; across nodes both use the
 // collective link.

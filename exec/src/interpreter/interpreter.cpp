@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <set>
 #include <sstream>
 #include <string>
@@ -29,6 +30,13 @@ using sched::ActionKind;
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
+}
+
+// The calling thread's CPU time, ns (Note [Compute CPU time] in report/run_report.hpp).
+std::int64_t thread_cpu_ns() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 // Runs `fn`, turning a non-pipewright exception into an InternalError that names the action.
@@ -218,10 +226,15 @@ StepResult Interpreter::run_step(std::int64_t step, const std::vector<torch::Ten
     // Note [Measured activation memory]
     const bool measure_heap = options_.record_timings && a.kind == ActionKind::kForward;
     const std::int64_t heap_before = measure_heap ? heap_bytes_in_use() : 0;
+    // Note [Compute CPU time]: compute actions on CPU devices.
+    const bool measure_cpu = options_.record_timings && options_.device.is_cpu() &&
+                             (sched::is_compute(a.kind) || a.kind == ActionKind::kOptimizerStep);
     timing.start_ns = options_.record_timings ? now_ns() : 0;
+    cpu_start_ns_ = measure_cpu ? thread_cpu_ns() : 0;
     exec_action(a, step, x_mbs, y_mbs, &timing);
     if (options_.record_timings) {
       timing.end_ns = now_ns();
+      if (measure_cpu) timing.cpu_ns = std::max<std::int64_t>(0, thread_cpu_ns() - cpu_start_ns_);
       if (measure_heap) timing.bytes = heap_bytes_in_use() - heap_before;
       timings_.push_back(timing);
     }
@@ -278,6 +291,11 @@ void Interpreter::exec_action(const Action& a, std::int64_t step,
           do_backward(a, step, true, false);
           ActionTiming input{a, step, timing->start_ns, now_ns(), 0, 0, 0};
           input.action.kind = ActionKind::kBackwardInput;
+          if (cpu_start_ns_ > 0) {  // Note [Compute CPU time]
+            const std::int64_t cpu = thread_cpu_ns();
+            input.cpu_ns = std::max<std::int64_t>(0, cpu - cpu_start_ns_);
+            cpu_start_ns_ = cpu;
+          }
           timings_.push_back(input);
           timing->action.kind = ActionKind::kBackwardWeight;
           timing->start_ns = now_ns();

@@ -91,6 +91,9 @@ struct ActionTiming {
   // (within [start_ns, end_ns]), and time the end of the step then waited for its completion.
   std::int64_t send_ns = 0;
   std::int64_t drain_ns = 0;
+  // Note [Compute CPU time] (report/run_report.hpp): compute actions on CPU devices only. The
+  // calling thread's CPU time over [start_ns, end_ns]; 0 when not measured.
+  std::int64_t cpu_ns = 0;
 };
 
 // Note [Data-parallel sync] (report/run_report.hpp): the data-parallel algorithm's work after the
@@ -270,6 +273,9 @@ class Interpreter {
   void connect_peers();  // after the shape agreement: Communicator::connect_p2p
   [[nodiscard]] Posted post_receive(const sched::Action& a, std::int64_t step);
   std::vector<ActionTiming> timings_;
+  // Thread CPU time at the start of the compute action being timed (Note [Compute CPU time]);
+  // 0 when it is not measured.
+  std::int64_t cpu_start_ns_ = 0;
   std::vector<SyncTiming> sync_timings_;
   std::vector<torch::Tensor> predictions_;  // forward-only plans, per microbatch
   double loss_sum_ = 0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -130,6 +131,43 @@ double dp_sync_compute_ms(const std::vector<RankRecord>& records, std::int64_t w
     }
   }
   return samples.empty() ? 0.0 : stats_of(samples).median_ms;
+}
+
+// Note [Step overhead]: between two training steps the executor runs work no action records:
+// the loss all-reduce over every rank (the step's barrier: it ends once the last rank has
+// arrived), the step's log line and metrics, and the data loader's hand-over. Per measured step
+// s whose successor was measured too, the gap from the latest end of anything step s recorded
+// on any rank (actions, data-parallel syncs, data waits) to the earliest start of anything of
+// step s + 1; step_overhead_ms is the median of those gaps (0 without two measured steps). The
+// simulator adds it after each rank's step (Note [Between steps] in sim/src/engine/engine_dp.cpp).
+// Measured (bench/fidelity.sh, 2026-11-29): 0.14-0.66 ms at dp 1 and 0.8-1.4 ms at dp 2 on one
+// host (steps of 26-90 ms), 0.6-2 ms at dp 1 and 3-8 ms with DDP across the 100 Mbit/s link, and
+// 60-70 ms with ZeRO-1 there (the loss all-reduce queues behind the all-gathers launched after
+// OPTIM).
+double step_overhead_ms(const std::vector<RankRecord>& records, std::int64_t warmup_steps) {
+  std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> span;  // step -> (first, last)
+  auto note = [&](std::int64_t step, std::int64_t start, std::int64_t end) {
+    if (step < warmup_steps) return;
+    auto [it, fresh] = span.try_emplace(step, start, end);
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, start);
+      it->second.second = std::max(it->second.second, end);
+    }
+  };
+  for (const auto& r : records) {
+    for (const auto& a : r.actions) note(a.step, a.start_ns, a.end_ns);
+    for (const auto& y : r.dp_syncs) note(y.step, y.start_ns, y.end_ns);
+    for (const auto& w : r.data_waits) note(w.step, w.start_ns, w.end_ns);
+  }
+  std::vector<double> gaps;
+  for (auto it = span.begin(); it != span.end(); ++it) {
+    const auto next = std::next(it);
+    if (next == span.end() || next->first != it->first + 1) continue;
+    gaps.push_back(
+        static_cast<double>(std::max<std::int64_t>(0, next->second.first - it->second.second)) /
+        1e6);
+  }
+  return gaps.empty() ? 0.0 : stats_of(gaps).median_ms;
 }
 
 bool uses_core(ActionKind kind) noexcept {
@@ -460,6 +498,7 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   table.comm_overhead_ms = overhead.overhead_ms;
   table.comm_send_ms = overhead.send_ms;
   table.dp_sync_compute_ms = dp_sync_compute_ms(records, ctx.warmup_steps);
+  table.step_overhead_ms = step_overhead_ms(records, ctx.warmup_steps);
   std::vector<double> runtime;
   for (const auto& r : records) {
     if (r.baseline_rss_bytes <= 0) continue;

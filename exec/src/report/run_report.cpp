@@ -45,9 +45,9 @@ std::vector<std::int64_t> encode_record(const RankRecord& r) {
   }
   out.push_back(static_cast<std::int64_t>(r.actions.size()));
   for (const auto& a : r.actions) {
-    out.insert(out.end(),
-               {a.action.stage, static_cast<std::int64_t>(a.action.kind), a.action.microbatch,
-                a.action.peer_stage, a.step, a.start_ns, a.end_ns, a.bytes, a.send_ns, a.drain_ns});
+    out.insert(out.end(), {a.action.stage, static_cast<std::int64_t>(a.action.kind),
+                           a.action.microbatch, a.action.peer_stage, a.step, a.start_ns, a.end_ns,
+                           a.bytes, a.send_ns, a.drain_ns, a.cpu_ns});
   }
   out.push_back(static_cast<std::int64_t>(r.data_waits.size()));
   for (const auto& w : r.data_waits) out.insert(out.end(), {w.step, w.start_ns, w.end_ns});
@@ -96,6 +96,7 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
     a.bytes = next();
     a.send_ns = next();
     a.drain_ns = next();
+    a.cpu_ns = next();
     r.actions.push_back(a);
   }
   const auto waits = next();

@@ -29,6 +29,7 @@ struct TimedAction {
   std::int64_t bytes = 0;     // SEND/RECV: payload; F: heap bytes it left allocated
   std::int64_t send_ns = 0;   // SEND: inside the transport's send calls (Note [Send time])
   std::int64_t drain_ns = 0;  // SEND: waiting for its completion at the end of the step
+  std::int64_t cpu_ns = 0;  // CPU compute actions: the thread's CPU time (Note [Compute CPU time])
 };
 
 // Note [Data-parallel sync]: the data-parallel algorithm's work after a step's last OPTIM.
@@ -93,6 +94,20 @@ struct RankRecord {
 // the simulator prices from the cluster's links or the profile's p2p cost. make_profile takes
 // them out of the batch overhead (Note [Comm overhead] in run_profile.cpp) so that a profile
 // measured on one network predicts another; the trace shows them as args send_us / drain_us.
+
+// Note [Compute CPU time]: on CPU devices the interpreter also reads the computing thread's CPU
+// time (CLOCK_THREAD_CPUTIME_ID) around each compute action and OPTIM (cpu_ns; the trace's arg
+// cpu_us). With OMP_NUM_THREADS=1 libtorch computes a CPU stage's forward and backward on that
+// thread, so cpu_ns is the action's own work, without the time other ranks or communication
+// threads held the core: wall - cpu is what the host's sharing cost it. The profile does not use
+// it (Note [Shared cores in profiles] recovers dedicated times from the wall times); it is there
+// to tell the host's speed from the sharing. Measured with it (bench/fidelity.sh, 2026-11-29):
+// two runs of the same pp 2 GPipe cell, 2 ranks on 2 cores (no sharing: cpu = wall within 1%),
+// a minute apart: stage 1's F took 2.81 ms of CPU in one and 2.20 ms in the other, i.e. the
+// host itself runs identical work up to ~30% slower from one minute to the next (docs/simulator.md,
+// Note [Host drift]); and with DDP at 4 ranks on 2 cores, stage 0's B took 7.43 ms of wall time,
+// 5.81 ms after the profile's sharing correction, 4.23 ms of CPU (Gloo's all-reduce threads, not
+// counted as computing ranks, held the rest).
 
 // Note [Data-parallel sync]: SGP's gossip, LocalSGD's and SlowMo's averaging, DiLoCo's outer step
 // and ZeRO's parameter all-gathers run in DataParallelHooks::after_optimizer_step, after the

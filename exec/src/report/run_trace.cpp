@@ -83,6 +83,7 @@ std::string make_trace_json(const std::vector<RankRecord>& records, const Report
       s.step = a.step;
       s.send_us = static_cast<double>(a.send_ns) / 1e3;  // Note [Send time]
       s.drain_us = static_cast<double>(a.drain_ns) / 1e3;
+      s.cpu_us = static_cast<double>(a.cpu_ns) / 1e3;  // Note [Compute CPU time]
       const auto idx = builder.add_slice(std::move(s));
       if (sched::is_comm(a.action.kind) && a.bytes > 0) {
         // Flow arrows pair a send with its receive within one replica.

@@ -258,8 +258,8 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
     rec.stages.push_back(sz);
   }
   for (const auto& t : interp.timings()) {
-    rec.actions.push_back(
-        TimedAction{t.action, t.step, t.start_ns, t.end_ns, t.bytes, t.send_ns, t.drain_ns});
+    rec.actions.push_back(TimedAction{t.action, t.step, t.start_ns, t.end_ns, t.bytes, t.send_ns,
+                                      t.drain_ns, t.cpu_ns});
   }
   if (p.world.world_size > p.plan.shape.ranks) {  // dp > 1: Note [Data-parallel sync]
     for (const auto& y : interp.sync_timings())

@@ -225,6 +225,10 @@ std::string TraceBuilder::to_json() const {
       out += R"(,"drain_us":)";
       append_double(out, s.drain_us);
     }
+    if (s.cpu_us > 0) {
+      out += R"(,"cpu_us":)";
+      append_double(out, s.cpu_us);
+    }
     out += "}}";
   }
   // Flows in a canonical order too: by the send slice, then the receive slice. Slices that

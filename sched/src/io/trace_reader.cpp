@@ -163,7 +163,7 @@ class TraceReader {
   struct Event {
     std::optional<Value> ph, name, cat, pid, tid, ts, dur, id;
     bool args = false;
-    std::optional<Value> stage, microbatch, step, kind, bytes, send_us, drain_us;
+    std::optional<Value> stage, microbatch, step, kind, bytes, send_us, drain_us, cpu_us;
   };
 
   static std::optional<Value>* event_field(Event& e, const std::string& k) {
@@ -185,6 +185,7 @@ class TraceReader {
     if (k == "bytes") return &e.bytes;
     if (k == "send_us") return &e.send_us;
     if (k == "drain_us") return &e.drain_us;
+    if (k == "cpu_us") return &e.cpu_us;
     return nullptr;
   }
 
@@ -222,7 +223,7 @@ class TraceReader {
         if (parent.key == "args") {
           event_.args = container && object;
           event_.stage = event_.microbatch = event_.step = event_.kind = event_.bytes =
-              event_.send_us = event_.drain_us = std::nullopt;
+              event_.send_us = event_.drain_us = event_.cpu_us = std::nullopt;
           if (event_.args) return Role::kArgs;
         }
         if (auto* f = event_field(event_, parent.key)) *f = std::move(v);
@@ -338,6 +339,7 @@ class TraceReader {
       if (s.category.empty() && is_str(e.kind)) s.category = e.kind->s;
       if (is_num(e.send_us)) s.send_us = std::max(0.0, e.send_us->d);
       if (is_num(e.drain_us)) s.drain_us = std::max(0.0, e.drain_us->d);
+      if (is_num(e.cpu_us)) s.cpu_us = std::max(0.0, e.cpu_us->d);
     }
     trace_.ranks = std::max(trace_.ranks, s.rank + 1);
     trace_.slices.push_back(std::move(s));

@@ -119,6 +119,7 @@ void validate(const CostTable& t, std::string_view origin) {
   check_number(origin, "/comm_overhead_ms", t.comm_overhead_ms);
   check_number(origin, "/comm_send_ms", t.comm_send_ms);
   check_number(origin, "/dp_sync_compute_ms", t.dp_sync_compute_ms);
+  check_number(origin, "/step_overhead_ms", t.step_overhead_ms);
   check_number(origin, "/runtime_memory_bytes", t.runtime_memory_bytes);
   check_number(origin, "/cores_per_node", static_cast<std::int64_t>(t.cores_per_node));
   PW_CHECK(t.step_correlation >= 0 && t.step_correlation <= 1, ParseError,
@@ -225,6 +226,7 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
   if (root.has("comm_overhead_ms")) t.comm_overhead_ms = root.number("comm_overhead_ms");
   if (root.has("comm_send_ms")) t.comm_send_ms = root.number("comm_send_ms");
   if (root.has("dp_sync_compute_ms")) t.dp_sync_compute_ms = root.number("dp_sync_compute_ms");
+  if (root.has("step_overhead_ms")) t.step_overhead_ms = root.number("step_overhead_ms");
   if (root.has("runtime_memory_bytes"))
     t.runtime_memory_bytes = root.integer("runtime_memory_bytes");
   if (root.has("cores_per_node")) {
@@ -341,6 +343,7 @@ std::string to_json(const CostTable& t) {
   if (t.comm_overhead_ms != 0) j["comm_overhead_ms"] = t.comm_overhead_ms;
   if (t.comm_send_ms != 0) j["comm_send_ms"] = t.comm_send_ms;
   if (t.dp_sync_compute_ms != 0) j["dp_sync_compute_ms"] = t.dp_sync_compute_ms;
+  if (t.step_overhead_ms != 0) j["step_overhead_ms"] = t.step_overhead_ms;
   if (t.runtime_memory_bytes != 0) j["runtime_memory_bytes"] = t.runtime_memory_bytes;
   if (t.cores_per_node != 0) j["cores_per_node"] = t.cores_per_node;
   if (!t.p2p_uses_core) j["p2p_uses_core"] = false;

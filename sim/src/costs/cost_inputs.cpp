@@ -184,6 +184,77 @@ void check_profile_partition(const graph::Model& model, const graph::Partition& 
                << differs.str());
 }
 
+// Note [Measured bytes in transfers]: the model's byte annotations are estimates at the model's
+// own element size and micro-batch size (`pipewright model gpt` assumes 2-byte mixed precision
+// and micro batch 1), while the executor counts the tensors it built and sent. A transfer takes
+// the bytes from the profile: each measured stage's parameter tensors (param_sizes_bytes, in
+// module order, which is node order) go to the nodes of that stage in the order of the model's
+// per-node parameter bytes (a tensor belongs to the node whose share of the stage's bytes holds
+// the tensor's middle), and a new stage holds its nodes' tensors; without measured tensor sizes
+// the measured stage bytes are spread in proportion to the model's. Message sizes are the
+// model's, times the median over measured stages of measured / model output bytes (both at the
+// profile's precision). Before this, a fp32 run's profile moved to another partition of a
+// 2-byte model priced DDP's all-reduce and the messages at half size (bench/fidelity.sh,
+// interleaved cells: DDP step 47.8 ms from the transfer against 55.7 ms from the run's own
+// profile).
+struct MeasuredBytes {
+  std::vector<std::vector<std::int64_t>> node_tensors;  // per model node, measured tensor bytes
+  std::vector<double> node_bytes;                       // per model node, measured param bytes
+  double output_ratio = 1.0;                            // measured / model message bytes
+};
+
+MeasuredBytes measured_bytes(const graph::Model& model, const graph::Partition& from,
+                             const sched::CostTable& measured) {
+  const std::size_t n = model.nodes.size();
+  MeasuredBytes out;
+  out.node_tensors.assign(n, {});
+  std::vector<double> stage_bytes;
+  for (const auto& c : measured.stages) stage_bytes.push_back(static_cast<double>(c.param_bytes));
+  out.node_bytes = spread(model, from, stage_bytes, [](const graph::NodeCost& c) {
+    return static_cast<double>(c.param_bytes);
+  });
+  for (std::size_t s = 0; s < measured.stages.size(); ++s) {
+    const auto& sizes = measured.stages[s].param_sizes_bytes;
+    std::vector<std::size_t> nodes;
+    for (std::size_t i = 0; i < n; ++i)
+      if (from.node_stage[i] == static_cast<int>(s)) nodes.push_back(i);
+    if (nodes.empty() || sizes.empty()) continue;
+    double total = 0;
+    for (auto b : sizes) total += static_cast<double>(b);
+    // Node k owns the middles in [bound[k], bound[k + 1]) of the stage's bytes.
+    double node_total = 0;
+    for (auto i : nodes) node_total += out.node_bytes[i];
+    std::vector<double> bound{0.0};
+    for (auto i : nodes)
+      bound.push_back(bound.back() + (node_total > 0 ? total * out.node_bytes[i] / node_total
+                                                     : total / static_cast<double>(nodes.size())));
+    double at = 0;
+    std::size_t k = 0;
+    for (auto b : sizes) {
+      const double mid = at + static_cast<double>(b) / 2;
+      while (k + 1 < nodes.size() && mid >= bound[k + 1]) ++k;
+      out.node_tensors[nodes[k]].push_back(b);
+      at += static_cast<double>(b);
+    }
+    for (auto i : nodes) {  // the stage's bytes as its nodes' tensors add up
+      double sum = 0;
+      for (auto b : out.node_tensors[i]) sum += static_cast<double>(b);
+      out.node_bytes[i] = sum;
+    }
+  }
+  const sched::CostTable model_from = sched::costs_from_partition(model, from);
+  std::vector<double> ratios;
+  for (std::size_t s = 0; s < measured.stages.size() && s < model_from.stages.size(); ++s) {
+    const auto model_out = sched::bytes_at_precision(model_from.stages[s].output_bytes,
+                                                     sched::Precision::kFp32, measured.precision);
+    if (measured.stages[s].output_bytes > 0 && model_out > 0)
+      ratios.push_back(static_cast<double>(measured.stages[s].output_bytes) /
+                       static_cast<double>(model_out));
+  }
+  if (!ratios.empty()) out.output_ratio = median(ratios);
+  return out;
+}
+
 }  // namespace
 
 sched::CostTable transfer_profile(const graph::Model& model, const graph::Partition& from,
@@ -201,13 +272,43 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
   // The measured times and activation bytes are the profile's precision's; the model's message
   // sizes are fp32 (Note [Precision bytes] in sched/memory.hpp).
   t.precision = measured.precision;
-  for (auto& c : t.stages)
-    c.output_bytes =
-        sched::bytes_at_precision(c.output_bytes, sched::Precision::kFp32, measured.precision);
+  // Note [Measured bytes in transfers]
+  const MeasuredBytes bytes = measured_bytes(model, from, measured);
+  for (auto& c : t.stages) {
+    c.output_bytes = static_cast<std::int64_t>(std::llround(
+        bytes.output_ratio * static_cast<double>(sched::bytes_at_precision(
+                                 c.output_bytes, sched::Precision::kFp32, measured.precision))));
+    const auto& nodes = to.graph.stages[static_cast<std::size_t>(c.stage)].nodes;
+    std::vector<std::int64_t> sizes;
+    double total = 0;
+    bool tensors = true;
+    for (int i : nodes) {
+      const auto k = static_cast<std::size_t>(i);
+      total += bytes.node_bytes[k];
+      tensors = tensors && (!bytes.node_tensors[k].empty() || bytes.node_bytes[k] == 0);
+      sizes.insert(sizes.end(), bytes.node_tensors[k].begin(), bytes.node_tensors[k].end());
+    }
+    if (total > 0 || c.param_bytes == 0) {
+      c.param_bytes = static_cast<std::int64_t>(std::llround(total));
+      if (tensors) {
+        c.param_sizes_bytes = std::move(sizes);
+      } else if (!c.param_sizes_bytes.empty()) {  // the model's tensors, at the measured scale
+        double model_total = 0;
+        for (auto b : c.param_sizes_bytes) model_total += static_cast<double>(b);
+        c.param_bytes = 0;
+        for (auto& b : c.param_sizes_bytes) {
+          b = static_cast<std::int64_t>(
+              std::llround(static_cast<double>(b) * total / std::max(1.0, model_total)));
+          c.param_bytes += b;
+        }
+      }
+    }
+  }
   t.compute_overhead_ms = measured.compute_overhead_ms;
   t.comm_overhead_ms = measured.comm_overhead_ms;
   t.comm_send_ms = measured.comm_send_ms;
   t.dp_sync_compute_ms = measured.dp_sync_compute_ms;  // the measured job's parameters, as is
+  t.step_overhead_ms = measured.step_overhead_ms;
   t.runtime_memory_bytes = measured.runtime_memory_bytes;
   t.p2p = measured.p2p;
   t.cores_per_node = measured.cores_per_node;
@@ -273,9 +374,10 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
                    std::optional<sched::KindStats> sched::StageCost::*member,
                    double total) -> std::optional<sched::KindStats> {
     if (total <= 0) return std::nullopt;
-    double lo = 0, hi = 0, weight = 0;
+    double lo = 0, hi = 0, mean = 0, weight = 0;
     std::vector<double> rel(21, 0.0);
     bool quantiles = true;
+    bool means = true;
     std::int64_t samples = 0;
     for (int n : nodes) {
       const auto src = static_cast<std::size_t>(from.node_stage[static_cast<std::size_t>(n)]);
@@ -284,6 +386,8 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
       const double share = node_ms[static_cast<std::size_t>(n)];
       lo += share * st->p10_ms / st->median_ms;
       hi += share * st->p90_ms / st->median_ms;
+      means = means && st->mean_ms.has_value();
+      if (means) mean += share * *st->mean_ms / st->median_ms;
       quantiles = quantiles && st->quantiles_ms.size() == 21;
       for (std::size_t k = 0; quantiles && k < 21; ++k)
         rel[k] += share * st->quantiles_ms[k] / st->median_ms;
@@ -296,6 +400,7 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
     out.p10_ms = total * lo / weight;
     out.p90_ms = total * hi / weight;
     out.samples = samples;
+    if (means) out.mean_ms = total * mean / weight;  // the shared-cores cost (Note [Shared cores])
     if (quantiles) {
       for (double r : rel) out.quantiles_ms.push_back(total * r / weight);
     }

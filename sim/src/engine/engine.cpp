@@ -455,6 +455,7 @@ SimResult Engine::run() {
   if (!network_) network_ = make_analytical_network(plan_, costs_, cluster_, opt_);
   comm_overhead_ns_ = network_->batch_overhead_ns();
   dp_sync_compute_ns_ = dp_ > 1 ? ms_to_ns(costs_.dp_sync_compute_ms) : 0;
+  step_overhead_ns_ = ms_to_ns(costs_.step_overhead_ms);
   plan_streams();
   memory_options_ = sched::MemoryOptions{opt_.optimizer, opt_.momentum, opt_.recompute,
                                          opt_.precision, zero_,         std::max(dp_, 1)};

@@ -260,6 +260,7 @@ class Engine {
   // CostTable::dp_sync_compute_ms at dp > 1: the data-parallel sync's own work (Note [Sync work
   // in the simulator] in engine_dp.cpp).
   std::int64_t dp_sync_compute_ns_ = 0;
+  std::int64_t step_overhead_ns_ = 0;  // Note [Between steps] (engine_dp.cpp)
 
   std::int32_t R_ = 0, S_ = 0, M_ = 0, E_ = 0, K_ = 1, dp_ = 1;
   Program prog_;

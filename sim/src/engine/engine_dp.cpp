@@ -232,6 +232,16 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
     if (average) blocking(network_->localsgd_ns(r), Collective::kLocalSgd);
     if (slowmo) blocking(network_->slowmo_ns(r), Collective::kSlowMo);
   }
+  // Note [Between steps]: after its last action the rank spends the profile's step overhead (the
+  // executor's loss all-reduce, the step's barrier, and its bookkeeping: Note [Step overhead] in
+  // exec/src/report/run_profile.cpp) before its next step. Data-parallel communication still in
+  // flight (ZeRO-1/2's all-gathers after OPTIM, queued sends) runs on meanwhile: the step ends
+  // at the later of the two. On a 100 Mbit/s link the measured overhead of a ZeRO-1 run holds
+  // those all-gathers' drain (60-70 ms, bench/fidelity.sh), so a profile measured there and
+  // simulated on a faster link over-predicts; a profile from a fast link predicts the slow one.
+  // The sim's step used to end at the last action: ~0.2-0.7 ms short per step at dp 1 and ~1 ms
+  // at dp 2 on this host's loopback runs, 3-8 ms with DDP on the shaped link.
+  st.time += step_overhead_ns_;
   // The step is over on this rank when compute, sends and collectives are all done (an
   // outer all-reduce still in flight belongs to a later step).
   const std::int64_t dp_end =

@@ -9,6 +9,7 @@
 //   {"format": "pipewright-profile", "version": 1, "source": "executor", "precision": "bf16",
 //    "compute_overhead_ms": 0, "comm_overhead_ms": 0.3, "runtime_memory_bytes": 0,
 //    "comm_send_ms": 0.1, "dp_sync_compute_ms": 0.5,                     (optional)
+//    "step_overhead_ms": 0.6,                                           (optional)
 //    "cores_per_node": 2, "p2p_uses_core": true,                         (optional)
 //    "stages": [{"stage": 0, "forward_ms": 1.5, "backward_ms": 3.0,
 //                "input_grad_ms": 1.5, "weight_grad_ms": 1.5,          (optional)
@@ -183,6 +184,12 @@ struct CostTable {
   // ms per step in which it communicates; the simulator charges it on the compute stream there.
   // Executor profiles measure it (Note [Data-parallel sync work] in run_profile.cpp).
   double dp_sync_compute_ms = 0;
+  // Between two training steps, after every rank's last action: the executor's loss all-reduce
+  // over all ranks (the step's barrier) and its bookkeeping, ms per step. The simulator adds it
+  // to each rank's step after its last action; data-parallel communication still in flight runs
+  // on meanwhile (Note [Between steps] in sim/src/engine/engine_dp.cpp). Executor profiles
+  // measure it (Note [Step overhead] in exec/src/report/run_profile.cpp).
+  double step_overhead_ms = 0;
   // Memory every rank holds besides the model state and activations (runtime libraries,
   // allocator caches, data), bytes; the simulator adds it to each rank's predicted peak.
   // Executor profiles measure it (Note [Runtime memory] in exec/src/report/run_report.hpp).
@@ -216,6 +223,7 @@ struct CostTable {
            a.compute_overhead_ms == b.compute_overhead_ms &&
            a.comm_overhead_ms == b.comm_overhead_ms && a.comm_send_ms == b.comm_send_ms &&
            a.dp_sync_compute_ms == b.dp_sync_compute_ms &&
+           a.step_overhead_ms == b.step_overhead_ms &&
            a.runtime_memory_bytes == b.runtime_memory_bytes &&
            a.cores_per_node == b.cores_per_node && a.p2p_uses_core == b.p2p_uses_core &&
            a.step_correlation == b.step_correlation &&

@@ -49,11 +49,14 @@ struct TraceSlice {
   // (after it); args "send_us" / "drain_us", written when > 0, 0 when absent.
   double send_us = 0;
   double drain_us = 0;
+  // Executor compute actions on CPUs (Note [Compute CPU time] in exec/src/report/run_report.hpp):
+  // the computing thread's CPU time within the slice; arg "cpu_us", written when > 0.
+  double cpu_us = 0;
   friend bool operator==(const TraceSlice& a, const TraceSlice& b) noexcept {
     return a.name == b.name && a.category == b.category && a.rank == b.rank &&
            a.stream == b.stream && a.start_us == b.start_us && a.duration_us == b.duration_us &&
            a.stage == b.stage && a.microbatch == b.microbatch && a.step == b.step &&
-           a.send_us == b.send_us && a.drain_us == b.drain_us;
+           a.send_us == b.send_us && a.drain_us == b.drain_us && a.cpu_us == b.cpu_us;
   }
 };
 

@@ -76,8 +76,10 @@ namespace pipewright::sim {
 // optimizer time is spread in proportion to parameter bytes, and the measured activation bytes
 // (Note [Measured activation memory] in exec/) in proportion to the model's activation
 // estimates. The nodes of each stage of `to` then sum these per-node values. Distributions
-// (p10/p90) keep the relative spread of the source stages, weighted by their share. Other byte
-// sizes come from `to` (sched::costs_from_partition); first stages' I and W follow Note [Input
+// (p10/p90, quantiles, mean) keep the relative spread of the source stages, weighted by their
+// share. Parameter tensors and message sizes come from the profile (Note [Measured bytes in
+// transfers] in sim/src/costs/cost_inputs.cpp), other byte sizes from `to`
+// (sched::costs_from_partition); first stages' I and W follow Note [Input
 // gradients of first stages] (sim/src/costs/cost_inputs.cpp). p2p, comm_overhead_ms,
 // compute_overhead_ms, runtime_memory_bytes, cores_per_node, p2p_uses_core, the correlations
 // and the precision are copied from the profile (the model's message sizes scaled to that
