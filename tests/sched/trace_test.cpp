@@ -164,41 +164,29 @@ TEST(Trace, LoadReturnsCompleteEvents) {
 }
 
 // Note [Send time] (exec/src/report/run_report.hpp): an executor SEND's send-call and drain
-// times travel as args send_us / drain_us, written only when > 0 (simulator traces unchanged).
-TEST(Trace, SendAndDrainTimesReadBack) {
+// times travel as args send_us / drain_us, and (Note [Compute CPU time]) a compute slice's thread
+// CPU time as cpu_us, each written only when > 0 (simulator traces unchanged).
+TEST(Trace, SendDrainAndCpuTimesReadBack) {
   TraceBuilder b(TraceInfo{"executor", "p", "1F1B"}, 1);
   TraceSlice s = slice("0SEND_F0", "SEND_F", 0, TraceStream::kSend, 0, 3000, 0, 0);
   s.send_us = 2200;
   s.drain_us = 700.5;
   b.add_slice(s);
-  b.add_slice(slice("0F1", "F", 0, TraceStream::kCompute, 0, 1000, 0, 1));
+  TraceSlice c = slice("0F1", "F", 0, TraceStream::kCompute, 0, 1000, 0, 1);
+  c.cpu_us = 812.25;
+  b.add_slice(c);
   const std::string json = b.to_json();
   EXPECT_EQ(json.find("send_us"), json.rfind("send_us"));  // the F has none
+  EXPECT_EQ(json.find("cpu_us"), json.rfind("cpu_us"));    // the SEND has none
   const Trace t = parse_trace(json, "t.json");
   ASSERT_EQ(t.slices.size(), 2u);
   const auto& send = t.slices[0].name == "0SEND_F0" ? t.slices[0] : t.slices[1];
   EXPECT_EQ(send, s);
+  EXPECT_EQ(send.cpu_us, 0.0);
   const auto& f = t.slices[0].name == "0F1" ? t.slices[0] : t.slices[1];
+  EXPECT_EQ(f, c);
   EXPECT_EQ(f.send_us, 0.0);
   EXPECT_EQ(f.drain_us, 0.0);
-}
-
-// Note [Compute CPU time] (exec/src/report/run_report.hpp): an executor compute slice's thread
-// CPU time travels as arg cpu_us, written only when > 0.
-TEST(Trace, ComputeCpuTimeReadsBack) {
-  TraceBuilder b(TraceInfo{"executor", "p", "1F1B"}, 1);
-  TraceSlice s = slice("0F0", "F", 0, TraceStream::kCompute, 0, 3000, 0, 0);
-  s.cpu_us = 1250.25;
-  b.add_slice(s);
-  b.add_slice(slice("0SEND_F0", "SEND_F", 0, TraceStream::kSend, 3000, 100, 0, 0));
-  const std::string json = b.to_json();
-  EXPECT_EQ(json.find("cpu_us"), json.rfind("cpu_us"));  // the SEND has none
-  const Trace t = parse_trace(json, "t.json");
-  ASSERT_EQ(t.slices.size(), 2u);
-  const auto& f = t.slices[0].name == "0F0" ? t.slices[0] : t.slices[1];
-  EXPECT_EQ(f, s);
-  const auto& send = t.slices[0].name == "0F0" ? t.slices[1] : t.slices[0];
-  EXPECT_EQ(send.cpu_us, 0.0);
 }
 
 TEST(Trace, MalformedEventsNameThePointer) {
