@@ -3,12 +3,14 @@
 // exact simulated times of contended and uncontended transfers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include <vector>
 
 #include "network/event_queue.hpp"
 #include "network/link_sharing.hpp"
+#include "pipewright/sched/lower.hpp"
 #include "pipewright/sim/simulator.hpp"
 #include "plan_fixtures.hpp"
 
@@ -241,13 +243,15 @@ TEST(SharedLinks, SlowMoSlowStepsShareTheNodeLink) {
   EXPECT_EQ(both.makespan_ns, 6 * kMs + 2000 + 2 * one);
 }
 
-// Note [ZeRO in the simulator]: on shared node links ZeRO-2's per-backward reduce-scatters
-// move event by event, as DDP's buckets, so they share the link only while both run. Here they
-// never do: stage 1's SEND_B waits for its reduce-scatter (Note [Gradient waits]), so stage 0's
-// backward starts at 9.002 ms and its reduce-scatter at 11.002 ms. Each takes its 5 ms alone;
-// priced as if both ran at once (before) they took 10 ms each. The all-gathers after OPTIM are
-// still priced so (Note [Concurrent syncs on shared links]): 5 ms alone, 10 ms shared.
-TEST(SharedLinks, ZeroReduceScattersShareTheNodeLinkEventByEvent) {
+// Note [ZeRO in the simulator]: on shared node links ZeRO-2's per-backward reduce-scatters and
+// the all-gathers after OPTIM move event by event, as DDP's buckets, so they share the link only
+// while both run (5 MB each at 1 B/ns: 5 ms alone). Stage 1's reduce-scatter runs alone over
+// [4.001, 9.001] ms and its SEND_B waits for it (Note [Gradient waits]), so stage 0's backward
+// starts at 9.002 ms; stage 1's all-gather starts after its OPTIM at 9.001 ms, alone until stage
+// 0's reduce-scatter joins at 11.002 ms, then both at half speed: the all-gather ends at 17.0 ms
+// (7.999 ms), the reduce-scatter at 19.001 ms, and stage 0's all-gather runs alone after it.
+// Priced as if all ran at once (before) every one took 10 ms.
+TEST(SharedLinks, ZeroCollectivesShareTheNodeLinkEventByEvent) {
   auto plan = testing::gpipe(2, 1);
   for (std::int32_t r = 0; r < 2; ++r) {
     plan.per_rank[static_cast<std::size_t>(r)].push_back(
@@ -265,11 +269,51 @@ TEST(SharedLinks, ZeroReduceScattersShareTheNodeLinkEventByEvent) {
     if (a.collective == Collective::kReduceScatter) end[a.rank] = a.end_ns;
     if (a.collective == Collective::kAllGather) gathers.push_back(a.end_ns - a.start_ns);
   }
-  EXPECT_EQ(gathers, (std::vector<std::int64_t>{10 * kMs, 10 * kMs}));
+  EXPECT_EQ(gathers, (std::vector<std::int64_t>{8 * kMs - 1000, 5 * kMs}));
   ASSERT_EQ(end.size(), 2U);
   EXPECT_EQ(end[1], 9 * kMs + 1000);
-  EXPECT_EQ(end[0], 16 * kMs + 2000);
+  EXPECT_EQ(end[0], 19 * kMs + 1000);
+  EXPECT_EQ(r.makespan_ns, 24 * kMs + 1000);  // the step ends with stage 0's all-gather
   for (std::size_t k = 0; k < 2; ++k) EXPECT_GE(r.per_rank[k].dp_comm_ns, 5 * kMs);
+}
+
+// Note [ZeRO in the simulator]: an all-gather on shared links is an event; the stage's next
+// compute waits for it, across steps (ZeRO-1/2: after OPTIM, for the next step's forward) and at
+// UNSHARD (ZeRO-3), and the simulation ends without a deadlock.
+TEST(SharedLinks, ComputeWaitsForItsStagesAllGatherOnTheLinks) {
+  auto base = testing::one_f_one_b(2, 4);
+  for (std::int32_t r = 0; r < 2; ++r) {
+    base.per_rank[static_cast<std::size_t>(r)].push_back(
+        sched::Action::stage_only(r, sched::ActionKind::kOptimizerStep));
+  }
+  const auto costs = testing::uniform_costs(2, 1, 2, 0, 10'000'000, 1000);
+  for (const std::int32_t zero : {1, 2, 3}) {
+    const auto plan = zero == 3 ? sched::place_shards(base, sched::ShardPlacement::kStep) : base;
+    SimOptions opt;
+    opt.dp.replicas = 2;
+    opt.dp.zero_stage = zero;
+    opt.steps = 3;
+    opt.record_actions = true;
+    const auto r = simulate(plan, costs, two_nodes_of_two(Placement::kReplicaMajor), opt);
+    std::map<std::int32_t, std::int64_t> gathered;  // stage -> end of its last all-gather
+    std::vector<const TimedAction*> order;
+    for (const auto& a : r.actions) order.push_back(&a);
+    std::sort(order.begin(), order.end(),
+              [](const TimedAction* a, const TimedAction* b) { return a->start_ns < b->start_ns; });
+    int gathers = 0;
+    for (const auto* a : order) {
+      if (a->collective == Collective::kAllGather) {
+        ++gathers;
+        gathered[a->action.stage] = a->end_ns;
+      } else if (a->stream == Stream::kCompute && sched::is_compute(a->action.kind) &&
+                 gathered.count(a->action.stage) != 0) {
+        EXPECT_GE(a->start_ns, gathered[a->action.stage])
+            << "zero " << zero << " rank " << a->rank << " step " << a->step;
+      }
+    }
+    EXPECT_GE(gathers, zero == 3 ? 6 : 4) << "zero " << zero;
+    EXPECT_EQ(r.step_end_ns.size(), 3U);
+  }
 }
 
 // Note [SGP's gossip link]: SGP's gossip is a point-to-point message, priced on the link between

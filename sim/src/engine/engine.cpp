@@ -276,7 +276,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       for (std::int32_t k = op.deps_begin; k < op.deps_end; ++k) {
         if (!ready(row_slot(k, op.mb), start, pred)) return false;
       }
-      if (zero_ > 0) wait_for_parameters(r, op, start, pred);
+      if (zero_ > 0 && !wait_for_parameters(r, op, start, pred)) return false;
       static constexpr ComputeSlot kSlot[] = {ComputeSlot::kForward, ComputeSlot::kBackward,
                                               ComputeSlot::kInputGrad, ComputeSlot::kWeightGrad};
       return run_compute(r, st, op, step, start, pred,

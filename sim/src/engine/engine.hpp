@@ -52,6 +52,7 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -236,7 +237,8 @@ class Engine {
   void memory_point(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta);
   // Note [ZeRO in the simulator] (engine_dp.cpp).
   void init_zero();
-  void wait_for_parameters(std::int32_t r, const Op& op, std::int64_t& start, std::int64_t& pred);
+  // false: the stage's all-gather is still queued on shared links (the rank waits for it).
+  bool wait_for_parameters(std::int32_t r, const Op& op, std::int64_t& start, std::int64_t& pred);
   void zero_after_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                           std::int64_t end, std::int64_t src);
   void shard_action(std::int32_t r, RankState& st, const Op& op, std::int32_t step);
@@ -283,10 +285,19 @@ class Engine {
   std::int32_t zero_ = 0;
   std::vector<std::int64_t> zero_gather_ns_, zero_scatter_ns_, params_ready_, params_src_;
   std::vector<std::int64_t> zero_scatter_alone_ns_;  // unscaled: timed on shared links
+  std::vector<std::int64_t> zero_gather_alone_ns_;   // unscaled: timed on shared links
   static constexpr std::int32_t kZeroScatter = -1;   // PendingBucket::bucket of a reduce-scatter
-  std::vector<std::int64_t> ddp_done_;               // per (step, stage): all buckets reduced, or:
-  static constexpr std::int64_t kUnknown = -1;       // not launched yet
-  static constexpr std::int64_t kPending = -2;       // buckets queued on shared links
+  static constexpr std::int32_t kZeroGather = -2;    // ... of an all-gather
+  // params_ready_ of a stage whose all-gather is queued on shared links (Note [ZeRO in the
+  // simulator]): its next compute waits for complete_dp.
+  static constexpr std::int64_t kParamsPending = std::numeric_limits<std::int64_t>::max();
+  // Queues a ZeRO all-gather of `stage` on rank r's data-parallel stream when its collectives
+  // move on shared links (returns true), else false.
+  bool queue_zero_gather(std::int32_t r, std::int32_t stage, std::int32_t step, std::int64_t ready,
+                         std::int64_t src);
+  std::vector<std::int64_t> ddp_done_;          // per (step, stage): all buckets reduced, or:
+  static constexpr std::int64_t kUnknown = -1;  // not launched yet
+  static constexpr std::int64_t kPending = -2;  // buckets queued on shared links
   static constexpr std::int64_t kAtReduce =
       -3;  // no overlap: gradients done, launched at REDUCE_GRAD
 

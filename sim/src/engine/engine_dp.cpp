@@ -30,13 +30,18 @@
 //
 // Waiting for parameters counts as exposed data-parallel time (RankResult::dp_exposed_ns). The
 // bytes (SimResult::dp_wire_bytes_per_stage) come from the plan: data_parallel.hpp. On shared node
-// links (Note [Shared links]) ZeRO-1's buckets and ZeRO-2/3's per-backward reduce-scatters are
-// queued on the links event by event as DDP's buckets are (the rank's next action waits for the
-// reduce-scatters: advance / complete_dp); the all-gathers take their time alone scaled by the
-// rank's share of the links, as the syncs do (Note [Concurrent syncs on shared links]: every
-// pipeline rank gathers after its OPTIM, within a few ms of the others). On bench/fidelity.sh's
-// shaped link the scaled reduce-scatters predicted ZeRO-2 +5.5..+16.7% slow (they overlap only in
-// part in a pipeline); event by event, -3.9..+4.1% on the same traces. The reduce-scatters and
+// links (Note [Shared links]) ZeRO-1's buckets, ZeRO-2/3's per-backward reduce-scatters and the
+// all-gathers (after OPTIM, at UNSHARD) are queued on the links event by event as DDP's buckets
+// are (the rank's next action waits for the reduce-scatters: advance / complete_dp; the stage's
+// next compute waits for its all-gather: wait_for_parameters / complete_dp, so ZeRO-1/2's
+// gathers after OPTIM may still be in flight when the rank's step ends, and the step ends when
+// they do); elsewhere they take their time alone scaled by the rank's share of the links, as
+// the syncs do (Note [Concurrent syncs on shared links]). On bench/fidelity.sh's shaped link the
+// scaled reduce-scatters predicted ZeRO-2 +5.5..+16.7% slow (they overlap only in part in a
+// pipeline); event by event, -3.9..+4.1% on the same traces. The all-gathers event by event
+// (2026-11-29, session 9) changed the 24 shaped ZeRO cells of two matrices' kept traces little
+// (mean |error| 2.5 -> 2.8% and 7.5 -> 7.2%): the rest of those cells' error is not the
+// gathers' sharing (docs/simulator.md, session 9). The reduce-scatters and
 // all-gathers of ZeRO-1/2 run on registered buffers and those of ZeRO-3 on private ones, each
 // priced on its own link of the cluster's sharded_collective_links when given (Note [Unregistered
 // collectives] in network/network_model.cpp; init_zero).
@@ -85,6 +90,7 @@ void Engine::init_zero() {
   zero_gather_ns_.assign(S, 0);
   zero_scatter_ns_.assign(S, 0);
   zero_scatter_alone_ns_.assign(S, 0);
+  zero_gather_alone_ns_.assign(S, 0);
   params_ready_.assign(S, 0);
   params_src_.assign(S, -1);
   if (zero_ == 0) return;
@@ -97,16 +103,18 @@ void Engine::init_zero() {
     // Note [ZeRO in the simulator]: each collective on its own calibrated link.
     const Link& gather = zero_link(cluster_, group, ShardedCollective::kAllGather, zero_);
     const Link& scatter = zero_link(cluster_, group, ShardedCollective::kReduceScatter, zero_);
-    // Every pipeline rank's all-gathers (after its OPTIM, or at UNSHARD) run at about the same
-    // time on shared node links: scaled as the syncs are (Note [Concurrent syncs on shared
-    // links]). ZeRO-2/3's per-backward reduce-scatters are too where the rank's collectives are
-    // not event-driven; where they are (dp_linked_), the unscaled time moves on the links.
+    // Where the rank's collectives are not event-driven, every pipeline rank's all-gathers
+    // (after its OPTIM, or at UNSHARD) and per-backward reduce-scatters are scaled as the syncs
+    // are (Note [Concurrent syncs on shared links]); where they are (dp_linked_), the unscaled
+    // times move on the links.
     const double share =
         network_->sync_link_share(plan_.shape.stage_to_rank[static_cast<std::size_t>(s)]);
     auto shared = [share](std::int64_t ns) {
       return static_cast<std::int64_t>(std::llround(static_cast<double>(ns) * share));
     };
-    zero_gather_ns_[static_cast<std::size_t>(s)] = shared(reduce_ns(gather, dp_, c.param_bytes));
+    zero_gather_alone_ns_[static_cast<std::size_t>(s)] = reduce_ns(gather, dp_, c.param_bytes);
+    zero_gather_ns_[static_cast<std::size_t>(s)] =
+        shared(zero_gather_alone_ns_[static_cast<std::size_t>(s)]);
     zero_scatter_alone_ns_[static_cast<std::size_t>(s)] =
         reduce_ns(scatter, dp_, gradient_wire_bytes(c.param_bytes, opt_.dp));
     zero_scatter_ns_[static_cast<std::size_t>(s)] =
@@ -131,13 +139,33 @@ std::int64_t Engine::zero_collective(std::int32_t r, RankState& st, std::int32_t
   return end;
 }
 
-void Engine::wait_for_parameters(std::int32_t r, const Op& op, std::int64_t& start,
+bool Engine::queue_zero_gather(std::int32_t r, std::int32_t stage, std::int32_t step,
+                               std::int64_t ready, std::int64_t src) {
+  const auto k = static_cast<std::size_t>(r);
+  if (dp_linked_[k] == 0) return false;
+  // Shared links: the all-gather joins the rank's data-parallel queue and moves at the speed the
+  // node's links leave it, event by event (as the reduce-scatters and DDP's buckets); the
+  // stage's next compute waits for it (wait_for_parameters, complete_dp).
+  dp_queue_[k].push_back(PendingBucket{stage, step, kZeroGather, ready, src});
+  result_.per_rank[k].dp_comm_ns += zero_gather_alone_ns_[static_cast<std::size_t>(stage)];
+  params_ready_[static_cast<std::size_t>(stage)] = kParamsPending;
+  params_src_[static_cast<std::size_t>(stage)] = -1;
+  start_dp(r);
+  return true;
+}
+
+bool Engine::wait_for_parameters(std::int32_t r, const Op& op, std::int64_t& start,
                                  std::int64_t& pred) {
   const auto s = static_cast<std::size_t>(op.stage);
-  if (params_ready_[s] <= start) return;
+  if (params_ready_[s] == kParamsPending) {  // its all-gather is still on the links
+    ranks_[static_cast<std::size_t>(r)].ddp_wait = true;
+    return false;
+  }
+  if (params_ready_[s] <= start) return true;
   result_.per_rank[static_cast<std::size_t>(r)].dp_exposed_ns += params_ready_[s] - start;
   start = params_ready_[s];
   pred = params_src_[s];
+  return true;
 }
 
 void Engine::zero_after_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
@@ -165,7 +193,8 @@ void Engine::zero_after_compute(std::int32_t r, RankState& st, const Op& op, std
       st.last_compute = st.last_dp;
     }
   }
-  if (zero_ <= 2 && op.kind == ActionKind::kOptimizerStep) {
+  if (zero_ <= 2 && op.kind == ActionKind::kOptimizerStep &&
+      !queue_zero_gather(r, op.stage, step, end, src)) {
     params_ready_[s] = zero_collective(r, st, op.stage, step, Collective::kAllGather, end,
                                        zero_gather_ns_[s], src);
     params_src_[s] = st.last_dp;
@@ -176,6 +205,7 @@ void Engine::shard_action(std::int32_t r, RankState& st, const Op& op, std::int3
   const auto s = static_cast<std::size_t>(op.stage);
   memory_change(r, st, op, st.time, st.time);
   if (op.kind != ActionKind::kUnshard) return;
+  if (queue_zero_gather(r, op.stage, step, st.time, st.last_compute)) return;
   params_ready_[s] = zero_collective(r, st, op.stage, step, Collective::kAllGather, st.time,
                                      zero_gather_ns_[s], st.last_compute);
   params_src_[s] = st.last_dp;

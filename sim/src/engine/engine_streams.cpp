@@ -165,6 +165,8 @@ void Engine::start_dp(std::int32_t r) {
   dp_start_[k] = now_;
   const std::int64_t ns = pb.bucket == kZeroScatter
                               ? zero_scatter_alone_ns_[static_cast<std::size_t>(pb.stage)]
+                          : pb.bucket == kZeroGather
+                              ? zero_gather_alone_ns_[static_cast<std::size_t>(pb.stage)]
                               : network_->bucket_ns(pb.stage)[static_cast<std::size_t>(pb.bucket)];
   links_->begin(R_ + r, ns, network_->collective_links(r), now_, queue_);
 }
@@ -179,17 +181,33 @@ void Engine::complete_dp(std::int32_t r, std::uint32_t version) {
   auto& st = ranks_[k];
   const auto pred = pb.ready >= st.dp_free ? pb.src : st.last_dp;
   const bool scatter = pb.bucket == kZeroScatter;
+  const bool gather = pb.bucket == kZeroGather;
   if (record_) {
     const Op cop{ActionKind::kReduceGrad, pb.stage, -1, -1, false, false};
     const auto idx = record(cop, r, pb.step, Stream::kDpAllReduce, dp_start_[k], now_, pred);
-    result_.actions[static_cast<std::size_t>(idx)].collective =
-        scatter ? Collective::kReduceScatter : Collective::kDdpBucket;
-    if (!scatter) result_.actions[static_cast<std::size_t>(idx)].bucket = pb.bucket;
+    result_.actions[static_cast<std::size_t>(idx)].collective = scatter ? Collective::kReduceScatter
+                                                                : gather ? Collective::kAllGather
+                                                                         : Collective::kDdpBucket;
+    if (!scatter && !gather) result_.actions[static_cast<std::size_t>(idx)].bucket = pb.bucket;
     st.last_dp = idx;
   }
   st.dp_free = now_;
   auto& rr = result_.per_rank[k];
   if (st.finished) rr.finish_ns = std::max(rr.finish_ns, now_);
+  if (gather) {
+    // Its stage's next compute may run now; the step is not over before it (Note [Between
+    // steps]: after the rank's last action the all-gather may still be in flight).
+    params_ready_[static_cast<std::size_t>(pb.stage)] = now_;
+    params_src_[static_cast<std::size_t>(pb.stage)] = record_ ? st.last_dp : -1;
+    auto& step_end = result_.step_end_ns[static_cast<std::size_t>(pb.step)];
+    step_end = std::max(step_end, now_);
+    if (st.ddp_wait && st.zero_pending == 0 && !st.step_end_wait) {
+      st.ddp_wait = false;
+      queue_.push(std::max(now_, st.time), r, EventKind::kResume, 0);
+    }
+    start_dp(r);
+    return;
+  }
   if (scatter) {
     // ZeRO-2/3: the rank's next action waits for its backward's reduce-scatters (Note [Gradient
     // waits]).

@@ -41,9 +41,9 @@ class NetworkModel {
   // Note [Concurrent syncs on shared links]: how much longer pipeline rank `rank`'s
   // data-parallel collectives take because every pipeline rank's run at once over the shared
   // node links (flows on its most loaded link / links_per_node; 1 without shared links). The
-  // sync times above already hold it; the engine scales ZeRO's all-gathers by it, and the
-  // per-backward reduce-scatters where they do not move on the links event by event (Note [ZeRO
-  // in the simulator]).
+  // sync times above already hold it; the engine scales ZeRO's all-gathers and per-backward
+  // reduce-scatters by it where they do not move on the links event by event (Note [ZeRO in the
+  // simulator]).
   [[nodiscard]] virtual double sync_link_share(std::int32_t rank) const noexcept = 0;
   // Note [Shared links]: the node links a message on edge `edge` occupies (forward: the
   // activation from edge.from to edge.to, else the gradient back), every replica's copy counted,
