@@ -251,12 +251,17 @@ TEST(SharedLinks, SlowMoSlowStepsShareTheNodeLink) {
 // 0's reduce-scatter joins at 11.002 ms, then both at half speed: the all-gather ends at 17.0 ms
 // (7.999 ms), the reduce-scatter at 19.001 ms, and stage 0's all-gather runs alone after it.
 // Priced as if all ran at once (before) every one took 10 ms.
-TEST(SharedLinks, ZeroCollectivesShareTheNodeLinkEventByEvent) {
-  auto plan = testing::gpipe(2, 1);
-  for (std::int32_t r = 0; r < 2; ++r) {
+// `plan` with each rank's OPTIM of its stage at the end (stage r on rank r).
+sched::LoweredPlan with_optimizer(sched::LoweredPlan plan) {
+  for (std::int32_t r = 0; r < plan.shape.ranks; ++r) {
     plan.per_rank[static_cast<std::size_t>(r)].push_back(
         sched::Action::stage_only(r, sched::ActionKind::kOptimizerStep));
   }
+  return plan;
+}
+
+TEST(SharedLinks, ZeroCollectivesShareTheNodeLinkEventByEvent) {
+  const auto plan = with_optimizer(testing::gpipe(2, 1));
   const auto costs = testing::uniform_costs(2, 1, 2, 0, 10'000'000, 1000);
   SimOptions opt;
   opt.dp.replicas = 2;
@@ -281,11 +286,7 @@ TEST(SharedLinks, ZeroCollectivesShareTheNodeLinkEventByEvent) {
 // compute waits for it, across steps (ZeRO-1/2: after OPTIM, for the next step's forward) and at
 // UNSHARD (ZeRO-3), and the simulation ends without a deadlock.
 TEST(SharedLinks, ComputeWaitsForItsStagesAllGatherOnTheLinks) {
-  auto base = testing::one_f_one_b(2, 4);
-  for (std::int32_t r = 0; r < 2; ++r) {
-    base.per_rank[static_cast<std::size_t>(r)].push_back(
-        sched::Action::stage_only(r, sched::ActionKind::kOptimizerStep));
-  }
+  const auto base = with_optimizer(testing::one_f_one_b(2, 4));
   const auto costs = testing::uniform_costs(2, 1, 2, 0, 10'000'000, 1000);
   for (const std::int32_t zero : {1, 2, 3}) {
     const auto plan = zero == 3 ? sched::place_shards(base, sched::ShardPlacement::kStep) : base;
