@@ -454,8 +454,7 @@ class MpiCommunicator final : public CommunicatorBase {
     const auto deadline = Clock::now() + timeout_;
     std::vector<int> missing;
     for (auto& [peer, work] : recvs) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
       try {
         work->wait(std::max(left, std::chrono::milliseconds(1)));
       } catch (const TimeoutError&) {

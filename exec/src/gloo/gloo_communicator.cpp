@@ -96,8 +96,7 @@ class GlooCollectiveWork final : public BasicWork {
   }
   std::string waiting_for() const override { return blame_.peers; }
   void pause(WaitState& wait, std::unique_lock<std::mutex>& /*lock*/) override {
-    c10d_wait(std::chrono::duration_cast<std::chrono::milliseconds>(wait.deadline - now()),
-              wait.timeout);
+    c10d_wait(std::chrono::ceil<std::chrono::milliseconds>(wait.deadline - now()), wait.timeout);
   }
 
   // c10d treats 0 as "no timeout"; ours is "check once".
@@ -160,7 +159,9 @@ class GlooP2PWork final : public BasicWork {
     }
     // Nobody polled: wait in this thread (the common, cheap path). The lock is held so that a
     // concurrent is_completed() cannot start a second wait.
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait.deadline - now());
+    // Rounded up: c10d counts whole milliseconds, and a truncated wait could give up (finally)
+    // a fraction of a millisecond before the caller's deadline.
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(wait.deadline - now());
     try {
       shared_->work->wait(std::max(left, std::chrono::milliseconds(1)));
     } catch (const std::exception& e) {

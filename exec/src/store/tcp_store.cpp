@@ -51,7 +51,7 @@ int connect_to(const std::string& host, int port, Clock::time_point deadline, st
     int err = errno;
     if (err == EINPROGRESS) {
       pollfd p{fd, POLLOUT, 0};
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
       err = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, left.count()))) == 1
                 ? 0
                 : ETIMEDOUT;
@@ -82,7 +82,7 @@ int read_frame(int fd, Clock::time_point deadline, std::string& out) {
       out = in.substr(4, static_cast<std::size_t>(len) - 4);
       return 1;
     }
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
     pollfd p{fd, POLLIN, 0};
     const int ready = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, left.count())));
     if (ready < 0 && errno == EINTR) continue;
