@@ -62,6 +62,35 @@ TEST(Calibration, RingOnePassFitRecoversTheSimulatorsFormula) {
   EXPECT_THROW((void)fit_ring_one_pass({{8, 1.0}, {16, -2.0}}, 2), ConfigError);
 }
 
+// Note [Link fit of sharded collectives]: the 2-rank reduce-scatter timings of a 100 Mbit/s
+// link (calibrate --network, 2 namespace nodes; ms): small buffers with ms-level outliers, a
+// largest buffer slower per byte. The link fit keeps the wire's rate of the mid sizes and the
+// small buffers' median latency; the relative-error line over every size does not.
+TEST(Calibration, LinkFitOfShardedCollectivesTakesTheRateFromWireBoundBuffers) {
+  const std::vector<TimingPoint> pts{{8, 3.551},        {16, 1.285},       {64, 0.209},
+                                     {256, 1.815},      {1024, 0.171},     {4096, 2.826},
+                                     {16384, 0.648},    {65536, 2.939},    {262144, 11.625},
+                                     {1048576, 44.973}, {4194304, 179.715}};
+  const LinkFit f = fit_ring_one_pass_link(pts, 2);
+  EXPECT_NEAR(f.link.latency_ms, (1.285 + 1.815) / 2, 1e-9);  // median of the six <= 4 KiB
+  // The slope over 64 KiB..4 MiB (each >= 4 x 1.55 ms) with that latency: 12.2 MB/s here.
+  EXPECT_NEAR(f.link.bandwidth_gb_per_s, 0.01225, 0.0003);
+  // A ZeRO bucket of 821 KiB priced within 3% of its measured 35.9 ms (the job's trace).
+  EXPECT_NEAR(static_cast<double>(reduce_ns(f.link, 2, 840704)) / 1e6, 35.9, 0.03 * 35.9);
+  // The line over every size is pulled by the small buffers' noise: 33.2 ms, 7.6% fast.
+  EXPECT_LT(static_cast<double>(reduce_ns(fit_ring_one_pass(pts, 2).link, 2, 840704)) / 1e6,
+            0.95 * 35.9);
+  // Without wire-bound buffers or small ones: the plain line.
+  const std::vector<TimingPoint> flat{{8, 1.0}, {16, 1.0}, {64, 1.0}};
+  EXPECT_EQ(fit_ring_one_pass_link(flat, 2).link.latency_ms,
+            fit_ring_one_pass(flat, 2).link.latency_ms);
+  const std::vector<TimingPoint> big{{65536, 3.0}, {262144, 12.0}};
+  EXPECT_EQ(fit_ring_one_pass_link(big, 2).link.bandwidth_gb_per_s,
+            fit_ring_one_pass(big, 2).link.bandwidth_gb_per_s);
+  EXPECT_THROW((void)fit_ring_one_pass_link({{8, 1.0}, {16, 2.0}}, 1), ConfigError);
+  EXPECT_THROW((void)fit_ring_one_pass_link({{8, 1.0}}, 2), ConfigError);
+}
+
 TEST(Calibration, FitWeighsSmallAndLargeMessagesByRelativeError) {
   // 10% noise alternating in sign: the latency must still come out near 50 us (an unweighted
   // fit would be dominated by the 16 MiB point's absolute error of ~0.7 ms).

@@ -324,8 +324,13 @@ void run_worker(const CalibrateArgs& a) {
        &m.all_gather_unregistered,
        &sim::ShardedCollectiveLinks::all_gather_unregistered,
        {}}};
-  spdlog::info("{:>10} {:>14} {:>14} {:>14} {:>14}  (ms; sizes rounded to {} equal pieces)",
-               "buffer", "reduce_scatter", "all_gather", "rs_private", "ag_private", m.world_size);
+  // Across nodes: timed over one rank per node (Note [Sharded calibration across nodes] in
+  // exec/calibrate.hpp) and fitted as a link (Note [Link fit of sharded collectives]).
+  const int group = m.sharded_group_size > 0 ? m.sharded_group_size : m.world_size;
+  spdlog::info(
+      "{:>10} {:>14} {:>14} {:>14} {:>14}  (ms over {} ranks; sizes rounded to {} equal "
+      "pieces)",
+      "buffer", "reduce_scatter", "all_gather", "rs_private", "ag_private", group, group);
   for (std::size_t i = 0; i < m.reduce_scatter.size(); ++i) {
     spdlog::info("{:>10} {:>14.4f} {:>14.4f} {:>14.4f} {:>14.4f}",
                  graph::human_bytes(m.reduce_scatter[i].bytes), m.reduce_scatter[i].median_ms,
@@ -333,7 +338,8 @@ void run_worker(const CalibrateArgs& a) {
                  m.all_gather_unregistered[i].median_ms);
   }
   for (auto& x : sharded) {
-    x.fit = sim::fit_ring_one_pass(points(*x.timings), m.world_size);
+    x.fit = m.nodes > 1 ? sim::fit_ring_one_pass_link(points(*x.timings), group)
+                        : sim::fit_ring_one_pass(points(*x.timings), group);
     spdlog::info(
         "{}: latency {:.4f} ms, bandwidth {:.3f} GB/s (fit error mean {:.1f}%, max {:.1f}%)",
         x.name, x.fit.link.latency_ms, x.fit.link.bandwidth_gb_per_s,
@@ -363,6 +369,7 @@ void run_worker(const CalibrateArgs& a) {
     (c.sharded_links.*x.links).intra_node = x.fit.link;
     sharded_record[x.name] = {
         {"timings", timings_json(*x.timings)},
+        {"ranks", group},
         {"fit_error",
          {{"mean", x.fit.mean_abs_relative_error}, {"max", x.fit.max_abs_relative_error}}}};
   }

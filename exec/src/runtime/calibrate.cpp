@@ -131,9 +131,13 @@ void measure_pairs(Communicator& comm, const WorldInfo& world,
 
 // Times one collective at every size from a barrier (Note [Calibration timing]): `prepare(bytes)`
 // fills this rank's inputs, `launch(bytes, ctx)` starts it, `check(bytes)` throws BackendError
-// when the result is wrong. The timings are complete on rank 0.
+// when the result is wrong. The collective runs on `comm`, the barrier before each repetition on
+// `sync` (`comm` itself, or the world when `comm` is a subgroup: the world's other ranks, with
+// `comm` null, only pass the barriers, so none waits longer than one collective). The timings
+// are complete on rank 0 of `comm`.
 template <typename Prepare, typename Launch, typename Check>
-std::vector<SizeTiming> time_collective(Communicator& comm, const std::string& name,
+std::vector<SizeTiming> time_collective(Communicator& sync, Communicator* comm,
+                                        const std::string& name,
                                         const std::vector<std::int64_t>& sizes, int iterations,
                                         std::chrono::milliseconds timeout, const Prepare& prepare,
                                         const Launch& launch, const Check& check) {
@@ -143,15 +147,16 @@ std::vector<SizeTiming> time_collective(Communicator& comm, const std::string& n
     std::vector<double> samples;
     for (int it = 0; it < reps + 2; ++it) {
       OpContext ctx{it, -1, -1, "calibrate " + name + " " + std::to_string(bytes) + " B"};
-      prepare(bytes);
-      comm.barrier(ctx)->wait(timeout);
+      if (comm) prepare(bytes);
+      sync.barrier(ctx)->wait(timeout);
+      if (!comm) continue;
       const auto t0 = Clock::now();
       launch(bytes, ctx)->wait(timeout);
       const double t = ms_since(t0);
       check(bytes);
       if (it >= 2) samples.push_back(t);
     }
-    if (comm.rank() == 0) out.push_back(summarise(bytes, std::move(samples)));
+    if (comm && comm->rank() == 0) out.push_back(summarise(bytes, std::move(samples)));
   }
   return out;
 }
@@ -160,16 +165,18 @@ BufferView floats(float* data, std::int64_t bytes) {
   return BufferView{data, static_cast<std::size_t>(bytes / 4), DType::kFloat32, {}};
 }
 
-// Reduce-scatter and all-gather at every size, with `whole` (>= the largest size) as the whole
-// buffer and `piece` (>= its 1 / world size) as this rank's piece where the collective is not in
-// place. Rank r's input holds r + 1 + q in piece q, so piece r of the sum is n (n + 1) / 2 + n r;
-// an all-gather's output starts at -1 and must end with q + 1 in piece q. Checks the first and
-// last element of each piece it reads.
-void time_sharded(Communicator& comm, const std::vector<std::int64_t>& sizes, int iterations,
-                  std::chrono::milliseconds timeout, float* whole, float* piece, bool registered,
-                  std::vector<SizeTiming>& reduce_scatter, std::vector<SizeTiming>& all_gather) {
-  const int n = comm.size();
-  const int r = comm.rank();
+// Reduce-scatter and all-gather at every size over `comm` (null: this rank only passes `sync`'s
+// barriers, time_collective), with `whole` (>= the largest size) as the whole buffer and `piece`
+// (>= its 1 / comm->size()) as this rank's piece where the collective is not in place. Rank r's
+// input holds r + 1 + q in piece q, so piece r of the sum is n (n + 1) / 2 + n r; an all-gather's
+// output starts at -1 and must end with q + 1 in piece q. Checks the first and last element of each
+// piece it reads.
+void time_sharded(Communicator& sync, Communicator* comm, const std::vector<std::int64_t>& sizes,
+                  int iterations, std::chrono::milliseconds timeout, float* whole, float* piece,
+                  bool registered, std::vector<SizeTiming>& reduce_scatter,
+                  std::vector<SizeTiming>& all_gather) {
+  const int n = comm ? comm->size() : 1;
+  const int r = comm ? comm->rank() : 0;
   const std::string kind = registered ? " (registered)" : " (private)";
   auto count = [n](std::int64_t bytes) { return bytes / 4 / n; };  // elements in a piece
   auto fail = [&](const std::string& what, std::int64_t bytes, std::int64_t at, float got,
@@ -182,7 +189,7 @@ void time_sharded(Communicator& comm, const std::vector<std::int64_t>& sizes, in
   // buffers) in place, into piece r of the bucket.
   float* const rs_out = registered ? piece : nullptr;
   reduce_scatter = time_collective(
-      comm, "reduce_scatter" + kind, sizes, iterations, timeout,
+      sync, comm, "reduce_scatter" + kind, sizes, iterations, timeout,
       [&](std::int64_t bytes) {
         const std::int64_t c = count(bytes);
         for (int q = 0; q < n; ++q) std::fill_n(whole + q * c, c, static_cast<float>(r + 1 + q));
@@ -190,7 +197,7 @@ void time_sharded(Communicator& comm, const std::vector<std::int64_t>& sizes, in
       [&](std::int64_t bytes, const OpContext& ctx) {
         const std::int64_t c = count(bytes);
         float* out = rs_out ? rs_out : whole + r * c;
-        return comm.reduce_scatter(floats(whole, bytes), floats(out, 4 * c), ReduceOp::kSum, ctx);
+        return comm->reduce_scatter(floats(whole, bytes), floats(out, 4 * c), ReduceOp::kSum, ctx);
       },
       [&](std::int64_t bytes) {
         const std::int64_t c = count(bytes);
@@ -202,7 +209,7 @@ void time_sharded(Communicator& comm, const std::vector<std::int64_t>& sizes, in
   // ZeRO-1/2 all-gather in place (this rank's piece already in the registered buffer); ZeRO-3
   // from its private shard into a private buffer.
   all_gather = time_collective(
-      comm, "all_gather" + kind, sizes, iterations, timeout,
+      sync, comm, "all_gather" + kind, sizes, iterations, timeout,
       [&](std::int64_t bytes) {
         const std::int64_t c = count(bytes);
         std::fill_n(whole, bytes / 4, -1.0f);
@@ -211,7 +218,7 @@ void time_sharded(Communicator& comm, const std::vector<std::int64_t>& sizes, in
       [&](std::int64_t bytes, const OpContext& ctx) {
         const std::int64_t c = count(bytes);
         float* in = registered ? whole + r * c : piece;
-        return comm.all_gather(floats(in, 4 * c), floats(whole, bytes), ctx);
+        return comm->all_gather(floats(in, 4 * c), floats(whole, bytes), ctx);
       },
       [&](std::int64_t bytes) {
         const std::int64_t c = count(bytes);
@@ -296,7 +303,7 @@ CommunicationMeasurements measure_communication(const CalibrationConfig& config)
   float* coll = static_cast<float*>(coll_mem.get());
   const auto n = static_cast<float>(world.world_size);
   out.allreduce = time_collective(
-      *comm, "allreduce", sizes, config.iterations, timeout,
+      *comm, comm.get(), "allreduce", sizes, config.iterations, timeout,
       [&](std::int64_t bytes) { std::fill_n(coll, bytes / 4, 1.0f); },
       [&](std::int64_t bytes, const OpContext& ctx) {
         return comm->all_reduce(floats(coll, bytes), ReduceOp::kSum, ctx);
@@ -309,13 +316,33 @@ CommunicationMeasurements measure_communication(const CalibrationConfig& config)
 
   // ZeRO's reduce-scatters and all-gathers, on the registered buffer (ZeRO-1/2) and on private
   // memory (ZeRO-3), which Gloo runs on different paths (Note [Unregistered collectives] in
-  // sim/src/network/network_model.cpp).
-  std::vector<float> piece(static_cast<std::size_t>(sharded.back() / 4 / world.world_size));
-  time_sharded(*comm, sharded, config.iterations, timeout, coll, piece.data(), true,
-               out.reduce_scatter, out.all_gather);
-  std::vector<float> whole(static_cast<std::size_t>(sharded.back() / 4));
-  time_sharded(*comm, sharded, config.iterations, timeout, whole.data(), piece.data(), false,
-               out.reduce_scatter_unregistered, out.all_gather_unregistered);
+  // sim/src/network/network_model.cpp); across nodes over one rank per node (Note [Sharded
+  // calibration across nodes]).
+  Communicator* group = comm.get();
+  std::unique_ptr<Communicator> node_group;
+  out.sharded_group_size = world.world_size;
+  if (config.network && out.nodes > 1 && world.local_world_size > 1) {
+    std::vector<int> members;
+    for (int k = 0; k < out.nodes; ++k) members.push_back(k * world.local_world_size);
+    node_group = comm->split(members);
+    group = node_group.get();  // null on the other ranks
+    out.sharded_group_size = out.nodes;
+  }
+  const std::vector<std::int64_t> sharded_sizes =
+      group == comm.get() ? sharded : sharded_calibration_sizes(sizes, out.sharded_group_size);
+  const std::int64_t whole_bytes = sharded_sizes.back();
+  std::shared_ptr<void> group_mem;  // the group's registered buffer
+  float* registered = coll;
+  if (group != comm.get() && group) {
+    group_mem = group->allocate_collective_buffer(static_cast<std::size_t>(whole_bytes));
+    registered = static_cast<float*>(group_mem.get());
+  }
+  std::vector<float> piece(static_cast<std::size_t>(whole_bytes / 4 / out.sharded_group_size));
+  time_sharded(*comm, group, sharded_sizes, config.iterations, timeout, registered, piece.data(),
+               true, out.reduce_scatter, out.all_gather);
+  std::vector<float> whole(static_cast<std::size_t>(whole_bytes / 4));
+  time_sharded(*comm, group, sharded_sizes, config.iterations, timeout, whole.data(), piece.data(),
+               false, out.reduce_scatter_unregistered, out.all_gather_unregistered);
   comm->barrier({-1, -1, -1, "calibrate end"})->wait(timeout);
   return out;
 }

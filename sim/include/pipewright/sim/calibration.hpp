@@ -35,5 +35,9 @@ struct LinkFit {
 // n = ranks in the reduce-scatter or all-gather (>= 2); `bytes` of a point is the whole buffer
 // (n pieces), as ZeRO's buckets and reduce_ns count them.
 [[nodiscard]] LinkFit fit_ring_one_pass(const std::vector<TimingPoint>& points, std::int32_t n);
+// The same model fitted for a link between nodes (Note [Link fit of sharded collectives]):
+// latency from the small buffers, bandwidth from the buffers whose time the wire dominates.
+[[nodiscard]] LinkFit fit_ring_one_pass_link(const std::vector<TimingPoint>& points,
+                                             std::int32_t n);
 
 }  // namespace pipewright::sim
