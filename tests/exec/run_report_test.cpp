@@ -152,6 +152,15 @@ TEST(MakeProfile, P2PFilterCommOverheadAndRuntimeMemory) {
   EXPECT_EQ(z.runtime_memory_bytes, (100'000'000 - 500 + 120'000'000 - 1500) / 2);
   EXPECT_EQ(z.stages[1].param_bytes, 3000);
   EXPECT_EQ(decode_record(encode_record(records[1])).baseline_state_bytes, 1500);
+  // Library code that became resident after the baseline (RssFile's growth) is runtime too;
+  // a shrinking file-backed set (pages reclaimed) adds nothing.
+  records[0].baseline_file_bytes = 50'000'000;
+  records[0].file_bytes = 52'500'000;
+  records[1].baseline_file_bytes = 60'000'000;
+  records[1].file_bytes = 59'000'000;
+  const auto code = make_profile(records, two_stages(2), context());
+  EXPECT_EQ(code.runtime_memory_bytes,
+            (100'000'000 - 500 + 2'500'000 + 120'000'000 - 1500 + 0) / 2);
 }
 
 // On an oversubscribed host the message time comes from the waited-for transfers during which a
@@ -276,6 +285,8 @@ TEST(MakeProfile, RecordRoundTripKeepsHostAndCpus) {
   r.host_id = 123456789;
   r.peak_rss_bytes = 11;
   r.baseline_rss_bytes = 10;
+  r.baseline_file_bytes = 5;
+  r.file_bytes = 6;
   r.stages = {LocalStageSizes{1, {4, 8}}};
   const RankRecord d = decode_record(encode_record(r));
   EXPECT_EQ(d.world_rank, 3);
@@ -283,6 +294,9 @@ TEST(MakeProfile, RecordRoundTripKeepsHostAndCpus) {
   EXPECT_EQ(d.cpus, 8);
   EXPECT_EQ(d.peak_rss_bytes, 11);
   EXPECT_EQ(d.baseline_rss_bytes, 10);
+  EXPECT_EQ(d.baseline_file_bytes, 5);
+  EXPECT_EQ(d.file_bytes, 6);
+  EXPECT_GT(resident_file_bytes(), 0);  // this test binary's mapped code
   ASSERT_EQ(d.stages.size(), 1U);
   EXPECT_EQ(d.stages[0].param_bytes, (std::vector<std::int64_t>{4, 8}));
   ASSERT_EQ(d.actions.size(), 1U);

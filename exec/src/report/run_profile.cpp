@@ -508,8 +508,11 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
       for (const auto& sz : r.stages)
         for (auto b : sz.param_bytes) params += b;
     }
+    // Library code that training first ran became resident after the baseline (Note [Runtime
+    // memory]).
+    const std::int64_t code = std::max<std::int64_t>(0, r.file_bytes - r.baseline_file_bytes);
     runtime.push_back(
-        static_cast<double>(std::max<std::int64_t>(0, r.baseline_rss_bytes - params)));
+        static_cast<double>(std::max<std::int64_t>(0, r.baseline_rss_bytes - params) + code));
   }
   if (!runtime.empty())
     table.runtime_memory_bytes = static_cast<std::int64_t>(stats_of(runtime).median_ms);

@@ -35,6 +35,8 @@ std::vector<std::int64_t> encode_record(const RankRecord& r) {
                                 r.peak_rss_bytes,
                                 r.baseline_rss_bytes,
                                 r.baseline_state_bytes,
+                                r.baseline_file_bytes,
+                                r.file_bytes,
                                 r.host_id,
                                 r.cpus,
                                 static_cast<std::int64_t>(r.stages.size())};
@@ -73,6 +75,8 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
   r.peak_rss_bytes = next();
   r.baseline_rss_bytes = next();
   r.baseline_state_bytes = next();
+  r.baseline_file_bytes = next();
+  r.file_bytes = next();
   r.host_id = next();
   r.cpus = next();
   const auto stages = next();
@@ -184,6 +188,8 @@ std::int64_t status_bytes(const std::string& key) {
 std::int64_t peak_rss_bytes() { return status_bytes("VmHWM:"); }
 
 std::int64_t resident_bytes() { return status_bytes("VmRSS:"); }
+
+std::int64_t resident_file_bytes() { return status_bytes("RssFile:"); }
 
 bool reset_peak_rss() {
   std::ofstream out("/proc/self/clear_refs");

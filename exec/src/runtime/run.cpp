@@ -311,8 +311,10 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
   }
   // Note [Runtime memory] in run_report.hpp: the resident set before the first step, from which
   // the peak is measured (the start-up transient is not training state).
-  const std::int64_t baseline_rss = reset_peak_rss() ? resident_bytes() : peak_rss_bytes();
-  const std::int64_t baseline_state = dp_algo ? dp_algo->resident_state_bytes() : -1;
+  MemoryBaseline baseline;
+  baseline.rss_bytes = reset_peak_rss() ? resident_bytes() : peak_rss_bytes();
+  baseline.state_bytes = dp_algo ? dp_algo->resident_state_bytes() : -1;
+  baseline.file_bytes = resident_file_bytes();
 
   // Checkpoints (docs/data-parallel.md): resume from the last complete one, save every N steps
   // and after the last step.
@@ -432,8 +434,8 @@ RunResult train(const RunConfig& c, const std::function<void(const StepLog&)>& o
     }
   }
   if (iopts.record_timings)
-    write_measurements(c, p, *world, interp, bodies, loader.waits(), dp_steps, timeout,
-                       baseline_rss, baseline_state, &result);
+    write_measurements(c, p, *world, interp, bodies, loader.waits(), dp_steps, timeout, baseline,
+                       &result);
   world->barrier(OpContext{c.steps, -1, -1, "final barrier"})->wait(timeout);
   return result;
 }

@@ -240,13 +240,15 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
                         const std::vector<std::shared_ptr<ModuleBody>>& bodies,
                         const std::vector<DataWait>& data_waits,
                         const std::vector<DataParallelStep>& dp_steps,
-                        std::chrono::milliseconds timeout, std::int64_t baseline_rss,
-                        std::int64_t baseline_state, RunResult* result) {
+                        std::chrono::milliseconds timeout, const MemoryBaseline& baseline,
+                        RunResult* result) {
   RankRecord rec;
   rec.world_rank = p.world.rank;
   rec.peak_rss_bytes = peak_rss_bytes();
-  rec.baseline_rss_bytes = baseline_rss;
-  rec.baseline_state_bytes = baseline_state;
+  rec.baseline_rss_bytes = baseline.rss_bytes;
+  rec.baseline_state_bytes = baseline.state_bytes;
+  rec.baseline_file_bytes = baseline.file_bytes;
+  rec.file_bytes = resident_file_bytes();
   rec.host_id = this_host_id();
   rec.cpus = p.device.is_cuda() ? 0 : usable_cpus();
   for (std::size_t i = 0; i < bodies.size(); ++i) {

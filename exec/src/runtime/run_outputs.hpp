@@ -30,8 +30,8 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
                         const std::vector<std::shared_ptr<ModuleBody>>& bodies,
                         const std::vector<DataWait>& data_waits,
                         const std::vector<DataParallelStep>& dp_steps,
-                        std::chrono::milliseconds timeout, std::int64_t baseline_rss,
-                        std::int64_t baseline_state, RunResult* result);
+                        std::chrono::milliseconds timeout, const MemoryBaseline& baseline,
+                        RunResult* result);
 
 // `run --forward-only --outputs OUT.npy` (issue 22 item 4): the last stage's outputs of every
 // step, gathered on world rank 0 in sample order and written as one float32 .npy (atomically:
