@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "pipewright/sched/plan_io.hpp"
 #include "pipewright/sim/simulator.hpp"
@@ -94,6 +96,36 @@ TEST(Zero, Zero2ReduceScattersEveryBackward) {
   for (const auto& a : r.actions) scatters += a.collective == Collective::kReduceScatter ? 1 : 0;
   EXPECT_EQ(scatters, 2);
   EXPECT_DOUBLE_EQ(r.dp_wire_bytes_per_step, 2 * 500 + 500);
+}
+
+// Note [Collectives on shared cores]: on a CPU host with more computing ranks than cores, a
+// ZeRO-2 reduce-scatter within the node is the rank's compute-stream activity. One pipeline rank
+// whose two replicas share one core (a replica counts as a copy: two activities): F0 [0, 2] and
+// F1 [2, 4] ms, B0 [4, 8]; its reduce-scatter (0.5 ms alone: 1e6 bytes, d = 2, 1 GB/s) shares
+// the core with the replica's, [8, 9]; B1 [9, 13], reduce-scatter [13, 14]; the all-gather after
+// OPTIM (not a core activity) [14, 14.5]. With two cores everything takes its time alone.
+TEST(Zero, Zero2ReduceScattersShareTheHostsCores) {
+  const auto plan = plan_of("0F0,0F1,0B0,0B1,0REDUCE_GRAD,0OPTIM\n");
+  const auto costs = testing::uniform_costs(1, 1, 2, 0, 1'000'000);
+  auto opt = zero(2);
+  opt.record_actions = true;
+  Cluster cores = one_gb_per_s();
+  cores.cores_per_node = 1;
+  const auto shared = simulate(plan, costs, cores, opt);
+  EXPECT_EQ(shared.makespan_ns, 14 * kMs + kMs / 2);
+  std::vector<std::pair<std::int64_t, std::int64_t>> scatters;
+  for (const auto& a : shared.actions) {
+    if (a.collective == Collective::kReduceScatter) scatters.emplace_back(a.start_ns, a.end_ns);
+  }
+  const std::vector<std::pair<std::int64_t, std::int64_t>> want{{8 * kMs, 9 * kMs},
+                                                                {13 * kMs, 14 * kMs}};
+  EXPECT_EQ(scatters, want);
+  EXPECT_EQ(shared.per_rank[0].dp_comm_ns, 3 * kMs / 2);  // the work alone: 0.5 ms each
+  EXPECT_EQ(shared.per_rank[0].dp_exposed_ns, 2 * kMs);   // the rank waited for both
+  cores.cores_per_node = 2;
+  const auto alone = simulate(plan, costs, cores, opt);
+  EXPECT_EQ(alone.makespan_ns, simulate(plan, costs, one_gb_per_s(), opt).makespan_ns);
+  EXPECT_EQ(alone.makespan_ns, 7 * kMs + kMs / 2);
 }
 
 // ZeRO-3: each UNSHARD's all-gather delays the compute after it.

@@ -234,6 +234,10 @@ void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::in
 void Engine::complete(std::int32_t r, std::uint32_t version) {
   auto& st = ranks_[static_cast<std::size_t>(r)];
   if (!cores_->current(r, version)) return;  // stale: the speed changed
+  if (st.scatter_on_core) {                  // Note [Collectives on shared cores]
+    complete_scatter(r, st);
+    return;
+  }
   cores_->end(r, now_, queue_);
   finish_compute(r, st, prog_.ops[static_cast<std::size_t>(r)][st.pos], st.step, st.run_start, now_,
                  st.run_pred);

@@ -108,6 +108,13 @@ struct RankState {
   // for (Note [Gradient waits]); after_wait: the action at pos ran, the rank moves on after them.
   std::int32_t zero_pending = 0;
   bool after_wait = false;
+  // Shared cores (Note [Collectives on shared cores]): a ZeRO-2/3 reduce-scatter running as the
+  // rank's compute-stream activity, with its stage, step, ready time and predecessor.
+  bool scatter_on_core = false;
+  std::int32_t core_stage = -1;
+  std::int32_t core_step = 0;
+  std::int64_t core_start = 0;
+  std::int64_t core_src = -1;
   // Note [Posted batches]: when the rank posted its current batch of SEND/RECV actions, and its
   // compute then.
   std::int64_t batch_post = 0;
@@ -239,6 +246,8 @@ class Engine {
   void init_zero();
   // false: the stage's all-gather is still queued on shared links (the rank waits for it).
   bool wait_for_parameters(std::int32_t r, const Op& op, std::int64_t& start, std::int64_t& pred);
+  // Note [Collectives on shared cores]: rank r's reduce-scatter activity ended (now_).
+  void complete_scatter(std::int32_t r, RankState& st);
   void zero_after_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                           std::int64_t end, std::int64_t src);
   void shard_action(std::int32_t r, RankState& st, const Op& op, std::int32_t step);
@@ -285,9 +294,12 @@ class Engine {
   std::int32_t zero_ = 0;
   std::vector<std::int64_t> zero_gather_ns_, zero_scatter_ns_, params_ready_, params_src_;
   std::vector<std::int64_t> zero_scatter_alone_ns_;  // unscaled: timed on shared links
-  std::vector<std::int64_t> zero_gather_alone_ns_;   // unscaled: timed on shared links
-  static constexpr std::int32_t kZeroScatter = -1;   // PendingBucket::bucket of a reduce-scatter
-  static constexpr std::int32_t kZeroGather = -2;    // ... of an all-gather
+  // Per stage: its reduce-scatters run on the node's shared cores (Note [Collectives on shared
+  // cores]).
+  std::vector<char> zero_scatter_on_cores_;
+  std::vector<std::int64_t> zero_gather_alone_ns_;  // unscaled: timed on shared links
+  static constexpr std::int32_t kZeroScatter = -1;  // PendingBucket::bucket of a reduce-scatter
+  static constexpr std::int32_t kZeroGather = -2;   // ... of an all-gather
   // params_ready_ of a stage whose all-gather is queued on shared links (Note [ZeRO in the
   // simulator]): its next compute waits for complete_dp.
   static constexpr std::int64_t kParamsPending = std::numeric_limits<std::int64_t>::max();

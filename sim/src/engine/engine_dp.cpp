@@ -93,6 +93,7 @@ void Engine::init_zero() {
   zero_gather_alone_ns_.assign(S, 0);
   params_ready_.assign(S, 0);
   params_src_.assign(S, -1);
+  zero_scatter_on_cores_.assign(S, 0);
   if (zero_ == 0) return;
   const bool per_model_stage = costs_.stages.size() != S;
   for (std::int32_t s = 0; s < S_; ++s) {
@@ -119,6 +120,8 @@ void Engine::init_zero() {
         reduce_ns(scatter, dp_, gradient_wire_bytes(c.param_bytes, opt_.dp));
     zero_scatter_ns_[static_cast<std::size_t>(s)] =
         shared(zero_scatter_alone_ns_[static_cast<std::size_t>(s)]);
+    // Note [Collectives on shared cores]
+    zero_scatter_on_cores_[static_cast<std::size_t>(s)] = shared_ && !group.spans_nodes;
   }
 }
 
@@ -182,6 +185,19 @@ void Engine::zero_after_compute(std::int32_t r, RankState& st, const Op& op, std
     ddp_done_[static_cast<std::size_t>(step) * S_ + s] = kPending;
     ++st.zero_pending;
     start_dp(r);
+  } else if (zero_ >= 2 && sched::completes_weight_grad(op.kind) &&
+             zero_scatter_on_cores_[s] != 0) {
+    // Note [Collectives on shared cores]: the reduce-scatter is the rank's compute-stream
+    // activity; the rank's next action waits for it (advance: zero_pending; complete_scatter).
+    st.scatter_on_core = true;
+    st.core_stage = op.stage;
+    st.core_step = step;
+    st.core_start = end;
+    st.core_src = src;
+    ++st.zero_pending;
+    ddp_done_[static_cast<std::size_t>(step) * S_ + s] = kPending;
+    result_.per_rank[static_cast<std::size_t>(r)].dp_comm_ns += zero_scatter_alone_ns_[s];
+    cores_->begin(r, zero_scatter_alone_ns_[s], now_, queue_);
   } else if (zero_ >= 2 && sched::completes_weight_grad(op.kind)) {
     const std::int64_t done = zero_collective(r, st, op.stage, step, Collective::kReduceScatter,
                                               end, zero_scatter_ns_[s], src);
@@ -198,6 +214,31 @@ void Engine::zero_after_compute(std::int32_t r, RankState& st, const Op& op, std
     params_ready_[s] = zero_collective(r, st, op.stage, step, Collective::kAllGather, end,
                                        zero_gather_ns_[s], src);
     params_src_[s] = st.last_dp;
+  }
+}
+
+void Engine::complete_scatter(std::int32_t r, RankState& st) {
+  cores_->end(r, now_, queue_);
+  st.scatter_on_core = false;
+  const auto s = static_cast<std::size_t>(st.core_stage);
+  const auto pred = st.core_start >= st.dp_free ? st.core_src : st.last_dp;
+  if (record_) {
+    const Op cop{ActionKind::kReduceGrad, st.core_stage, -1, -1, false, false};
+    const auto idx = record(cop, r, st.core_step, Stream::kDpAllReduce, st.core_start, now_, pred);
+    result_.actions[static_cast<std::size_t>(idx)].collective = Collective::kReduceScatter;
+    st.last_dp = idx;
+  }
+  st.dp_free = now_;
+  ddp_done_[static_cast<std::size_t>(st.core_step) * S_ + s] = now_;
+  auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+  if (now_ > st.time) {
+    rr.dp_exposed_ns += now_ - st.time;
+    st.time = now_;
+    st.last_compute = st.last_dp;
+  }
+  if (--st.zero_pending == 0 && st.ddp_wait) {
+    st.ddp_wait = false;
+    queue_.push(std::max(now_, st.time), r, EventKind::kResume, 0);
   }
 }
 
