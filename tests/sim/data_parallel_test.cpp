@@ -277,6 +277,32 @@ TEST(DataParallel, SyncWorkIsChargedWhereEachAlgorithmCommunicates) {
             12 * kMs + 2000);
 }
 
+// Note [Collectives on shared cores]: with a stage's two replicas on one core, SGP's sync (its
+// 0.5 ms of work and 1004 ns of gossip, alone) shares the core with the replica's as F and B do:
+// every time doubles. With a core each, the dedicated result.
+TEST(DataParallel, SyncsShareTheHostsCores) {
+  auto costs = one_stage({1000});
+  costs.dp_sync_compute_ms = 0.5;
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  opt.steps = 4;
+  opt.dp.algorithm = DpAlgorithm::kSgp;
+  opt.record_actions = true;
+  Cluster cores = one_gb_per_s();
+  cores.cores_per_node = 1;
+  const auto shared = simulate(testing::gpipe(1, 1), costs, cores, opt);
+  EXPECT_EQ(shared.step_end_ns, (std::vector<std::int64_t>{7 * kMs + 2008, 14 * kMs + 4016,
+                                                           21 * kMs + 6024, 28 * kMs + 8032}));
+  EXPECT_EQ(shared.per_rank[0].dp_exposed_ns, 4 * (kMs + 2008));
+  EXPECT_EQ(shared.per_rank[0].dp_comm_ns, 4 * 1004);
+  int syncs = 0;
+  for (const auto& a : shared.actions) syncs += a.collective == Collective::kSgp ? 1 : 0;
+  EXPECT_EQ(syncs, 4);
+  cores.cores_per_node = 2;
+  EXPECT_EQ(simulate(testing::gpipe(1, 1), costs, cores, opt).step_end_ns,
+            simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt).step_end_ns);
+}
+
 // Note [Between steps]: the profile's step overhead follows each rank's step; communication
 // still in flight (ZeRO-1's all-gathers after OPTIM) runs on meanwhile, and the step ends at the
 // later of the two.

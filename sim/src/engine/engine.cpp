@@ -238,6 +238,10 @@ void Engine::complete(std::int32_t r, std::uint32_t version) {
     complete_scatter(r, st);
     return;
   }
+  if (st.sync_on_core) {
+    complete_sync(r, st);
+    return;
+  }
   cores_->end(r, now_, queue_);
   finish_compute(r, st, prog_.ops[static_cast<std::size_t>(r)][st.pos], st.step, st.run_start, now_,
                  st.run_pred);
@@ -390,7 +394,8 @@ void Engine::resume(std::int32_t r) {
   const auto& ops = prog_.ops[static_cast<std::size_t>(r)];
   const std::size_t len = ops.size();
   const std::size_t total = len * static_cast<std::size_t>(K_);
-  if (st.after_wait) {  // the action at pos ran; its ZeRO reduce-scatters were pending
+  if (st.sync_on_core) return;  // complete_sync resumes it
+  if (st.after_wait) {          // the action at pos ran; its ZeRO reduce-scatters were pending
     if (st.zero_pending > 0) {
       st.ddp_wait = true;
       return;
@@ -510,6 +515,11 @@ SimResult Engine::run() {
     for (double b : result_.dp_wire_bytes_per_stage) result_.dp_wire_bytes_per_step += b;
   }
   init_zero();
+  sync_on_cores_.assign(static_cast<std::size_t>(R_), 0);
+  for (std::int32_t r = 0; r < R_ && shared_ && dp_ > 1; ++r) {
+    // Note [Collectives on shared cores]: syncs whose replicas share a node.
+    sync_on_cores_[static_cast<std::size_t>(r)] = !dp_group(cluster_, r, R_, dp_).spans_nodes;
+  }
   result_.micro_batch_size = opt_.micro_batch_size;
   result_.device_memory_bytes = cluster_.device_memory_bytes;
   result_.step_end_ns.assign(static_cast<std::size_t>(K_), 0);

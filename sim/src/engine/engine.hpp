@@ -115,6 +115,10 @@ struct RankState {
   std::int32_t core_step = 0;
   std::int64_t core_start = 0;
   std::int64_t core_src = -1;
+  // Shared cores: a LocalSGD / SlowMo / SGP sync running as the rank's compute-stream activity
+  // at the end of step core_step (its collective core_kind); the rank waits for it.
+  bool sync_on_core = false;
+  Collective core_kind = Collective::kNone;
   // Note [Posted batches]: when the rank posted its current batch of SEND/RECV actions, and its
   // compute then.
   std::int64_t batch_post = 0;
@@ -201,6 +205,10 @@ class Engine {
   void diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step);
   void step_forward(std::int32_t r, RankState& st);
   void end_of_step(std::int32_t r, RankState& st, std::int32_t step);
+  // The end of a step after its sync: the step overhead, and when the step is over on the rank.
+  void finish_step(RankState& st, std::int32_t step);
+  // Note [Collectives on shared cores]: rank r's sync activity ended (now_).
+  void complete_sync(std::int32_t r, RankState& st);
   void launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                   std::int64_t start, std::int64_t end, std::int64_t src);
   std::int64_t compute_ns(const Op& op, ComputeSlot slot, std::int32_t step) const noexcept {
@@ -297,6 +305,8 @@ class Engine {
   // Per stage: its reduce-scatters run on the node's shared cores (Note [Collectives on shared
   // cores]).
   std::vector<char> zero_scatter_on_cores_;
+  // Per pipeline rank: its LocalSGD / SlowMo / SGP syncs run on the node's shared cores.
+  std::vector<char> sync_on_cores_;
   std::vector<std::int64_t> zero_gather_alone_ns_;  // unscaled: timed on shared links
   static constexpr std::int32_t kZeroScatter = -1;  // PendingBucket::bucket of a reduce-scatter
   static constexpr std::int32_t kZeroGather = -2;   // ... of an all-gather

@@ -26,7 +26,9 @@
 // work] in exec/src/report/run_profile.cpp; the executor times the sync outside OPTIM, Note
 // [Data-parallel sync] in exec/src/report/run_report.hpp), and end_of_step charges it on the
 // compute stream in every step whose sync communicates (SGP: every step; LocalSGD / SlowMo:
-// averaging and slow steps; DiLoCo: where a fragment's all-reduce starts), before the collective.
+// averaging and slow steps; DiLoCo: where a fragment's all-reduce starts), before the collective
+// (on an oversubscribed CPU node with the replicas in it, work and collective together share
+// the cores: Note [Collectives on shared cores] in network/core_sharing.hpp).
 //
 // Waiting for parameters counts as exposed data-parallel time (RankResult::dp_exposed_ns). The
 // bytes (SimResult::dp_wire_bytes_per_stage) come from the plan: data_parallel.hpp. On shared node
@@ -297,12 +299,53 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
       st.time = end;
       st.dp_free = end;
     };
+    // (A rank whose clock is ahead of the event clock, e.g. after a receive's arrival, syncs
+    // at full speed as before.)
+    if ((sgp || average || slowmo) && sync_on_cores_[static_cast<std::size_t>(r)] != 0 &&
+        st.time <= now_ && !prog_.ops[static_cast<std::size_t>(r)].empty()) {
+      // Note [Collectives on shared cores]: the sync's work and its collective, alone, are the
+      // rank's compute-stream activity; the rank waits for it (advance), then finish_step.
+      const std::int64_t ns = sgp       ? network_->sgp_ns(r)
+                              : average ? network_->localsgd_ns(r)
+                                        : network_->slowmo_ns(r);
+      st.sync_on_core = true;
+      st.core_step = step;
+      st.core_start = now_;
+      st.core_src = st.last_compute;
+      st.core_kind = sgp ? Collective::kSgp : average ? Collective::kLocalSgd : Collective::kSlowMo;
+      rr.dp_comm_ns += ns;
+      cores_->begin(r, dp_sync_compute_ns_ + ns, st.core_start, queue_);
+      return;
+    }
     // Note [Sync work in the simulator]: the sync's own work, before its collective.
     if (sgp || average || slowmo) st.time += dp_sync_compute_ns_;
     if (sgp) blocking(network_->sgp_ns(r), Collective::kSgp);
     if (average) blocking(network_->localsgd_ns(r), Collective::kLocalSgd);
     if (slowmo) blocking(network_->slowmo_ns(r), Collective::kSlowMo);
   }
+  finish_step(st, step);
+}
+
+void Engine::complete_sync(std::int32_t r, RankState& st) {
+  cores_->end(r, now_, queue_);
+  st.sync_on_core = false;
+  auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+  rr.dp_exposed_ns += now_ - st.core_start;
+  if (record_) {
+    Op cop{ActionKind::kReduceGrad, -1, -1, -1, false, false};
+    const auto idx =
+        record(cop, r, st.core_step, Stream::kDpAllReduce, st.core_start, now_, st.core_src);
+    result_.actions[static_cast<std::size_t>(idx)].collective = st.core_kind;
+    st.last_dp = idx;
+    st.last_compute = idx;
+  }
+  st.time = now_;
+  st.dp_free = std::max(st.dp_free, now_);
+  finish_step(st, st.core_step);
+  queue_.push(st.time, r, EventKind::kResume, 0);
+}
+
+void Engine::finish_step(RankState& st, std::int32_t step) {
   // Note [Between steps]: after its last action the rank spends the profile's step overhead (the
   // executor's loss all-reduce, the step's barrier, and its bookkeeping: Note [Step overhead] in
   // exec/src/report/run_profile.cpp) before its next step. Data-parallel communication still in

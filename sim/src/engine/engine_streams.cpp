@@ -260,7 +260,9 @@ bool Engine::advance(std::int32_t r, RankState& st) {
     return false;
   }
   step_forward(r, st);
-  return true;
+  // Note [Collectives on shared cores]: the step's sync runs on the cores; complete_sync
+  // resumes the rank.
+  return !st.sync_on_core;
 }
 
 }  // namespace pipewright::sim

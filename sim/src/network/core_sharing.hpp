@@ -29,17 +29,20 @@
 // Note [Collectives on shared cores]
 // On a CPU host a collective within the node is CPU work too: Gloo moves the bytes through
 // loopback TCP or shared memory and sums them on its threads, which take cores from the ranks'
-// compute (and the compute takes them from it). A ZeRO-2/3 reduce-scatter after a backward,
-// whose data-parallel group lies in one node of an oversubscribed host, therefore runs as the
-// rank's compute-stream activity (the rank waits for it anyway: Note [Gradient waits]) with its
-// time alone as work, so it slows down while the node's other ranks compute and slows them
-// down. Measured on bench/fidelity.sh's loopback cells (pp 2 x dp 2 on 2 cores), a backward's
+// compute (and the compute takes them from it). Where a data-parallel group lies in one node
+// of an oversubscribed host, the collectives a rank waits for therefore run as its
+// compute-stream activity, with their time alone as work, so they slow down while the node's
+// other ranks compute and slow them down:
+//   - a ZeRO-2/3 reduce-scatter after a backward (the rank waits for it: Note [Gradient waits]);
+//   - the sync of LocalSGD, SlowMo and SGP after the rank's step, its own work (Note [Sync work
+//     in the simulator]) and its collective as one activity.
+// Measured on bench/fidelity.sh's loopback cells (pp 2 x dp 2 on 2 cores), a backward's
 // reduce-scatter took 1.4-4.5 ms where its calibration alone says 0.8 ms, and priced alone
-// ZeRO-3's step was predicted 7-13% fast; with it, on the kept traces of three matrices, the 48
-// ZeRO-2/3 loopback cells' mean signed error went from -6.1% to -2.1%, within 5% from 19 to 40
-// (docs/simulator.md, session 10). The other collectives still take their calibrated time (the
-// all-gathers, DDP's buckets, the syncs of LocalSGD, SlowMo, SGP and DiLoCo, whose own work is
-// charged at full speed too: Note [Sync work in the simulator]).
+// ZeRO-3's step was predicted 7-13% fast. On the kept traces of three matrices (session 10,
+// docs/simulator.md), mean signed replay error and cells within 5%: ZeRO-2/3 -6.1% -> -2.1%,
+// 19 -> 40 of 48; SGP -5.1% -> -2.2%, 11 -> 22 of 24; LocalSGD -4.1% -> -3.4%; SlowMo -3.8% ->
+// -3.1%. The other collectives still take their calibrated time: the all-gathers and DDP's
+// buckets (they overlap compute on the data-parallel stream) and DiLoCo's outer all-reduce.
 #pragma once
 
 #include <cstdint>
