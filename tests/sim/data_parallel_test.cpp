@@ -278,8 +278,8 @@ TEST(DataParallel, SyncWorkIsChargedWhereEachAlgorithmCommunicates) {
 }
 
 // Note [Collectives on shared cores]: with a stage's two replicas on one core, SGP's sync (its
-// 0.5 ms of work and 1004 ns of gossip, alone) shares the core with the replica's as F and B do:
-// every time doubles. With a core each, the dedicated result.
+// 0.5 ms of work and 1004 ns of gossip, alone) and DiLoCo's share the core with the replica's as
+// F and B do: every time doubles. With a core each, the dedicated result.
 TEST(DataParallel, SyncsShareTheHostsCores) {
   auto costs = one_stage({1000});
   costs.dp_sync_compute_ms = 0.5;
@@ -298,6 +298,13 @@ TEST(DataParallel, SyncsShareTheHostsCores) {
   int syncs = 0;
   for (const auto& a : shared.actions) syncs += a.collective == Collective::kSgp ? 1 : 0;
   EXPECT_EQ(syncs, 4);
+  // DiLoCo H = 2, tau = 0 (the rank waits for the outer all-reduce at once): work and the 1000
+  // ns all-reduce after steps 2 and 4, doubled too.
+  opt.dp.algorithm = DpAlgorithm::kDiLoCo;
+  opt.dp.sync_every = 2;
+  EXPECT_EQ(
+      simulate(testing::gpipe(1, 1), costs, cores, opt).step_end_ns,
+      (std::vector<std::int64_t>{6 * kMs, 13 * kMs + 2000, 19 * kMs + 2000, 26 * kMs + 4000}));
   cores.cores_per_node = 2;
   EXPECT_EQ(simulate(testing::gpipe(1, 1), costs, cores, opt).step_end_ns,
             simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt).step_end_ns);

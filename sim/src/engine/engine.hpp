@@ -202,7 +202,8 @@ class Engine {
   bool ddp_pending(std::int32_t r, std::int32_t step) const;
   // Moves to the next action, or waits (false) at the end of a step for DDP buckets.
   bool advance(std::int32_t r, RankState& st);
-  void diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step);
+  // true: its sync started on the shared cores (Note [Collectives on shared cores]).
+  bool diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step);
   void step_forward(std::int32_t r, RankState& st);
   void end_of_step(std::int32_t r, RankState& st, std::int32_t step);
   // The end of a step after its sync: the step overhead, and when the step is over on the rank.

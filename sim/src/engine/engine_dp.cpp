@@ -270,7 +270,8 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
       }
     }
   }
-  if (dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDiLoCo) diloco_end_of_step(r, st, step);
+  if (dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDiLoCo && diloco_end_of_step(r, st, step))
+    return;  // its sync runs on the cores; complete_sync finishes the step
   if (dp_ > 1 &&
       (opt_.dp.algorithm == DpAlgorithm::kLocalSgd || opt_.dp.algorithm == DpAlgorithm::kSlowMo ||
        opt_.dp.algorithm == DpAlgorithm::kSgp)) {
@@ -365,7 +366,7 @@ void Engine::finish_step(RankState& st, std::int32_t step) {
   end = std::max(end, finish);
 }
 
-void Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
+bool Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
   // Note [DiLoCo step] (exec/src/dp/diloco.hpp): a fragment's all-reduce starts after step n with
   // (n + 1 + tau) % P == 0 on the dp stream, overlapping the compute of the next tau steps, and
   // the step with (n + 1) % P == 0 waits for it (tau = 0: it is fully exposed).
@@ -373,6 +374,20 @@ void Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step
   const std::int64_t period = std::max(1, d.sync_every / std::max(d.fragments, 1));
   auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
   const std::int64_t n = opt_.first_step + step + 1;  // training steps done after this one
+  if (d.sync_delay == 0 && n % period == 0 && sync_on_cores_[static_cast<std::size_t>(r)] != 0 &&
+      st.time <= now_ && st.dp_free <= now_ && !prog_.ops[static_cast<std::size_t>(r)].empty()) {
+    // Note [Collectives on shared cores]: tau = 0, the rank waits for the all-reduce at once:
+    // the sync's work and the all-reduce are its compute-stream activity, as LocalSGD's.
+    const std::int64_t ns = network_->diloco_ns(r);
+    st.sync_on_core = true;
+    st.core_step = step;
+    st.core_start = now_;
+    st.core_src = st.last_compute;
+    st.core_kind = Collective::kDiLoCo;
+    rr.dp_comm_ns += ns;
+    cores_->begin(r, dp_sync_compute_ns_ + ns, now_, queue_);
+    return true;
+  }
   if ((n + d.sync_delay) % period == 0) {
     st.time += dp_sync_compute_ns_;  // Note [Sync work in the simulator]
     const std::int64_t ns = network_->diloco_ns(r);
@@ -392,6 +407,7 @@ void Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step
     st.time = st.dp_free;
     st.last_compute = st.last_dp;
   }
+  return false;
 }
 
 }  // namespace pipewright::sim

@@ -35,14 +35,16 @@
 // other ranks compute and slow them down:
 //   - a ZeRO-2/3 reduce-scatter after a backward (the rank waits for it: Note [Gradient waits]);
 //   - the sync of LocalSGD, SlowMo and SGP after the rank's step, its own work (Note [Sync work
-//     in the simulator]) and its collective as one activity.
+//     in the simulator]) and its collective as one activity; DiLoCo's too where the step waits
+//     for its outer all-reduce at once (tau = 0).
 // Measured on bench/fidelity.sh's loopback cells (pp 2 x dp 2 on 2 cores), a backward's
 // reduce-scatter took 1.4-4.5 ms where its calibration alone says 0.8 ms, and priced alone
 // ZeRO-3's step was predicted 7-13% fast. On the kept traces of three matrices (session 10,
 // docs/simulator.md), mean signed replay error and cells within 5%: ZeRO-2/3 -6.1% -> -2.1%,
 // 19 -> 40 of 48; SGP -5.1% -> -2.2%, 11 -> 22 of 24; LocalSGD -4.1% -> -3.4%; SlowMo -3.8% ->
-// -3.1%. The other collectives still take their calibrated time: the all-gathers and DDP's
-// buckets (they overlap compute on the data-parallel stream) and DiLoCo's outer all-reduce.
+// -3.1%; DiLoCo -5.0% -> -3.5%, 13 -> 21 of 24. The other collectives still take their
+// calibrated time: the all-gathers, DDP's buckets and DiLoCo's delayed all-reduces (tau > 0),
+// which overlap compute on the data-parallel stream.
 #pragma once
 
 #include <cstdint>
