@@ -234,11 +234,7 @@ void Engine::finish_compute(std::int32_t r, RankState& st, const Op& op, std::in
 void Engine::complete(std::int32_t r, std::uint32_t version) {
   auto& st = ranks_[static_cast<std::size_t>(r)];
   if (!cores_->current(r, version)) return;  // stale: the speed changed
-  if (st.scatter_on_core) {                  // Note [Collectives on shared cores]
-    complete_scatter(r, st);
-    return;
-  }
-  if (st.sync_on_core) {
+  if (st.sync_on_core) {                     // Note [Collectives on shared cores]
     complete_sync(r, st);
     return;
   }
@@ -558,11 +554,13 @@ SimResult Engine::run() {
       case EventKind::kResume:
         resume(ev.id);
         break;
-      case EventKind::kActivityDone:  // activities: compute r, send stream R + r
+      case EventKind::kActivityDone:  // activities: compute r, send R + r, data-parallel 2R + r
         if (ev.id < R_) {
           complete(ev.id, ev.version);
-        } else {
+        } else if (ev.id < 2 * R_) {
           complete_send(ev.id - R_, ev.version);
+        } else {
+          complete_dp(ev.id - 2 * R_, ev.version);
         }
         break;
       case EventKind::kSendStart:

@@ -108,17 +108,14 @@ struct RankState {
   // for (Note [Gradient waits]); after_wait: the action at pos ran, the rank moves on after them.
   std::int32_t zero_pending = 0;
   bool after_wait = false;
-  // Shared cores (Note [Collectives on shared cores]): a ZeRO-2/3 reduce-scatter running as the
-  // rank's compute-stream activity, with its stage, step, ready time and predecessor.
-  bool scatter_on_core = false;
-  std::int32_t core_stage = -1;
+  // Shared cores (Note [Collectives on shared cores]): a LocalSGD / SlowMo / SGP / DiLoCo sync
+  // running as the rank's compute-stream activity at the end of step core_step (its collective
+  // core_kind, started at core_start after core_src); the rank waits for it.
+  bool sync_on_core = false;
+  Collective core_kind = Collective::kNone;
   std::int32_t core_step = 0;
   std::int64_t core_start = 0;
   std::int64_t core_src = -1;
-  // Shared cores: a LocalSGD / SlowMo / SGP sync running as the rank's compute-stream activity
-  // at the end of step core_step (its collective core_kind); the rank waits for it.
-  bool sync_on_core = false;
-  Collective core_kind = Collective::kNone;
   // Note [Posted batches]: when the rank posted its current batch of SEND/RECV actions, and its
   // compute then.
   std::int64_t batch_post = 0;
@@ -255,8 +252,6 @@ class Engine {
   void init_zero();
   // false: the stage's all-gather is still queued on shared links (the rank waits for it).
   bool wait_for_parameters(std::int32_t r, const Op& op, std::int64_t& start, std::int64_t& pred);
-  // Note [Collectives on shared cores]: rank r's reduce-scatter activity ended (now_).
-  void complete_scatter(std::int32_t r, RankState& st);
   void zero_after_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                           std::int64_t end, std::int64_t src);
   void shard_action(std::int32_t r, RankState& st, const Op& op, std::int32_t step);
@@ -303,9 +298,6 @@ class Engine {
   std::int32_t zero_ = 0;
   std::vector<std::int64_t> zero_gather_ns_, zero_scatter_ns_, params_ready_, params_src_;
   std::vector<std::int64_t> zero_scatter_alone_ns_;  // unscaled: timed on shared links
-  // Per stage: its reduce-scatters run on the node's shared cores (Note [Collectives on shared
-  // cores]).
-  std::vector<char> zero_scatter_on_cores_;
   // Per pipeline rank: its LocalSGD / SlowMo / SGP syncs run on the node's shared cores.
   std::vector<char> sync_on_cores_;
   std::vector<std::int64_t> zero_gather_alone_ns_;  // unscaled: timed on shared links
@@ -337,9 +329,13 @@ class Engine {
   std::vector<std::uint8_t> send_state_;  // 0 idle, 1 start event pending, 2 running
   std::vector<std::int64_t> send_start_;
   // Per rank: how its SENDs run (run ahead, or as activities of the core or link model), and
-  // whether its DDP buckets are link activities (Note [Shared links]).
+  // whether its data-parallel collectives (DDP's buckets, ZeRO's reduce-scatters and
+  // all-gathers) are queued as activities of the link model (Note [Shared links]) or of the core
+  // model (Note [Collectives on shared cores]), or take their time alone (0).
   enum class SendMode : std::uint8_t { kAhead, kCores, kLinks };
   std::vector<SendMode> send_mode_;
+  static constexpr std::uint8_t kDpOnLinks = 1;
+  static constexpr std::uint8_t kDpOnCores = 2;
   std::vector<std::uint8_t> dp_linked_;
   // Per rank, shared links: DDP buckets waiting for or on the data-parallel stream, in order.
   struct PendingBucket {

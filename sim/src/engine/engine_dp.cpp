@@ -37,13 +37,16 @@
 // are (the rank's next action waits for the reduce-scatters: advance / complete_dp; the stage's
 // next compute waits for its all-gather: wait_for_parameters / complete_dp, so ZeRO-1/2's
 // gathers after OPTIM may still be in flight when the rank's step ends, and the step ends when
-// they do); elsewhere they take their time alone scaled by the rank's share of the links, as
-// the syncs do (Note [Concurrent syncs on shared links]). On bench/fidelity.sh's shaped link the
+// they do); on an oversubscribed CPU node whose cores the group shares they are queued the same
+// way as activities on the cores (Note [Collectives on shared cores] in network/core_sharing.hpp);
+// elsewhere they take their time alone scaled by the rank's share of the links, as the syncs do
+// (Note [Concurrent syncs on shared links]). On bench/fidelity.sh's shaped link the
 // scaled reduce-scatters predicted ZeRO-2 +5.5..+16.7% slow (they overlap only in part in a
 // pipeline); event by event, -3.9..+4.1% on the same traces. The all-gathers event by event
 // (2026-11-29, session 9) changed the 24 shaped ZeRO cells of two matrices' kept traces little
 // (mean |error| 2.5 -> 2.8% and 7.5 -> 7.2%): the rest of those cells' error is not the
-// gathers' sharing (docs/simulator.md, session 9). The reduce-scatters and
+// gathers' sharing (docs/simulator.md, session 9): it was the calibration's (Note [Sharded
+// calibration across nodes] in exec/calibrate.hpp). The reduce-scatters and
 // all-gathers of ZeRO-1/2 run on registered buffers and those of ZeRO-3 on private ones, each
 // priced on its own link of the cluster's sharded_collective_links when given (Note [Unregistered
 // collectives] in network/network_model.cpp; init_zero).
@@ -95,7 +98,6 @@ void Engine::init_zero() {
   zero_gather_alone_ns_.assign(S, 0);
   params_ready_.assign(S, 0);
   params_src_.assign(S, -1);
-  zero_scatter_on_cores_.assign(S, 0);
   if (zero_ == 0) return;
   const bool per_model_stage = costs_.stages.size() != S;
   for (std::int32_t s = 0; s < S_; ++s) {
@@ -122,8 +124,6 @@ void Engine::init_zero() {
         reduce_ns(scatter, dp_, gradient_wire_bytes(c.param_bytes, opt_.dp));
     zero_scatter_ns_[static_cast<std::size_t>(s)] =
         shared(zero_scatter_alone_ns_[static_cast<std::size_t>(s)]);
-    // Note [Collectives on shared cores]
-    zero_scatter_on_cores_[static_cast<std::size_t>(s)] = shared_ && !group.spans_nodes;
   }
 }
 
@@ -187,19 +187,6 @@ void Engine::zero_after_compute(std::int32_t r, RankState& st, const Op& op, std
     ddp_done_[static_cast<std::size_t>(step) * S_ + s] = kPending;
     ++st.zero_pending;
     start_dp(r);
-  } else if (zero_ >= 2 && sched::completes_weight_grad(op.kind) &&
-             zero_scatter_on_cores_[s] != 0) {
-    // Note [Collectives on shared cores]: the reduce-scatter is the rank's compute-stream
-    // activity; the rank's next action waits for it (advance: zero_pending; complete_scatter).
-    st.scatter_on_core = true;
-    st.core_stage = op.stage;
-    st.core_step = step;
-    st.core_start = end;
-    st.core_src = src;
-    ++st.zero_pending;
-    ddp_done_[static_cast<std::size_t>(step) * S_ + s] = kPending;
-    result_.per_rank[static_cast<std::size_t>(r)].dp_comm_ns += zero_scatter_alone_ns_[s];
-    cores_->begin(r, zero_scatter_alone_ns_[s], now_, queue_);
   } else if (zero_ >= 2 && sched::completes_weight_grad(op.kind)) {
     const std::int64_t done = zero_collective(r, st, op.stage, step, Collective::kReduceScatter,
                                               end, zero_scatter_ns_[s], src);
@@ -216,31 +203,6 @@ void Engine::zero_after_compute(std::int32_t r, RankState& st, const Op& op, std
     params_ready_[s] = zero_collective(r, st, op.stage, step, Collective::kAllGather, end,
                                        zero_gather_ns_[s], src);
     params_src_[s] = st.last_dp;
-  }
-}
-
-void Engine::complete_scatter(std::int32_t r, RankState& st) {
-  cores_->end(r, now_, queue_);
-  st.scatter_on_core = false;
-  const auto s = static_cast<std::size_t>(st.core_stage);
-  const auto pred = st.core_start >= st.dp_free ? st.core_src : st.last_dp;
-  if (record_) {
-    const Op cop{ActionKind::kReduceGrad, st.core_stage, -1, -1, false, false};
-    const auto idx = record(cop, r, st.core_step, Stream::kDpAllReduce, st.core_start, now_, pred);
-    result_.actions[static_cast<std::size_t>(idx)].collective = Collective::kReduceScatter;
-    st.last_dp = idx;
-  }
-  st.dp_free = now_;
-  ddp_done_[static_cast<std::size_t>(st.core_step) * S_ + s] = now_;
-  auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
-  if (now_ > st.time) {
-    rr.dp_exposed_ns += now_ - st.time;
-    st.time = now_;
-    st.last_compute = st.last_dp;
-  }
-  if (--st.zero_pending == 0 && st.ddp_wait) {
-    st.ddp_wait = false;
-    queue_.push(std::max(now_, st.time), r, EventKind::kResume, 0);
   }
 }
 

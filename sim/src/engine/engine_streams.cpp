@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "costs/data_parallel.hpp"
 #include "engine/engine.hpp"
 
 namespace pipewright::sim {
@@ -73,13 +74,23 @@ void Engine::plan_streams() {
       }
     }
   }
+  // Note [Collectives on shared cores]: on an oversubscribed CPU node, the data-parallel
+  // collectives of a rank whose replicas share its node are activities of its data-parallel
+  // stream on the node's cores.
+  for (std::int32_t r = 0; r < R_ && ddp && shared_; ++r) {
+    bool buckets = false;
+    for (auto s : plan_.shape.stages_of_rank(r))
+      buckets = buckets || !network_->bucket_ns(s).empty();
+    if (buckets && !dp_group(cluster_, r, R_, dp_).spans_nodes)
+      dp_linked_[static_cast<std::size_t>(r)] = kDpOnCores;
+  }
   const std::int32_t k = cluster_.links_per_node;
   if (k <= 0 || std::none_of(load.begin(), load.end(), [&](std::int32_t l) { return l > k; }))
     return;
   if (!links_) links_ = make_fair_link_sharing(static_cast<std::int32_t>(load.size()), 2 * R_, k);
   for (std::size_t k = 0; k < R; ++k) {
     if (send_crosses[k] != 0) send_mode_[k] = SendMode::kLinks;
-    dp_linked_[k] = dp_crosses[k];
+    if (dp_crosses[k] != 0) dp_linked_[k] = kDpOnLinks;
   }
 }
 
@@ -168,13 +179,22 @@ void Engine::start_dp(std::int32_t r) {
                           : pb.bucket == kZeroGather
                               ? zero_gather_alone_ns_[static_cast<std::size_t>(pb.stage)]
                               : network_->bucket_ns(pb.stage)[static_cast<std::size_t>(pb.bucket)];
-  links_->begin(R_ + r, ns, network_->collective_links(r), now_, queue_);
+  if (dp_linked_[k] == kDpOnCores) {
+    cores_->begin(2 * R_ + r, ns, now_, queue_);
+  } else {
+    links_->begin(R_ + r, ns, network_->collective_links(r), now_, queue_);
+  }
 }
 
 void Engine::complete_dp(std::int32_t r, std::uint32_t version) {
   const auto k = static_cast<std::size_t>(r);
-  if (!links_->current(R_ + r, version)) return;  // stale
-  links_->end(R_ + r, now_, queue_);
+  if (dp_linked_[k] == kDpOnCores) {
+    if (!cores_->current(2 * R_ + r, version)) return;  // stale
+    cores_->end(2 * R_ + r, now_, queue_);
+  } else {
+    if (!links_->current(R_ + r, version)) return;  // stale
+    links_->end(R_ + r, now_, queue_);
+  }
   const PendingBucket pb = dp_queue_[k].front();
   dp_queue_[k].pop_front();
   dp_state_[k] = 0;

@@ -9,10 +9,11 @@ namespace {
 
 // The busy activities of one node.
 struct Node {
-  std::vector<std::int32_t> running;  // activities: rank r computing (r), sending (R + r)
-  std::int32_t load = 0;              // busy activities, counting co-located replicas
-  double rate = 1.0;                  // speed of each running action (work ns per ns)
-  std::int64_t last = 0;              // time of the last change
+  // activities: rank r computing (r), sending (R + r), its data-parallel stream (2R + r)
+  std::vector<std::int32_t> running;
+  std::int32_t load = 0;  // busy activities, counting co-located replicas
+  double rate = 1.0;      // speed of each running action (work ns per ns)
+  std::int64_t last = 0;  // time of the last change
 };
 
 class ProcessorSharing final : public CoreSharing {
@@ -73,8 +74,8 @@ ProcessorSharing::ProcessorSharing(const Cluster& cluster, const sched::CostTabl
   }
   for (auto l : load) shared_ = shared_ || l > cores_;
   nodes_.assign(cluster_node.size(), Node{});
-  act_left_.assign(2 * static_cast<std::size_t>(R_), 0.0);
-  act_version_.assign(2 * static_cast<std::size_t>(R_), 0);
+  act_left_.assign(3 * static_cast<std::size_t>(R_), 0.0);
+  act_version_.assign(3 * static_cast<std::size_t>(R_), 0);
 }
 
 void ProcessorSharing::begin(std::int32_t a, std::int64_t work_ns, std::int64_t now,

@@ -29,22 +29,25 @@
 // Note [Collectives on shared cores]
 // On a CPU host a collective within the node is CPU work too: Gloo moves the bytes through
 // loopback TCP or shared memory and sums them on its threads, which take cores from the ranks'
-// compute (and the compute takes them from it). Where a data-parallel group lies in one node
-// of an oversubscribed host, the collectives a rank waits for therefore run as its
-// compute-stream activity, with their time alone as work, so they slow down while the node's
-// other ranks compute and slow them down:
-//   - a ZeRO-2/3 reduce-scatter after a backward (the rank waits for it: Note [Gradient waits]);
+// compute (and the compute takes them from it). Where a rank's data-parallel group lies in one
+// node of an oversubscribed host, its collectives are therefore activities on the node's cores,
+// with their time alone as work, so they slow down while the node's other ranks compute and
+// slow them down:
+//   - DDP's buckets and ZeRO's reduce-scatters and all-gathers: activities of the rank's
+//     data-parallel stream (2R + r), queued in order as on shared links (Note [Shared links]):
+//     the rank waits for them where it does there (a backward's reduce-scatters, REDUCE_GRAD,
+//     the parameters of its next compute);
 //   - the sync of LocalSGD, SlowMo and SGP after the rank's step, its own work (Note [Sync work
-//     in the simulator]) and its collective as one activity; DiLoCo's too where the step waits
-//     for its outer all-reduce at once (tau = 0).
+//     in the simulator]) and its collective as one activity of its compute stream (the rank
+//     waits for it); DiLoCo's too where the step waits for its outer all-reduce at once
+//     (tau = 0; a delayed one, tau > 0, takes its time alone on the data-parallel stream).
 // Measured on bench/fidelity.sh's loopback cells (pp 2 x dp 2 on 2 cores), a backward's
 // reduce-scatter took 1.4-4.5 ms where its calibration alone says 0.8 ms, and priced alone
 // ZeRO-3's step was predicted 7-13% fast. On the kept traces of three matrices (session 10,
-// docs/simulator.md), mean signed replay error and cells within 5%: ZeRO-2/3 -6.1% -> -2.1%,
-// 19 -> 40 of 48; SGP -5.1% -> -2.2%, 11 -> 22 of 24; LocalSGD -4.1% -> -3.4%; SlowMo -3.8% ->
-// -3.1%; DiLoCo -5.0% -> -3.5%, 13 -> 21 of 24. The other collectives still take their
-// calibrated time: the all-gathers, DDP's buckets and DiLoCo's delayed all-reduces (tau > 0),
-// which overlap compute on the data-parallel stream.
+// docs/simulator.md), mean signed replay error and cells within 5% of 24 each: ZeRO-3 -7.7% ->
+// -1.4%, 4 -> 21; ZeRO-2 -4.4% -> -1.7%, 15 -> 20; ZeRO-1 -1.2% -> -0.2%, 18 -> 22; DDP -1.6% ->
+// -1.2%, 20 -> 22; SGP -5.1% -> -2.2%, 11 -> 22; LocalSGD -4.1% -> -3.4%, 20 -> 22; SlowMo -3.8%
+// -> -3.1%, 19 -> 21; DiLoCo -5.0% -> -3.5%, 13 -> 21.
 #pragma once
 
 #include <cstdint>
@@ -56,7 +59,8 @@
 
 namespace pipewright::sim {
 
-// Activities: the compute stream of pipeline rank r is activity r, its send stream R + r.
+// Activities: the compute stream of pipeline rank r is activity r, its send stream R + r, its
+// data-parallel stream 2R + r (Note [Collectives on shared cores]).
 class CoreSharing {
  public:
   virtual ~CoreSharing() = default;
