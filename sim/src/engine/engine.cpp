@@ -511,11 +511,6 @@ SimResult Engine::run() {
     for (double b : result_.dp_wire_bytes_per_stage) result_.dp_wire_bytes_per_step += b;
   }
   init_zero();
-  sync_on_cores_.assign(static_cast<std::size_t>(R_), 0);
-  for (std::int32_t r = 0; r < R_ && shared_ && dp_ > 1; ++r) {
-    // Note [Collectives on shared cores]: syncs whose replicas share a node.
-    sync_on_cores_[static_cast<std::size_t>(r)] = !dp_group(cluster_, r, R_, dp_).spans_nodes;
-  }
   result_.micro_batch_size = opt_.micro_batch_size;
   result_.device_memory_bytes = cluster_.device_memory_bytes;
   result_.step_end_ns.assign(static_cast<std::size_t>(K_), 0);

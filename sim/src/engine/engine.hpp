@@ -205,7 +205,10 @@ class Engine {
   void end_of_step(std::int32_t r, RankState& st, std::int32_t step);
   // The end of a step after its sync: the step overhead, and when the step is over on the rank.
   void finish_step(RankState& st, std::int32_t step);
-  // Note [Collectives on shared cores]: rank r's sync activity ended (now_).
+  // Note [Collectives on shared cores]: rank r's sync (the step's work and a collective of `ns`
+  // alone) starts on its compute stream at now_; complete_sync ends it.
+  void begin_sync_on_core(std::int32_t r, RankState& st, std::int32_t step, Collective kind,
+                          std::int64_t ns);
   void complete_sync(std::int32_t r, RankState& st);
   void launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                   std::int64_t start, std::int64_t end, std::int64_t src);

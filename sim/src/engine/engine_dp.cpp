@@ -271,13 +271,11 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
       const std::int64_t ns = sgp       ? network_->sgp_ns(r)
                               : average ? network_->localsgd_ns(r)
                                         : network_->slowmo_ns(r);
-      st.sync_on_core = true;
-      st.core_step = step;
-      st.core_start = now_;
-      st.core_src = st.last_compute;
-      st.core_kind = sgp ? Collective::kSgp : average ? Collective::kLocalSgd : Collective::kSlowMo;
-      rr.dp_comm_ns += ns;
-      cores_->begin(r, dp_sync_compute_ns_ + ns, st.core_start, queue_);
+      begin_sync_on_core(r, st, step,
+                         sgp       ? Collective::kSgp
+                         : average ? Collective::kLocalSgd
+                                   : Collective::kSlowMo,
+                         ns);
       return;
     }
     // Note [Sync work in the simulator]: the sync's own work, before its collective.
@@ -287,6 +285,17 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
     if (slowmo) blocking(network_->slowmo_ns(r), Collective::kSlowMo);
   }
   finish_step(st, step);
+}
+
+void Engine::begin_sync_on_core(std::int32_t r, RankState& st, std::int32_t step, Collective kind,
+                                std::int64_t ns) {
+  st.sync_on_core = true;
+  st.core_step = step;
+  st.core_start = now_;
+  st.core_src = st.last_compute;
+  st.core_kind = kind;
+  result_.per_rank[static_cast<std::size_t>(r)].dp_comm_ns += ns;
+  cores_->begin(r, dp_sync_compute_ns_ + ns, now_, queue_);
 }
 
 void Engine::complete_sync(std::int32_t r, RankState& st) {
@@ -340,14 +349,7 @@ bool Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step
       st.time <= now_ && st.dp_free <= now_ && !prog_.ops[static_cast<std::size_t>(r)].empty()) {
     // Note [Collectives on shared cores]: tau = 0, the rank waits for the all-reduce at once:
     // the sync's work and the all-reduce are its compute-stream activity, as LocalSGD's.
-    const std::int64_t ns = network_->diloco_ns(r);
-    st.sync_on_core = true;
-    st.core_step = step;
-    st.core_start = now_;
-    st.core_src = st.last_compute;
-    st.core_kind = Collective::kDiLoCo;
-    rr.dp_comm_ns += ns;
-    cores_->begin(r, dp_sync_compute_ns_ + ns, now_, queue_);
+    begin_sync_on_core(r, st, step, Collective::kDiLoCo, network_->diloco_ns(r));
     return true;
   }
   if ((n + d.sync_delay) % period == 0) {

@@ -22,6 +22,7 @@ void Engine::plan_streams() {
   const auto R = static_cast<std::size_t>(R_);
   send_mode_.assign(R, shared_ && costs_.p2p_uses_core ? SendMode::kCores : SendMode::kAhead);
   dp_linked_.assign(R, 0);
+  sync_on_cores_.assign(R, 0);
   sends_.assign(R, {});
   send_state_.assign(R, 0);
   send_start_.assign(R, 0);
@@ -40,6 +41,8 @@ void Engine::plan_streams() {
   const bool ddp = dp_ > 1 && opt_.dp.algorithm == DpAlgorithm::kDdp;
   for (std::int32_t r = 0; r < R_; ++r) {
     const auto k = static_cast<std::size_t>(r);
+    // Note [Collectives on shared cores]: the syncs of ranks whose replicas share their node.
+    sync_on_cores_[k] = shared_ && dp_ > 1 && !dp_group(cluster_, r, R_, dp_).spans_nodes;
     if (send_mode_[k] == SendMode::kAhead) {
       std::vector<LinkUse> most;  // per link: the most flows one of the rank's messages puts on it
       // Each (edge, direction) once: its messages all use the same links.
@@ -72,17 +75,12 @@ void Engine::plan_streams() {
         dp_crosses[k] = 1;
         add(uses);
       }
+      // Note [Collectives on shared cores]: on an oversubscribed CPU node, the data-parallel
+      // collectives of a rank whose replicas share its node are activities of its
+      // data-parallel stream on the node's cores.
+      if (buckets && shared_ && !dp_group(cluster_, r, R_, dp_).spans_nodes)
+        dp_linked_[k] = kDpOnCores;
     }
-  }
-  // Note [Collectives on shared cores]: on an oversubscribed CPU node, the data-parallel
-  // collectives of a rank whose replicas share its node are activities of its data-parallel
-  // stream on the node's cores.
-  for (std::int32_t r = 0; r < R_ && ddp && shared_; ++r) {
-    bool buckets = false;
-    for (auto s : plan_.shape.stages_of_rank(r))
-      buckets = buckets || !network_->bucket_ns(s).empty();
-    if (buckets && !dp_group(cluster_, r, R_, dp_).spans_nodes)
-      dp_linked_[static_cast<std::size_t>(r)] = kDpOnCores;
   }
   const std::int32_t k = cluster_.links_per_node;
   if (k <= 0 || std::none_of(load.begin(), load.end(), [&](std::int32_t l) { return l > k; }))
