@@ -318,8 +318,8 @@ TEST(SharedLinks, ComputeWaitsForItsStagesAllGatherOnTheLinks) {
 }
 
 // Note [SGP's gossip link]: SGP's gossip is a point-to-point message, priced on the link between
-// the replicas' nodes (calibrate's ping-pong), not on the collective link (the all-reduce's fit)
-// that LocalSGD's average uses.
+// the replicas' nodes (calibrate's ping-pong; across nodes the both-ways all-gather's link when
+// calibrated), not on the collective link (the all-reduce's fit) that LocalSGD's average uses.
 TEST(SharedLinks, SgpGossipIsPricedOnThePointToPointLink) {
   const auto plan = testing::gpipe(2, 1);
   const auto costs = testing::uniform_costs(2, 1, 2, 0, 10'000'000, 1000);
@@ -338,12 +338,17 @@ TEST(SharedLinks, SgpGossipIsPricedOnThePointToPointLink) {
     // LocalSGD's ring all-reduce (n = 2) of 10 MB on the 0.5 B/ns collective link, shared.
     EXPECT_EQ(localsgd.per_rank[r].dp_comm_ns, 2 * 20 * kMs);
   }
+  // Across nodes, a calibrated all_gather_unregistered link (both directions at once, as the
+  // gossip runs) prices it instead: 0.8 B/ns.
+  c.sharded_links.all_gather_unregistered.inter_node = Link{0.0, 0.8};
+  opt.dp.algorithm = DpAlgorithm::kSgp;
+  EXPECT_EQ(simulate(plan, costs, c, opt).per_rank[0].dp_comm_ns, 2 * 12'500'005);
   // Pipeline-major: the replicas share a node, so the gossip takes the intra-node link (4 B/ns
   // here), whatever the collective links say.
   Cluster pm = two_nodes_of_two(Placement::kPipelineMajor);
   pm.intra_node = Link{0.0, 4.0};
   pm.collective_intra_node = Link{0.0, 0.5};
-  opt.dp.algorithm = DpAlgorithm::kSgp;
+  pm.sharded_links.all_gather_unregistered.inter_node = Link{0.0, 0.8};
   EXPECT_EQ(simulate(plan, costs, pm, opt).per_rank[0].dp_comm_ns, (10 * kMs + 4) / 4);
 }
 

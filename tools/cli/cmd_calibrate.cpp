@@ -415,8 +415,8 @@ void setup_calibrate(CLI::App& app) {
                 "your own mpirun/torchrun on several hosts)");
   cmd->add_flag("--network", a->network,
                 "also measure every pair of nodes and within every node, and fit the cluster's "
-                "intra_node / inter_node links from them (with --worker under a multi-node "
-                "launch)");
+                "intra_node / inter_node links from them; ZeRO's collectives over one rank per "
+                "node, as a job's data-parallel groups (with --worker under a multi-node launch)");
   cmd->callback([a] {
     PW_CHECK(!a->network || a->worker, ConfigError,
              "calibrate --network measures between nodes: start it on every node, e.g. "

@@ -119,7 +119,14 @@ std::int64_t slowmo_step_ns(const Cluster& cluster, const DpGroup& group,
 // measured (compare's data-parallel lines, 3 runs x 8 cells x 4 ranks: median 142 ms); it is now
 // predicted 140-141 ms. The step then comes out 3-8% short there: each rank's exchange spreads
 // over 113-186 ms and the step waits for the slowest (docs/simulator.md,
-// "SGP's exchange on the shaped link").
+// "SGP's exchange on the shaped link"). The ping-pong moves one direction at a time, while every
+// replica sends and receives at once, over TCP with c10d's send and receive, which is what a
+// ZeRO-3 all-gather between nodes does too (Note [TCP ring collectives]) and what calibrate
+// --network times as that all-gather over one rank per node (Note [Sharded calibration across
+// nodes]): across nodes the gossip is therefore priced on the cluster's inter-node
+// all_gather_unregistered link when it has one. On the shaped link both directions at once ran
+// at 11.35 MB/s against 11.89 one way (bench/fidelity.sh, session 10), and the step waits for
+// the exchange in both.
 std::int64_t sgp_gossip_ns(const Cluster& cluster, std::int32_t r, std::int32_t pp, std::int32_t dp,
                            std::int64_t bytes) {
   std::int64_t worst = 0;
@@ -127,7 +134,9 @@ std::int64_t sgp_gossip_ns(const Cluster& cluster, std::int32_t r, std::int32_t 
     for (std::int32_t j = 0; j < dp; ++j) {
       const auto a = cluster.global_rank(r, j, pp, dp);
       const auto b = cluster.global_rank(r, (j + d) % dp, pp, dp);
-      worst = std::max(worst, p2p_ns(cluster.link(a, b), bytes));
+      const auto& both_ways = cluster.sharded_links.all_gather_unregistered.inter_node;
+      const bool across = cluster.node_of(a) != cluster.node_of(b);
+      worst = std::max(worst, p2p_ns(across && both_ways ? *both_ways : cluster.link(a, b), bytes));
     }
   }
   return worst;
