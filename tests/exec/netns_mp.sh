@@ -16,9 +16,9 @@
 #   calibrate             `calibrate --worker --network` on 2 nodes x 2 ranks over a 100 Mbit/s link:
 #                         the cluster JSON has 2 nodes of 2 ranks, an inter-node bandwidth within
 #                         15% of the shaped rate and far below the intra-node one, ZeRO's
-#                         reduce-scatter / all-gather timed over one rank per node and fitted as
-#                         inter-node sharded collective links only (within 20% of the shaped
-#                         rate), and simulate reads it
+#                         all-reduce, reduce-scatter and all-gather timed over one rank per node
+#                         and fitted as inter-node links (within 20% of the shaped rate; the
+#                         sharded ones inter-node only), and simulate reads it
 #   fault-link            node 1's link goes down mid-run: every rank on both nodes ends within
 #                         --timeout + 10 s, the launchers name the lost node
 #   fault-kill            every process of node 1 killed: node 0's ranks end within 5 s, node 1
@@ -182,6 +182,10 @@ print("sharded timings over", {k: v["ranks"] for k, v in timed.items()}, "ranks"
 ok = ok and all(v["ranks"] == 2 for v in timed.values())
 ok = ok and all(abs(v["inter_node"]["bandwidth_gb_per_s"] - 0.0125) / 0.0125 < 0.2
                 for v in sharded.values())
+# So is the all-reduce, the collective link across nodes.
+coll = c["collective_links"]["inter_node"]["bandwidth_gb_per_s"]
+print(f"all-reduce over {c['calibration']['allreduce_ranks']} ranks: {coll * 8e3:.1f} Mbit/s")
+ok = ok and c["calibration"]["allreduce_ranks"] == 2 and abs(coll - 0.0125) / 0.0125 < 0.2
 sys.exit(0 if ok else 1)
 PY
     then echo "OK   calibrate --network"; else echo "FAIL calibrate --network"; failed=1; fi

@@ -91,6 +91,19 @@ TEST(Calibration, LinkFitOfShardedCollectivesTakesTheRateFromWireBoundBuffers) {
   EXPECT_THROW((void)fit_ring_one_pass_link({{8, 1.0}}, 2), ConfigError);
 }
 
+// The 2-rank all-reduce of the same link (calibrate --network, ms): the link fit reads the wire
+// rate from 64 KiB up and the median of the small sizes as its latency (two steps).
+TEST(Calibration, LinkFitOfTheAllReduceTakesTheRateFromWireBoundBuffers) {
+  const std::vector<TimingPoint> pts{{4, 0.22},        {16, 1.48},       {64, 3.25},
+                                     {256, 3.89},      {1024, 1.86},     {4096, 1.87},
+                                     {16384, 2.44},    {65536, 8.18},    {262144, 22.7},
+                                     {1048576, 90.75}, {4194304, 378.62}};
+  const LinkFit f = fit_ring_allreduce_link(pts, 2);
+  EXPECT_NEAR(f.link.latency_ms, 1.865 / 2, 1e-9);
+  EXPECT_NEAR(f.link.bandwidth_gb_per_s, 0.0116, 0.0003);
+  EXPECT_THROW((void)fit_ring_allreduce_link({{8, 1.0}, {16, 2.0}}, 1), ConfigError);
+}
+
 TEST(Calibration, FitWeighsSmallAndLargeMessagesByRelativeError) {
   // 10% noise alternating in sign: the latency must still come out near 50 us (an unweighted
   // fit would be dominated by the 16 MiB point's absolute error of ~0.7 ms).

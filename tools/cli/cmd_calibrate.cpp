@@ -280,8 +280,13 @@ void run_worker(const CalibrateArgs& a) {
   if (m.world_rank != 0) return;
 
   const sim::LinkFit p2p = sim::fit_p2p(points(m.p2p));
-  const sim::LinkFit ar = sim::fit_ring_allreduce(points(m.allreduce), m.world_size);
-  spdlog::info("calibrate: {} ranks over {}", m.world_size, m.backend);
+  // Across nodes the collectives ran over one rank per node (Note [Sharded calibration across
+  // nodes] in exec/calibrate.hpp) and are fitted as links (Note [Link fit of sharded
+  // collectives]).
+  const int group = m.group_size > 0 ? m.group_size : m.world_size;
+  const sim::LinkFit ar = m.nodes > 1 ? sim::fit_ring_allreduce_link(points(m.allreduce), group)
+                                      : sim::fit_ring_allreduce(points(m.allreduce), group);
+  spdlog::info("calibrate: {} ranks over {} (collectives over {})", m.world_size, m.backend, group);
   spdlog::info("{:>10} {:>12} {:>12} {:>14} {:>12}", "message", "p2p_ms", "p2p_fit_ms",
                "allreduce_ms", "ar_fit_ms");
   for (std::size_t i = 0; i < m.p2p.size(); ++i) {
@@ -289,7 +294,7 @@ void run_worker(const CalibrateArgs& a) {
     const double p2p_fit =
         p2p.link.latency_ms +
         (p2p.link.bandwidth_gb_per_s > 0 ? b / p2p.link.bandwidth_gb_per_s * 1e-6 : 0);
-    const double n = m.world_size;
+    const double n = group;
     const double ar_fit =
         2 * (n - 1) * ar.link.latency_ms +
         (ar.link.bandwidth_gb_per_s > 0 ? 2 * (n - 1) / n * b / ar.link.bandwidth_gb_per_s * 1e-6
@@ -324,9 +329,6 @@ void run_worker(const CalibrateArgs& a) {
        &m.all_gather_unregistered,
        &sim::ShardedCollectiveLinks::all_gather_unregistered,
        {}}};
-  // Across nodes: timed over one rank per node (Note [Sharded calibration across nodes] in
-  // exec/calibrate.hpp) and fitted as a link (Note [Link fit of sharded collectives]).
-  const int group = m.sharded_group_size > 0 ? m.sharded_group_size : m.world_size;
   spdlog::info(
       "{:>10} {:>14} {:>14} {:>14} {:>14}  (ms over {} ranks; sizes rounded to {} equal "
       "pieces)",
@@ -380,6 +382,7 @@ void run_worker(const CalibrateArgs& a) {
       {"ranks_per_node", per_node},
       {"p2p", timings_json(m.p2p)},
       {"allreduce", timings_json(m.allreduce)},
+      {"allreduce_ranks", group},
       {"p2p_fit_error",
        {{"mean", p2p.mean_abs_relative_error}, {"max", p2p.max_abs_relative_error}}},
       {"allreduce_fit_error",

@@ -294,55 +294,49 @@ CommunicationMeasurements measure_communication(const CalibrationConfig& config)
   out.p2p = ping_pong(*comm, 0, 1, sizes, config.iterations, view, timeout);
   if (config.network) measure_pairs(*comm, world, sizes, config.iterations, view, timeout, out);
 
-  // All-reduce over every rank, on the kind of buffer DDP's buckets use (shared memory among the
-  // ranks of one host with Gloo: Note [Shared-memory all-reduce]). The same registered buffer
-  // serves the sharded collectives below.
-  const std::vector<std::int64_t> sharded = sharded_calibration_sizes(sizes, world.world_size);
-  const std::int64_t coll_bytes = std::max(max_bytes, sharded.back());
-  const auto coll_mem = comm->allocate_collective_buffer(static_cast<std::size_t>(coll_bytes));
-  float* coll = static_cast<float*>(coll_mem.get());
-  const auto n = static_cast<float>(world.world_size);
-  out.allreduce = time_collective(
-      *comm, comm.get(), "allreduce", sizes, config.iterations, timeout,
-      [&](std::int64_t bytes) { std::fill_n(coll, bytes / 4, 1.0f); },
-      [&](std::int64_t bytes, const OpContext& ctx) {
-        return comm->all_reduce(floats(coll, bytes), ReduceOp::kSum, ctx);
-      },
-      [&](std::int64_t bytes) {
-        PW_CHECK(coll[0] == n && coll[bytes / 4 - 1] == n, BackendError,
-                 "calibrate: all-reduce of " << bytes << " B returned " << coll[0] << " instead of "
-                                             << world.world_size);
-      });
-
-  // ZeRO's reduce-scatters and all-gathers, on the registered buffer (ZeRO-1/2) and on private
-  // memory (ZeRO-3), which Gloo runs on different paths (Note [Unregistered collectives] in
-  // sim/src/network/network_model.cpp); across nodes over one rank per node (Note [Sharded
-  // calibration across nodes]).
+  // The collectives run over every rank, or across nodes over one rank per node (Note [Sharded
+  // calibration across nodes]); the world's other ranks only pass the barriers.
   Communicator* group = comm.get();
   std::unique_ptr<Communicator> node_group;
-  out.sharded_group_size = world.world_size;
+  out.group_size = world.world_size;
   if (config.network && out.nodes > 1 && world.local_world_size > 1) {
     std::vector<int> members;
     for (int k = 0; k < out.nodes; ++k) members.push_back(k * world.local_world_size);
     node_group = comm->split(members);
     group = node_group.get();  // null on the other ranks
-    out.sharded_group_size = out.nodes;
+    out.group_size = out.nodes;
   }
-  const std::vector<std::int64_t> sharded_sizes =
-      group == comm.get() ? sharded : sharded_calibration_sizes(sizes, out.sharded_group_size);
-  const std::int64_t whole_bytes = sharded_sizes.back();
-  std::shared_ptr<void> group_mem;  // the group's registered buffer
-  float* registered = coll;
-  if (group != comm.get() && group) {
-    group_mem = group->allocate_collective_buffer(static_cast<std::size_t>(whole_bytes));
-    registered = static_cast<float*>(group_mem.get());
-  }
-  std::vector<float> piece(static_cast<std::size_t>(whole_bytes / 4 / out.sharded_group_size));
-  time_sharded(*comm, group, sharded_sizes, config.iterations, timeout, registered, piece.data(),
-               true, out.reduce_scatter, out.all_gather);
-  std::vector<float> whole(static_cast<std::size_t>(whole_bytes / 4));
-  time_sharded(*comm, group, sharded_sizes, config.iterations, timeout, whole.data(), piece.data(),
-               false, out.reduce_scatter_unregistered, out.all_gather_unregistered);
+
+  // All-reduce, on the kind of buffer DDP's buckets use (shared memory among the ranks of one
+  // host with Gloo: Note [Shared-memory all-reduce]). The same registered buffer serves the
+  // sharded collectives below.
+  const std::vector<std::int64_t> sharded = sharded_calibration_sizes(sizes, out.group_size);
+  const std::int64_t coll_bytes = std::max(max_bytes, sharded.back());
+  std::shared_ptr<void> coll_mem;
+  if (group) coll_mem = group->allocate_collective_buffer(static_cast<std::size_t>(coll_bytes));
+  float* coll = static_cast<float*>(coll_mem.get());  // null on the ranks outside the group
+  const auto n = static_cast<float>(out.group_size);
+  out.allreduce = time_collective(
+      *comm, group, "allreduce", sizes, config.iterations, timeout,
+      [&](std::int64_t bytes) { std::fill_n(coll, bytes / 4, 1.0f); },
+      [&](std::int64_t bytes, const OpContext& ctx) {
+        return group->all_reduce(floats(coll, bytes), ReduceOp::kSum, ctx);
+      },
+      [&](std::int64_t bytes) {
+        PW_CHECK(coll[0] == n && coll[bytes / 4 - 1] == n, BackendError,
+                 "calibrate: all-reduce of " << bytes << " B returned " << coll[0] << " instead of "
+                                             << out.group_size);
+      });
+
+  // ZeRO's reduce-scatters and all-gathers, on the registered buffer (ZeRO-1/2) and on private
+  // memory (ZeRO-3), which Gloo runs on different paths (Note [Unregistered collectives] in
+  // sim/src/network/network_model.cpp).
+  std::vector<float> piece(static_cast<std::size_t>(sharded.back() / 4 / out.group_size));
+  time_sharded(*comm, group, sharded, config.iterations, timeout, coll, piece.data(), true,
+               out.reduce_scatter, out.all_gather);
+  std::vector<float> whole(static_cast<std::size_t>(sharded.back() / 4));
+  time_sharded(*comm, group, sharded, config.iterations, timeout, whole.data(), piece.data(), false,
+               out.reduce_scatter_unregistered, out.all_gather_unregistered);
   comm->barrier({-1, -1, -1, "calibrate end"})->wait(timeout);
   return out;
 }

@@ -114,10 +114,10 @@ LinkFit fit_ring_one_pass(const std::vector<TimingPoint>& points, std::int32_t n
 // buffers that take at least 4x that time, where the wire dominates, at whatever sizes those
 // are (not only the largest two: on a shaped link the largest buffer is the slowest per byte,
 // and a job's buckets are smaller). Fewer than one such buffer: fit_ring's line.
-LinkFit fit_ring_one_pass_link(const std::vector<TimingPoint>& points, std::int32_t n) {
-  check_points(points, "reduce-scatter / all-gather");
-  PW_CHECK(n >= 2, ConfigError, "reduce-scatter / all-gather fit needs >= 2 ranks, got " << n);
-  const double steps = static_cast<double>(n - 1);
+namespace {
+
+// fit_ring's model fitted as a link (Note [Link fit of sharded collectives]).
+LinkFit fit_ring_link(const std::vector<TimingPoint>& points, std::int32_t n, double steps) {
   std::vector<double> small;
   for (const auto& p : points) {
     if (p.bytes <= 4096) small.push_back(p.ms);
@@ -140,6 +140,20 @@ LinkFit fit_ring_one_pass_link(const std::vector<TimingPoint>& points, std::int3
   if (den <= 0 || num <= 0) return fit_ring(points, n, steps);
   const Line line{t0, num / den};
   return finish(line, x, t, t0 / steps, line.slope_ms_per_x);
+}
+
+}  // namespace
+
+LinkFit fit_ring_one_pass_link(const std::vector<TimingPoint>& points, std::int32_t n) {
+  check_points(points, "reduce-scatter / all-gather");
+  PW_CHECK(n >= 2, ConfigError, "reduce-scatter / all-gather fit needs >= 2 ranks, got " << n);
+  return fit_ring_link(points, n, static_cast<double>(n - 1));
+}
+
+LinkFit fit_ring_allreduce_link(const std::vector<TimingPoint>& points, std::int32_t n) {
+  check_points(points, "all-reduce");
+  PW_CHECK(n >= 2, ConfigError, "all-reduce fit needs >= 2 ranks, got " << n);
+  return fit_ring_link(points, n, 2.0 * (n - 1));
 }
 
 }  // namespace pipewright::sim

@@ -57,9 +57,10 @@ struct CommunicationMeasurements {
   std::string backend;
   // One-way point-to-point time between ranks 0 and 1 (half the round trip of a ping-pong).
   std::vector<SizeTiming> p2p;
-  // In-place float32 sum all-reduce over all ranks (from a barrier to completion on rank 0).
+  // In-place float32 sum all-reduce over all ranks, or one per node (group_size) (from a barrier
+  // to completion on rank 0).
   std::vector<SizeTiming> allreduce;
-  // ZeRO's sharded collectives over all ranks, or one per node (sharded_group_size) (float32;
+  // ZeRO's sharded collectives over all ranks, or one per node (group_size) (float32;
   // reduce-scatter sums), timed as the all-reduce. SizeTiming::bytes is the whole buffer (one
   // piece per rank of the group): each message size rounded up to a multiple of 4 * the group's
   // size bytes, sizes that round alike measured once.
@@ -71,9 +72,10 @@ struct CommunicationMeasurements {
   // piece into a private buffer. (Gloo: a ring over TCP; MPI and NCCL: the same path as above.)
   std::vector<SizeTiming> reduce_scatter_unregistered;
   std::vector<SizeTiming> all_gather_unregistered;
-  // The ranks the four sharded timings above ran over: the world, or with --network on several
-  // nodes of >= 2 ranks each, one rank per node (Note [Sharded calibration across nodes]).
-  int sharded_group_size = 0;
+  // The ranks the all-reduce and the four sharded timings above ran over: the world, or with
+  // --network on several nodes of >= 2 ranks each, one rank per node (Note [Sharded calibration
+  // across nodes]).
+  int group_size = 0;
   // With CalibrationConfig::network: the number of nodes, and every node pair (inter-node) and
   // node (intra-node, when it has >= 2 ranks), in that order: within nodes 0..N-1, then pairs.
   int nodes = 1;
@@ -83,15 +85,19 @@ struct CommunicationMeasurements {
 // Note [Sharded calibration across nodes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A job's data-parallel groups span the nodes with one rank per node (replica-major placement:
-// stage s's replicas are local rank s of every node), and its reduce-scatters and all-gathers
-// run over those groups. With --network on N nodes of P >= 2 ranks each, the sharded
-// collectives are therefore timed over local rank 0 of every node (N ranks; the others only pass
-// the barriers), not over the world: a world ring of N x P ranks takes N x P - 1 steps, each
-// with its own start-up and reduction on shared cores, and that per-step cost is not a link's.
-// Measured on two namespace nodes joined by a 100 Mbit/s link, 2 ranks each: the world
-// (4-rank) reduce-scatter of 1 MiB took 78.2 ms, 10.1 MB/s on the link, the 2-rank group's
-// 45.3 ms, 11.6 MB/s; ZeRO-2's step, priced from the world's fit, came out 7.4-12.1% slow
-// (docs/simulator.md, session 10). The fit of these timings: sim::fit_ring_one_pass_link.
+// stage s's replicas are local rank s of every node), and its all-reduces (DDP's buckets,
+// LocalSGD, SlowMo, DiLoCo), reduce-scatters and all-gathers run over those groups. With
+// --network on N nodes of P >= 2 ranks each, the collectives are therefore timed over local
+// rank 0 of every node (N ranks; the others only pass the barriers), not over the world: a world
+// ring of N x P ranks takes N x P - 1 steps, each with its own start-up and reduction on shared
+// cores, and that per-step cost is not a link's. Measured on two namespace nodes joined by a
+// 100 Mbit/s link, 2 ranks each: the world (4-rank) reduce-scatter of 1 MiB took 78.2 ms, 10.1
+// MB/s on the link, the 2-rank group's 45.3 ms, 11.6 MB/s; ZeRO-2's step, priced from the
+// world's fit, came out 7.4-12.1% slow. The world all-reduce's fit moved between 0.0110 and
+// 0.0144 GB/s from one calibration to the next (Gloo's algorithm over 4 ranks is no ring of 4,
+// and its small sizes took 0.2-7 ms), and DDP's, LocalSGD's, SlowMo's and DiLoCo's steps with
+// it by 10-17% (docs/simulator.md, session 10). The fits of these timings:
+// sim::fit_ring_allreduce_link and sim::fit_ring_one_pass_link.
 
 // The default sizes: 4, 16, 64, ..., 16 MiB.
 [[nodiscard]] std::vector<std::int64_t> default_calibration_sizes();

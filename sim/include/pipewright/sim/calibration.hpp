@@ -39,5 +39,8 @@ struct LinkFit {
 // latency from the small buffers, bandwidth from the buffers whose time the wire dominates.
 [[nodiscard]] LinkFit fit_ring_one_pass_link(const std::vector<TimingPoint>& points,
                                              std::int32_t n);
+// The ring all-reduce's model fitted the same way (calibrate --network).
+[[nodiscard]] LinkFit fit_ring_allreduce_link(const std::vector<TimingPoint>& points,
+                                              std::int32_t n);
 
 }  // namespace pipewright::sim
