@@ -116,6 +116,7 @@ struct RankState {
   std::int32_t core_step = 0;
   std::int64_t core_start = 0;
   std::int64_t core_src = -1;
+  std::int64_t core_comm = 0;  // the collective's time alone
   // Note [Posted batches]: when the rank posted its current batch of SEND/RECV actions, and its
   // compute then.
   std::int64_t batch_post = 0;

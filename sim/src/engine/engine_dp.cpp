@@ -294,6 +294,7 @@ void Engine::begin_sync_on_core(std::int32_t r, RankState& st, std::int32_t step
   st.core_start = now_;
   st.core_src = st.last_compute;
   st.core_kind = kind;
+  st.core_comm = ns;
   result_.per_rank[static_cast<std::size_t>(r)].dp_comm_ns += ns;
   cores_->begin(r, dp_sync_compute_ns_ + ns, now_, queue_);
 }
@@ -302,7 +303,11 @@ void Engine::complete_sync(std::int32_t r, RankState& st) {
   cores_->end(r, now_, queue_);
   st.sync_on_core = false;
   auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
-  rr.dp_exposed_ns += now_ - st.core_start;
+  // The collective's share of the activity is exposed (its work is compute, as elsewhere).
+  const double comm = static_cast<double>(st.core_comm);
+  rr.dp_exposed_ns += static_cast<std::int64_t>(
+      std::llround(static_cast<double>(now_ - st.core_start) * comm /
+                   std::max(1.0, comm + static_cast<double>(dp_sync_compute_ns_))));
   if (record_) {
     Op cop{ActionKind::kReduceGrad, -1, -1, -1, false, false};
     const auto idx =
