@@ -306,6 +306,16 @@ TEST(DataParallel, SyncsShareTheHostsCores) {
   EXPECT_EQ(
       simulate(testing::gpipe(1, 1), costs, cores, opt).step_end_ns,
       (std::vector<std::int64_t>{6 * kMs, 13 * kMs + 2000, 19 * kMs + 2000, 26 * kMs + 4000}));
+  // SlowMo over SGP with a slow step every step: the gossip and the slow step are one activity,
+  // both collectives' time counted (as on dedicated cores).
+  opt.dp.algorithm = DpAlgorithm::kSlowMo;
+  opt.dp.slowmo_base = DpAlgorithm::kSgp;
+  opt.dp.slowmo_frequency = 1;
+  const auto own = simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt);
+  EXPECT_EQ(simulate(testing::gpipe(1, 1), costs, cores, opt).per_rank[0].dp_comm_ns,
+            own.per_rank[0].dp_comm_ns);
+  EXPECT_GT(own.per_rank[0].dp_comm_ns, 4 * 1004);
+  opt.dp.algorithm = DpAlgorithm::kDiLoCo;
   cores.cores_per_node = 2;
   EXPECT_EQ(simulate(testing::gpipe(1, 1), costs, cores, opt).step_end_ns,
             simulate(testing::gpipe(1, 1), costs, one_gb_per_s(), opt).step_end_ns);

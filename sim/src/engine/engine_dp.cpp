@@ -266,15 +266,16 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
     // at full speed as before.)
     if ((sgp || average || slowmo) && sync_on_cores_[static_cast<std::size_t>(r)] != 0 &&
         st.time <= now_ && !prog_.ops[static_cast<std::size_t>(r)].empty()) {
-      // Note [Collectives on shared cores]: the sync's work and its collective, alone, are the
-      // rank's compute-stream activity; the rank waits for it (advance), then finish_step.
-      const std::int64_t ns = sgp       ? network_->sgp_ns(r)
-                              : average ? network_->localsgd_ns(r)
-                                        : network_->slowmo_ns(r);
+      // Note [Collectives on shared cores]: the sync's work and its collectives, alone, are
+      // the rank's compute-stream activity (SlowMo over SGP: the gossip and the slow step); the
+      // rank waits for it (advance), then finish_step.
+      const std::int64_t ns = (sgp ? network_->sgp_ns(r) : 0) +
+                              (average ? network_->localsgd_ns(r) : 0) +
+                              (slowmo ? network_->slowmo_ns(r) : 0);
       begin_sync_on_core(r, st, step,
-                         sgp       ? Collective::kSgp
+                         slowmo    ? Collective::kSlowMo
                          : average ? Collective::kLocalSgd
-                                   : Collective::kSlowMo,
+                                   : Collective::kSgp,
                          ns);
       return;
     }
