@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "costs/median.hpp"
 #include "pipewright/graph/error.hpp"
 
 namespace pipewright::sim {
@@ -123,9 +124,7 @@ LinkFit fit_ring_link(const std::vector<TimingPoint>& points, std::int32_t n, do
     if (p.bytes <= 4096) small.push_back(p.ms);
   }
   if (small.empty()) return fit_ring(points, n, steps);
-  std::sort(small.begin(), small.end());
-  const std::size_t k = small.size();
-  const double t0 = k % 2 ? small[k / 2] : (small[k / 2 - 1] + small[k / 2]) / 2;
+  const double t0 = median(small);
   // Minimise sum ((t0 + x s - t) / t)^2 over s: s = sum (x/t)(1 - t0/t) / sum (x/t)^2.
   double num = 0, den = 0;
   std::vector<double> x, t;

@@ -302,11 +302,9 @@ class Engine {
   std::int32_t zero_ = 0;
   std::vector<std::int64_t> zero_gather_ns_, zero_scatter_ns_, params_ready_, params_src_;
   std::vector<std::int64_t> zero_scatter_alone_ns_;  // unscaled: timed on shared links
-  // Per pipeline rank: its LocalSGD / SlowMo / SGP syncs run on the node's shared cores.
-  std::vector<char> sync_on_cores_;
-  std::vector<std::int64_t> zero_gather_alone_ns_;  // unscaled: timed on shared links
-  static constexpr std::int32_t kZeroScatter = -1;  // PendingBucket::bucket of a reduce-scatter
-  static constexpr std::int32_t kZeroGather = -2;   // ... of an all-gather
+  std::vector<std::int64_t> zero_gather_alone_ns_;   // unscaled: timed on shared links
+  static constexpr std::int32_t kZeroScatter = -1;   // PendingBucket::bucket of a reduce-scatter
+  static constexpr std::int32_t kZeroGather = -2;    // ... of an all-gather
   // params_ready_ of a stage whose all-gather is queued on shared links (Note [ZeRO in the
   // simulator]): its next compute waits for complete_dp.
   static constexpr std::int64_t kParamsPending = std::numeric_limits<std::int64_t>::max();
@@ -341,6 +339,9 @@ class Engine {
   static constexpr std::uint8_t kDpOnLinks = 1;
   static constexpr std::uint8_t kDpOnCores = 2;
   std::vector<std::uint8_t> dp_linked_;
+  // Per rank: its LocalSGD / SlowMo / SGP / DiLoCo syncs run on the node's shared cores (Note
+  // [Collectives on shared cores]).
+  std::vector<char> sync_on_cores_;
   // Per rank, shared links: DDP buckets waiting for or on the data-parallel stream, in order.
   struct PendingBucket {
     std::int32_t stage;
