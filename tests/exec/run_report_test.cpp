@@ -280,6 +280,37 @@ TEST(MakeProfile, SplitWarmupStepGivesInputAndWeightCosts) {
   EXPECT_FALSE(t.stages[1].weight_grad_ms);
 }
 
+// Note [Measured split backward], the split path's first use and the cores' sharing: the
+// warm-up step split microbatches 0 and 2. Microbatch 0's I (5 ms) and W (6 ms) paid the first
+// use and are left out; microbatch 2's I and W took 3 and 2 ms of wall time but 1 and 1.5 ms of
+// CPU, B (microbatches 1, 3) 2 ms of CPU. With the measured B of 4 ms: I = 4 x 1/2, W = 4 x
+// 1.5/2. (With wall times and every sample the ratios were (5+3)/2 / 2 and (6+2)/2 / 2.)
+TEST(MakeProfile, SplitRatiosLeaveOutTheFirstUseAndTakeCpuTime) {
+  const auto c = [](int stage, ActionKind k, int mb) { return Action::compute(stage, k, mb); };
+  auto cpu = [](TimedAction a, double ms) {
+    a.cpu_ns = static_cast<std::int64_t>(ms * kMs);
+    return a;
+  };
+  std::vector<RankRecord> records{
+      rank(0, 2,
+           {cpu(timed(c(0, ActionKind::kBackwardInput, 0), 0, 5, 0), 5),
+            cpu(timed(c(0, ActionKind::kBackwardWeight, 0), 5, 11, 0), 6),
+            cpu(timed(c(0, ActionKind::kFullBackward, 1), 11, 13, 0), 2),
+            cpu(timed(c(0, ActionKind::kBackwardInput, 2), 13, 16, 0), 1),
+            cpu(timed(c(0, ActionKind::kBackwardWeight, 2), 16, 18, 0), 1.5),
+            cpu(timed(c(0, ActionKind::kFullBackward, 3), 18, 21, 0), 2), timed(f(0, 0), 30, 31, 1),
+            timed(c(0, ActionKind::kFullBackward, 0), 31, 35, 1)}),
+      rank(1, 2,
+           {timed(f(1, 0), 30, 31, 1), timed(c(1, ActionKind::kFullBackward, 0), 31, 33, 1)})};
+  ReportContext ctx = context();
+  ctx.warmup_steps = 1;
+  const auto t = make_profile(records, two_stages(4), ctx);
+  ASSERT_TRUE(t.stages[0].input_grad_ms && t.stages[0].weight_grad_ms);
+  EXPECT_NEAR(*t.stages[0].input_grad_ms, 2.0, 1e-9);
+  EXPECT_NEAR(*t.stages[0].weight_grad_ms, 3.0, 1e-9);
+  EXPECT_EQ(t.stages[0].input_grad_stats->samples, 1);
+}
+
 TEST(MakeProfile, RecordRoundTripKeepsHostAndCpus) {
   RankRecord r = rank(3, 8, {timed(f(1, 2), 1, 2, 5, 7)});
   r.host_id = 123456789;
@@ -382,6 +413,12 @@ TEST(MakeProfile, CommOverheadLeavesOutTheSendCalls) {
   const auto t = make_profile(records, two_stages(3), context());
   EXPECT_NEAR(t.comm_overhead_ms, 0.3, 1e-9);  // median of 0.2, 0.3, 0.3
   EXPECT_NEAR(t.comm_send_ms, 2.2, 1e-9);      // median of 2.2, 0.2, 8.0
+  // Note [Send calls] (sim/src/engine/engine.hpp): every SEND's call, with the p2p cost of the
+  // same network.
+  ASSERT_TRUE(t.p2p && t.p2p->send_call_stats);
+  EXPECT_EQ(t.p2p->send_call_stats->samples, 3);
+  EXPECT_NEAR(t.p2p->send_call_stats->median_ms, 2.2, 1e-9);
+  EXPECT_NEAR(t.p2p->send_call_stats->quantiles_ms.back(), 8.0, 1e-9);
   // Without the split (profiles before issue 47) the overhead was the whole batch: 2.4 ms.
   for (auto& a : records[0].actions) a.send_ns = 0;
   EXPECT_NEAR(make_profile(records, two_stages(3), context()).comm_overhead_ms, 2.4, 1e-9);

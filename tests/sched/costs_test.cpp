@@ -36,7 +36,7 @@ CostTable sample_table() {
   s1.forward_stats.reset();
   s1.weight_grad_stats = KindStats{1.5, 1.4, 1.6, 8, {}, {}};
   t.stages = {s0, s1};
-  t.p2p = P2PCost{0.01, 12.5, std::nullopt, std::nullopt};
+  t.p2p = P2PCost{0.01, 12.5, std::nullopt, std::nullopt, std::nullopt};
   t.peak_memory = {{0, 123456}, {1, 654321}};
   t.data_parallel = {{0, 4, 1.0, 3840.0, 3840.5, 0.25}, {1, 4, 2.0, 3536.0, 3536.0, 0.5}};
   return t;
@@ -141,7 +141,7 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
   for (int k = 0; k <= 20; ++k) q.push_back(0.5 + 0.05 * k);
   t.stages[0].optimizer_ms = 0.75;
   t.stages[0].optimizer_stats = KindStats{0.75, 0.7, 0.8, 10, q, {}};
-  t.p2p = P2PCost{0, 0, 0.25, KindStats{0.25, 0.2, 0.5, 40, q, {}}};
+  t.p2p = P2PCost{0, 0, 0.25, KindStats{0.25, 0.2, 0.5, 40, q, {}}, std::nullopt};
   t.cores_per_node = 2;
   t.stages[0].optimizer_stats->mean_ms = 0.8125;
   const std::string text = to_json(t);
@@ -192,6 +192,16 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
   EXPECT_NE(split_text.find("\"dp_sync_compute_ms\": 1.25"), std::string::npos);
   EXPECT_EQ(parse_costs(split_text, "t.json"), split);
   EXPECT_EQ(parse_costs(text, "t.json").comm_send_ms, 0.0);
+  // The measured send calls travel inside p2p ("send_call"), checked like the other stats.
+  split.p2p = P2PCost{};
+  split.p2p->per_message_ms = 2.0;
+  split.p2p->send_call_stats = KindStats{0.15, 0.1, 0.3, 12, {}, 0.2};
+  const std::string call_text = to_json(split);
+  EXPECT_NE(call_text.find("\"send_call\""), std::string::npos);
+  EXPECT_EQ(parse_costs(call_text, "t.json"), split);
+  bad = split;
+  bad.p2p->send_call_stats->median_ms = -0.1;
+  EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
   bad = split;
   bad.comm_send_ms = -1;
   EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);

@@ -74,7 +74,7 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
   measured.comm_send_ms = 1.5;
   measured.dp_sync_compute_ms = 0.7;
   measured.runtime_memory_bytes = 1000;
-  measured.p2p = sched::P2PCost{0, 0, 0.3, std::nullopt};
+  measured.p2p = sched::P2PCost{0, 0, 0.3, std::nullopt, std::nullopt};
   for (auto& c : measured.stages) {
     c.forward_ms *= 3;
     c.backward_ms *= 2;

@@ -219,6 +219,47 @@ TEST(Engine, OptimizerTimeAndCommOverheadPerBatchHandDerived) {
   EXPECT_EQ(r.per_rank[0].busy_ns, 3 * kMs);  // F + B; OPTIM is not F/B/I/W busy time
 }
 
+// Note [Send calls] (engine.hpp), hand-derived: GPipe p=2 m=2, F=1, B=2, the profile's
+// per-message cost 0.5 and send call 0.3 (median), no batch overhead.
+//   rank0: F0 [0, 1]; SEND_F0 posted at 1 (its message arrives at 1.5), the call holds the
+//          compute stream to 1.3; F1 [1.3, 2.3]; SEND_F1 posted at 2.3 (arrives 2.8)
+//   rank1: F0 [1.5, 2.5]; F1 waits for its message: [2.8, 3.8]
+// Without the measured call, or when --p2p-ms prices the messages, F1 starts at 1 on rank 0.
+TEST(Engine, SendCallsHoldTheSendersComputeStreamButNotTheMessage) {
+  const auto plan = gpipe(2, 2);
+  auto costs = uniform_costs(2, 1, 2);
+  sched::P2PCost p2p;
+  p2p.per_message_ms = 0.5;
+  costs.p2p = p2p;
+  SimOptions opt;
+  opt.record_actions = true;
+  auto start_of = [](const SimResult& r, std::int32_t rank, std::int32_t mb) {
+    for (const auto& t : r.actions) {
+      if (t.rank == rank && t.action.kind == ActionKind::kForward && t.action.microbatch == mb)
+        return t.start_ns;
+    }
+    return std::int64_t{-1};
+  };
+  const auto plain = run(plan, costs, opt);
+  EXPECT_EQ(start_of(plain, 0, 1), 1 * kMs);
+  costs.p2p->send_call_stats = sched::KindStats{0.3, 0.2, 0.6, 20, {}, {}};
+  const auto called = run(plan, costs, opt);
+  EXPECT_EQ(start_of(called, 0, 1), 1300 * kMs / 1000);
+  EXPECT_EQ(start_of(called, 1, 0), 1500 * kMs / 1000);  // the message left when posted
+  EXPECT_EQ(start_of(called, 1, 1), 2800 * kMs / 1000);
+  opt.p2p_override_ms = 0.5;  // another network's price: its send calls are not known
+  EXPECT_EQ(start_of(run(plan, costs, opt), 0, 1), 1 * kMs);
+  opt.p2p_override_ms.reset();
+  // Sampled: every call is a draw within the distribution's range (here [0.1, 0.9] ms).
+  std::vector<double> q;
+  for (int k = 0; k <= 20; ++k) q.push_back(0.1 + k * 0.04);
+  costs.p2p->send_call_stats = sched::KindStats{0.5, 0.18, 0.82, 20, q, {}};
+  opt.sample_durations_seed = 3;
+  const auto sampled = run(plan, costs, opt);
+  EXPECT_GE(start_of(sampled, 0, 1), 1100 * kMs / 1000);
+  EXPECT_LE(start_of(sampled, 0, 1), 1900 * kMs / 1000);
+}
+
 TEST(Engine, SampledDurationsAreDeterministicAndFollowTheQuantiles) {
   const auto plan = one_f_one_b(4, 8);
   auto costs = uniform_costs(4, 1, 2);

@@ -95,6 +95,10 @@ class ConstantDurations final : public DurationModel {
                           std::int32_t) const noexcept override {
     return network_ns;
   }
+  std::int64_t send_call_ns(std::int32_t, bool, std::int32_t,
+                            std::int32_t) const noexcept override {
+    return 0;
+  }
 
  private:
   std::int64_t ns_;

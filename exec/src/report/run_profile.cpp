@@ -360,6 +360,14 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   for (std::size_t ri = 0; ri < records.size(); ++ri) {
     const auto& r = records[ri];
     const int replica = r.world_rank / pp;
+    // Note [Measured split backward]: this rank's I and W seen so far in the split step, per
+    // stage; its first of each is left out when it has another (the split path's first use).
+    std::map<std::pair<int, ActionKind>, int> split_seen, split_count;
+    for (const auto& a : r.actions) {
+      if (a.step == split_step && (a.action.kind == ActionKind::kBackwardInput ||
+                                   a.action.kind == ActionKind::kBackwardWeight))
+        ++split_count[{a.action.stage, a.action.kind}];
+    }
     for (const auto& sz : r.stages) {
       if (replica != 0) continue;
       auto& st = table.stages.at(static_cast<std::size_t>(sz.stage));
@@ -371,8 +379,16 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
       if (a.step < ctx.warmup_steps) {
         // Note [Measured split backward]: the warm-up step whose even full backwards ran split.
         const auto k = a.action.kind;
-        if (uses_core(k) && a.action.stage >= 0 && a.action.stage < stages && a.step == split_step)
-          split[static_cast<std::size_t>(a.action.stage)][k].push_back(sharing.compute_ms(ri, a));
+        if (!uses_core(k) || a.action.stage < 0 || a.action.stage >= stages || a.step != split_step)
+          continue;
+        if (k == ActionKind::kBackwardInput || k == ActionKind::kBackwardWeight) {
+          const std::pair<int, ActionKind> key{a.action.stage, k};
+          if (split_seen[key]++ == 0 && split_count[key] > 1) continue;
+        }
+        // The work's ratio: CPU time where measured (CPU devices), which the other ranks' share
+        // of the cores does not blur; else the dedicated-core wall time.
+        split[static_cast<std::size_t>(a.action.stage)][k].push_back(
+            a.cpu_ns > 0 ? static_cast<double>(a.cpu_ns) / 1e6 : sharing.compute_ms(ri, a));
         continue;
       }
       const auto s = static_cast<std::size_t>(a.action.stage);
@@ -554,6 +570,16 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
     sched::P2PCost c;
     c.stats = stats_of(p2p);
     c.per_message_ms = c.stats->median_ms;
+    // Note [Send calls] (sim/src/engine/engine.hpp): every measured SEND's send calls, on the
+    // network the message times were measured on.
+    std::vector<double> calls;
+    for (const auto& r : records) {
+      for (const auto& a : r.actions) {
+        if (sched::is_send(a.action.kind) && a.step >= ctx.warmup_steps && a.bytes > 0)
+          calls.push_back(static_cast<double>(a.send_ns) / 1e6);
+      }
+    }
+    if (!calls.empty()) c.send_call_stats = stats_of(calls);
     table.p2p = c;
   }
   return table;

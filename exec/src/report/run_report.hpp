@@ -190,7 +190,13 @@ struct RankRecord {
 // are not in the profile's statistics) and records them as I and W actions. make_profile turns
 // them into I and W costs: the ratio of their medians to the median B of the odd microbatches in
 // that step (to F's when every backward ran split, m = 1), times the measured B (F)
-// distribution, so host drift between the warm-up and the measured steps cancels.
+// distribution, so host drift between the warm-up and the measured steps cancels. The ratio
+// takes each action's CPU time where measured (Note [Compute CPU time]): with 4 ranks on 2
+// cores a single wall time there held up to 3x its work. And a rank's first I and first W of a
+// stage are left out when it ran more: the split path's first use in the process paid for
+// itself (bench/fidelity.sh, 2026-11-29: stage 1's I took 8.0 ms for microbatch 0 and 2.4 ms for
+// microbatch 2, against B's 3.3 ms), which made the 1F1B profile's I 1.6x B and the
+// InterleavedZeroBubble transfer from it +39%; without it +2%.
 
 // Flat int64 encoding for the communicator, and back. decode throws InternalError on garbage.
 [[nodiscard]] std::vector<std::int64_t> encode_record(const RankRecord& record);

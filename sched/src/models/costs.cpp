@@ -176,6 +176,7 @@ void validate(const CostTable& t, std::string_view origin) {
     check_number(origin, "/p2p/bandwidth_gb_per_s", t.p2p->bandwidth_gb_per_s);
     if (t.p2p->per_message_ms) check_number(origin, "/p2p/per_message_ms", *t.p2p->per_message_ms);
     check_stats(origin, "/p2p/stats", t.p2p->stats);
+    check_stats(origin, "/p2p/send_call", t.p2p->send_call_stats);
   }
   for (std::size_t i = 0; i < t.peak_memory.size(); ++i) {
     const std::string p = "/peak_memory/" + std::to_string(i);
@@ -290,6 +291,7 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
     if (r.has("latency_ms")) c.latency_ms = r.number("latency_ms");
     if (r.has("bandwidth_gb_per_s")) c.bandwidth_gb_per_s = r.number("bandwidth_gb_per_s");
     if (r.has("stats")) c.stats = read_stats(r.at("stats"));
+    if (r.has("send_call")) c.send_call_stats = read_stats(r.at("send_call"));
     if (!c.per_message_ms && !r.has("latency_ms") && !r.has("bandwidth_gb_per_s")) {
       r.self().fail("needs per_message_ms or latency_ms/bandwidth_gb_per_s");
     }
@@ -377,6 +379,7 @@ std::string to_json(const CostTable& t) {
     Json p{{"latency_ms", t.p2p->latency_ms}, {"bandwidth_gb_per_s", t.p2p->bandwidth_gb_per_s}};
     if (t.p2p->per_message_ms) p["per_message_ms"] = *t.p2p->per_message_ms;
     if (t.p2p->stats) p["stats"] = stats_json(*t.p2p->stats);
+    if (t.p2p->send_call_stats) p["send_call"] = stats_json(*t.p2p->send_call_stats);
     j["p2p"] = p;
   }
   if (!t.peak_memory.empty()) {

@@ -47,8 +47,17 @@ class TableDurations final : public DurationModel {
   }
   std::int64_t message_ns(std::int64_t network_ns, std::int32_t edge, bool forward, std::int32_t mb,
                           std::int32_t step) const noexcept override;
+  std::int64_t send_call_ns(std::int32_t edge, bool forward, std::int32_t mb,
+                            std::int32_t step) const noexcept override;
 
  private:
+  static std::uint64_t message_key(std::int32_t edge, bool forward, std::int32_t mb,
+                                   std::int32_t step, std::uint64_t salt) noexcept {
+    return (static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ULL) ^
+           (static_cast<std::uint64_t>(edge) << 40) ^
+           (static_cast<std::uint64_t>(static_cast<std::uint32_t>(mb)) << 8) ^ (forward ? 5 : 6) ^
+           salt;
+  }
   std::int64_t sampled_duration(std::int64_t fixed, std::size_t s, int slot, std::int32_t mb,
                                 std::int32_t step) const noexcept;
   std::int64_t sample(const Quantiles& q, std::uint64_t key) const noexcept {
@@ -66,6 +75,10 @@ class TableDurations final : public DurationModel {
   std::vector<std::array<std::int64_t, kReplaySlots>> fixed_;
   std::vector<std::array<Quantiles, kReplaySlots>> quantiles_;
   Quantiles p2p_quantiles_;  // the profile's per-message distribution (sampling only)
+  // Note [Send calls] (engine.hpp): the fixed send call (median; the mean with shared cores) and
+  // its distribution (sampling only); 0 and none without the profile's measured one.
+  std::int64_t send_call_fixed_ = 0;
+  Quantiles send_call_quantiles_;
   // Note [Correlated sampling]: the profile's step and rank-step correlations (0: independent).
   double rho_step_ = 0, rho_rank_step_ = 0;
   bool sample_ = false;
@@ -136,6 +149,19 @@ TableDurations::TableDurations(const sched::LoweredPlan& plan, const sched::Cost
     p2p_quantiles_.p90 = ms_to_ns(st.p90_ms);
     for (double v : st.quantiles_ms) p2p_quantiles_.q.push_back(ms_to_ns(v));
   }
+  // Note [Send calls]: only where the profile's per-message cost prices the messages, i.e. on
+  // the network the send calls were measured on.
+  if (!options.p2p_override_ms && costs.p2p && costs.p2p->per_message_ms &&
+      costs.p2p->send_call_stats && costs.p2p->send_call_stats->samples > 0) {
+    const auto& st = *costs.p2p->send_call_stats;
+    send_call_fixed_ = ms_to_ns(shared_cores ? st.mean_or_estimate_ms() : st.median_ms);
+    if (sample_) {
+      send_call_quantiles_.p10 = ms_to_ns(st.p10_ms);
+      send_call_quantiles_.p50 = ms_to_ns(st.median_ms);
+      send_call_quantiles_.p90 = ms_to_ns(st.p90_ms);
+      for (double v : st.quantiles_ms) send_call_quantiles_.q.push_back(ms_to_ns(v));
+    }
+  }
 }
 
 std::int64_t TableDurations::sampled_duration(std::int64_t fixed, std::size_t s, int slot,
@@ -168,13 +194,14 @@ double TableDurations::normal(std::uint64_t key) const noexcept {  // Box-Muller
 std::int64_t TableDurations::message_ns(std::int64_t network_ns, std::int32_t edge, bool forward,
                                         std::int32_t mb, std::int32_t step) const noexcept {
   if (!sample_ || p2p_quantiles_.p50 < 0) return network_ns;
-  const auto e = static_cast<std::size_t>(edge);
-  const std::uint64_t slot = forward ? 5 : 6;
-  const std::uint64_t key = (static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ULL) ^
-                            (static_cast<std::uint64_t>(e) << 40) ^
-                            (static_cast<std::uint64_t>(static_cast<std::uint32_t>(mb)) << 8) ^
-                            slot;
-  return sample(p2p_quantiles_, key);  // independent (Note [Correlated sampling])
+  // independent (Note [Correlated sampling])
+  return sample(p2p_quantiles_, message_key(edge, forward, mb, step, 0));
+}
+
+std::int64_t TableDurations::send_call_ns(std::int32_t edge, bool forward, std::int32_t mb,
+                                          std::int32_t step) const noexcept {
+  if (send_call_quantiles_.p50 < 0) return send_call_fixed_;
+  return sample(send_call_quantiles_, message_key(edge, forward, mb, step, 0x5E4DC0117ULL << 12));
 }
 
 double TableDurations::uniform(std::uint64_t key) const noexcept {

@@ -34,6 +34,10 @@ class DurationModel {
   [[nodiscard]] virtual std::int64_t message_ns(std::int64_t network_ns, std::int32_t edge,
                                                 bool forward, std::int32_t mb,
                                                 std::int32_t step) const noexcept = 0;
+  // How long the sender's compute stream stays in the send call of that message (Note [Send
+  // calls] in engine.hpp); 0 without a measured distribution.
+  [[nodiscard]] virtual std::int64_t send_call_ns(std::int32_t edge, bool forward, std::int32_t mb,
+                                                  std::int32_t step) const noexcept = 0;
 };
 
 // The cost table's durations: per stage and kind, the table's time (+ compute_overhead_ms; with

@@ -292,6 +292,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
         if (!need(row_slot(k, op.mb))) return false;
       }
       post_batch(st, op);
+      send_call(st, op, step);
       if (send_mode_[static_cast<std::size_t>(r)] != SendMode::kAhead) {  // shares cores or links
         sends_[static_cast<std::size_t>(r)].push_back(
             PendingSend{st.pos, step, st.batch_post, st.batch_pred});

@@ -234,6 +234,20 @@ class Engine {
     st.batch_post = st.time;
     st.batch_pred = st.last_compute;
   }
+  // Note [Send calls]: the executor's training thread calls the transport's send for each SEND,
+  // and the call returns only when the transport has taken the bytes. Over loopback (shared
+  // memory) that is 10-40 us; over TCP on a 100 Mbit/s veth link 0.1-0.3 ms for 32 KiB (the
+  // kernel's TCP and veth path run in the caller), and 1-4 ms when the peer is not ready to
+  // take them (bench/fidelity.sh, 2026-11-29: interleaved plans over the shaped link lost 2-3.5
+  // ms per rank and step there). comm_overhead_ms leaves these calls out (Note [Comm overhead]
+  // in exec/src/report/run_profile.cpp), so the simulator charges a draw of the profile's
+  // measured send call (P2PCost::send_call_stats) on the compute stream after the SEND is
+  // posted. The message itself still leaves when the batch is posted: the link's time is not
+  // charged twice. Only with the profile's per-message cost (the network the calls were
+  // measured on): a cluster's link or --p2p-ms prices another network, whose calls are not known.
+  void send_call(RankState& st, const Op& op, std::int32_t step) const noexcept {
+    st.time += durations_->send_call_ns(op.edge, op.kind == sched::ActionKind::kSendF, op.mb, step);
+  }
   // Appends a timed action when recording; returns its index, or -1.
   std::int64_t record(const Op& op, std::int32_t r, std::int32_t step, Stream stream,
                       std::int64_t start, std::int64_t end, std::int64_t pred) {

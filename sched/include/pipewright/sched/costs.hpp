@@ -19,7 +19,8 @@
 //                "stats": {"forward": {"median_ms": 1.5, "p10_ms": 1.4,
 //                                      "p90_ms": 1.7, "samples": 32,
 //                                      "quantiles_ms": [21 values]}}}],    (optional)
-//    "p2p": {"latency_ms": 0.01, "bandwidth_gb_per_s": 10} or {"per_message_ms": 0.2},
+//    "p2p": {"latency_ms": 0.01, "bandwidth_gb_per_s": 10} or {"per_message_ms": 0.2,
+//            "stats": {...}, "send_call": {...}},                       (stats optional)
 //    "peak_memory": [{"rank": 0, "peak_bytes": 123456}],                (optional)
 //    "data_parallel": [{"rank": 0, "steps": 4, "collectives_per_step": 2,
 //                       "payload_bytes_per_step": 8192, "wire_bytes_per_step": 8192,
@@ -124,9 +125,15 @@ struct P2PCost {
   std::optional<double> per_message_ms;
   // Measured distribution of the message time (executor profiles; with per_message_ms).
   std::optional<KindStats> stats;
+  // Measured on the same network (executor profiles): per SEND, how long the sender's training
+  // thread stayed inside the transport's send call (JSON "send_call"). The simulator charges a
+  // draw of it on the sender's compute stream after each SEND whose message the per-message cost
+  // prices (sim: Note [Send calls] in engine.hpp); it goes with that cost, not with a cluster.
+  std::optional<KindStats> send_call_stats;
   friend bool operator==(const P2PCost& a, const P2PCost& b) noexcept {
     return a.latency_ms == b.latency_ms && a.bandwidth_gb_per_s == b.bandwidth_gb_per_s &&
-           a.per_message_ms == b.per_message_ms && a.stats == b.stats;
+           a.per_message_ms == b.per_message_ms && a.stats == b.stats &&
+           a.send_call_stats == b.send_call_stats;
   }
 };
 
