@@ -186,6 +186,12 @@ ok = ok and all(abs(v["inter_node"]["bandwidth_gb_per_s"] - 0.0125) / 0.0125 < 0
 coll = c["collective_links"]["inter_node"]["bandwidth_gb_per_s"]
 print(f"all-reduce over {c['calibration']['allreduce_ranks']} ranks: {coll * 8e3:.1f} Mbit/s")
 ok = ok and c["calibration"]["allreduce_ranks"] == 2 and abs(coll - 0.0125) / 0.0125 < 0.2
+# Note [Compute beside a send, measured]: rank 0 probed beside its 2-10 ms messages to node 1
+# (64 KiB at 100 Mbit/s), and the cluster's send_cpu_load is the slowdown (absent when 0).
+beside = [p["beside_send"] for p in pairs if p["node_a"] != p["node_b"]]
+print("compute beside a send:", beside, "send_cpu_load", c.get("send_cpu_load", 0))
+ok = ok and len(beside) == 1 and beside[0]["samples"] >= 5 and beside[0]["bytes"] == 65536
+ok = ok and abs(c.get("send_cpu_load", 0) - beside[0]["cpu_load"]) < 1e-9
 sys.exit(0 if ok else 1)
 PY
     then echo "OK   calibrate --network"; else echo "FAIL calibrate --network"; failed=1; fi

@@ -35,6 +35,20 @@ TEST(Cluster, ParsesAndRoundTrips) {
   EXPECT_THROW(c.check_fits(9), ConfigError);
 }
 
+// Note [Compute beside a send]: send_cpu_load is read, written only when > 0, and >= 0.
+TEST(Cluster, SendCpuLoadRoundTripsAndIsChecked) {
+  std::string text = kGood;
+  text.insert(text.rfind('}'), R"(, "send_cpu_load": 0.72)");
+  const Cluster c = parse_cluster(text, "c.json");
+  EXPECT_DOUBLE_EQ(c.send_cpu_load, 0.72);
+  EXPECT_DOUBLE_EQ(parse_cluster(to_json(c), "again.json").send_cpu_load, 0.72);
+  EXPECT_DOUBLE_EQ(parse_cluster(kGood, "c.json").send_cpu_load, 0.0);
+  EXPECT_EQ(to_json(parse_cluster(kGood, "c.json")).find("send_cpu_load"), std::string::npos);
+  std::string bad = kGood;
+  bad.insert(bad.rfind('}'), R"(, "send_cpu_load": -0.1)");
+  EXPECT_THROW((void)parse_cluster(bad, "c.json"), InputError);
+}
+
 TEST(Cluster, CommunicationFormulas) {
   const Link l{0.01, 10};  // 10 us, 10 bytes/ns
   EXPECT_EQ(p2p_ns(l, 4'000'000), 10'000 + 400'000);

@@ -260,6 +260,44 @@ TEST(Engine, SendCallsHoldTheSendersComputeStreamButNotTheMessage) {
   EXPECT_LE(start_of(sampled, 0, 1), 1900 * kMs / 1000);
 }
 
+// Note [Compute beside a send] (engine.hpp), hand-derived: GPipe p=2 m=2, F=1, B=2, one rank
+// per node, the inter-node link 0.5 ms a message, send_cpu_load 1 (half speed beside a send).
+//   rank0: F0 [0, 1]; SEND_F0 on the wire [1, 1.5]; F1 from 1: 0.25 of work by 1.5 at half
+//          speed, the other 0.75 at full speed: [1, 2.25]
+//   rank1: F0 [1.5, 2.5] (the message is not delayed)
+// The profile's own p2p cost (the network it was measured on, whose compute times hold the
+// load already) or one node: F1 [1, 2].
+TEST(Engine, ComputeBesideASendOnALoadedLinkRunsSlower) {
+  const auto plan = gpipe(2, 2);
+  const auto costs = uniform_costs(2, 1, 2);
+  Cluster cluster;
+  cluster.nodes = 2;
+  cluster.ranks_per_node = 1;
+  cluster.inter_node = Link{0.5, 0};
+  cluster.intra_node = Link{0.5, 0};
+  cluster.send_cpu_load = 1.0;
+  SimOptions opt;
+  opt.record_actions = true;
+  auto span = [](const SimResult& r, std::int32_t rank, std::int32_t mb) {
+    for (const auto& t : r.actions) {
+      if (t.rank == rank && t.action.kind == ActionKind::kForward && t.action.microbatch == mb)
+        return std::pair{t.start_ns, t.end_ns};
+    }
+    return std::pair{std::int64_t{-1}, std::int64_t{-1}};
+  };
+  const auto loaded = simulate(plan, costs, cluster, opt);
+  EXPECT_EQ(span(loaded, 0, 1), (std::pair{1 * kMs, 2250 * kMs / 1000}));
+  EXPECT_EQ(span(loaded, 1, 0), (std::pair{1500 * kMs / 1000, 2500 * kMs / 1000}));
+  auto measured = costs;
+  measured.p2p = sched::P2PCost{};
+  measured.p2p->per_message_ms = 0.5;
+  EXPECT_EQ(span(simulate(plan, measured, cluster, opt), 0, 1), (std::pair{1 * kMs, 2 * kMs}));
+  Cluster one = cluster;
+  one.nodes = 1;
+  one.ranks_per_node = 2;
+  EXPECT_EQ(span(simulate(plan, costs, one, opt), 0, 1), (std::pair{1 * kMs, 2 * kMs}));
+}
+
 TEST(Engine, SampledDurationsAreDeterministicAndFollowTheQuantiles) {
   const auto plan = one_f_one_b(4, 8);
   auto costs = uniform_costs(4, 1, 2);

@@ -224,7 +224,7 @@ sim::Link pair_link(const std::vector<exec::SizeTiming>& t) {
 // bandwidth), the pairs recorded in `record`.
 void network_links(const exec::CommunicationMeasurements& m, sim::Cluster& c,
                    nlohmann::json& record) {
-  std::vector<double> intra_lat, intra_bw, inter_lat, inter_bw;
+  std::vector<double> intra_lat, intra_bw, inter_lat, inter_bw, loads;
   auto pairs = nlohmann::json::array();
   for (const auto& p : m.pairs) {
     sim::LinkFit fit;
@@ -242,7 +242,24 @@ void network_links(const exec::CommunicationMeasurements& m, sim::Cluster& c,
                      {"latency_ms", fit.link.latency_ms},
                      {"bandwidth_gb_per_s", fit.link.bandwidth_gb_per_s},
                      {"p2p", timings_json(p.p2p)}});
+    // Note [Compute beside a send, measured] (exec/calibrate.hpp): >= 5 probes beside the message.
+    const auto& bs = p.beside_send;
+    if (!intra && bs.samples >= 5 && bs.idle_ms > 0) {
+      const double load = std::max(0.0, bs.busy_ms / bs.idle_ms - 1);
+      loads.push_back(load);
+      pairs.back()["beside_send"] = {{"bytes", bs.bytes},
+                                     {"idle_ms", bs.idle_ms},
+                                     {"busy_ms", bs.busy_ms},
+                                     {"samples", bs.samples},
+                                     {"cpu_load", load}};
+      spdlog::info(
+          "between node {} and node {}: a probe took {:.3f} ms alone and {:.3f} ms beside "
+          "a {} message (median of {}): send_cpu_load {:.3f}",
+          p.node_a, p.node_b, bs.idle_ms, bs.busy_ms, graph::human_bytes(bs.bytes), bs.samples,
+          load);
+    }
   }
+  if (!loads.empty()) c.send_cpu_load = median(loads);
   c.nodes = m.nodes;
   c.ranks_per_node = std::max(1, m.local_world_size);
   c.placement =
@@ -419,7 +436,9 @@ void setup_calibrate(CLI::App& app) {
   cmd->add_flag("--network", a->network,
                 "also measure every pair of nodes and within every node, and fit the cluster's "
                 "intra_node / inter_node links from them; ZeRO's collectives over one rank per "
-                "node, as a job's data-parallel groups (with --worker under a multi-node launch)");
+                "node, as a job's data-parallel groups; send_cpu_load, how much slower rank 0 "
+                "computes while its message crosses to node 1 (with --worker under a multi-node "
+                "launch)");
   cmd->callback([a] {
     PW_CHECK(!a->network || a->worker, ConfigError,
              "calibrate --network measures between nodes: start it on every node, e.g. "

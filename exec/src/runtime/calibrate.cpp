@@ -8,6 +8,7 @@
 #include "pipewright/exec/calibrate.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -86,6 +87,77 @@ std::vector<SizeTiming> ping_pong(Communicator& comm, int a, int b,
   return out;
 }
 
+// Note [Compute beside a send, measured] (calibrate.hpp): a fixed amount of arithmetic, its
+// result kept so that it is not optimised away.
+double probe(int n) {
+  double acc = 0;
+  for (int i = 1; i <= n; ++i) acc += std::sqrt(static_cast<double>(i)) * 1e-9;
+  return acc;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Rank a probes alone, then beside each of 20 `bytes` messages to rank b (each ~`one_way_ms` on
+// the wire); every other rank passes the barriers. The result is complete on rank a.
+template <typename View>
+ComputeBesideSend compute_beside_send(Communicator& comm, int a, int b, std::int64_t bytes,
+                                      double one_way_ms, const View& view,
+                                      std::chrono::milliseconds timeout) {
+  const int me = comm.rank();
+  ComputeBesideSend out;
+  out.bytes = bytes;
+  const OpContext ctx{-1, -1, -1, "calibrate compute beside a send"};
+  static volatile double sink = 0;
+  int n = 20000;
+  if (me == a) {  // ~0.5 ms a probe on this host
+    const auto t0 = Clock::now();
+    sink = sink + probe(n);
+    n = std::max(1000, static_cast<int>(n * 0.5 / std::max(1e-3, ms_since(t0))));
+  }
+  comm.barrier(ctx)->wait(timeout);
+  std::vector<double> idle, busy;
+  if (me == a) {
+    for (int i = 0; i < 40; ++i) {
+      const auto t0 = Clock::now();
+      sink = sink + probe(n);
+      idle.push_back(ms_since(t0));
+    }
+  }
+  // b posts every receive first; a's training thread then sends each message itself, as a
+  // pipeline's SEND does (a message this size leaves the send call at once, into the socket),
+  // and probes while it is on the wire.
+  constexpr int kMessages = 20;
+  std::vector<WorkPtr> recvs;
+  if (me == b) {
+    for (int i = 0; i < kMessages; ++i)
+      recvs.push_back(comm.recv(view(bytes), a, (1 << 20) + i, ctx));
+  }
+  comm.barrier(ctx)->wait(timeout);
+  if (me == a) {
+    for (int i = 0; i < kMessages; ++i) {
+      const auto t0 = Clock::now();
+      auto s = comm.send(view(bytes), b, (1 << 20) + i, ctx);
+      while (ms_since(t0) < 0.8 * one_way_ms) {
+        const auto p0 = Clock::now();
+        sink = sink + probe(n);
+        if (ms_since(t0) < 0.8 * one_way_ms) busy.push_back(ms_since(p0));
+      }
+      s->wait(timeout);
+    }
+  }
+  for (auto& r : recvs) r->wait(timeout);
+  comm.barrier(ctx)->wait(timeout);
+  out.idle_ms = median_of(idle);
+  out.busy_ms = median_of(busy);
+  out.samples = static_cast<int>(busy.size());
+  return out;
+}
+
 // --network: within every node (its first two ranks), then between the first ranks of every pair
 // of nodes. Each pair's timings go from its rank a to every rank by a sum all-reduce (only rank
 // a contributes), so rank 0 has them all.
@@ -101,10 +173,12 @@ void measure_pairs(Communicator& comm, const WorldInfo& world,
   out.nodes = world.world_size / per_node;
   std::vector<PairTimings> pairs;
   if (per_node >= 2) {
-    for (int n = 0; n < out.nodes; ++n) pairs.push_back({n, n, n * per_node, n * per_node + 1, {}});
+    for (int n = 0; n < out.nodes; ++n)
+      pairs.push_back({n, n, n * per_node, n * per_node + 1, {}, {}});
   }
   for (int x = 0; x < out.nodes; ++x) {
-    for (int y = x + 1; y < out.nodes; ++y) pairs.push_back({x, y, x * per_node, y * per_node, {}});
+    for (int y = x + 1; y < out.nodes; ++y)
+      pairs.push_back({x, y, x * per_node, y * per_node, {}, {}});
   }
   const std::size_t n = sizes.size();
   for (auto& p : pairs) {
@@ -124,6 +198,22 @@ void measure_pairs(Communicator& comm, const WorldInfo& world,
     for (std::size_t i = 0; i < n; ++i) {
       p.p2p.push_back({sizes[i], flat[4 * i], flat[4 * i + 1], flat[4 * i + 2],
                        static_cast<std::int64_t>(flat[4 * i + 3])});
+    }
+    // Note [Compute beside a send, measured]: every rank knows the largest message's time now.
+    const SizeTiming* pick = nullptr;  // the largest message of 2-10 ms one way
+    for (const auto& t : p.p2p) {
+      if (t.median_ms >= 2 && t.median_ms <= 10) pick = &t;
+    }
+    if (p.node_a != p.node_b && pick != nullptr) {
+      const auto m = compute_beside_send(comm, p.rank_a, p.rank_b, pick->bytes, pick->median_ms,
+                                         view, timeout);
+      std::vector<float> res{static_cast<float>(m.idle_ms), static_cast<float>(m.busy_ms),
+                             static_cast<float>(m.samples)};
+      if (comm.rank() != p.rank_a) std::fill(res.begin(), res.end(), 0.0f);
+      comm.all_reduce(BufferView{res.data(), res.size(), DType::kFloat32, {}}, ReduceOp::kSum,
+                      {-1, -1, -1, "calibrate compute beside a send results"})
+          ->wait(timeout);
+      p.beside_send = {res[0], res[1], static_cast<int>(res[2]), pick->bytes};
     }
   }
   out.pairs = std::move(pairs);

@@ -146,9 +146,9 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
   const json::Document doc = json::parse_strict(text, std::string(origin));
   const At root{doc.root, doc.source, ""};
   root.only_keys({"format", "version", "name", "nodes", "ranks_per_node", "cores_per_node",
-                  "links_per_node", "device_memory_bytes", "intra_node", "inter_node", "collective",
-                  "placement", "rank_nodes", "description", "collective_links",
-                  "sharded_collective_links", "calibration", "device"});
+                  "links_per_node", "device_memory_bytes", "intra_node", "inter_node",
+                  "send_cpu_load", "collective", "placement", "rank_nodes", "description",
+                  "collective_links", "sharded_collective_links", "calibration", "device"});
   constexpr std::int64_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
   const std::string format = root["format"].as_string();
   if (format != kClusterFormat) {
@@ -178,6 +178,8 @@ Cluster parse_cluster(std::string_view text, std::string_view origin) {
   }
   if (root.has_value("intra_node")) c.intra_node = read_link(root["intra_node"]);
   c.inter_node = root.has_value("inter_node") ? read_link(root["inter_node"]) : c.intra_node;
+  if (root.has_value("send_cpu_load"))
+    c.send_cpu_load = root["send_cpu_load"].as_finite_nonnegative();
   if (root.has_value("collective_links")) {
     const At cl = root["collective_links"];
     cl.only_keys({"intra_node", "inter_node"});
@@ -272,6 +274,7 @@ std::string to_json(const Cluster& c) {
   if (c.ranks_per_node > 0) j["ranks_per_node"] = c.ranks_per_node;  // absent: one node, any count
   if (c.cores_per_node > 0) j["cores_per_node"] = c.cores_per_node;  // absent: own devices
   if (c.links_per_node > 0) j["links_per_node"] = c.links_per_node;  // absent: own links
+  if (c.send_cpu_load > 0) j["send_cpu_load"] = c.send_cpu_load;     // absent: none
   if (c.collective_intra_node || c.collective_inter_node) {
     Json cl = Json::object();
     if (c.collective_intra_node) cl["intra_node"] = link(*c.collective_intra_node);

@@ -75,7 +75,7 @@ class TableDurations final : public DurationModel {
   std::vector<std::array<std::int64_t, kReplaySlots>> fixed_;
   std::vector<std::array<Quantiles, kReplaySlots>> quantiles_;
   Quantiles p2p_quantiles_;  // the profile's per-message distribution (sampling only)
-  // Note [Send calls] (engine.hpp): the fixed send call (median; the mean with shared cores) and
+  // Note [Send calls] (engine.hpp): the fixed send call (the median, also with shared cores) and
   // its distribution (sampling only); 0 and none without the profile's measured one.
   std::int64_t send_call_fixed_ = 0;
   Quantiles send_call_quantiles_;
@@ -154,7 +154,7 @@ TableDurations::TableDurations(const sched::LoweredPlan& plan, const sched::Cost
   if (!options.p2p_override_ms && costs.p2p && costs.p2p->per_message_ms &&
       costs.p2p->send_call_stats && costs.p2p->send_call_stats->samples > 0) {
     const auto& st = *costs.p2p->send_call_stats;
-    send_call_fixed_ = ms_to_ns(shared_cores ? st.mean_or_estimate_ms() : st.median_ms);
+    send_call_fixed_ = ms_to_ns(st.median_ms);
     if (sample_) {
       send_call_quantiles_.p10 = ms_to_ns(st.p10_ms);
       send_call_quantiles_.p50 = ms_to_ns(st.median_ms);

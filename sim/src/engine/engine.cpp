@@ -185,7 +185,7 @@ void Engine::memory_point(std::int32_t r, RankState& st, std::int64_t t, std::in
 bool Engine::run_compute(std::int32_t r, RankState& st, const Op& op, std::int32_t step,
                          std::int64_t start, std::int64_t pred, std::int64_t work) {
   if (!shared_) {
-    finish_compute(r, st, op, step, start, start + work, pred);
+    finish_compute(r, st, op, step, start, loaded_end(st, start, work), pred);
     return true;
   }
   if (start > now_) {  // come back when the clock gets there (the rank is not parked)
@@ -292,7 +292,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
         if (!need(row_slot(k, op.mb))) return false;
       }
       post_batch(st, op);
-      send_call(st, op, step);
+      after_send_posted(st, op, step);
       if (send_mode_[static_cast<std::size_t>(r)] != SendMode::kAhead) {  // shares cores or links
         sends_[static_cast<std::size_t>(r)].push_back(
             PendingSend{st.pos, step, st.batch_post, st.batch_pred});

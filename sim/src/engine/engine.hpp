@@ -84,11 +84,15 @@ inline std::int64_t ddp_bucket_ready_ns(const std::vector<std::int64_t>& cum, st
 }
 
 struct RankState {
-  std::size_t pc = 0;              // index into the repeated program: step * len + position
-  std::size_t pos = 0;             // pc % len
-  std::int32_t step = 0;           // pc / len
-  std::int64_t time = 0;           // compute stream free
-  std::int64_t send_free = 0;      // send stream free
+  std::size_t pc = 0;          // index into the repeated program: step * len + position
+  std::size_t pos = 0;         // pc % len
+  std::int32_t step = 0;       // pc / len
+  std::int64_t time = 0;       // compute stream free
+  std::int64_t send_free = 0;  // send stream free
+  // Note [Compute beside a send]: while its messages cross a loaded link ([load_from,
+  // load_until), as posted), the rank computes at 1 / (1 + load) of its speed.
+  std::int64_t load_from = 0, load_until = 0;
+  double load = 0;
   std::int64_t dp_free = 0;        // dp-allreduce stream free
   std::int64_t last_compute = -1;  // record index of the action that set `time`
   std::int64_t last_send = -1;
@@ -243,10 +247,46 @@ class Engine {
   // in exec/src/report/run_profile.cpp), so the simulator charges a draw of the profile's
   // measured send call (P2PCost::send_call_stats) on the compute stream after the SEND is
   // posted. The message itself still leaves when the batch is posted: the link's time is not
-  // charged twice. Only with the profile's per-message cost (the network the calls were
-  // measured on): a cluster's link or --p2p-ms prices another network, whose calls are not known.
-  void send_call(RankState& st, const Op& op, std::int32_t step) const noexcept {
+  // charged twice. With shared cores it is the median, not the mean nor a draw: there the calls'
+  // tail is the thread waiting for a core (4 ranks on 2 cores: median 0.02 ms, mean 0.3-1.4 ms,
+  // up to 6 ms), which the core sharing produces itself; charging the mean moved DDP's and
+  // ZeRO-1's loopback cells +2..+4 points (bench/fidelity.sh, session 11). Only with the profile's
+  // per-message cost (the network the calls were measured on): a cluster's link or --p2p-ms prices
+  // another network, whose calls are not known.
+  //
+  // Note [Compute beside a send]
+  // A message crossing a slow TCP link keeps the network stack busy on its sender's cores for as
+  // long as it is on the wire (the kernel's TCP and qdisc work, Gloo's I/O thread), and the rank's
+  // compute runs slower meanwhile. Measured on bench/fidelity.sh's shaped link (100 Mbit/s,
+  // veth + tbf, session 11): stage 0's first forward, with no message of its own in flight, took
+  // 2.02 ms of CPU, the next three, each beside the previous one's 32 KiB activation, 2.65-3.08
+  // ms; stage 1's first backward 3.61 ms, the next three 4.64-5.20 ms (loopback: 1.75-1.87 and
+  // 3.23-3.35 ms). A profile measured on that link holds this in its compute times, so it applies
+  // only where the cluster's inter-node link prices the message (Cluster::send_cpu_load, which
+  // `calibrate --network` measures), e.g. a loopback profile simulated on the shaped cluster:
+  // after a SEND is posted its message is taken to be on the wire from then (behind the rank's
+  // earlier ones) for its time alone, and a compute action of the rank overlapping that runs at
+  // 1 / (1 + load) of its speed there. Not with shared cores (the core-sharing model's
+  // activities have no such load) nor for data-parallel collectives.
+  void after_send_posted(RankState& st, const Op& op, std::int32_t step) const noexcept {
     st.time += durations_->send_call_ns(op.edge, op.kind == sched::ActionKind::kSendF, op.mb, step);
+    const double load = network_->send_cpu_load(op.edge);
+    if (load <= 0) return;
+    const std::int64_t from = std::max(st.batch_post, st.load_until);
+    if (from > st.load_until) st.load_from = from;
+    st.load_until = from + message_ns(op, step);
+    st.load = load;
+  }
+  // The end of `work` ns of compute started at `start` (Note [Compute beside a send]).
+  static std::int64_t loaded_end(const RankState& st, std::int64_t start,
+                                 std::int64_t work) noexcept {
+    if (st.load <= 0 || st.load_until <= start) return start + work;
+    const std::int64_t from = std::max(start, st.load_from);
+    if (from - start >= work) return start + work;
+    const double rest = static_cast<double>(work - (from - start));
+    const double slow = static_cast<double>(st.load_until - from) / (1 + st.load);
+    if (rest <= slow) return from + static_cast<std::int64_t>(std::llround(rest * (1 + st.load)));
+    return st.load_until + static_cast<std::int64_t>(std::llround(rest - slow));
   }
   // Appends a timed action when recording; returns its index, or -1.
   std::int64_t record(const Op& op, std::int32_t r, std::int32_t step, Stream stream,

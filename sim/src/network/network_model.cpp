@@ -16,6 +16,9 @@ class AnalyticalNetwork final : public NetworkModel {
   std::int64_t message_ns(std::int32_t edge) const noexcept override {
     return edge_ns_[static_cast<std::size_t>(edge)];
   }
+  double send_cpu_load(std::int32_t edge) const noexcept override {
+    return edge_load_[static_cast<std::size_t>(edge)];
+  }
   std::int64_t batch_overhead_ns() const noexcept override { return batch_overhead_ns_; }
   const std::vector<std::int64_t>& bucket_ns(std::int32_t stage) const noexcept override {
     return bucket_ns_[static_cast<std::size_t>(stage)];
@@ -50,6 +53,7 @@ class AnalyticalNetwork final : public NetworkModel {
  private:
   std::int64_t batch_overhead_ns_ = 0;
   std::vector<std::int64_t> edge_ns_;                  // one message on the edge
+  std::vector<double> edge_load_;                      // Note [Compute beside a send]
   std::vector<std::vector<std::int64_t>> bucket_ns_;   // per stage: all-reduce time per bucket
   std::vector<std::vector<std::int64_t>> bucket_cum_;  // per stage: cumulative bytes per bucket
   std::vector<std::int64_t> rank_localsgd_ns_, rank_slowmo_ns_, rank_diloco_ns_, rank_sgp_ns_;
@@ -156,6 +160,14 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
     edge_ns_.push_back(p2p_message_ns(shape, costs, cluster, options, ed, bytes));
     const auto a = shape.stage_to_rank[static_cast<std::size_t>(ed.from)];
     const auto b = shape.stage_to_rank[static_cast<std::size_t>(ed.to)];
+    // Note [Compute beside a send]: only where the cluster's inter-node link prices the message.
+    bool across = false;
+    for (std::int32_t j = 0; j < std::max(dp, 1); ++j) {
+      across = across || cluster.node_of(cluster.global_rank(a, j, R, std::max(dp, 1))) !=
+                             cluster.node_of(cluster.global_rank(b, j, R, std::max(dp, 1)));
+    }
+    const bool cluster_prices = !options.p2p_override_ms && !costs.p2p;
+    edge_load_.push_back(across && cluster_prices ? cluster.send_cpu_load : 0.0);
     edge_links_.push_back(message_footprint(cluster, a, b, R, std::max(dp, 1)));
     edge_links_.push_back(message_footprint(cluster, b, a, R, std::max(dp, 1)));
   }

@@ -21,6 +21,10 @@ class NetworkModel {
   // One message on stage edge `edge` (index into PlanShape::edges()), ns (before the duration
   // model's sampling).
   [[nodiscard]] virtual std::int64_t message_ns(std::int32_t edge) const noexcept = 0;
+  // Note [Compute beside a send] (engine.hpp): the share of a core a message on edge `edge`
+  // takes from its sender's compute while it crosses the inter-node link priced by the cluster
+  // (Cluster::send_cpu_load); 0 within a node, or when the profile's p2p or --p2p-ms prices it.
+  [[nodiscard]] virtual double send_cpu_load(std::int32_t edge) const noexcept = 0;
   // Compute-stream time of one batch of a rank's consecutive SEND/RECV actions, ns.
   [[nodiscard]] virtual std::int64_t batch_overhead_ns() const noexcept = 0;
   // DDP (dp > 1): the all-reduce time of each of stage `stage`'s gradient buckets in launch

@@ -41,11 +41,28 @@ struct SizeTiming {
   std::int64_t samples = 0;
 };
 
+// Note [Compute beside a send, measured]: across nodes, how fast rank_a computes while its own
+// message crosses the link. rank_a times a fixed CPU probe (~0.5 ms of arithmetic on its
+// training thread) over and over: first alone, then after each of 20 sends of one size to rank_b
+// (made on that thread, as a pipeline's SEND is), for 80% of that size's measured one-way time
+// (the probes that end inside it). The size is the largest whose one-way time is 2-10 ms (an
+// activation's, on a slow link); none such (a fast link): not measured, 0 samples. The
+// simulator's Cluster::send_cpu_load is busy / idle - 1 (Note [Compute beside a send] in
+// sim/src/engine/engine.hpp). Sending from another thread instead measured nothing (0.46 ms
+// beside against 0.50 alone on the shaped link): the kernel's work then ran on that thread's core.
+struct ComputeBesideSend {
+  double idle_ms = 0;  // median probe alone
+  double busy_ms = 0;  // median probe beside the message
+  int samples = 0;     // probes beside the message
+  std::int64_t bytes = 0;
+};
+
 // One ping-pong pair of --network: one-way times measured from rank_a.
 struct PairTimings {
   int node_a = 0, node_b = 0;  // equal: within a node
   int rank_a = 0, rank_b = 0;
   std::vector<SizeTiming> p2p;
+  ComputeBesideSend beside_send;  // across nodes only
 };
 
 struct CommunicationMeasurements {

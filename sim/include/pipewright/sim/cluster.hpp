@@ -103,6 +103,10 @@ struct Cluster {
   std::int32_t links_per_node = 0;
   Link intra_node;
   Link inter_node;
+  // Note [Compute beside a send] (sim/src/engine/engine.hpp): the share of a core that the
+  // network stack takes from a rank's compute while one of its messages crosses the inter-node
+  // link (JSON "send_cpu_load", >= 0; calibrate --network measures it). 0: none.
+  double send_cpu_load = 0;
   CollectiveAlgorithm collective = CollectiveAlgorithm::kRing;
   Placement placement = Placement::kPipelineMajor;
   // Optional explicit node of each global rank (overrides ranks_per_node / placement).
