@@ -95,13 +95,6 @@ double probe(int n) {
   return acc;
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // Rank a probes alone, then beside each of 20 `bytes` messages to rank b (each ~`one_way_ms` on
 // the wire); every other rank passes the barriers. The result is complete on rank a.
 template <typename View>
@@ -152,9 +145,9 @@ ComputeBesideSend compute_beside_send(Communicator& comm, int a, int b, std::int
   }
   for (auto& r : recvs) r->wait(timeout);
   comm.barrier(ctx)->wait(timeout);
-  out.idle_ms = median_of(idle);
-  out.busy_ms = median_of(busy);
   out.samples = static_cast<int>(busy.size());
+  out.idle_ms = summarise(0, std::move(idle)).median_ms;
+  out.busy_ms = summarise(0, std::move(busy)).median_ms;
   return out;
 }
 
