@@ -192,8 +192,9 @@ void measure_pairs(Communicator& comm, const WorldInfo& world,
       p.p2p.push_back({sizes[i], flat[4 * i], flat[4 * i + 1], flat[4 * i + 2],
                        static_cast<std::int64_t>(flat[4 * i + 3])});
     }
-    // Note [Compute beside a send, measured]: every rank knows the largest message's time now.
-    const SizeTiming* pick = nullptr;  // the largest message of 2-10 ms one way
+    // Note [Compute beside a send, measured]: every rank has the pair's timings now and picks
+    // the same size, the largest of 2-10 ms one way.
+    const SizeTiming* pick = nullptr;
     for (const auto& t : p.p2p) {
       if (t.median_ms >= 2 && t.median_ms <= 10) pick = &t;
     }

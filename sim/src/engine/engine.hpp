@@ -258,16 +258,16 @@ class Engine {
   // A message crossing a slow TCP link keeps the network stack busy on its sender's cores for as
   // long as it is on the wire (the kernel's TCP and qdisc work, Gloo's I/O thread), and the rank's
   // compute runs slower meanwhile. Measured on bench/fidelity.sh's shaped link (100 Mbit/s,
-  // veth + tbf, session 11): stage 0's first forward, with no message of its own in flight, took
-  // 2.02 ms of CPU, the next three, each beside the previous one's 32 KiB activation, 2.65-3.08
-  // ms; stage 1's first backward 3.61 ms, the next three 4.64-5.20 ms (loopback: 1.75-1.87 and
-  // 3.23-3.35 ms). A profile measured on that link holds this in its compute times, so it applies
-  // only where the cluster's inter-node link prices the message (Cluster::send_cpu_load, which
-  // `calibrate --network` measures), e.g. a loopback profile simulated on the shaped cluster:
-  // after a SEND is posted its message is taken to be on the wire from then (behind the rank's
-  // earlier ones) for its time alone, and a compute action of the rank overlapping that runs at
-  // 1 / (1 + load) of its speed there. Not with shared cores (the core-sharing model's
-  // activities have no such load) nor for data-parallel collectives.
+  // veth + tbf; session 10's final matrix, GPipe fp32): stage 0's first forward, with no message of
+  // its own in flight, took 2.02 ms of CPU, the next three, each beside the previous one's 32 KiB
+  // activation, 2.65-3.08 ms; stage 1's first backward 3.61 ms, the next three 4.64-5.20 ms
+  // (loopback: 1.75-1.87 and 3.23-3.35 ms). A profile measured on that link holds this in its
+  // compute times, so it applies only where the cluster's inter-node link prices the message
+  // (Cluster::send_cpu_load, which `calibrate --network` measures), e.g. a loopback profile
+  // simulated on the shaped cluster: after a SEND is posted its message is taken to be on the wire
+  // from then (behind the rank's earlier ones) for its time alone, and a compute action of the rank
+  // overlapping that runs at 1 / (1 + load) of its speed there. Not with shared cores (the
+  // core-sharing model's activities have no such load) nor for data-parallel collectives.
   void after_send_posted(RankState& st, const Op& op, std::int32_t step) const noexcept {
     st.time += durations_->send_call_ns(op.edge, op.kind == sched::ActionKind::kSendF, op.mb, step);
     const double load = network_->send_cpu_load(op.edge);

@@ -160,16 +160,13 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
     edge_ns_.push_back(p2p_message_ns(shape, costs, cluster, options, ed, bytes));
     const auto a = shape.stage_to_rank[static_cast<std::size_t>(ed.from)];
     const auto b = shape.stage_to_rank[static_cast<std::size_t>(ed.to)];
-    // Note [Compute beside a send]: only where the cluster's inter-node link prices the message.
-    bool across = false;
-    for (std::int32_t j = 0; j < std::max(dp, 1); ++j) {
-      across = across || cluster.node_of(cluster.global_rank(a, j, R, std::max(dp, 1))) !=
-                             cluster.node_of(cluster.global_rank(b, j, R, std::max(dp, 1)));
-    }
-    const bool cluster_prices = !options.p2p_override_ms && !costs.p2p;
-    edge_load_.push_back(across && cluster_prices ? cluster.send_cpu_load : 0.0);
     edge_links_.push_back(message_footprint(cluster, a, b, R, std::max(dp, 1)));
     edge_links_.push_back(message_footprint(cluster, b, a, R, std::max(dp, 1)));
+    // Note [Compute beside a send]: only where the message crosses nodes (a footprint: some
+    // replica's copy uses node links) and the cluster's inter-node link prices it.
+    const bool across = !edge_links_.back().empty();
+    const bool cluster_prices = !options.p2p_override_ms && !costs.p2p;
+    edge_load_.push_back(across && cluster_prices ? cluster.send_cpu_load : 0.0);
   }
   for (std::int32_t r = 0; r < R; ++r)
     rank_links_.push_back(collective_footprint(cluster, r, R, dp));
