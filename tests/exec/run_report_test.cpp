@@ -115,6 +115,22 @@ TEST(MakeProfile, EnoughCoresOrGpusKeepMeasuredTimes) {
   EXPECT_NEAR(t.stages[1].forward_ms, 4.0, 1e-9);
 }
 
+// CostTable::nodes: the distinct (machine, launch node) pairs; network-namespace nodes share a
+// machine (Note [Compute beside a collective] in sim/src/engine/engine.hpp).
+TEST(MakeProfile, CountsTheNodesTheRunSpanned) {
+  std::vector<RankRecord> records{rank(0, 2, {timed(f(0, 0), 0, 4)}),
+                                  rank(1, 2, {timed(f(1, 0), 2, 6)})};
+  EXPECT_EQ(make_profile(records, two_stages(), context()).nodes, 1);
+  records[1].node_rank = 1;  // another namespace node of the same machine
+  auto t = make_profile(records, two_stages(), context());
+  EXPECT_EQ(t.nodes, 2);
+  EXPECT_EQ(t.cores_per_node, 2);  // still one machine's cores
+  EXPECT_NE(sched::to_json(t).find("\"nodes\": 2"), std::string::npos);
+  records[1].node_rank = 0;
+  records[1].host_id = 7;  // another machine
+  EXPECT_EQ(make_profile(records, two_stages(), context()).nodes, 2);
+}
+
 // Messages: the p2p cost comes from transfers whose receive was posted before the send started
 // (microbatch 0: 0.3 ms); a receive posted after the send started (microbatch 1) is left out. The
 // batch overhead is the median of batches with a send that did not wait for data: rank 0's
@@ -314,6 +330,7 @@ TEST(MakeProfile, SplitRatiosLeaveOutTheFirstUseAndTakeCpuTime) {
 TEST(MakeProfile, RecordRoundTripKeepsHostAndCpus) {
   RankRecord r = rank(3, 8, {timed(f(1, 2), 1, 2, 5, 7)});
   r.host_id = 123456789;
+  r.node_rank = 1;
   r.peak_rss_bytes = 11;
   r.baseline_rss_bytes = 10;
   r.baseline_file_bytes = 5;
@@ -322,6 +339,7 @@ TEST(MakeProfile, RecordRoundTripKeepsHostAndCpus) {
   const RankRecord d = decode_record(encode_record(r));
   EXPECT_EQ(d.world_rank, 3);
   EXPECT_EQ(d.host_id, 123456789);
+  EXPECT_EQ(d.node_rank, 1);
   EXPECT_EQ(d.cpus, 8);
   EXPECT_EQ(d.peak_rss_bytes, 11);
   EXPECT_EQ(d.baseline_rss_bytes, 10);

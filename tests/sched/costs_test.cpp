@@ -143,9 +143,11 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
   t.stages[0].optimizer_stats = KindStats{0.75, 0.7, 0.8, 10, q, {}};
   t.p2p = P2PCost{0, 0, 0.25, KindStats{0.25, 0.2, 0.5, 40, q, {}}, std::nullopt};
   t.cores_per_node = 2;
+  t.nodes = 2;
   t.stages[0].optimizer_stats->mean_ms = 0.8125;
   const std::string text = to_json(t);
   EXPECT_NE(text.find("\"cores_per_node\": 2"), std::string::npos);
+  EXPECT_NE(text.find("\"nodes\": 2"), std::string::npos);
   EXPECT_DOUBLE_EQ(t.stages[0].optimizer_stats->mean_or_estimate_ms(), 0.8125);
   EXPECT_DOUBLE_EQ(t.p2p->stats->mean_or_estimate_ms(), 1.0);  // trapezoid of 0.5..1.5
   EXPECT_EQ(parse_costs(text, "t.json"), t);
@@ -159,6 +161,9 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
   EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
   bad = t;
   bad.cores_per_node = -1;
+  EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
+  bad = t;
+  bad.nodes = -1;
   EXPECT_THROW((void)parse_costs(to_json(bad), "bad.json"), ParseError);
   // p2p_uses_core: written only when false, read back, must be a boolean.
   EXPECT_EQ(text.find("p2p_uses_core"), std::string::npos);
@@ -232,7 +237,7 @@ TEST(Costs, FidelityFieldsRoundTripAndAreChecked) {
       replace(corr_text, "\"rank_step_correlation\": 0.5", "\"rank_step_correlation\": 1.5"),
       "/rank_step_correlation");
   expect_error(replace(corr_text, "\"step_correlation\": 0.25", "\"step_correlation\": -0.25"),
-               "c.json:144:23: at /step_correlation: must be a finite number >= 0, got -0.25");
+               "c.json:145:23: at /step_correlation: must be a finite number >= 0, got -0.25");
 }
 
 TEST(Costs, FromPartitionSumsStagesAndKeepsParameterSizes) {

@@ -74,6 +74,7 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
   measured.comm_send_ms = 1.5;
   measured.dp_sync_compute_ms = 0.7;
   measured.runtime_memory_bytes = 1000;
+  measured.nodes = 1;
   measured.p2p = sched::P2PCost{0, 0, 0.3, std::nullopt, std::nullopt};
   for (auto& c : measured.stages) {
     c.forward_ms *= 3;
@@ -112,6 +113,7 @@ TEST(CostInputs, TransferProfileSpreadsMeasuredTimesByTheModelsEstimates) {
   EXPECT_DOUBLE_EQ(t.comm_send_ms, 1.5);
   EXPECT_DOUBLE_EQ(t.dp_sync_compute_ms, 0.7);
   EXPECT_EQ(t.runtime_memory_bytes, 1000);
+  EXPECT_EQ(t.nodes, 1);  // where it was measured
   ASSERT_TRUE(t.p2p.has_value());
   EXPECT_DOUBLE_EQ(*t.p2p->per_message_ms, 0.3);
   EXPECT_TRUE(t.peak_memory.empty());

@@ -233,6 +233,56 @@ TEST(DataParallel, DiLoCoOuterAllReduceOverlapsTheDelayedSteps) {
   EXPECT_EQ(overlapped.makespan_ns, 12 * kMs);
 }
 
+// Note [Compute beside a collective] (engine.hpp), hand-derived from the case above with the
+// replicas on two nodes and send_cpu_load 1: the 1 ms all-reduce after step 1 runs beside step
+// 2's F, which does 0.5 ms of its 1 ms of work in [3, 4] and the rest by 4.5; B [4.5, 6.5]; the
+// one after step 3 (from 9.5) the same: the four steps end at 13 ms, not 12. A profile measured
+// across nodes (nodes 2), or not known (0), holds the load already: 12 ms. With both replicas on
+// one core, the load shares that core: more than the shared 24 ms.
+TEST(DataParallel, ComputeBesideACollectiveAcrossNodesRunsSlower) {
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  opt.steps = 4;
+  opt.dp.algorithm = DpAlgorithm::kDiLoCo;
+  opt.dp.sync_every = 4;
+  opt.dp.fragments = 2;
+  opt.dp.sync_delay = 1;
+  auto costs = one_stage({2'000'000});
+  costs.nodes = 1;
+  Cluster c = one_gb_per_s();
+  c.nodes = 2;
+  c.ranks_per_node = 1;
+  c.send_cpu_load = 1.0;
+  const auto loaded = simulate(testing::gpipe(1, 1), costs, c, opt);
+  EXPECT_EQ(loaded.step_end_ns,
+            (std::vector<std::int64_t>{3 * kMs, 6 * kMs + kMs / 2, 9 * kMs + kMs / 2, 13 * kMs}));
+  EXPECT_EQ(loaded.per_rank[0].dp_exposed_ns, 0);
+  for (const std::int32_t nodes : {0, 2}) {
+    costs.nodes = nodes;
+    EXPECT_EQ(simulate(testing::gpipe(1, 1), costs, c, opt).makespan_ns, 12 * kMs);
+  }
+  costs.nodes = 1;
+  Cluster one = c;  // both replicas on one node: no inter-node link, no load
+  one.nodes = 1;
+  one.ranks_per_node = 2;
+  EXPECT_EQ(simulate(testing::gpipe(1, 1), costs, one, opt).makespan_ns, 12 * kMs);
+  // Shared cores: pp 2 x dp 2, each replica's pipeline on its own 1-core node (replica-major),
+  // so the all-reduces cross nodes; their load takes from the node's one core.
+  Cluster shared = c;
+  shared.ranks_per_node = 2;
+  shared.cores_per_node = 1;
+  shared.placement = Placement::kReplicaMajor;
+  auto two = testing::uniform_costs(2, 1, 2);
+  two.stages[0].param_bytes = two.stages[1].param_bytes = 2'000'000;
+  two.stages[0].param_sizes_bytes = two.stages[1].param_sizes_bytes = {2'000'000};
+  two.nodes = 1;
+  const auto slow = simulate(testing::gpipe(2, 2), two, shared, opt);
+  two.nodes = 2;
+  const auto plain = simulate(testing::gpipe(2, 2), two, shared, opt);
+  EXPECT_GT(slow.makespan_ns, plain.makespan_ns);
+  EXPECT_LE(slow.makespan_ns, plain.makespan_ns + 4 * kMs);  // at most the collectives' time
+}
+
 // Issue 47 item 3 (Note [Sync work in the simulator]): a profile's dp_sync_compute_ms is charged
 // on the compute stream before each sync that communicates, per algorithm; DDP has none.
 TEST(DataParallel, SyncWorkIsChargedWhereEachAlgorithmCommunicates) {

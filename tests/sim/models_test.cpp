@@ -56,6 +56,50 @@ TEST(CoreSharing, TwoRanksOnOneCoreRunAtHalfSpeed) {
   EXPECT_FALSE(make_processor_sharing(cluster, costs, 2, 1)->active());
 }
 
+// Note [Compute beside a collective]: a collective's load is demand on its rank's node besides
+// the activities: 1 rank on 1 core with 0.5 of a core more runs at 1 / 1.5 of its speed.
+TEST(CoreSharing, ACollectivesLoadSlowsTheNodesActivities) {
+  Cluster cluster;
+  cluster.cores_per_node = 1;
+  sched::CostTable costs;
+  auto cores = make_processor_sharing(cluster, costs, /*ranks=*/2, /*dp=*/1);
+  ASSERT_TRUE(cores->active());
+  EventQueue q;
+  cores->begin(0, 300, 0, q);  // alone: would end at 300
+  (void)q.pop();
+  cores->add_load(1, 0.5, 0, q);  // from 0: 300 of work at 2/3 speed
+  Event e = q.pop();
+  EXPECT_EQ(e.time_ns, 450);
+  EXPECT_TRUE(cores->current(e.id, e.version));
+  cores->add_load(1, -0.5, 150, q);  // 100 done by 150; the other 200 at full speed
+  e = q.pop();
+  EXPECT_EQ(e.time_ns, 350);
+  EXPECT_TRUE(cores->current(e.id, e.version));
+}
+
+// Note [Compute beside a collective]: the cluster's load applies to a rank's collectives across
+// nodes only where the profile was measured on one node.
+TEST(NetworkModel, CollectiveLoadOnlyAcrossNodesForAOneNodeProfile) {
+  Cluster cluster;
+  cluster.nodes = 2;
+  cluster.ranks_per_node = 1;
+  cluster.send_cpu_load = 0.4;
+  SimOptions opt;
+  opt.dp.replicas = 2;
+  const auto plan = gpipe(1, 1);
+  auto costs = uniform_costs(1, 1, 2);
+  costs.nodes = 1;
+  EXPECT_DOUBLE_EQ(make_analytical_network(plan, costs, cluster, opt)->collective_cpu_load(0), 0.4);
+  costs.nodes = 2;  // measured across nodes: its compute holds the load
+  EXPECT_EQ(make_analytical_network(plan, costs, cluster, opt)->collective_cpu_load(0), 0.0);
+  costs.nodes = 0;  // not known
+  EXPECT_EQ(make_analytical_network(plan, costs, cluster, opt)->collective_cpu_load(0), 0.0);
+  costs.nodes = 1;
+  cluster.ranks_per_node = 2;  // both replicas on one node
+  cluster.nodes = 1;
+  EXPECT_EQ(make_analytical_network(plan, costs, cluster, opt)->collective_cpu_load(0), 0.0);
+}
+
 TEST(NetworkModel, MessageTimeFromTheLink) {
   Cluster cluster;
   cluster.intra_node = Link{0.5, 1.0};  // 0.5 ms + bytes / 1e9 per s

@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -357,6 +358,11 @@ sched::CostTable make_profile(const std::vector<RankRecord>& records, const sche
   std::vector<std::map<ActionKind, std::vector<double>>> split(static_cast<std::size_t>(stages));
   table.cores_per_node = static_cast<std::int32_t>(sharing.cores);
   table.p2p_uses_core = ctx.p2p_uses_core;
+  {  // CostTable::nodes: machines, and network namespaces of one machine, the run spanned.
+    std::set<std::pair<std::int64_t, std::int64_t>> nodes;
+    for (const auto& r : records) nodes.emplace(r.host_id, r.node_rank);
+    table.nodes = static_cast<std::int32_t>(nodes.size());
+  }
   for (std::size_t ri = 0; ri < records.size(); ++ri) {
     const auto& r = records[ri];
     const int replica = r.world_rank / pp;

@@ -39,6 +39,7 @@ std::vector<std::int64_t> encode_record(const RankRecord& r) {
                                 r.file_bytes,
                                 r.host_id,
                                 r.cpus,
+                                r.node_rank,
                                 static_cast<std::int64_t>(r.stages.size())};
   for (const auto& s : r.stages) {
     out.push_back(s.stage);
@@ -79,6 +80,7 @@ RankRecord decode_record(const std::vector<std::int64_t>& d) {
   r.file_bytes = next();
   r.host_id = next();
   r.cpus = next();
+  r.node_rank = next();
   const auto stages = next();
   for (std::int64_t s = 0; s < stages; ++s) {
     LocalStageSizes sz;

@@ -88,6 +88,10 @@ struct RankRecord {
   // affinity mask); cpus = 0 when it computes on a GPU. Note [Shared cores in profiles].
   std::int64_t host_id = 0;
   std::int64_t cpus = 0;
+  // The rank's node in the launch (GROUP_RANK, SLURM_NODEID; 0 where the launcher gives none).
+  // Network-namespace nodes share a machine (one host_id) but not a network stack; the profile
+  // counts the distinct (host_id, node_rank) pairs as its nodes (CostTable::nodes).
+  std::int64_t node_rank = 0;
   std::vector<LocalStageSizes> stages;
   std::vector<TimedAction> actions;
   std::vector<DataWait> data_waits;

@@ -251,6 +251,7 @@ void write_measurements(const RunConfig& c, const Prepared& p, Communicator& wor
   rec.file_bytes = resident_file_bytes();
   rec.host_id = this_host_id();
   rec.cpus = p.device.is_cuda() ? 0 : usable_cpus();
+  rec.node_rank = p.world.node_rank;
   for (std::size_t i = 0; i < bodies.size(); ++i) {
     LocalStageSizes sz;
     sz.stage = p.plan.shape.stages_of_rank(p.pp_index).at(i);

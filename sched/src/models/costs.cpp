@@ -122,6 +122,7 @@ void validate(const CostTable& t, std::string_view origin) {
   check_number(origin, "/step_overhead_ms", t.step_overhead_ms);
   check_number(origin, "/runtime_memory_bytes", t.runtime_memory_bytes);
   check_number(origin, "/cores_per_node", static_cast<std::int64_t>(t.cores_per_node));
+  check_number(origin, "/nodes", static_cast<std::int64_t>(t.nodes));
   PW_CHECK(t.step_correlation >= 0 && t.step_correlation <= 1, ParseError,
            origin << ": /step_correlation must be in [0, 1], got " << t.step_correlation);
   PW_CHECK(t.rank_step_correlation >= t.step_correlation && t.rank_step_correlation <= 1,
@@ -234,6 +235,7 @@ CostTable parse_costs(std::string_view json_text, std::string_view origin) {
     t.cores_per_node = static_cast<std::int32_t>(root.at("cores_per_node").as_int(0, 1 << 20));
   }
   if (root.has("p2p_uses_core")) t.p2p_uses_core = root.at("p2p_uses_core").as_bool();
+  if (root.has("nodes")) t.nodes = static_cast<std::int32_t>(root.at("nodes").as_int(0, 1 << 20));
   if (root.has("step_correlation")) t.step_correlation = root.number("step_correlation");
   if (root.has("rank_step_correlation"))
     t.rank_step_correlation = root.number("rank_step_correlation");
@@ -349,6 +351,7 @@ std::string to_json(const CostTable& t) {
   if (t.runtime_memory_bytes != 0) j["runtime_memory_bytes"] = t.runtime_memory_bytes;
   if (t.cores_per_node != 0) j["cores_per_node"] = t.cores_per_node;
   if (!t.p2p_uses_core) j["p2p_uses_core"] = false;
+  if (t.nodes != 0) j["nodes"] = t.nodes;
   if (t.step_correlation != 0) j["step_correlation"] = t.step_correlation;
   if (t.rank_step_correlation != 0) j["rank_step_correlation"] = t.rank_step_correlation;
   Json stages = Json::array();

@@ -313,6 +313,7 @@ sched::CostTable transfer_profile(const graph::Model& model, const graph::Partit
   t.p2p = measured.p2p;
   t.cores_per_node = measured.cores_per_node;
   t.p2p_uses_core = measured.p2p_uses_core;
+  t.nodes = measured.nodes;
   t.step_correlation = measured.step_correlation;
   t.rank_step_correlation = measured.rank_step_correlation;
   const std::size_t S = measured.stages.size();

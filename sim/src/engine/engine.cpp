@@ -301,6 +301,7 @@ bool Engine::execute(std::int32_t r, RankState& st, const Op& op, std::int32_t s
       }
       const std::int64_t start = std::max(st.batch_post, st.send_free);
       const std::int64_t end = start + message_ns(op, step);
+      receive_load(op, start, end);  // Note [Compute beside a send]
       const auto pred = st.send_free > st.batch_post ? st.last_send : st.batch_pred;
       const auto idx = record(op, r, step, Stream::kSend, start, end, pred);
       st.send_free = end;
@@ -573,6 +574,10 @@ SimResult Engine::run() {
       case EventKind::kDpStart:
         dp_state_[static_cast<std::size_t>(ev.id)] = 0;
         start_dp(ev.id);
+        break;
+      case EventKind::kCpuLoad:  // Note [Compute beside a collective] (engine.hpp)
+        cores_->add_load(ev.id, (ev.version != 0 ? 1 : -1) * network_->collective_cpu_load(ev.id),
+                         now_, queue_);
         break;
     }
   }

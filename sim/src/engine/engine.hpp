@@ -266,8 +266,30 @@ class Engine {
   // (Cluster::send_cpu_load, which `calibrate --network` measures), e.g. a loopback profile
   // simulated on the shaped cluster: after a SEND is posted its message is taken to be on the wire
   // from then (behind the rank's earlier ones) for its time alone, and a compute action of the rank
-  // overlapping that runs at 1 / (1 + load) of its speed there. Not with shared cores (the
-  // core-sharing model's activities have no such load) nor for data-parallel collectives.
+  // overlapping that runs at 1 / (1 + load) of its speed there. The receiving end's network
+  // stack does the same work while the message arrives, so the receiver's compute overlapping
+  // [start, end) of the message runs at that speed too (receive_load; it counts where the
+  // receiver's compute is simulated after the send was posted, as in a pipeline where it waits
+  // for that message's predecessor). On session 12's kept traces of bench/fidelity.sh, the shaped
+  // `none` cells' transfers (loopback profiles) moved by +1..+6 points with the receiving end
+  // (fp32: -11.0, +3.9, -11.3, -10.4% -> -9.3, +6.4, -6.7, -4.0%). Not with shared cores (the
+  // core-sharing model's activities have no such load); data-parallel collectives: below.
+  //
+  // Note [Compute beside a collective]
+  // A data-parallel collective whose group crosses nodes loads the network stacks of its ranks'
+  // nodes the same way. A profile measured on one node (CostTable::nodes == 1) has none of this
+  // in its compute times, so there the cluster's load (NetworkModel::collective_cpu_load) applies
+  // while each of the rank's collectives across nodes is in flight: with dedicated cores to the
+  // rank's own compute as a send's does (add_load); with shared cores as that much more demand on
+  // the node's cores (CoreSharing::add_load, once per collective in flight, scheduled as kCpuLoad
+  // events where the collective's interval is known ahead). A profile measured across nodes holds
+  // it already (replay), and one whose nodes are not known is taken as it stands. Measured on
+  // session 12's kept traces: the 64 shaped data-parallel transfers moved by 0..+1.3 points, every
+  // one toward the measured step: in these plans little compute overlaps a collective across
+  // nodes (ZeRO-1, 1F1B fp32: the pipeline's compute ends before the reduce-scatters start and the
+  // next step's compute waits for the all-gathers). Those cells' compute is slower on the shaped
+  // link all the same (CPU time of a B 4.5-4.9 ms where the loopback cell's is 3.5 ms) with no
+  // collective in flight; that is not modelled (docs/simulator.md, "The matrix now").
   void after_send_posted(RankState& st, const Op& op, std::int32_t step) const noexcept {
     st.time += durations_->send_call_ns(op.edge, op.kind == sched::ActionKind::kSendF, op.mb, step);
     const double load = network_->send_cpu_load(op.edge);
@@ -276,6 +298,39 @@ class Engine {
     if (from > st.load_until) st.load_from = from;
     st.load_until = from + message_ns(op, step);
     st.load = load;
+  }
+  // Note [Compute beside a send], the receiving end: its network stack takes the same share
+  // from the receiver's compute while the message [start, end) arrives.
+  void receive_load(const Op& op, std::int64_t start, std::int64_t end) {
+    const double load = network_->send_cpu_load(op.edge);
+    if (load <= 0) return;
+    const auto& ed = prog_.edges[static_cast<std::size_t>(op.edge)];
+    const auto peer = plan_.shape.stage_to_rank[static_cast<std::size_t>(
+        op.kind == sched::ActionKind::kSendF ? ed.to : ed.from)];
+    add_load(ranks_[static_cast<std::size_t>(peer)], start, end, load);
+  }
+  // Note [Compute beside a collective], dedicated cores: [from, until) joins the rank's loaded
+  // interval (their union where they meet; a later one that does not replaces it).
+  static void add_load(RankState& st, std::int64_t from, std::int64_t until, double load) noexcept {
+    if (until <= from || load <= 0) return;
+    if (from > st.load_until) {
+      st.load_from = from;
+    } else {
+      st.load_from = std::min(st.load_from, from);
+    }
+    st.load_until = std::max(st.load_until, until);
+    st.load = load;
+  }
+  // Note [Compute beside a collective]: rank r's collective across nodes over [start, end).
+  void collective_load(std::int32_t r, std::int64_t start, std::int64_t end) {
+    const double load = network_->collective_cpu_load(r);
+    if (load <= 0 || end <= start) return;
+    if (!shared_) {
+      add_load(ranks_[static_cast<std::size_t>(r)], start, end, load);
+      return;
+    }
+    queue_.push(std::max(start, now_), r, EventKind::kCpuLoad, 1);
+    queue_.push(std::max(end, now_), r, EventKind::kCpuLoad, 0);
   }
   // The end of `work` ns of compute started at `start` (Note [Compute beside a send]).
   static std::int64_t loaded_end(const RankState& st, std::int64_t start,

@@ -78,6 +78,7 @@ void Engine::launch_ddp(std::int32_t r, RankState& st, const Op& op, std::int32_
     const std::int64_t pred = ready >= st.dp_free ? src : st.last_dp;
     st.dp_free = bend;
     done = bend;
+    collective_load(r, bstart, bend);  // Note [Compute beside a collective]
     result_.per_rank[static_cast<std::size_t>(r)].dp_comm_ns += ns[b];
     if (record_) {
       Op cop{ActionKind::kReduceGrad, op.stage, -1, -1, false, false};
@@ -134,6 +135,7 @@ std::int64_t Engine::zero_collective(std::int32_t r, RankState& st, std::int32_t
   const std::int64_t end = start + ns;
   const std::int64_t pred = ready >= st.dp_free ? src : st.last_dp;
   st.dp_free = end;
+  collective_load(r, start, end);  // Note [Compute beside a collective]
   result_.per_rank[static_cast<std::size_t>(r)].dp_comm_ns += ns;
   if (record_) {
     Op cop{ActionKind::kReduceGrad, stage, -1, -1, false, false};
@@ -250,6 +252,7 @@ void Engine::end_of_step(std::int32_t r, RankState& st, std::int32_t step) {
       if (ns <= 0) return;
       const std::int64_t start = std::max(st.time, st.dp_free);
       const std::int64_t end = start + ns;
+      collective_load(r, start, end);  // Note [Compute beside a collective]
       rr.dp_comm_ns += ns;
       rr.dp_exposed_ns += end - st.time;
       if (record_) {
@@ -363,6 +366,7 @@ bool Engine::diloco_end_of_step(std::int32_t r, RankState& st, std::int32_t step
     const std::int64_t ns = network_->diloco_ns(r);
     const std::int64_t start = std::max(st.time, st.dp_free);
     const std::int64_t end = start + ns;
+    collective_load(r, start, end);  // Note [Compute beside a collective]
     rr.dp_comm_ns += ns;
     if (record_ && ns > 0) {
       Op cop{ActionKind::kReduceGrad, -1, -1, -1, false, false};

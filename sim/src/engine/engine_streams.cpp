@@ -181,6 +181,14 @@ void Engine::start_dp(std::int32_t r) {
     cores_->begin(2 * R_ + r, ns, now_, queue_);
   } else {
     links_->begin(R_ + r, ns, network_->collective_links(r), now_, queue_);
+    // Note [Compute beside a collective]: until complete_dp (with dedicated cores, for its time
+    // alone: the rank's compute may be ahead of the links' clock).
+    if (shared_) {
+      if (network_->collective_cpu_load(r) > 0)
+        cores_->add_load(r, network_->collective_cpu_load(r), now_, queue_);
+    } else {
+      collective_load(r, now_, now_ + ns);
+    }
   }
 }
 
@@ -192,6 +200,8 @@ void Engine::complete_dp(std::int32_t r, std::uint32_t version) {
   } else {
     if (!links_->current(R_ + r, version)) return;  // stale
     links_->end(R_ + r, now_, queue_);
+    if (shared_ && network_->collective_cpu_load(r) > 0)
+      cores_->add_load(r, -network_->collective_cpu_load(r), now_, queue_);
   }
   const PendingBucket pb = dp_queue_[k].front();
   dp_queue_[k].pop_front();

@@ -12,6 +12,7 @@ struct Node {
   // activities: rank r computing (r), sending (R + r), its data-parallel stream (2R + r)
   std::vector<std::int32_t> running;
   std::int32_t load = 0;  // busy activities, counting co-located replicas
+  double extra = 0;       // Note [Compute beside a collective]: other demand, in cores
   double rate = 1.0;      // speed of each running action (work ns per ns)
   std::int64_t last = 0;  // time of the last change
 };
@@ -25,6 +26,7 @@ class ProcessorSharing final : public CoreSharing {
   void begin(std::int32_t activity, std::int64_t work_ns, std::int64_t now_ns,
              EventQueue& queue) override;
   void end(std::int32_t activity, std::int64_t now_ns, EventQueue& queue) override;
+  void add_load(std::int32_t rank, double load, std::int64_t now_ns, EventQueue& queue) override;
   bool current(std::int32_t activity, std::uint32_t version) const noexcept override {
     return version == act_version_[static_cast<std::size_t>(activity)];
   }
@@ -97,6 +99,15 @@ void ProcessorSharing::end(std::int32_t a, std::int64_t now, EventQueue& queue) 
   reschedule(nd, now, queue);
 }
 
+void ProcessorSharing::add_load(std::int32_t rank, double load, std::int64_t now,
+                                EventQueue& queue) {
+  Node& nd = node_of(rank);
+  advance(nd, now);
+  nd.extra += load * weight_[static_cast<std::size_t>(rank)];
+  if (nd.extra < 1e-9) nd.extra = 0;  // the last collective ended (no rounding residue)
+  reschedule(nd, now, queue);
+}
+
 // Progress of the node's running actions from its last change to now at the speed they had.
 void ProcessorSharing::advance(Node& nd, std::int64_t now) {
   if (!nd.running.empty() && now > nd.last) {
@@ -109,7 +120,8 @@ void ProcessorSharing::advance(Node& nd, std::int64_t now) {
 // New speed after the set of busy activities changed; every running activity gets a new end
 // event (the old ones are recognised as stale by their version).
 void ProcessorSharing::reschedule(Node& nd, std::int64_t now, EventQueue& queue) {
-  nd.rate = nd.load > cores_ ? static_cast<double>(cores_) / static_cast<double>(nd.load) : 1.0;
+  const double demand = nd.load + nd.extra;
+  nd.rate = demand > cores_ ? static_cast<double>(cores_) / demand : 1.0;
   for (auto a : nd.running) {
     const auto k = static_cast<std::size_t>(a);
     const double left = std::max(0.0, act_left_[k]);

@@ -73,6 +73,10 @@ class CoreSharing {
                      EventQueue& queue) = 0;
   // The activity stops at `now_ns` (its end event came); the others speed up.
   virtual void end(std::int32_t activity, std::int64_t now_ns, EventQueue& queue) = 0;
+  // Note [Compute beside a collective] (engine/engine.hpp): from `now_ns` the cores of rank
+  // `rank`'s node carry `load` more of a core's demand (negative: less) besides its activities,
+  // for each of the rank's replicas on that node; the activities slow down (speed up).
+  virtual void add_load(std::int32_t rank, double load, std::int64_t now_ns, EventQueue& queue) = 0;
   // Whether an end event with `version` is the activity's latest (not superseded).
   [[nodiscard]] virtual bool current(std::int32_t activity,
                                      std::uint32_t version) const noexcept = 0;

@@ -14,7 +14,16 @@ namespace pipewright::sim {
 // `id`'s send stream may take its next queued SEND (shared cores or links only). kLinkDone:
 // activity `id` of the link-sharing model (Note [Shared links]) ends unless `version` is stale.
 // kDpStart: rank `id`'s data-parallel stream may take its next queued DDP bucket (shared links).
-enum class EventKind : std::uint8_t { kResume, kActivityDone, kSendStart, kLinkDone, kDpStart };
+// kCpuLoad: a collective of rank `id` across nodes starts (version 1) or ends (0) loading its
+// node's cores (Note [Compute beside a collective] in engine/engine.hpp).
+enum class EventKind : std::uint8_t {
+  kResume,
+  kActivityDone,
+  kSendStart,
+  kLinkDone,
+  kDpStart,
+  kCpuLoad
+};
 
 struct Event {
   std::int64_t time_ns;

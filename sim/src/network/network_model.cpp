@@ -19,6 +19,9 @@ class AnalyticalNetwork final : public NetworkModel {
   double send_cpu_load(std::int32_t edge) const noexcept override {
     return edge_load_[static_cast<std::size_t>(edge)];
   }
+  double collective_cpu_load(std::int32_t rank) const noexcept override {
+    return rank_load_[static_cast<std::size_t>(rank)];
+  }
   std::int64_t batch_overhead_ns() const noexcept override { return batch_overhead_ns_; }
   const std::vector<std::int64_t>& bucket_ns(std::int32_t stage) const noexcept override {
     return bucket_ns_[static_cast<std::size_t>(stage)];
@@ -58,6 +61,7 @@ class AnalyticalNetwork final : public NetworkModel {
   std::vector<std::vector<std::int64_t>> bucket_cum_;  // per stage: cumulative bytes per bucket
   std::vector<std::int64_t> rank_localsgd_ns_, rank_slowmo_ns_, rank_diloco_ns_, rank_sgp_ns_;
   std::vector<double> rank_share_;                // sync_link_share per pipeline rank
+  std::vector<double> rank_load_;                 // Note [Compute beside a collective]
   std::vector<std::vector<LinkUse>> edge_links_;  // per edge: forward, backward
   std::vector<std::vector<LinkUse>> rank_links_;  // per pipeline rank: its dp all-reduce
 };
@@ -177,7 +181,13 @@ AnalyticalNetwork::AnalyticalNetwork(const sched::LoweredPlan& plan, const sched
   rank_diloco_ns_.assign(static_cast<std::size_t>(R), 0);
   rank_sgp_ns_.assign(static_cast<std::size_t>(R), 0);
   rank_share_.assign(static_cast<std::size_t>(R), 1.0);
+  rank_load_.assign(static_cast<std::size_t>(R), 0.0);
   if (dp <= 1) return;
+  // Note [Compute beside a collective]: only a profile measured on one node lacks the load.
+  for (std::int32_t r = 0; r < R && costs.nodes == 1; ++r) {
+    if (dp_group(cluster, r, R, dp).spans_nodes)
+      rank_load_[static_cast<std::size_t>(r)] = cluster.send_cpu_load;
+  }
   for (std::int32_t s = 0; s < S; ++s) {
     const auto r = shape.stage_to_rank[static_cast<std::size_t>(s)];
     const DpGroup group = dp_group(cluster, r, R, dp);

@@ -25,6 +25,12 @@ class NetworkModel {
   // takes from its sender's compute while it crosses the inter-node link priced by the cluster
   // (Cluster::send_cpu_load); 0 within a node, or when the profile's p2p or --p2p-ms prices it.
   [[nodiscard]] virtual double send_cpu_load(std::int32_t edge) const noexcept = 0;
+  // Note [Compute beside a collective] (engine.hpp): the share of a core each of pipeline rank
+  // `rank`'s data-parallel collectives takes from its node's compute while it crosses the
+  // cluster's inter-node link (Cluster::send_cpu_load); 0 where its group stays in one node, or
+  // where the profile was not measured on one node (CostTable::nodes != 1: its compute times
+  // hold that load already, or it is not known).
+  [[nodiscard]] virtual double collective_cpu_load(std::int32_t rank) const noexcept = 0;
   // Compute-stream time of one batch of a rank's consecutive SEND/RECV actions, ns.
   [[nodiscard]] virtual std::int64_t batch_overhead_ns() const noexcept = 0;
   // DDP (dp > 1): the all-reduce time of each of stage `stage`'s gradient buckets in launch

@@ -10,7 +10,7 @@
 //    "compute_overhead_ms": 0, "comm_overhead_ms": 0.3, "runtime_memory_bytes": 0,
 //    "comm_send_ms": 0.1, "dp_sync_compute_ms": 0.5,                     (optional)
 //    "step_overhead_ms": 0.6,                                           (optional)
-//    "cores_per_node": 2, "p2p_uses_core": true,                         (optional)
+//    "cores_per_node": 2, "p2p_uses_core": true, "nodes": 1,             (optional)
 //    "stages": [{"stage": 0, "forward_ms": 1.5, "backward_ms": 3.0,
 //                "input_grad_ms": 1.5, "weight_grad_ms": 1.5,          (optional)
 //                "optimizer_ms": 0.4,                                   (optional)
@@ -212,6 +212,13 @@ struct CostTable {
   // only (false: the ranks' own polls make progress, as with Open MPI; their waiting is in the
   // measured times already). Executor profiles record it per backend (Note [Shared cores]).
   bool p2p_uses_core = true;
+  // How many nodes (launch --nnodes: hosts or network namespaces, each with its own network
+  // stack) the measured run's ranks spanned; 0: not known (profiles of earlier versions, and
+  // tables not measured). A profile measured on one node holds no inter-node traffic in its
+  // compute times, so the simulator slows its compute beside the cluster's inter-node collectives
+  // (Note [Compute beside a collective] in sim/src/engine/engine.hpp); one measured across nodes
+  // holds it already.
+  std::int32_t nodes = 0;
   // How much of the spread of measured compute times is shared by the actions of one step
   // (step_correlation, all ranks: the host's speed during that step) and of one rank in one
   // step (rank_step_correlation >= step_correlation: that process's speed), as fractions of
@@ -233,7 +240,7 @@ struct CostTable {
            a.step_overhead_ms == b.step_overhead_ms &&
            a.runtime_memory_bytes == b.runtime_memory_bytes &&
            a.cores_per_node == b.cores_per_node && a.p2p_uses_core == b.p2p_uses_core &&
-           a.step_correlation == b.step_correlation &&
+           a.nodes == b.nodes && a.step_correlation == b.step_correlation &&
            a.rank_step_correlation == b.rank_step_correlation && a.stages == b.stages &&
            a.p2p == b.p2p && a.peak_memory == b.peak_memory && a.data_parallel == b.data_parallel;
   }
