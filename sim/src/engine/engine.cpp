@@ -166,18 +166,6 @@ std::int64_t Engine::record_action(const Op& op, std::int32_t r, std::int32_t st
   return static_cast<std::int64_t>(result_.actions.size()) - 1;
 }
 
-void Engine::memory_point(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta) {
-  st.activation_bytes += delta;
-  auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
-  const std::int64_t bytes = rr.static_memory_bytes + st.activation_bytes;
-  auto& tl = rr.memory_timeline;
-  if (!tl.empty() && tl.back().time_ns == t) {
-    tl.back().bytes = bytes;
-  } else {
-    tl.push_back(MemoryPoint{t, bytes});
-  }
-}
-
 // A compute action (F, B, I, W, OPTIM) whose inputs are known and which can start at `start`.
 // With dedicated devices it ends at start + work. With shared cores (Note [Shared cores]) it
 // starts when the event clock reaches `start` and ends when its work is done at the speed the

@@ -360,7 +360,17 @@ class Engine {
     if (c.at_start != 0 || c.microbatches_at_start != 0) memory_point(r, st, start, c.at_start);
     if (c.at_end != 0 || c.microbatches_at_end != 0) memory_point(r, st, end, c.at_end);
   }
-  void memory_point(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta);
+  void memory_point(std::int32_t r, RankState& st, std::int64_t t, std::int64_t delta) {
+    st.activation_bytes += delta;
+    auto& rr = result_.per_rank[static_cast<std::size_t>(r)];
+    const std::int64_t bytes = rr.static_memory_bytes + st.activation_bytes;
+    auto& tl = rr.memory_timeline;
+    if (!tl.empty() && tl.back().time_ns == t) {
+      tl.back().bytes = bytes;
+    } else {
+      tl.push_back(MemoryPoint{t, bytes});
+    }
+  }
   // Note [ZeRO in the simulator] (engine_dp.cpp).
   void init_zero();
   // false: the stage's all-gather is still queued on shared links (the rank waits for it).
