@@ -207,12 +207,18 @@ TEST(DataParallel, DiLoCoSendsOneHthOfDdpsBytes) {
   EXPECT_DOUBLE_EQ(bf16.dp_wire_bytes_per_step, 6000.0 / 4 / 2);
 }
 
-TEST(DataParallel, DiLoCoOuterAllReduceOverlapsTheDelayedSteps) {
+// DiLoCo over 2 replicas, 4 steps, an outer step every `sync_every`.
+SimOptions diloco(std::int32_t sync_every) {
   SimOptions opt;
   opt.dp.replicas = 2;
   opt.steps = 4;
   opt.dp.algorithm = DpAlgorithm::kDiLoCo;
-  opt.dp.sync_every = 2;
+  opt.dp.sync_every = sync_every;
+  return opt;
+}
+
+TEST(DataParallel, DiLoCoOuterAllReduceOverlapsTheDelayedSteps) {
+  SimOptions opt = diloco(2);
   // Steps of F + B = 3 ms; 2 MB fragment all-reduce on a 1 B/ns link: 2 ms.
   const auto costs = one_stage({2'000'000});
   // tau = 0: the all-reduce starts and is waited for after steps 2 and 4 (fully exposed).
@@ -240,11 +246,7 @@ TEST(DataParallel, DiLoCoOuterAllReduceOverlapsTheDelayedSteps) {
 // across nodes (nodes 2), or not known (0), holds the load already: 12 ms. With both replicas on
 // one core, the load shares that core: more than the shared 24 ms.
 TEST(DataParallel, ComputeBesideACollectiveAcrossNodesRunsSlower) {
-  SimOptions opt;
-  opt.dp.replicas = 2;
-  opt.steps = 4;
-  opt.dp.algorithm = DpAlgorithm::kDiLoCo;
-  opt.dp.sync_every = 4;
+  SimOptions opt = diloco(4);
   opt.dp.fragments = 2;
   opt.dp.sync_delay = 1;
   auto costs = one_stage({2'000'000});

@@ -30,11 +30,15 @@ TEST(EventQueue, OrdersByTimeThenInsertion) {
   EXPECT_EQ(ids, (std::vector<std::int32_t>{1, 3, 0, 2}));
 }
 
-TEST(CoreSharing, TwoRanksOnOneCoreRunAtHalfSpeed) {
+// Processor sharing of two ranks (dp 1) on one node of one core.
+std::unique_ptr<CoreSharing> two_ranks_on_one_core() {
   Cluster cluster;
   cluster.cores_per_node = 1;
-  sched::CostTable costs;
-  auto cores = make_processor_sharing(cluster, costs, /*ranks=*/2, /*dp=*/1);
+  return make_processor_sharing(cluster, sched::CostTable{}, /*ranks=*/2, /*dp=*/1);
+}
+
+TEST(CoreSharing, TwoRanksOnOneCoreRunAtHalfSpeed) {
+  auto cores = two_ranks_on_one_core();
   ASSERT_TRUE(cores->active());
   EventQueue q;
   cores->begin(0, 100, 0, q);  // alone: ends at 100
@@ -52,17 +56,15 @@ TEST(CoreSharing, TwoRanksOnOneCoreRunAtHalfSpeed) {
   EXPECT_EQ(last.id, 1);
   EXPECT_EQ(last.time_ns, 200);
   // Dedicated devices: no sharing.
+  Cluster cluster;
   cluster.cores_per_node = 2;
-  EXPECT_FALSE(make_processor_sharing(cluster, costs, 2, 1)->active());
+  EXPECT_FALSE(make_processor_sharing(cluster, sched::CostTable{}, 2, 1)->active());
 }
 
 // Note [Compute beside a collective]: a collective's load is demand on its rank's node besides
 // the activities: 1 rank on 1 core with 0.5 of a core more runs at 1 / 1.5 of its speed.
 TEST(CoreSharing, ACollectivesLoadSlowsTheNodesActivities) {
-  Cluster cluster;
-  cluster.cores_per_node = 1;
-  sched::CostTable costs;
-  auto cores = make_processor_sharing(cluster, costs, /*ranks=*/2, /*dp=*/1);
+  auto cores = two_ranks_on_one_core();
   ASSERT_TRUE(cores->active());
   EventQueue q;
   cores->begin(0, 300, 0, q);  // alone: would end at 300
