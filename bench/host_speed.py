@@ -18,10 +18,14 @@ import torch
 
 
 def main() -> int:
-    total = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
-    window = float(sys.argv[2]) if len(sys.argv) > 2 else 5.0
-    if total <= 0 or window <= 0 or window > total:
-        print("host_speed.py: need 0 < WINDOW <= SECONDS", file=sys.stderr)
+    try:
+        total = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+        window = float(sys.argv[2]) if len(sys.argv) > 2 else 5.0
+    except ValueError as e:
+        print(f"host_speed.py: SECONDS and WINDOW are numbers ({e})", file=sys.stderr)
+        return 2
+    if len(sys.argv) > 3 or not 0 < window <= total:
+        print("usage: host_speed.py [SECONDS] [WINDOW], 0 < WINDOW <= SECONDS", file=sys.stderr)
         return 2
     torch.manual_seed(0)
     torch.set_num_threads(1)
